@@ -1,0 +1,271 @@
+// Package app wires SW4RM's processes together: it opens the store, connects to Temporal,
+// and runs the gRPC frontend, the Temporal worker, or both (`sw4rm server`, `sw4rm worker`,
+// `sw4rm dev`). The end-to-end tests start the system through it exactly as the binary does.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/frontend"
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/router"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/store/memory"
+	"github.com/sw4rm/sw4rm-temporal/store/postgres"
+	"github.com/sw4rm/sw4rm-temporal/worker"
+)
+
+// Config is the process configuration; every field has a flag and an SW4RM_* variable.
+type Config struct {
+	// TemporalAddress is host:port of the Temporal frontend (SW4RM_TEMPORAL_ADDRESS).
+	TemporalAddress string
+	// Namespace is the Temporal namespace (SW4RM_NAMESPACE).
+	Namespace string
+	// TaskQueue is the Temporal task queue (SW4RM_TASK_QUEUE).
+	TaskQueue string
+	// GRPCAddr is where the gRPC frontend listens (SW4RM_GRPC_ADDR).
+	GRPCAddr string
+	// HTTPAddr serves /healthz, empty to disable (SW4RM_HTTP_ADDR).
+	HTTPAddr string
+	// DatabaseURL selects PostgreSQL; empty means the in-memory store (SW4RM_DATABASE_URL).
+	DatabaseURL string
+	// BufferCapacity is the per-agent inbound buffer (SW4RM_BUFFER_CAPACITY, §13).
+	BufferCapacity int
+	// MaxPayloadBytes is the payload limit (SW4RM_MAX_PAYLOAD_BYTES, §5.4).
+	MaxPayloadBytes int
+	// AgentInitTimeout bounds INITIALIZING (SW4RM_AGENT_INIT_TIMEOUT, §8.3).
+	AgentInitTimeout time.Duration
+	// DeliveryLease is how long an unconfirmed delivery waits before redelivery on the same
+	// stream (SW4RM_DELIVERY_LEASE).
+	DeliveryLease time.Duration
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		TemporalAddress:  "127.0.0.1:7233",
+		Namespace:        "default",
+		TaskQueue:        "sw4rm",
+		GRPCAddr:         ":50051",
+		HTTPAddr:         ":8080",
+		BufferCapacity:   router.DefaultBufferCapacity,
+		MaxPayloadBytes:  1 << 20,
+		AgentInitTimeout: 60 * time.Second,
+		DeliveryLease:    router.DefaultLease,
+	}
+}
+
+// FromEnv overlays SW4RM_* environment variables on c; a malformed number or duration is an
+// error naming the variable.
+func (c Config) FromEnv() (Config, error) {
+	str := func(name string, dst *string) {
+		if v, ok := os.LookupEnv(name); ok {
+			*dst = v
+		}
+	}
+	str("SW4RM_TEMPORAL_ADDRESS", &c.TemporalAddress)
+	str("SW4RM_NAMESPACE", &c.Namespace)
+	str("SW4RM_TASK_QUEUE", &c.TaskQueue)
+	str("SW4RM_GRPC_ADDR", &c.GRPCAddr)
+	str("SW4RM_HTTP_ADDR", &c.HTTPAddr)
+	str("SW4RM_DATABASE_URL", &c.DatabaseURL)
+	for name, dst := range map[string]*int{"SW4RM_BUFFER_CAPACITY": &c.BufferCapacity, "SW4RM_MAX_PAYLOAD_BYTES": &c.MaxPayloadBytes} {
+		if v, ok := os.LookupEnv(name); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return c, fmt.Errorf("%s=%q: want a positive integer", name, v)
+			}
+			*dst = n
+		}
+	}
+	for name, dst := range map[string]*time.Duration{"SW4RM_AGENT_INIT_TIMEOUT": &c.AgentInitTimeout, "SW4RM_DELIVERY_LEASE": &c.DeliveryLease} {
+		if v, ok := os.LookupEnv(name); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return c, fmt.Errorf("%s=%q: want a positive duration like 60s", name, v)
+			}
+			*dst = d
+		}
+	}
+	return c, nil
+}
+
+// Roles selects what a process runs.
+type Roles struct {
+	// Server runs the gRPC frontend (and /healthz).
+	Server bool
+	// Worker runs the Temporal worker.
+	Worker bool
+}
+
+// App is a running SW4RM process.
+type App struct {
+	cfg      Config
+	log      *slog.Logger
+	store    store.Store
+	temporal client.Client
+	worker   sdkworker.Worker
+	grpc     *grpc.Server
+	grpcLis  net.Listener
+	http     *http.Server
+	httpLis  net.Listener
+	stopOnce sync.Once
+}
+
+// OpenStore opens the store the configuration names: PostgreSQL when DatabaseURL is set
+// (applying migrations), else memory.
+func OpenStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, error) {
+	if cfg.DatabaseURL == "" {
+		return memory.New(), nil
+	}
+	return postgres.Open(ctx, cfg.DatabaseURL, log)
+}
+
+// Start opens the store, connects to Temporal and starts the requested roles.
+func Start(ctx context.Context, cfg Config, roles Roles, log *slog.Logger) (*App, error) {
+	st, err := OpenStore(ctx, cfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return StartWithStore(ctx, cfg, roles, log, st)
+}
+
+// StartWithStore is Start over an already open store, which the App then owns and closes.
+func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logger, st store.Store) (_ *App, err error) {
+	a := &App{cfg: cfg, log: log, store: st}
+	defer func() {
+		if err != nil {
+			a.Stop()
+		}
+	}()
+	a.temporal, err = client.DialContext(ctx, client.Options{
+		HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: tlog.NewStructuredLogger(log),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to Temporal at %s: %w", cfg.TemporalAddress, err)
+	}
+	if err := worker.EnsureSearchAttributes(ctx, a.temporal, cfg.Namespace); err != nil {
+		return nil, fmt.Errorf("register search attributes in namespace %s: %w", cfg.Namespace, err)
+	}
+	sink := observe.New(log, st.Audit())
+	rt := router.New(st, router.Config{BufferCapacity: cfg.BufferCapacity, Lease: cfg.DeliveryLease, MaxPayloadBytes: cfg.MaxPayloadBytes}, sink)
+	log.Info("sw4rm starting", "temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue,
+		"store", st.Kind(), "server", roles.Server, "worker", roles.Worker)
+
+	if roles.Worker {
+		a.worker = sdkworker.New(a.temporal, cfg.TaskQueue, sdkworker.Options{})
+		worker.Register(a.worker, &activities.Activities{Store: st, Router: rt, Sink: sink})
+		if err := a.worker.Start(); err != nil {
+			return nil, fmt.Errorf("start worker: %w", err)
+		}
+		log.Info("worker polling", "task_queue", cfg.TaskQueue)
+	}
+	if roles.Server {
+		a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
+		}
+		opts := append(frontend.ServerOptions(log),
+			grpc.MaxRecvMsgSize(cfg.MaxPayloadBytes+64<<10),
+			// Long-lived StreamIncoming calls must outlive idle proxies and detect dead agents.
+			grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		)
+		a.grpc = grpc.NewServer(opts...)
+		fe := frontend.New(st, rt, a.temporal, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout})
+		fe.Register(a.grpc)
+		go func() {
+			if err := a.grpc.Serve(a.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				log.Error("gRPC server stopped", "error", err)
+			}
+		}()
+		log.Info("gRPC frontend listening", "addr", a.grpcLis.Addr().String())
+		if cfg.HTTPAddr != "" {
+			a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr)
+			if err != nil {
+				return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+			}
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				_, _ = fmt.Fprintf(w, "ok store=%s\n", st.Kind())
+			})
+			a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+			go func() {
+				if err := a.http.Serve(a.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("HTTP server stopped", "error", err)
+				}
+			}()
+			log.Info("HTTP listening", "addr", a.httpLis.Addr().String(), "paths", "/healthz")
+		}
+	}
+	return a, nil
+}
+
+// GRPCAddr is the address the frontend actually listens on (useful with port 0).
+func (a *App) GRPCAddr() string {
+	if a.grpcLis == nil {
+		return ""
+	}
+	return a.grpcLis.Addr().String()
+}
+
+// HTTPAddr is the address /healthz is served on.
+func (a *App) HTTPAddr() string {
+	if a.httpLis == nil {
+		return ""
+	}
+	return a.httpLis.Addr().String()
+}
+
+// Temporal returns the process's Temporal client.
+func (a *App) Temporal() client.Client { return a.temporal }
+
+// Store returns the process's store.
+func (a *App) Store() store.Store { return a.store }
+
+// Stop shuts everything down: streams are cancelled (their unconfirmed rows stay for the
+// next stream), the worker finishes its current tasks, then connections close.
+func (a *App) Stop() { a.stopOnce.Do(a.stop) }
+
+func (a *App) stop() {
+	if a.grpc != nil {
+		stopped := make(chan struct{})
+		go func() { a.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			a.grpc.Stop() // open StreamIncoming calls never end on their own
+		}
+	}
+	if a.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = a.http.Shutdown(ctx)
+		cancel()
+	}
+	if a.worker != nil {
+		a.worker.Stop()
+	}
+	if a.temporal != nil {
+		a.temporal.Close()
+	}
+	if a.store != nil {
+		a.store.Close()
+	}
+}

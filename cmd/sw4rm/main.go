@@ -1,0 +1,109 @@
+// Command sw4rm is the SW4RM server on Temporal: `sw4rm server` runs the gRPC frontend,
+// `sw4rm worker` the Temporal worker, and `sw4rm dev` both in one process for a laptop.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sw4rm/sw4rm-temporal/app"
+)
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "sw4rm:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "sw4rm",
+		Short:         "SW4RM: interruptible, message-driven agent coordination on Temporal",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	cfg := app.DefaultConfig()
+	var logLevel string
+	pf := root.PersistentFlags()
+	pf.StringVar(&cfg.TemporalAddress, "temporal-address", cfg.TemporalAddress, "Temporal frontend host:port (SW4RM_TEMPORAL_ADDRESS)")
+	pf.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "Temporal namespace (SW4RM_NAMESPACE)")
+	pf.StringVar(&cfg.TaskQueue, "task-queue", cfg.TaskQueue, "Temporal task queue (SW4RM_TASK_QUEUE)")
+	pf.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address (SW4RM_GRPC_ADDR)")
+	pf.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address for /healthz; empty disables (SW4RM_HTTP_ADDR)")
+	pf.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL; empty uses the in-memory store (SW4RM_DATABASE_URL)")
+	pf.IntVar(&cfg.BufferCapacity, "buffer-capacity", cfg.BufferCapacity, "inbound buffer capacity per agent, §13 (SW4RM_BUFFER_CAPACITY)")
+	pf.IntVar(&cfg.MaxPayloadBytes, "max-payload-bytes", cfg.MaxPayloadBytes, "largest payload admitted, §5.4 (SW4RM_MAX_PAYLOAD_BYTES)")
+	pf.DurationVar(&cfg.AgentInitTimeout, "agent-init-timeout", cfg.AgentInitTimeout, "INITIALIZING timeout, §8.3 (SW4RM_AGENT_INIT_TIMEOUT)")
+	pf.DurationVar(&cfg.DeliveryLease, "delivery-lease", cfg.DeliveryLease, "redelivery lease of unconfirmed stream rows (SW4RM_DELIVERY_LEASE)")
+	pf.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (SW4RM_LOG_LEVEL)")
+
+	// resolve applies the environment under explicitly set flags: a flag on the command line
+	// wins over its variable, which wins over the default.
+	resolve := func(cmd *cobra.Command) (app.Config, *slog.Logger, error) {
+		fromEnv, err := app.DefaultConfig().FromEnv()
+		if err != nil {
+			return cfg, nil, err
+		}
+		merged := cfg
+		apply := func(flag string, set func()) {
+			if !cmd.Flags().Changed(flag) {
+				set()
+			}
+		}
+		apply("temporal-address", func() { merged.TemporalAddress = fromEnv.TemporalAddress })
+		apply("namespace", func() { merged.Namespace = fromEnv.Namespace })
+		apply("task-queue", func() { merged.TaskQueue = fromEnv.TaskQueue })
+		apply("grpc-addr", func() { merged.GRPCAddr = fromEnv.GRPCAddr })
+		apply("http-addr", func() { merged.HTTPAddr = fromEnv.HTTPAddr })
+		apply("database-url", func() { merged.DatabaseURL = fromEnv.DatabaseURL })
+		apply("buffer-capacity", func() { merged.BufferCapacity = fromEnv.BufferCapacity })
+		apply("max-payload-bytes", func() { merged.MaxPayloadBytes = fromEnv.MaxPayloadBytes })
+		apply("agent-init-timeout", func() { merged.AgentInitTimeout = fromEnv.AgentInitTimeout })
+		apply("delivery-lease", func() { merged.DeliveryLease = fromEnv.DeliveryLease })
+		level := logLevel
+		if v, ok := os.LookupEnv("SW4RM_LOG_LEVEL"); ok && !cmd.Flags().Changed("log-level") {
+			level = v
+		}
+		var lvl slog.Level
+		if err := lvl.UnmarshalText([]byte(level)); err != nil {
+			return merged, nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+		return merged, log, nil
+	}
+
+	run := func(roles app.Roles) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, _ []string) error {
+			c, log, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			a, err := app.Start(ctx, c, roles, log)
+			if err != nil {
+				return err
+			}
+			if roles.Server {
+				log.Info("ready", "grpc", a.GRPCAddr(), "healthz", "http://"+a.HTTPAddr()+"/healthz")
+			}
+			<-ctx.Done()
+			log.Info("shutting down")
+			a.Stop()
+			return nil
+		}
+	}
+	root.AddCommand(
+		&cobra.Command{Use: "server", Short: "Run the gRPC frontend (every SW4RM service on one port)", Args: cobra.NoArgs, RunE: run(app.Roles{Server: true})},
+		&cobra.Command{Use: "worker", Short: "Run a Temporal worker hosting every SW4RM workflow and activity", Args: cobra.NoArgs, RunE: run(app.Roles{Worker: true})},
+		&cobra.Command{Use: "dev", Short: "Run server and worker in one process (memory store unless SW4RM_DATABASE_URL is set)", Args: cobra.NoArgs, RunE: run(app.Roles{Server: true, Worker: true})},
+	)
+	return root
+}

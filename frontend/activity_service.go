@@ -1,0 +1,73 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// activityService serves sw4rm.activity.ActivityService: versioned negotiation artifacts.
+type activityService struct {
+	activitypb.UnimplementedActivityServiceServer
+	s *Server
+}
+
+// AppendArtifact stores one artifact version; a missing key field or an existing version
+// answers ok=false with the reason.
+func (a *activityService) AppendArtifact(ctx context.Context, req *activitypb.AppendArtifactRequest) (*activitypb.AppendArtifactResponse, error) {
+	art := req.GetArtifact()
+	switch {
+	case art == nil:
+		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "validation_error: artifact is required"}, nil
+	case art.GetNegotiationId() == "":
+		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "validation_error: artifact.negotiation_id is required"}, nil
+	case art.GetKind() == "":
+		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "validation_error: artifact.kind is required"}, nil
+	case art.GetVersion() == "":
+		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "validation_error: artifact.version is required"}, nil
+	}
+	created := time.Now().UTC()
+	if s := art.GetCreatedAt(); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return &activitypb.AppendArtifactResponse{Ok: false, Reason: "validation_error: created_at must be RFC 3339, got " + s}, nil
+		}
+		created = t.UTC()
+	}
+	err := a.s.store.Artifacts().AppendArtifact(ctx, store.Artifact{
+		NegotiationID: art.GetNegotiationId(), Kind: art.GetKind(), Version: art.GetVersion(),
+		ContentType: art.GetContentType(), Content: art.GetContent(), CreatedAt: created,
+	})
+	if errors.Is(err, store.ErrDuplicateArtifact) {
+		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "duplicate_detected: version " + art.GetVersion() + " of " + art.GetKind() + " already exists"}, nil
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: artifact write failed: %v", err)
+	}
+	return &activitypb.AppendArtifactResponse{Ok: true}, nil
+}
+
+// ListArtifacts returns a negotiation's artifacts, optionally of one kind.
+func (a *activityService) ListArtifacts(ctx context.Context, req *activitypb.ListArtifactsRequest) (*activitypb.ListArtifactsResponse, error) {
+	if req.GetNegotiationId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "validation_error: negotiation_id is required")
+	}
+	arts, err := a.s.store.Artifacts().ListArtifacts(ctx, req.GetNegotiationId(), req.GetKind())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: artifact read failed: %v", err)
+	}
+	out := &activitypb.ListArtifactsResponse{}
+	for _, x := range arts {
+		out.Items = append(out.Items, &activitypb.Artifact{
+			NegotiationId: x.NegotiationID, Kind: x.Kind, Version: x.Version, ContentType: x.ContentType,
+			Content: x.Content, CreatedAt: x.CreatedAt.UTC().Format(time.RFC3339Nano),
+		})
+	}
+	return out, nil
+}

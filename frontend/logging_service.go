@@ -1,0 +1,43 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
+)
+
+// loggingService serves sw4rm.logging.LoggingService: agents' own events join the same audit
+// log as the server's (§19).
+type loggingService struct {
+	loggingpb.UnimplementedLoggingServiceServer
+	s *Server
+}
+
+// Ingest records one event; details_json must be a JSON object when present.
+func (l *loggingService) Ingest(ctx context.Context, ev *loggingpb.LogEvent) (*loggingpb.IngestResponse, error) {
+	if ev.GetEventType() == "" {
+		return nil, status.Error(codes.InvalidArgument, "validation_error: event_type is required (§19)")
+	}
+	details := map[string]any{}
+	if raw := ev.GetDetailsJson(); raw != "" {
+		if err := json.Unmarshal([]byte(raw), &details); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "validation_error: details_json must be a JSON object: %v", err)
+		}
+	}
+	if ev.GetLevel() != "" {
+		details["level"] = ev.GetLevel()
+	}
+	if ev.GetTs() != nil {
+		details["agent_ts"] = ev.GetTs().AsTime().UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+	}
+	l.s.sink.Record(ctx, observe.Event{
+		CorrelationID: ev.GetCorrelationId(), Actor: ev.GetAgentId(), AgentID: ev.GetAgentId(),
+		Type: "agent." + ev.GetEventType(), Details: details,
+	})
+	return &loggingpb.IngestResponse{Ok: true}, nil
+}

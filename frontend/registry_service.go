@@ -1,0 +1,125 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// registryService serves sw4rm.registry.RegistryService (§14).
+type registryService struct {
+	registrypb.UnimplementedRegistryServiceServer
+	s *Server
+}
+
+// RegisterAgent validates the descriptor, records it, and starts the agent's lifecycle
+// workflow agent/<agent_id> — or signals the running one on re-registration.
+func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.RegisterAgentRequest) (*registrypb.RegisterAgentResponse, error) {
+	d := proto.Clone(req.GetAgent()).(*registrypb.AgentDescriptor)
+	if req.GetAgent() == nil {
+		d = nil
+	}
+	if perr := protocol.ValidateDescriptor(d); perr != nil {
+		r.s.sink.Record(ctx, observe.Event{Type: "registry.rejected", AgentID: req.GetAgent().GetAgentId(), Actor: req.GetAgent().GetAgentId(),
+			Details: map[string]any{"reason": perr.Error()}})
+		return &registrypb.RegisterAgentResponse{Accepted: false, Reason: perr.Error()}, nil
+	}
+	protocol.NormalizeDescriptor(d)
+	id := d.GetAgentId()
+	rec := store.AgentRecord{Descriptor: d, State: commonpb.AgentState_INITIALIZING, RegisteredAt: time.Now().UTC()}
+	if prev, err := r.s.store.Registry().GetAgent(ctx, id); err == nil {
+		rec.State, rec.LastHeartbeat, rec.Health = prev.State, prev.LastHeartbeat, prev.Health
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
+	}
+	if err := r.s.store.Registry().PutAgent(ctx, rec); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: registry write failed: %v", err)
+	}
+	opts := client.StartWorkflowOptions{
+		ID:        workflows.AgentWorkflowID(id),
+		TaskQueue: r.s.cfg.TaskQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.KindKey.ValueSet("agent"),
+			workflows.AgentIDKey.ValueSet(id),
+			workflows.AgentStateKey.ValueSet(commonpb.AgentState_INITIALIZING.String()),
+		),
+	}
+	in := workflows.AgentLifecycleInput{AgentID: id, Name: d.GetName(), Capabilities: d.GetCapabilities(), InitTimeout: r.s.cfg.AgentInitTimeout}
+	run, err := r.s.temporal.SignalWithStartWorkflow(ctx, opts.ID, workflows.AgentRegisterSignal,
+		workflows.AgentRegistration{Name: d.GetName(), Capabilities: d.GetCapabilities()}, opts, workflows.AgentLifecycle, in)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: could not start the lifecycle workflow of %s (is Temporal reachable?): %v", id, err)
+	}
+	r.s.sink.Record(ctx, observe.Event{CorrelationID: opts.ID, Actor: id, Type: "registry.registered", AgentID: id,
+		Details: map[string]any{"name": d.GetName(), "communication_class": d.GetCommunicationClass().String(), "modalities": d.GetModalitiesSupported(), "run_id": run.GetRunID()}})
+	return &registrypb.RegisterAgentResponse{Accepted: true}, nil
+}
+
+// Heartbeat records liveness (§14); the first one also shows readiness to a still
+// INITIALIZING lifecycle.
+func (r *registryService) Heartbeat(ctx context.Context, req *registrypb.HeartbeatRequest) (*registrypb.HeartbeatResponse, error) {
+	id := req.GetAgentId()
+	if perr := protocol.ValidateAgentID(id); perr != nil {
+		return nil, status.Error(codes.InvalidArgument, perr.Error())
+	}
+	rec, err := r.s.store.Registry().GetAgent(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "agent %q is not registered; call RegisterAgent first", id)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
+	}
+	if err := r.s.store.Registry().RecordHeartbeat(ctx, id, req.GetHealth(), time.Now().UTC()); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, status.Errorf(codes.NotFound, "agent %q was deregistered", id)
+		}
+		return nil, status.Errorf(codes.Unavailable, "internal_error: heartbeat write failed: %v", err)
+	}
+	if rec.State == commonpb.AgentState_INITIALIZING {
+		r.s.signalReady(ctx, id, "heartbeat")
+	}
+	return &registrypb.HeartbeatResponse{Ok: true}, nil
+}
+
+// DeregisterAgent removes the agent from routing at once and ends its lifecycle workflow,
+// which announces the leave to the other agents (§14: deregistration is explicit).
+func (r *registryService) DeregisterAgent(ctx context.Context, req *registrypb.DeregisterAgentRequest) (*registrypb.DeregisterAgentResponse, error) {
+	id := req.GetAgentId()
+	if perr := protocol.ValidateAgentID(id); perr != nil {
+		return nil, status.Error(codes.InvalidArgument, perr.Error())
+	}
+	removed, err := r.s.store.Registry().DeleteAgent(ctx, id)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: registry write failed: %v", err)
+	}
+	err = r.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(id), "", workflows.AgentDeregisterSignal, workflows.AgentDeregistration{Reason: req.GetReason()})
+	var nf *serviceerror.NotFound
+	switch {
+	case err != nil && errors.As(err, &nf):
+		if !removed {
+			return nil, status.Errorf(codes.NotFound, "agent %q is not registered", id)
+		}
+		// Registered without a running lifecycle (it already ended): nothing more to stop.
+	case err != nil:
+		// The agent is out of routing already; a retry finds no registry row but still
+		// reaches the workflow (the case above), so retrying is safe.
+		return nil, status.Errorf(codes.Unavailable, "internal_error: agent %s removed from routing but its lifecycle workflow could not be signalled; retry DeregisterAgent: %v", id, err)
+	}
+	r.s.sink.Record(ctx, observe.Event{CorrelationID: workflows.AgentWorkflowID(id), Actor: id, Type: "registry.deregistered", AgentID: id,
+		Details: map[string]any{"reason": req.GetReason()}})
+	return &registrypb.DeregisterAgentResponse{Ok: true}, nil
+}

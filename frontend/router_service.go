@@ -1,0 +1,110 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// ErrorCodeTrailer is the response trailer that carries the spec's error_code (enum name)
+// whenever a call is rejected, so clients need not parse the reason text.
+const ErrorCodeTrailer = "sw4rm-error-code"
+
+// routerService serves sw4rm.router.RouterService (§11–§13).
+type routerService struct {
+	routerpb.UnimplementedRouterServiceServer
+	s *Server
+}
+
+// SendMessage admits an envelope addressed by the sw4rm-recipient metadata (see
+// protocol.RecipientMetadataKey). Protocol rejections answer accepted=false with the reason
+// "<error_code>: <what was wrong>" and the sw4rm-error-code trailer; the producer also gets a
+// NACK on its stream. Only a failure of the server itself is a gRPC error.
+func (r *routerService) SendMessage(ctx context.Context, req *routerpb.SendMessageRequest) (*routerpb.SendMessageResponse, error) {
+	recipient := ""
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(protocol.RecipientMetadataKey); len(v) > 0 {
+			recipient = v[0]
+		}
+	}
+	perr, err := r.s.router.Send(ctx, req.GetMsg(), recipient)
+	if err != nil {
+		r.s.log.Error("send failed", "message_id", req.GetMsg().GetMessageId(), "error", err)
+		return nil, status.Errorf(codes.Unavailable, "internal_error: the message could not be stored, retry: %v", err)
+	}
+	if perr != nil {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(ErrorCodeTrailer, perr.Code.String()))
+		return &routerpb.SendMessageResponse{Accepted: false, Reason: perr.Error()}, nil
+	}
+	return &routerpb.SendMessageResponse{Accepted: true}, nil
+}
+
+// StreamIncoming delivers the agent's inbound buffer as StreamItem{msg, seq}, redelivering
+// what an earlier stream got but never confirmed.
+func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.ServerStreamingServer[routerpb.StreamItem]) error {
+	ctx := stream.Context()
+	agentID := req.GetAgentId()
+	if perr := protocol.ValidateAgentID(agentID); perr != nil {
+		return status.Error(codes.InvalidArgument, perr.Error())
+	}
+	rec, err := r.s.store.Registry().GetAgent(ctx, agentID)
+	if errors.Is(err, store.ErrNotFound) {
+		return status.Errorf(codes.NotFound, "no_route: agent %q is not registered; call RegistryService.RegisterAgent first", agentID)
+	}
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
+	}
+	if rec.State == commonpb.AgentState_INITIALIZING {
+		r.s.signalReady(ctx, agentID, "stream")
+	}
+	err = r.s.router.Stream(ctx, agentID, func(d store.Delivery) error {
+		return stream.Send(&routerpb.StreamItem{Msg: d.Envelope, Seq: d.Seq})
+	})
+	if ctx.Err() != nil {
+		return nil // the consumer went away; unconfirmed rows stay for its next stream
+	}
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		return status.Errorf(codes.Unavailable, "internal_error: stream interrupted: %v", err)
+	}
+	return nil
+}
+
+// AckDelivery confirms a streamed row; recorded=false for an unknown or already-confirmed
+// seq, or another agent's seq (wire contract).
+func (r *routerService) AckDelivery(ctx context.Context, req *routerpb.DeliveryAckRequest) (*routerpb.DeliveryAckResponse, error) {
+	if perr := protocol.ValidateAgentID(req.GetAgentId()); perr != nil {
+		return nil, status.Error(codes.InvalidArgument, perr.Error())
+	}
+	if req.GetSeq() <= 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "validation_error: seq must be the positive StreamItem.seq being confirmed, got %d", req.GetSeq())
+	}
+	failed := req.GetOutcome() == routerpb.DeliveryAckOutcome_DELIVERY_ACK_OUTCOME_PERMANENT_FAILURE
+	ok, err := r.s.router.ConfirmDelivery(ctx, req.GetAgentId(), req.GetSeq(), req.GetMessageId(), failed)
+	if err != nil {
+		r.s.log.Error("ack delivery failed", "agent_id", req.GetAgentId(), "seq", req.GetSeq(), "error", err)
+		return nil, status.Errorf(codes.Unavailable, "internal_error: the confirmation could not be stored, retry: %v", err)
+	}
+	return &routerpb.DeliveryAckResponse{Recorded: ok}, nil
+}
+
+// signalReady tells an agent's lifecycle workflow that the agent showed readiness. A failure
+// is logged, not returned: the agent stays INITIALIZING and its next heartbeat or stream
+// tries again, while the init timer keeps the outcome bounded (§8.3).
+func (s *Server) signalReady(ctx context.Context, agentID, via string) {
+	if err := s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(agentID), "", workflows.AgentReadySignal, workflows.AgentReady{Via: via}); err != nil {
+		s.log.Warn("could not signal agent readiness", "agent_id", agentID, "via", via, "error", err)
+	}
+}

@@ -1,0 +1,129 @@
+// Package frontend is SW4RM's gRPC frontend: one file per canonical service, translating
+// envelopes and lifecycle calls onto the router, the store and Temporal workflows. It is
+// stateless, so any number of frontends can share one store and one Temporal namespace.
+package frontend
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/negotiationpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
+	"github.com/sw4rm/sw4rm-temporal/proto/reasoningpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
+	"github.com/sw4rm/sw4rm-temporal/router"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// Config holds what the services need besides their collaborators.
+type Config struct {
+	// TaskQueue is the Temporal task queue the workflows run on.
+	TaskQueue string
+	// AgentInitTimeout bounds INITIALIZING (§8.3); zero means the workflow default.
+	AgentInitTimeout time.Duration
+}
+
+// Server holds the collaborators shared by every service.
+type Server struct {
+	store    store.Store
+	router   *router.Router
+	temporal client.Client
+	sink     *observe.Sink
+	log      *slog.Logger
+	cfg      Config
+}
+
+// New builds the frontend.
+func New(st store.Store, r *router.Router, tc client.Client, sink *observe.Sink, log *slog.Logger, cfg Config) *Server {
+	return &Server{store: st, router: r, temporal: tc, sink: sink, log: log, cfg: cfg}
+}
+
+// Register serves every canonical SW4RM service on g, plus grpc.health.v1 and server
+// reflection (so grpcurl lists the services). Services that later work builds answer
+// codes.Unimplemented naming the missing capability (see unimplemented.go).
+func (s *Server) Register(g *grpc.Server) *health.Server {
+	routerpb.RegisterRouterServiceServer(g, &routerService{s: s})
+	registrypb.RegisterRegistryServiceServer(g, &registryService{s: s})
+	loggingpb.RegisterLoggingServiceServer(g, &loggingService{s: s})
+	activitypb.RegisterActivityServiceServer(g, &activityService{s: s})
+
+	schedulerpb.RegisterSchedulerServiceServer(g, schedulerpb.UnimplementedSchedulerServiceServer{})
+	schedulerpb.RegisterSchedulerPolicyServiceServer(g, schedulerpb.UnimplementedSchedulerPolicyServiceServer{})
+	hitlpb.RegisterHitlServiceServer(g, hitlpb.UnimplementedHitlServiceServer{})
+	worktreepb.RegisterWorktreeServiceServer(g, worktreepb.UnimplementedWorktreeServiceServer{})
+	toolpb.RegisterToolServiceServer(g, toolpb.UnimplementedToolServiceServer{})
+	connectorpb.RegisterConnectorServiceServer(g, connectorpb.UnimplementedConnectorServiceServer{})
+	negotiationpb.RegisterNegotiationServiceServer(g, negotiationpb.UnimplementedNegotiationServiceServer{})
+	negotiationroompb.RegisterNegotiationRoomServiceServer(g, negotiationroompb.UnimplementedNegotiationRoomServiceServer{})
+	handoffpb.RegisterHandoffServiceServer(g, handoffpb.UnimplementedHandoffServiceServer{})
+	workflowpb.RegisterWorkflowServiceServer(g, workflowpb.UnimplementedWorkflowServiceServer{})
+	reasoningpb.RegisterReasoningProxyServer(g, reasoningpb.UnimplementedReasoningProxyServer{})
+
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	return hs
+}
+
+// ServerOptions returns the interceptors every SW4RM gRPC server needs: the capability gate
+// for services not built yet and panic recovery (a handler bug becomes codes.Internal, never a
+// crashed server).
+func ServerOptions(log *slog.Logger) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(recoverUnary(log), capabilityGateUnary),
+		grpc.ChainStreamInterceptor(recoverStream(log), capabilityGateStream),
+	}
+}
+
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in handler", "method", info.FullMethod, "panic", p)
+				err = status.Errorf(codes.Internal, "internal_error: %s failed unexpectedly; the server logged the cause", info.FullMethod)
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in stream handler", "method", info.FullMethod, "panic", p)
+				err = status.Errorf(codes.Internal, "internal_error: %s failed unexpectedly; the server logged the cause", info.FullMethod)
+			}
+		}()
+		return handler(srv, ss)
+	}
+}
+
+// serviceOf returns "/pkg.Service/" of a full method name.
+func serviceOf(fullMethod string) string {
+	if i := strings.LastIndex(fullMethod, "/"); i > 0 {
+		return fullMethod[:i+1]
+	}
+	return fullMethod
+}

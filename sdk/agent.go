@@ -1,0 +1,267 @@
+// Package sdk is the Go client for SW4RM agent authors: dial the server, register, receive
+// envelopes from the inbound stream, confirm and acknowledge them, and send messages to other
+// agents. It speaks only the canonical gRPC contract plus the documented addressing metadata,
+// so everything it does an agent in another language can do too.
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"sync/atomic"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+)
+
+// Agent is one agent's connection to a SW4RM server.
+type Agent struct {
+	id       string
+	conn     *grpc.ClientConn
+	router   routerpb.RouterServiceClient
+	registry registrypb.RegistryServiceClient
+	seq      atomic.Uint64
+}
+
+// Dial connects to the server at addr (host:port) as the agent agentID. Without options it
+// uses an insecure connection, as on a laptop; pass grpc.WithTransportCredentials for TLS.
+func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
+	if err := protocol.ValidateAgentID(agentID); err != nil {
+		return nil, err
+	}
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("sw4rm: dial %s: %w", addr, err)
+	}
+	return &Agent{
+		id: agentID, conn: conn,
+		router:   routerpb.NewRouterServiceClient(conn),
+		registry: registrypb.NewRegistryServiceClient(conn),
+	}, nil
+}
+
+// ID is the agent's id.
+func (a *Agent) ID() string { return a.id }
+
+// Conn exposes the gRPC connection for services the SDK does not wrap yet.
+func (a *Agent) Conn() *grpc.ClientConn { return a.conn }
+
+// Close closes the connection.
+func (a *Agent) Close() error { return a.conn.Close() }
+
+// RejectedError is a protocol rejection by the server: the spec's error_code and the reason.
+type RejectedError struct {
+	// Code is the error_code.
+	Code commonpb.ErrorCode
+	// Reason is the server's explanation.
+	Reason string
+}
+
+// Error returns the server's reason.
+func (e *RejectedError) Error() string { return "sw4rm: rejected: " + e.Reason }
+
+// CodeOf returns the error_code of a *RejectedError anywhere in err's chain, or
+// ERROR_CODE_UNSPECIFIED.
+func CodeOf(err error) commonpb.ErrorCode {
+	var re *RejectedError
+	if errors.As(err, &re) {
+		return re.Code
+	}
+	return commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED
+}
+
+// rejected parses a "<error_code>: <message>" reason.
+func rejected(reason string) *RejectedError {
+	code := commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED
+	if name, _, ok := strings.Cut(reason, ":"); ok {
+		if v, ok := commonpb.ErrorCode_value[strings.ToUpper(strings.TrimSpace(name))]; ok {
+			code = commonpb.ErrorCode(v)
+		}
+	}
+	return &RejectedError{Code: code, Reason: reason}
+}
+
+// Register registers the agent with descriptor d (its agent_id is set to the agent's id).
+func (a *Agent) Register(ctx context.Context, d *registrypb.AgentDescriptor) error {
+	if d == nil {
+		d = &registrypb.AgentDescriptor{}
+	}
+	d.AgentId = a.id
+	if d.Name == "" {
+		d.Name = a.id
+	}
+	resp, err := a.registry.RegisterAgent(ctx, &registrypb.RegisterAgentRequest{Agent: d})
+	if err != nil {
+		return fmt.Errorf("sw4rm: register %s: %w", a.id, err)
+	}
+	if !resp.GetAccepted() {
+		return rejected(resp.GetReason())
+	}
+	return nil
+}
+
+// Heartbeat reports liveness and the agent's state (§14).
+func (a *Agent) Heartbeat(ctx context.Context, state commonpb.AgentState, health map[string]string) error {
+	_, err := a.registry.Heartbeat(ctx, &registrypb.HeartbeatRequest{AgentId: a.id, State: state, Health: health})
+	return err
+}
+
+// Deregister removes the agent from the registry and ends its lifecycle.
+func (a *Agent) Deregister(ctx context.Context, reason string) error {
+	_, err := a.registry.DeregisterAgent(ctx, &registrypb.DeregisterAgentRequest{AgentId: a.id, Reason: reason})
+	return err
+}
+
+// Message is what Send sends. Zero fields get defaults: a fresh message_id and
+// correlation_id, DATA, and application/json when a payload is present.
+type Message struct {
+	// To is the recipient agent_id (sent as the sw4rm-recipient metadata).
+	To string
+	// Type is the message_type; zero means DATA.
+	Type commonpb.MessageType
+	// ContentType is the payload's MIME type; empty means application/json.
+	ContentType string
+	// Payload is the body.
+	Payload []byte
+	// CorrelationID groups a flow; empty means a new one.
+	CorrelationID string
+	// IdempotencyToken is constant across retries of one logical operation (§11.2).
+	IdempotencyToken string
+	// TTLMillis expires the message (§11).
+	TTLMillis uint64
+}
+
+// Send sends a message and returns the envelope as sent (with its message_id). A protocol
+// rejection (buffer_full, no_route, validation_error, ...) is a *RejectedError.
+func (a *Agent) Send(ctx context.Context, m Message) (*commonpb.Envelope, error) {
+	env := &commonpb.Envelope{
+		MessageId: uuid.NewString(), ProducerId: a.id, CorrelationId: m.CorrelationID,
+		SequenceNumber: a.seq.Add(1), MessageType: m.Type, ContentType: m.ContentType,
+		Payload: m.Payload, ContentLength: uint64(len(m.Payload)),
+		IdempotencyToken: m.IdempotencyToken, TtlMs: m.TTLMillis,
+	}
+	if env.CorrelationId == "" {
+		env.CorrelationId = uuid.NewString()
+	}
+	if env.MessageType == commonpb.MessageType_MESSAGE_TYPE_UNSPECIFIED {
+		env.MessageType = commonpb.MessageType_DATA
+	}
+	if env.ContentType == "" && len(env.Payload) > 0 {
+		env.ContentType = "application/json"
+	}
+	return env, a.SendEnvelope(ctx, env, m.To)
+}
+
+// SendEnvelope sends a caller-built envelope to the agent to ("" for ACKs, which the server
+// routes to the acknowledged message's producer).
+func (a *Agent) SendEnvelope(ctx context.Context, env *commonpb.Envelope, to string) error {
+	if to != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, protocol.RecipientMetadataKey, to)
+	}
+	resp, err := a.router.SendMessage(ctx, &routerpb.SendMessageRequest{Msg: env})
+	if err != nil {
+		return fmt.Errorf("sw4rm: send %s: %w", env.GetMessageId(), err)
+	}
+	if !resp.GetAccepted() {
+		return rejected(resp.GetReason())
+	}
+	return nil
+}
+
+// Ack sends an ACKNOWLEDGEMENT for msg at stage (RECEIVED, READ, FULFILLED, or a NACK stage
+// with code); the server routes it to msg's producer (§11).
+func (a *Agent) Ack(ctx context.Context, msg *commonpb.Envelope, stage commonpb.AckStage, code commonpb.ErrorCode, note string) error {
+	env := protocol.NewAckEnvelope(protocol.AckEnvelopeInput{
+		MessageID: uuid.NewString(), ProducerID: a.id, CorrelationID: msg.GetCorrelationId(),
+		Ack: protocol.AckPayload{AckForMessageID: msg.GetMessageId(), Stage: stage, ErrorCode: code, Note: note},
+	})
+	env.SequenceNumber = a.seq.Add(1)
+	return a.SendEnvelope(ctx, env, "")
+}
+
+// Delivery is one envelope received on the stream.
+type Delivery struct {
+	// Envelope is the message.
+	Envelope *commonpb.Envelope
+	// Seq is its stream position, used to confirm it.
+	Seq   int64
+	agent *Agent
+}
+
+// Confirm tells the router the delivery arrived (RouterService.AckDelivery), which frees its
+// buffer slot and moves the message to RECEIVED. It reports whether the server recorded it.
+func (d *Delivery) Confirm(ctx context.Context) (bool, error) {
+	resp, err := d.agent.router.AckDelivery(ctx, &routerpb.DeliveryAckRequest{
+		AgentId: d.agent.id, Seq: d.Seq, MessageId: d.Envelope.GetMessageId(),
+		Outcome: routerpb.DeliveryAckOutcome_DELIVERY_ACK_OUTCOME_DELIVERED,
+	})
+	if err != nil {
+		return false, err
+	}
+	return resp.GetRecorded(), nil
+}
+
+// Ack acknowledges the delivered message at a stage (see Agent.Ack).
+func (d *Delivery) Ack(ctx context.Context, stage commonpb.AckStage, code commonpb.ErrorCode, note string) error {
+	return d.agent.Ack(ctx, d.Envelope, stage, code, note)
+}
+
+// AckPayload decodes the delivery as an ACK or NACK, or reports false if it is none.
+func (d *Delivery) AckPayload() (protocol.AckPayload, bool) {
+	if d.Envelope.GetMessageType() != commonpb.MessageType_ACKNOWLEDGEMENT {
+		return protocol.AckPayload{}, false
+	}
+	p, err := protocol.ParseAck(d.Envelope)
+	return p, err == nil
+}
+
+// DecodeJSON unmarshals the payload.
+func (d *Delivery) DecodeJSON(v any) error { return json.Unmarshal(d.Envelope.GetPayload(), v) }
+
+// Stream is the agent's open inbound stream.
+type Stream struct {
+	agent  *Agent
+	stream grpc.ServerStreamingClient[routerpb.StreamItem]
+	cancel context.CancelFunc
+}
+
+// Receive opens the inbound stream. Whatever an earlier stream received but never confirmed
+// is delivered again first.
+func (a *Agent) Receive(ctx context.Context) (*Stream, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	s, err := a.router.StreamIncoming(ctx, &routerpb.StreamRequest{AgentId: a.id})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("sw4rm: open stream: %w", err)
+	}
+	return &Stream{agent: a, stream: s, cancel: cancel}, nil
+}
+
+// Next blocks for the next delivery; io.EOF when the server closed the stream.
+func (s *Stream) Next() (*Delivery, error) {
+	item, err := s.stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, err
+	}
+	return &Delivery{Envelope: item.GetMsg(), Seq: item.GetSeq(), agent: s.agent}, nil
+}
+
+// Close ends the stream; unconfirmed deliveries are redelivered on the next one.
+func (s *Stream) Close() { s.cancel() }

@@ -1,0 +1,48 @@
+// Package worker is the one place that registers every SW4RM workflow and activity with a
+// Temporal worker, and that makes sure the namespace knows SW4RM's search attributes.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// Register adds every workflow and the activities to a worker (or a test environment).
+func Register(r sdkworker.Registry, acts *activities.Activities) {
+	r.RegisterWorkflow(workflows.AgentLifecycle)
+	r.RegisterActivity(acts)
+}
+
+// EnsureSearchAttributes registers SW4RM's custom search attributes in the namespace if they
+// are missing, so workflows can be started with them and filtered in the Temporal UI. It is
+// idempotent and safe to run from every process at start.
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	existing, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("list search attributes: %w", err)
+	}
+	missing := workflows.SearchAttributes()
+	for name := range existing.GetCustomAttributes() {
+		delete(missing, name)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace: namespace, SearchAttributes: missing,
+	})
+	var exists *serviceerror.AlreadyExists
+	if err != nil && !errors.As(err, &exists) {
+		return fmt.Errorf("add search attributes: %w", err)
+	}
+	return nil
+}

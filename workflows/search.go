@@ -1,0 +1,30 @@
+// Package workflows holds SW4RM's Temporal workflows, one file per coordination pattern.
+// Each file owns its names: the workflow-ID helper, the signal, update and query names and
+// their typed payloads. Workflow code here is deterministic: it does no I/O, reads time only
+// through workflow.Now and delegates every side effect to activities.
+package workflows
+
+import (
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+)
+
+// Custom search attributes that make SW4RM runs filterable in the Temporal UI and by the
+// frontend. worker.EnsureSearchAttributes registers them in the namespace on start.
+var (
+	// KindKey names the coordination pattern of a run ("agent", "task", "negotiation", ...).
+	KindKey = temporal.NewSearchAttributeKeyKeyword("SW4RMKind")
+	// AgentIDKey is the agent a run belongs to.
+	AgentIDKey = temporal.NewSearchAttributeKeyKeyword("SW4RMAgentID")
+	// AgentStateKey is an agent lifecycle run's current state (§8), e.g. "RUNNABLE".
+	AgentStateKey = temporal.NewSearchAttributeKeyKeyword("SW4RMAgentState")
+)
+
+// SearchAttributes lists every custom search attribute with its type, for registration.
+func SearchAttributes() map[string]enums.IndexedValueType {
+	return map[string]enums.IndexedValueType{
+		KindKey.GetName():       enums.INDEXED_VALUE_TYPE_KEYWORD,
+		AgentIDKey.GetName():    enums.INDEXED_VALUE_TYPE_KEYWORD,
+		AgentStateKey.GetName(): enums.INDEXED_VALUE_TYPE_KEYWORD,
+	}
+}
