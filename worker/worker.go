@@ -18,8 +18,14 @@ import (
 
 // Register adds every workflow and the activities to a worker (or a test environment).
 func Register(r sdkworker.Registry, acts *activities.Activities) {
-	r.RegisterWorkflow(workflows.AgentLifecycle)
+	RegisterWorkflows(r)
 	r.RegisterActivity(acts)
+}
+
+// RegisterWorkflows adds every workflow, and nothing else, to r — a worker or the replayer
+// that checks recorded histories for determinism.
+func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
+	r.RegisterWorkflow(workflows.AgentLifecycle)
 }
 
 // EnsureSearchAttributes registers SW4RM's custom search attributes in the namespace if they

@@ -1,0 +1,65 @@
+# SW4RM on Temporal. The two commands a newcomer needs: `make dev` and `make test`.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+# Tools are installed outside the clone so every checkout reuses them.
+TOOLS_BIN        ?= $(HOME)/.cache/sw4rm/bin
+TEMPORAL_VERSION ?= v1.5.1
+TEMPORAL         := $(TOOLS_BIN)/temporal
+WORKFLOWCHECK_VERSION ?= v0.6.0
+WORKFLOWCHECK    := $(TOOLS_BIN)/workflowcheck
+BIN              := bin/sw4rm
+
+# Custom search attributes, registered at dev-server start (sw4rm also registers any missing
+# ones itself on start, for clusters that were not started this way).
+SEARCH_ATTRIBUTES := --search-attribute SW4RMKind=Keyword --search-attribute SW4RMAgentID=Keyword \
+                     --search-attribute SW4RMAgentState=Keyword
+
+export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
+
+.PHONY: all build dev temporal test test-unit test-e2e bench proto lint workflowcheck clean
+
+all: build
+
+build:
+	go build -o $(BIN) ./cmd/sw4rm
+
+## temporal: install the official Temporal CLI (dev server) at a pinned version.
+temporal: $(TEMPORAL)
+$(TEMPORAL):
+	mkdir -p $(TOOLS_BIN)
+	GOBIN=$(TOOLS_BIN) go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VERSION)
+
+## dev: start the Temporal dev server (UI on :8233) and `sw4rm dev` (gRPC on :50051).
+dev: $(TEMPORAL) build
+	./scripts/dev.sh "$(TEMPORAL)" "$(BIN)" $(SEARCH_ATTRIBUTES)
+
+## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it).
+test: $(TEMPORAL) workflowcheck
+	go vet ./...
+	go test -race -count=1 -timeout 20m ./...
+
+test-unit:
+	go test -race -count=1 $$(go list ./... | grep -v /test$$)
+
+test-e2e: $(TEMPORAL)
+	go test -race -count=1 -v ./test/...
+
+## bench: benchmarks with their same-run baselines (see docs/benchmarks.md).
+bench: $(TEMPORAL)
+	go test -run '^$$' -bench . -benchtime 2s -count 1 ./test/... | tee .bench.out
+	go run ./test/benchreport < .bench.out
+
+## proto: regenerate the Go code of proto/sw4rm/*.proto with pinned generators.
+proto:
+	bash proto/generate.sh
+
+## workflowcheck: static determinism check of workflow code.
+workflowcheck: $(WORKFLOWCHECK)
+	$(WORKFLOWCHECK) ./workflows/...
+$(WORKFLOWCHECK):
+	mkdir -p $(TOOLS_BIN)
+	GOBIN=$(TOOLS_BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+
+clean:
+	rm -rf bin .bench.out

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs the Temporal dev server and `sw4rm dev` together for a laptop. Called by `make dev`.
+# Usage: scripts/dev.sh TEMPORAL_CLI SW4RM_BIN [extra dev-server args...]
+set -euo pipefail
+temporal=$1; sw4rm=$2; shift 2
+
+address=${SW4RM_TEMPORAL_ADDRESS:-127.0.0.1:7233}
+port=${address##*:}
+ui_port=${SW4RM_UI_PORT:-8233}
+started=""
+
+cleanup() {
+  if [[ -n "$started" ]]; then
+    kill "$started" 2>/dev/null || true
+    wait "$started" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT INT TERM
+
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  echo "Temporal already listening on $address; using it."
+else
+  mkdir -p .tmp
+  echo "Starting the Temporal dev server on $address (UI on :$ui_port, log in .tmp/temporal.log)..."
+  "$temporal" server start-dev --ip 127.0.0.1 --port "$port" --ui-port "$ui_port" \
+    --log-level warn "$@" > .tmp/temporal.log 2>&1 &
+  started=$!
+  for _ in $(seq 1 120); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+    if ! kill -0 "$started" 2>/dev/null; then echo "the Temporal dev server exited; see .tmp/temporal.log" >&2; exit 1; fi
+    sleep 0.5
+  done
+fi
+
+grpc=${SW4RM_GRPC_ADDR:-:50051}
+cat <<MSG
+
+  Temporal UI     http://localhost:$ui_port   (agent lifecycles are workflows named agent/<agent_id>)
+  SW4RM gRPC      localhost:${grpc##*:}       (all 15 SW4RM services; try: grpcurl -plaintext localhost:${grpc##*:} list)
+  Health          http://localhost:$(h=${SW4RM_HTTP_ADDR:-:8080}; echo ${h##*:})/healthz
+  Store           ${SW4RM_DATABASE_URL:+PostgreSQL}${SW4RM_DATABASE_URL:-memory (set SW4RM_DATABASE_URL for PostgreSQL)}
+
+MSG
+export SW4RM_TEMPORAL_ADDRESS="$address"
+"$sw4rm" dev

@@ -1,0 +1,139 @@
+package test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/sdk"
+	"github.com/sw4rm/sw4rm-temporal/store/postgres/pgtest"
+)
+
+// BenchmarkRouterSendToFulfilled measures one message's whole life over gRPC with SDK agents:
+// A sends, B receives it on its stream, confirms the delivery and ACKs FULFILLED, and A
+// receives the forwarded FULFILLED ACK. It reports the rate and p50/p99 latency per store.
+func BenchmarkRouterSendToFulfilled(b *testing.B) {
+	for _, kind := range storeKinds {
+		b.Run(kind, func(b *testing.B) {
+			sys := start(b, newConfig(b, kind))
+			ctx := context.Background()
+			a := dialAgent(b, sys, "a")
+			require.NoError(b, a.Heartbeat(ctx, commonpb.AgentState_RUNNABLE, nil))
+			waitState(b, sys, a.ID(), commonpb.AgentState_RUNNABLE)
+			bb := dialAgent(b, sys, "b")
+			aStream, err := a.Receive(ctx)
+			require.NoError(b, err)
+			defer aStream.Close()
+			bStream, err := bb.Receive(ctx)
+			require.NoError(b, err)
+			defer bStream.Close()
+
+			// B: confirm and fulfil everything it gets.
+			go func() {
+				for {
+					d, err := bStream.Next()
+					if err != nil {
+						return
+					}
+					_, _ = d.Confirm(ctx)
+					if d.Envelope.GetMessageType() == commonpb.MessageType_DATA {
+						_ = d.Ack(ctx, commonpb.AckStage_FULFILLED, 0, "")
+					}
+				}
+			}()
+			fulfilled := make(chan string, 64)
+			go func() {
+				for {
+					d, err := aStream.Next()
+					if err != nil {
+						close(fulfilled)
+						return
+					}
+					_, _ = d.Confirm(ctx)
+					if p, ok := d.AckPayload(); ok && p.Stage == commonpb.AckStage_FULFILLED {
+						fulfilled <- p.AckForMessageID
+					}
+				}
+			}()
+
+			payload := []byte(`{"task_type":"CreateTicket","title":"Fix header overlap"}`)
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				env, err := a.Send(ctx, sdk.Message{To: bb.ID(), Payload: payload})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for id := range fulfilled {
+					if id == env.GetMessageId() {
+						break
+					}
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			reportLatency(b, lat)
+		})
+	}
+}
+
+// BenchmarkBaselineRawPostgres is the floor the PostgreSQL store is compared with in the same
+// run: the least SQL a durable message plane does per message — insert the message, insert
+// its delivery row, confirm the delivery, and move the message to FULFILLED — issued straight
+// through pgx on one connection, without gRPC, validation or notification.
+func BenchmarkBaselineRawPostgres(b *testing.B) {
+	url := pgtest.NewDatabase(b)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(b, err)
+	defer pool.Close()
+	_, err = pool.Exec(ctx, `
+		CREATE TABLE m (id uuid PRIMARY KEY, producer text, recipient text, state int, envelope bytea, updated_at timestamptz);
+		CREATE TABLE d (seq bigserial PRIMARY KEY, agent text, message_id uuid, confirmed_at timestamptz);`)
+	require.NoError(b, err)
+	envelope := make([]byte, 180)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		id := uuid.New()
+		var seq int64
+		if _, err := pool.Exec(ctx, `INSERT INTO m VALUES ($1, 'a', 'b', 1, $2, now())`, id, envelope); err != nil {
+			b.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `INSERT INTO d (agent, message_id) VALUES ('b', $1) RETURNING seq`, id).Scan(&seq); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `UPDATE d SET confirmed_at = now() WHERE seq = $1`, seq); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `UPDATE m SET state = 4, updated_at = now() WHERE id = $1`, id); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+// reportLatency adds msgs/s and p50/p99 in milliseconds to the benchmark's output.
+func reportLatency(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	var total time.Duration
+	for _, d := range lat {
+		total += d
+	}
+	b.ReportMetric(float64(len(lat))/total.Seconds(), "msgs/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
+}

@@ -1,0 +1,66 @@
+// Command benchreport reads `go test -bench` output on stdin and prints every benchmark next
+// to the baselines measured in the same run (the Benchmark*Baseline* results), as ratios of
+// time per operation: shared machines are noisy, so only same-run ratios are comparable.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+type result struct {
+	name    string
+	nsPerOp float64
+	metrics map[string]float64
+}
+
+var line = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+\d+\s+([\d.]+) ns/op(.*)$`)
+
+func main() {
+	var results []result
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		m := line.FindStringSubmatch(strings.TrimSpace(sc.Text()))
+		if m == nil {
+			continue
+		}
+		ns, _ := strconv.ParseFloat(m[3], 64)
+		r := result{name: strings.TrimPrefix(m[1], "Benchmark"), nsPerOp: ns, metrics: map[string]float64{}}
+		f := strings.Fields(m[4])
+		for i := 0; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				r.metrics[f[i+1]] = v
+			}
+		}
+		results = append(results, r)
+	}
+	var baselines, subjects []result
+	for _, r := range results {
+		if strings.HasPrefix(r.name, "Baseline") {
+			baselines = append(baselines, r)
+		} else {
+			subjects = append(subjects, r)
+		}
+	}
+	if len(results) == 0 {
+		fmt.Fprintln(os.Stderr, "benchreport: no benchmark results on stdin")
+		os.Exit(1)
+	}
+	fmt.Printf("\n%-40s %12s %10s %10s", "benchmark", "msgs/s", "p50 ms", "p99 ms")
+	for _, b := range baselines {
+		fmt.Printf("  %s", "× "+b.name)
+	}
+	fmt.Println()
+	for _, r := range append(subjects, baselines...) {
+		fmt.Printf("%-40s %12.1f %10.3f %10.3f", r.name, r.metrics["msgs/s"], r.metrics["p50-ms"], r.metrics["p99-ms"])
+		for _, b := range baselines {
+			fmt.Printf("  %*.2f", len(b.name)+2, r.nsPerOp/b.nsPerOp)
+		}
+		fmt.Println()
+	}
+	fmt.Println("\n× columns: time per operation divided by the baseline's, measured in the same run.")
+}
