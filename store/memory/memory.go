@@ -1,0 +1,654 @@
+// Package memory is the in-process implementation of store.Store: the embedded default for
+// `sw4rm dev` and unit tests. Everything lives in mutex-protected maps and is lost when the
+// process exits, like the Temporal dev server's default database. It passes the same
+// conformance suite (store/storetest) as store/postgres, so code tested against it behaves
+// the same in production.
+package memory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/store/internal/hub"
+)
+
+// defaultAuditLimit is the List limit used when AuditFilter.Limit is zero (see store.AuditFilter).
+const defaultAuditLimit = 1000
+
+// Store is the in-memory store.Store. The zero value is not usable; create one with New.
+type Store struct {
+	mu sync.Mutex
+
+	// seq is the last delivery seq handed out; seqs start at 1 and are global to the store.
+	seq int64
+	// messages holds every admitted or recorded message_id, tracked or not, so that
+	// duplicates are detected even for untracked control traffic.
+	messages map[string]*messageRow
+	// deliveries holds the unconfirmed delivery rows by seq; Confirm deletes a row, since
+	// nothing reads confirmed rows back (an already-confirmed seq is simply unknown).
+	deliveries map[int64]*deliveryRow
+	// pending lists each agent's unconfirmed seqs in increasing order (the inbound buffer).
+	pending map[string][]int64
+
+	agents map[string]*agentRow
+
+	eventSeq int64
+	events   []store.Event
+
+	artifacts []store.Artifact
+
+	// hub fans wake-ups out to Subscribe channels. It has its own lock and never blocks, so
+	// it is safe to wake it while s.mu is held.
+	hub *hub.Hub
+}
+
+type messageRow struct {
+	tracked   bool
+	recipient string
+	producer  string
+	corrID    string
+	msgType   commonpb.MessageType
+	state     commonpb.EnvelopeState
+	errCode   commonpb.ErrorCode
+	note      string
+	envelope  []byte
+	createdAt time.Time
+	updatedAt time.Time
+}
+
+type deliveryRow struct {
+	seq         int64
+	agentID     string
+	messageID   string
+	envelope    []byte
+	enqueuedAt  time.Time
+	leasedUntil time.Time // zero when not leased
+	attempts    int
+}
+
+type agentRow struct {
+	descriptor    []byte
+	state         commonpb.AgentState
+	health        map[string]string
+	registeredAt  time.Time
+	lastHeartbeat time.Time
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns an empty in-memory store.
+func New() *Store {
+	return &Store{
+		messages:   make(map[string]*messageRow),
+		deliveries: make(map[int64]*deliveryRow),
+		pending:    make(map[string][]int64),
+		agents:     make(map[string]*agentRow),
+		hub:        hub.New(),
+	}
+}
+
+// Messages returns the routed message plane.
+func (s *Store) Messages() store.MessagePlane { return (*messagePlane)(s) }
+
+// Registry returns the agent registry projection.
+func (s *Store) Registry() store.Registry { return (*registry)(s) }
+
+// Audit returns the audit log.
+func (s *Store) Audit() store.AuditLog { return (*auditLog)(s) }
+
+// Artifacts returns the negotiation artifact store.
+func (s *Store) Artifacts() store.Artifacts { return (*artifacts)(s) }
+
+// Kind returns "memory".
+func (s *Store) Kind() string { return "memory" }
+
+// Close ends every subscription. The data stays readable; the store has no connections or
+// goroutines to release.
+func (s *Store) Close() {
+	s.hub.Close()
+}
+
+// now returns the current time in UTC at microsecond precision, the precision PostgreSQL
+// keeps, so both implementations hand back identical timestamps.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// normTime converts a caller-supplied time the same way PostgreSQL's timestamptz would.
+func normTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+func marshalEnvelope(env *commonpb.Envelope) ([]byte, error) {
+	b, err := proto.Marshal(env)
+	if err != nil {
+		return nil, fmt.Errorf("memory: marshal envelope: %w", err)
+	}
+	return b, nil
+}
+
+// unmarshalEnvelope decodes stored bytes into a fresh message, so every caller gets its own
+// copy and can never reach the stored state.
+func unmarshalEnvelope(b []byte) (*commonpb.Envelope, error) {
+	env := &commonpb.Envelope{}
+	if err := proto.Unmarshal(b, env); err != nil {
+		return nil, fmt.Errorf("memory: unmarshal envelope: %w", err)
+	}
+	return env, nil
+}
+
+// ---------------------------------------------------------------------------------------------
+// Message plane
+
+type messagePlane Store
+
+func (m *messagePlane) s() *Store { return (*Store)(m) }
+
+// Admit implements store.MessagePlane.
+func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if req.Envelope == nil || req.Envelope.GetMessageId() == "" {
+		return 0, errors.New("memory: admit: envelope with a message_id is required")
+	}
+	if req.RecipientID == "" {
+		return 0, errors.New("memory: admit: recipient_id is required")
+	}
+	envBytes, err := marshalEnvelope(req.Envelope)
+	if err != nil {
+		return 0, err
+	}
+	env := req.Envelope
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	// The duplicate check comes first: a duplicate "changes nothing", not even a rejection.
+	if _, ok := s.messages[env.GetMessageId()]; ok {
+		return 0, fmt.Errorf("memory: admit %q: %w", env.GetMessageId(), store.ErrDuplicateMessage)
+	}
+	t := now()
+	row := &messageRow{
+		tracked:   req.Track,
+		recipient: req.RecipientID,
+		producer:  env.GetProducerId(),
+		corrID:    env.GetCorrelationId(),
+		msgType:   env.GetMessageType(),
+		state:     commonpb.EnvelopeState_ENVELOPE_STATE_SENT,
+		envelope:  envBytes,
+		createdAt: t,
+		updatedAt: t,
+	}
+	if req.Capacity > 0 && len(s.pending[req.RecipientID]) >= req.Capacity {
+		if req.Track {
+			// §13: never a silent drop — the rejection stays visible through GetMessage.
+			row.state = commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED
+			row.errCode = commonpb.ErrorCode_BUFFER_FULL
+			row.note = fmt.Sprintf("inbound buffer of %s is full (capacity %d)", req.RecipientID, req.Capacity)
+			s.messages[env.GetMessageId()] = row
+		}
+		return 0, fmt.Errorf("memory: admit %q to %q: %w", env.GetMessageId(), req.RecipientID, store.ErrBufferFull)
+	}
+	s.messages[env.GetMessageId()] = row
+	s.seq++
+	d := &deliveryRow{
+		seq:        s.seq,
+		agentID:    req.RecipientID,
+		messageID:  env.GetMessageId(),
+		envelope:   envBytes,
+		enqueuedAt: t,
+	}
+	s.deliveries[d.seq] = d
+	// Seqs only grow, so appending keeps the buffer sorted.
+	s.pending[req.RecipientID] = append(s.pending[req.RecipientID], d.seq)
+	s.hub.Wake(req.RecipientID)
+	return d.seq, nil
+}
+
+// Claim implements store.MessagePlane.
+func (m *messagePlane) Claim(ctx context.Context, agentID string, limit int, lease time.Duration) ([]store.Delivery, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if limit <= 0 {
+		return nil, nil
+	}
+	t := time.Now()
+	var out []store.Delivery
+	for _, seq := range s.pending[agentID] {
+		if len(out) >= limit {
+			break
+		}
+		d := s.deliveries[seq]
+		// A row whose lease is still running belongs to the stream that claimed it.
+		if !d.leasedUntil.IsZero() && d.leasedUntil.After(t) {
+			continue
+		}
+		d.leasedUntil = t.Add(lease)
+		d.attempts++
+		del, err := d.toDelivery()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, del)
+	}
+	return out, nil
+}
+
+// ReleaseLeases implements store.MessagePlane.
+func (m *messagePlane) ReleaseLeases(ctx context.Context, agentID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	released := false
+	for _, seq := range s.pending[agentID] {
+		d := s.deliveries[seq]
+		if !d.leasedUntil.IsZero() {
+			d.leasedUntil = time.Time{}
+			released = true
+		}
+	}
+	if released {
+		s.hub.Wake(agentID)
+	}
+	return nil
+}
+
+// Confirm implements store.MessagePlane.
+func (m *messagePlane) Confirm(ctx context.Context, agentID string, seq int64, messageID string) (store.Delivery, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Delivery{}, false, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.deliveries[seq]
+	if !ok || d.agentID != agentID || (messageID != "" && d.messageID != messageID) {
+		return store.Delivery{}, false, nil
+	}
+	d.leasedUntil = time.Time{}
+	delete(s.deliveries, seq)
+	s.pending[agentID] = slices.DeleteFunc(s.pending[agentID], func(x int64) bool { return x == seq })
+	if len(s.pending[agentID]) == 0 {
+		delete(s.pending, agentID)
+	}
+	del, err := d.toDelivery()
+	if err != nil {
+		return store.Delivery{}, false, err
+	}
+	return del, true, nil
+}
+
+// Depth implements store.MessagePlane.
+func (m *messagePlane) Depth(ctx context.Context, agentID string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending[agentID]), nil
+}
+
+// GetMessage implements store.MessagePlane.
+func (m *messagePlane) GetMessage(ctx context.Context, messageID string) (store.MessageRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return store.MessageRecord{}, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.messages[messageID]
+	if !ok || !row.tracked {
+		return store.MessageRecord{}, fmt.Errorf("memory: message %q: %w", messageID, store.ErrNotFound)
+	}
+	return row.toRecord(messageID)
+}
+
+// Advance implements store.MessagePlane.
+func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal store.LegalFunc) (store.MessageRecord, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.MessageRecord{}, false, err
+	}
+	s := m.s()
+	// The whole check-and-write runs under the store lock, so legal sees the state it changes.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.messages[t.MessageID]
+	if !ok || !row.tracked {
+		return store.MessageRecord{}, false, fmt.Errorf("memory: advance %q: %w", t.MessageID, store.ErrNotFound)
+	}
+	if row.state == t.To || legal == nil || !legal(row.state, t.To) {
+		rec, err := row.toRecord(t.MessageID)
+		return rec, false, err
+	}
+	row.state = t.To
+	row.errCode = t.ErrorCode
+	row.note = t.Note
+	row.updatedAt = now()
+	rec, err := row.toRecord(t.MessageID)
+	if err != nil {
+		return store.MessageRecord{}, false, err
+	}
+	return rec, true, nil
+}
+
+// Subscribe implements store.MessagePlane. The subscription also ends when ctx is done; the
+// channel is never closed, so a reader selecting on it after cancel does not spin.
+func (m *messagePlane) Subscribe(ctx context.Context, agentID string) (<-chan struct{}, func()) {
+	return m.s().hub.Subscribe(ctx, agentID)
+}
+
+func (d *deliveryRow) toDelivery() (store.Delivery, error) {
+	env, err := unmarshalEnvelope(d.envelope)
+	if err != nil {
+		return store.Delivery{}, err
+	}
+	return store.Delivery{
+		Seq:        d.seq,
+		AgentID:    d.agentID,
+		Envelope:   env,
+		EnqueuedAt: d.enqueuedAt,
+		Attempts:   d.attempts,
+	}, nil
+}
+
+func (r *messageRow) toRecord(messageID string) (store.MessageRecord, error) {
+	env, err := unmarshalEnvelope(r.envelope)
+	if err != nil {
+		return store.MessageRecord{}, err
+	}
+	return store.MessageRecord{
+		MessageID:     messageID,
+		ProducerID:    r.producer,
+		RecipientID:   r.recipient,
+		CorrelationID: r.corrID,
+		MessageType:   r.msgType,
+		State:         r.state,
+		ErrorCode:     r.errCode,
+		Note:          r.note,
+		Envelope:      env,
+		CreatedAt:     r.createdAt,
+		UpdatedAt:     r.updatedAt,
+	}, nil
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registry
+
+type registry Store
+
+func (r *registry) s() *Store { return (*Store)(r) }
+
+// PutAgent implements store.Registry.
+func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	id := rec.Descriptor.GetAgentId()
+	if id == "" {
+		return errors.New("memory: put agent: descriptor with an agent_id is required")
+	}
+	b, err := proto.Marshal(rec.Descriptor)
+	if err != nil {
+		return fmt.Errorf("memory: put agent %q: marshal descriptor: %w", id, err)
+	}
+	row := &agentRow{
+		descriptor:    b,
+		state:         rec.State,
+		health:        copyHealth(rec.Health),
+		registeredAt:  normTime(rec.RegisteredAt),
+		lastHeartbeat: normTime(rec.LastHeartbeat),
+	}
+	if row.registeredAt.IsZero() {
+		row.registeredAt = now()
+	}
+	s := r.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.agents[id] = row
+	return nil
+}
+
+// GetAgent implements store.Registry.
+func (r *registry) GetAgent(ctx context.Context, agentID string) (store.AgentRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return store.AgentRecord{}, err
+	}
+	s := r.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.agents[agentID]
+	if !ok {
+		return store.AgentRecord{}, fmt.Errorf("memory: agent %q: %w", agentID, store.ErrNotFound)
+	}
+	return row.toRecord()
+}
+
+// ListAgents implements store.Registry.
+func (r *registry) ListAgents(ctx context.Context) ([]store.AgentRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := r.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := slices.Sorted(maps.Keys(s.agents))
+	out := make([]store.AgentRecord, 0, len(ids))
+	for _, id := range ids {
+		rec, err := s.agents[id].toRecord()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// DeleteAgent implements store.Registry.
+func (r *registry) DeleteAgent(ctx context.Context, agentID string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s := r.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.agents[agentID]
+	delete(s.agents, agentID)
+	return ok, nil
+}
+
+// RecordHeartbeat implements store.Registry.
+func (r *registry) RecordHeartbeat(ctx context.Context, agentID string, health map[string]string, at time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := r.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.agents[agentID]
+	if !ok {
+		return fmt.Errorf("memory: heartbeat of %q: %w", agentID, store.ErrNotFound)
+	}
+	row.health = copyHealth(health)
+	row.lastHeartbeat = normTime(at)
+	return nil
+}
+
+// SetAgentState implements store.Registry.
+func (r *registry) SetAgentState(ctx context.Context, agentID string, state commonpb.AgentState) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := r.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.agents[agentID]
+	if !ok {
+		return fmt.Errorf("memory: set state of %q: %w", agentID, store.ErrNotFound)
+	}
+	row.state = state
+	return nil
+}
+
+func (a *agentRow) toRecord() (store.AgentRecord, error) {
+	desc := &registrypb.AgentDescriptor{}
+	if err := proto.Unmarshal(a.descriptor, desc); err != nil {
+		return store.AgentRecord{}, fmt.Errorf("memory: unmarshal descriptor: %w", err)
+	}
+	return store.AgentRecord{
+		Descriptor:    desc,
+		State:         a.state,
+		Health:        copyHealth(a.health),
+		RegisteredAt:  a.registeredAt,
+		LastHeartbeat: a.lastHeartbeat,
+	}, nil
+}
+
+// copyHealth copies a health map; an empty map becomes nil, as it does in store/postgres.
+func copyHealth(h map[string]string) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	return maps.Clone(h)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Audit log
+
+type auditLog Store
+
+func (a *auditLog) s() *Store { return (*Store)(a) }
+
+// Append implements store.AuditLog. Details must be empty or valid JSON, as PostgreSQL's jsonb
+// column requires.
+func (a *auditLog) Append(ctx context.Context, e store.Event) (store.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Event{}, err
+	}
+	if len(e.Details) > 0 && !json.Valid(e.Details) {
+		return store.Event{}, fmt.Errorf("memory: append event %q: details are not valid JSON", e.Type)
+	}
+	e.Details = cloneBytes(e.Details)
+	e.Time = normTime(e.Time)
+	if e.Time.IsZero() {
+		e.Time = now()
+	}
+	s := a.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.eventSeq++
+	e.ID = s.eventSeq
+	s.events = append(s.events, e)
+	out := e
+	out.Details = cloneBytes(e.Details)
+	return out, nil
+}
+
+// List implements store.AuditLog.
+func (a *auditLog) List(ctx context.Context, f store.AuditFilter) ([]store.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = defaultAuditLimit
+	}
+	since := normTime(f.Since)
+	s := a.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.Event
+	// Walk newest first so the limit keeps the newest matches, then restore ID order.
+	for i := len(s.events) - 1; i >= 0 && len(out) < limit; i-- {
+		e := s.events[i]
+		if (f.CorrelationID != "" && e.CorrelationID != f.CorrelationID) ||
+			(f.AgentID != "" && e.AgentID != f.AgentID) ||
+			(f.MessageID != "" && e.MessageID != f.MessageID) ||
+			(f.TypePrefix != "" && !strings.HasPrefix(e.Type, f.TypePrefix)) ||
+			(!since.IsZero() && e.Time.Before(since)) {
+			continue
+		}
+		e.Details = cloneBytes(e.Details)
+		out = append(out, e)
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
+// ---------------------------------------------------------------------------------------------
+// Artifacts
+
+type artifacts Store
+
+func (a *artifacts) s() *Store { return (*Store)(a) }
+
+// AppendArtifact implements store.Artifacts.
+func (a *artifacts) AppendArtifact(ctx context.Context, art store.Artifact) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if art.NegotiationID == "" {
+		return errors.New("memory: append artifact: negotiation_id is required")
+	}
+	art.Content = cloneBytes(art.Content)
+	// CreatedAt is when the store kept it, whatever the caller put there.
+	art.CreatedAt = now()
+	s := a.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range s.artifacts {
+		if x.NegotiationID == art.NegotiationID && x.Kind == art.Kind && x.Version == art.Version {
+			return fmt.Errorf("memory: artifact %s/%s/%s: %w", art.NegotiationID, art.Kind, art.Version, store.ErrDuplicateArtifact)
+		}
+	}
+	s.artifacts = append(s.artifacts, art)
+	return nil
+}
+
+// ListArtifacts implements store.Artifacts.
+func (a *artifacts) ListArtifacts(ctx context.Context, negotiationID, kind string) ([]store.Artifact, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := a.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.Artifact
+	for _, x := range s.artifacts {
+		if x.NegotiationID != negotiationID || (kind != "" && x.Kind != kind) {
+			continue
+		}
+		x.Content = cloneBytes(x.Content)
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// cloneBytes copies b; empty becomes nil, as a NULL column reads back in store/postgres.
+func cloneBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return slices.Clone(b)
+}
