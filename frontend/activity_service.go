@@ -18,8 +18,8 @@ type activityService struct {
 	s *Server
 }
 
-// AppendArtifact stores one artifact version; a missing key field or an existing version
-// answers ok=false with the reason.
+// AppendArtifact stores one artifact version, stamping created_at with the server's time; a
+// missing key field or an existing version answers ok=false with the reason.
 func (a *activityService) AppendArtifact(ctx context.Context, req *activitypb.AppendArtifactRequest) (*activitypb.AppendArtifactResponse, error) {
 	art := req.GetArtifact()
 	switch {
@@ -32,17 +32,10 @@ func (a *activityService) AppendArtifact(ctx context.Context, req *activitypb.Ap
 	case art.GetVersion() == "":
 		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "validation_error: artifact.version is required"}, nil
 	}
-	created := time.Now().UTC()
-	if s := art.GetCreatedAt(); s != "" {
-		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return &activitypb.AppendArtifactResponse{Ok: false, Reason: "validation_error: created_at must be RFC 3339, got " + s}, nil
-		}
-		created = t.UTC()
-	}
+	// created_at is the server's: the store stamps it, so artifacts order by arrival.
 	err := a.s.store.Artifacts().AppendArtifact(ctx, store.Artifact{
 		NegotiationID: art.GetNegotiationId(), Kind: art.GetKind(), Version: art.GetVersion(),
-		ContentType: art.GetContentType(), Content: art.GetContent(), CreatedAt: created,
+		ContentType: art.GetContentType(), Content: art.GetContent(),
 	})
 	if errors.Is(err, store.ErrDuplicateArtifact) {
 		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "duplicate_detected: version " + art.GetVersion() + " of " + art.GetKind() + " already exists"}, nil

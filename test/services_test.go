@@ -1,0 +1,132 @@
+package test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+func dialRaw(t *testing.T, sys *system) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(sys.app.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// TestServiceSurface checks the one-port surface a third-party SDK meets: reflection lists
+// all 15 services, health answers, services not built yet refuse with the missing capability,
+// and the small services that are built behave.
+func TestServiceSurface(t *testing.T) {
+	sys := start(t, newConfig(t, "memory"))
+	conn := dialRaw(t, sys)
+	ctx := context.Background()
+
+	rc, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	require.NoError(t, err)
+	require.NoError(t, rc.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}))
+	resp, err := rc.Recv()
+	require.NoError(t, err)
+	var sw4rm []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		if len(s.GetName()) > 6 && s.GetName()[:6] == "sw4rm." {
+			sw4rm = append(sw4rm, s.GetName())
+		}
+	}
+	assert.Len(t, sw4rm, 15, "%v", sw4rm)
+
+	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.GetStatus())
+
+	_, err = hitlpb.NewHitlServiceClient(conn).Decide(ctx, &hitlpb.HitlInvocation{})
+	assert.Equal(t, codes.Unimplemented, status.Code(err))
+	assert.Contains(t, status.Convert(err).Message(), "human-in-the-loop")
+	cs, err := toolpb.NewToolServiceClient(conn).CallStream(ctx, &toolpb.ToolCall{})
+	require.NoError(t, err)
+	_, err = cs.Recv()
+	assert.Equal(t, codes.Unimplemented, status.Code(err), "streaming RPCs are gated too")
+
+	// Registry: a bad descriptor is refused with the reason, nothing is stored.
+	reg := registrypb.NewRegistryServiceClient(conn)
+	rr, err := reg.RegisterAgent(ctx, &registrypb.RegisterAgentRequest{Agent: &registrypb.AgentDescriptor{AgentId: "x y", Name: "n"}})
+	require.NoError(t, err)
+	assert.False(t, rr.GetAccepted())
+	assert.Contains(t, rr.GetReason(), "validation_error: agent_id")
+	rr, err = reg.RegisterAgent(ctx, &registrypb.RegisterAgentRequest{})
+	require.NoError(t, err)
+	assert.False(t, rr.GetAccepted())
+	_, err = reg.Heartbeat(ctx, &registrypb.HeartbeatRequest{AgentId: "nobody-" + uniq(t, "x")})
+	assert.Equal(t, codes.NotFound, status.Code(err))
+	_, err = reg.DeregisterAgent(ctx, &registrypb.DeregisterAgentRequest{AgentId: "nobody-" + uniq(t, "x")})
+	assert.Equal(t, codes.NotFound, status.Code(err))
+
+	// Router: a stream for an unregistered agent, and bad AckDelivery input.
+	router := routerpb.NewRouterServiceClient(conn)
+	st, err := router.StreamIncoming(ctx, &routerpb.StreamRequest{AgentId: "nobody-" + uniq(t, "x")})
+	require.NoError(t, err)
+	_, err = st.Recv()
+	assert.Equal(t, codes.NotFound, status.Code(err))
+	_, err = router.AckDelivery(ctx, &routerpb.DeliveryAckRequest{AgentId: "a", Seq: 0})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	ack, err := router.AckDelivery(ctx, &routerpb.DeliveryAckRequest{AgentId: "a", Seq: 999999})
+	require.NoError(t, err)
+	assert.False(t, ack.GetRecorded(), "unknown seq")
+
+	// Logging: events join the audit log; malformed details are refused.
+	lg := loggingpb.NewLoggingServiceClient(conn)
+	corr := uniq(t, "corr")
+	_, err = lg.Ingest(ctx, &loggingpb.LogEvent{CorrelationId: corr, AgentId: "coder", EventType: "tool_called", Level: "info", DetailsJson: `{"tool":"git"}`})
+	require.NoError(t, err)
+	evs, err := sys.app.Store().Audit().List(ctx, store.AuditFilter{CorrelationID: corr})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	assert.Equal(t, "agent.tool_called", evs[0].Type)
+	assert.JSONEq(t, `{"tool":"git","level":"info"}`, string(evs[0].Details))
+	_, err = lg.Ingest(ctx, &loggingpb.LogEvent{EventType: "x", DetailsJson: `[1,2]`})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	_, err = lg.Ingest(ctx, &loggingpb.LogEvent{})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+
+	// Artifacts: append, duplicate version, missing fields, list by kind.
+	act := activitypb.NewActivityServiceClient(conn)
+	art := &activitypb.Artifact{NegotiationId: corr, Kind: "proposal", Version: "1", ContentType: "text/plain", Content: []byte("v1")}
+	ar, err := act.AppendArtifact(ctx, &activitypb.AppendArtifactRequest{Artifact: art})
+	require.NoError(t, err)
+	require.True(t, ar.GetOk(), ar.GetReason())
+	ar, err = act.AppendArtifact(ctx, &activitypb.AppendArtifactRequest{Artifact: art})
+	require.NoError(t, err)
+	assert.False(t, ar.GetOk())
+	assert.Contains(t, ar.GetReason(), "already exists")
+	ar, err = act.AppendArtifact(ctx, &activitypb.AppendArtifactRequest{Artifact: &activitypb.Artifact{NegotiationId: corr, Kind: "proposal"}})
+	require.NoError(t, err)
+	assert.False(t, ar.GetOk())
+	assert.Contains(t, ar.GetReason(), "version is required")
+	_, err = act.AppendArtifact(ctx, &activitypb.AppendArtifactRequest{Artifact: &activitypb.Artifact{NegotiationId: corr, Kind: "decision", Version: "1"}})
+	require.NoError(t, err)
+	ls, err := act.ListArtifacts(ctx, &activitypb.ListArtifactsRequest{NegotiationId: corr, Kind: "proposal"})
+	require.NoError(t, err)
+	require.Len(t, ls.GetItems(), 1)
+	assert.Equal(t, []byte("v1"), ls.GetItems()[0].GetContent())
+	all, err := act.ListArtifacts(ctx, &activitypb.ListArtifactsRequest{NegotiationId: corr})
+	require.NoError(t, err)
+	assert.Len(t, all.GetItems(), 2)
+	_, err = act.ListArtifacts(ctx, &activitypb.ListArtifactsRequest{})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+}
