@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -27,6 +28,8 @@ type Activities struct {
 	Router *router.Router
 	// Sink records audit events.
 	Sink *observe.Sink
+	// HITL is the operator policy and external HITL component (§15.1).
+	HITL hitlsignals.Policy
 }
 
 // AgentStateInput asks RecordAgentState to record a lifecycle transition.

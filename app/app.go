@@ -23,6 +23,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
+	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -54,6 +55,16 @@ type Config struct {
 	// DeliveryLease is how long an unconfirmed delivery waits before redelivery on the same
 	// stream (SW4RM_DELIVERY_LEASE).
 	DeliveryLease time.Duration
+	// HITLOperators is the operator policy, "name=token[:REASON|REASON],..."
+	// (SW4RM_HITL_OPERATORS, §15.1). Empty means no human can decide: every invocation gets
+	// its fallback at once (§15.3).
+	HITLOperators string
+	// HITLTimeout is the deadline of invocations raised through HitlService.Decide
+	// (SW4RM_HITL_TIMEOUT).
+	HITLTimeout time.Duration
+	// HITLExternal is the address of an external HITL component serving the canonical
+	// HitlService, empty for none (SW4RM_HITL_EXTERNAL, §15.4).
+	HITLExternal string
 }
 
 // DefaultConfig returns the documented defaults.
@@ -68,6 +79,7 @@ func DefaultConfig() Config {
 		MaxPayloadBytes:  1 << 20,
 		AgentInitTimeout: 60 * time.Second,
 		DeliveryLease:    router.DefaultLease,
+		HITLTimeout:      time.Hour,
 	}
 }
 
@@ -85,6 +97,8 @@ func (c Config) FromEnv() (Config, error) {
 	str("SW4RM_GRPC_ADDR", &c.GRPCAddr)
 	str("SW4RM_HTTP_ADDR", &c.HTTPAddr)
 	str("SW4RM_DATABASE_URL", &c.DatabaseURL)
+	str("SW4RM_HITL_OPERATORS", &c.HITLOperators)
+	str("SW4RM_HITL_EXTERNAL", &c.HITLExternal)
 	for name, dst := range map[string]*int{"SW4RM_BUFFER_CAPACITY": &c.BufferCapacity, "SW4RM_MAX_PAYLOAD_BYTES": &c.MaxPayloadBytes} {
 		if v, ok := os.LookupEnv(name); ok {
 			n, err := strconv.Atoi(v)
@@ -94,7 +108,7 @@ func (c Config) FromEnv() (Config, error) {
 			*dst = n
 		}
 	}
-	for name, dst := range map[string]*time.Duration{"SW4RM_AGENT_INIT_TIMEOUT": &c.AgentInitTimeout, "SW4RM_DELIVERY_LEASE": &c.DeliveryLease} {
+	for name, dst := range map[string]*time.Duration{"SW4RM_AGENT_INIT_TIMEOUT": &c.AgentInitTimeout, "SW4RM_DELIVERY_LEASE": &c.DeliveryLease, "SW4RM_HITL_TIMEOUT": &c.HITLTimeout} {
 		if v, ok := os.LookupEnv(name); ok {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -163,6 +177,14 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	if err := worker.EnsureSearchAttributes(ctx, a.temporal, cfg.Namespace); err != nil {
 		return nil, fmt.Errorf("register search attributes in namespace %s: %w", cfg.Namespace, err)
 	}
+	operators, err := hitlsignals.ParseOperators(cfg.HITLOperators)
+	if err != nil {
+		return nil, fmt.Errorf("SW4RM_HITL_OPERATORS: %w", err)
+	}
+	hitlPolicy := hitlsignals.Policy{Operators: operators, External: cfg.HITLExternal}
+	if len(operators) == 0 && cfg.HITLExternal == "" {
+		log.Warn("no HITL operators and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
+	}
 	sink := observe.New(log, st.Audit())
 	rt := router.New(st, router.Config{BufferCapacity: cfg.BufferCapacity, Lease: cfg.DeliveryLease, MaxPayloadBytes: cfg.MaxPayloadBytes}, sink)
 	log.Info("sw4rm starting", "temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue,
@@ -170,7 +192,7 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 
 	if roles.Worker {
 		a.worker = sdkworker.New(a.temporal, cfg.TaskQueue, sdkworker.Options{})
-		worker.Register(a.worker, &activities.Activities{Store: st, Router: rt, Sink: sink})
+		worker.Register(a.worker, &activities.Activities{Store: st, Router: rt, Sink: sink, HITL: hitlPolicy})
 		if err := a.worker.Start(); err != nil {
 			return nil, fmt.Errorf("start worker: %w", err)
 		}
@@ -188,7 +210,7 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		)
 		a.grpc = grpc.NewServer(opts...)
-		fe := frontend.New(st, rt, a.temporal, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout})
+		fe := frontend.New(st, rt, a.temporal, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout, HITLPolicy: hitlPolicy, HITLTimeout: cfg.HITLTimeout})
 		fe.Register(a.grpc)
 		go func() {
 			if err := a.grpc.Serve(a.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

@@ -17,10 +17,12 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationpb"
@@ -42,6 +44,10 @@ type Config struct {
 	TaskQueue string
 	// AgentInitTimeout bounds INITIALIZING (§8.3); zero means the workflow default.
 	AgentInitTimeout time.Duration
+	// HITLPolicy authenticates and authorizes operators (§15.1).
+	HITLPolicy hitlsignals.Policy
+	// HITLTimeout is the deadline of invocations raised through HitlService.Decide.
+	HITLTimeout time.Duration
 }
 
 // Server holds the collaborators shared by every service.
@@ -70,7 +76,8 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 
 	schedulerpb.RegisterSchedulerServiceServer(g, schedulerpb.UnimplementedSchedulerServiceServer{})
 	schedulerpb.RegisterSchedulerPolicyServiceServer(g, schedulerpb.UnimplementedSchedulerPolicyServiceServer{})
-	hitlpb.RegisterHitlServiceServer(g, hitlpb.UnimplementedHitlServiceServer{})
+	hitlpb.RegisterHitlServiceServer(g, &hitlService{s: s})
+	hitladminpb.RegisterHitlAdminServiceServer(g, &hitlAdminService{s: s})
 	worktreepb.RegisterWorktreeServiceServer(g, worktreepb.UnimplementedWorktreeServiceServer{})
 	toolpb.RegisterToolServiceServer(g, toolpb.UnimplementedToolServiceServer{})
 	connectorpb.RegisterConnectorServiceServer(g, connectorpb.UnimplementedConnectorServiceServer{})

@@ -15,7 +15,6 @@ import (
 var notYetBuilt = map[string]string{
 	"/sw4rm.scheduler.SchedulerService/":              "task scheduling, cooperative preemption and the activity buffer (§7, §9, §10)",
 	"/sw4rm.scheduler.SchedulerPolicyService/":        "negotiation policy management (§17.2)",
-	"/sw4rm.hitl.HitlService/":                        "human-in-the-loop decisions (§15)",
 	"/sw4rm.worktree.WorktreeService/":                "worktree binding (§16)",
 	"/sw4rm.tool.ToolService/":                        "policy-bound tool calling (§18)",
 	"/sw4rm.connector.ConnectorService/":              "tool provider registration (§18.1)",

@@ -18,6 +18,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -50,14 +51,18 @@ func TestServiceSurface(t *testing.T) {
 		}
 	}
 	assert.Len(t, sw4rm, 15, "%v", sw4rm)
+	// the HITL operators' extension is served beside them, in its own package (§5.1)
 
 	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.GetStatus())
 
-	_, err = hitlpb.NewHitlServiceClient(conn).Decide(ctx, &hitlpb.HitlInvocation{})
+	_, err = schedulerpb.NewSchedulerServiceClient(conn).SubmitTask(ctx, &schedulerpb.SubmitTaskRequest{})
 	assert.Equal(t, codes.Unimplemented, status.Code(err))
-	assert.Contains(t, status.Convert(err).Message(), "human-in-the-loop")
+	assert.Contains(t, status.Convert(err).Message(), "task scheduling")
+	_, err = hitlpb.NewHitlServiceClient(conn).Decide(ctx, &hitlpb.HitlInvocation{})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "HITL is built: a missing reason_type is bad input")
+	assert.Contains(t, status.Convert(err).Message(), "reason_type")
 	cs, err := toolpb.NewToolServiceClient(conn).CallStream(ctx, &toolpb.ToolCall{})
 	require.NoError(t, err)
 	_, err = cs.Recv()

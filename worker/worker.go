@@ -12,7 +12,10 @@ import (
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"go.temporal.io/sdk/workflow"
+
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -26,6 +29,7 @@ func Register(r sdkworker.Registry, acts *activities.Activities) {
 // that checks recorded histories for determinism.
 func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(workflows.AgentLifecycle)
+	r.RegisterWorkflowWithOptions(workflows.HitlWait, workflow.RegisterOptions{Name: hitlsignals.WorkflowType})
 }
 
 // EnsureSearchAttributes registers SW4RM's custom search attributes in the namespace if they

@@ -18,13 +18,17 @@ var (
 	AgentIDKey = temporal.NewSearchAttributeKeyKeyword("SW4RMAgentID")
 	// AgentStateKey is an agent lifecycle run's current state (§8), e.g. "RUNNABLE".
 	AgentStateKey = temporal.NewSearchAttributeKeyKeyword("SW4RMAgentState")
+	// HitlPendingKey marks runs waiting for a human decision (§15): the HITL wait itself and
+	// the workflow that raised it.
+	HitlPendingKey = temporal.NewSearchAttributeKeyBool("SW4RMHitlPending")
 )
 
 // SearchAttributes lists every custom search attribute with its type, for registration.
 func SearchAttributes() map[string]enums.IndexedValueType {
 	return map[string]enums.IndexedValueType{
-		KindKey.GetName():       enums.INDEXED_VALUE_TYPE_KEYWORD,
-		AgentIDKey.GetName():    enums.INDEXED_VALUE_TYPE_KEYWORD,
-		AgentStateKey.GetName(): enums.INDEXED_VALUE_TYPE_KEYWORD,
+		KindKey.GetName():        enums.INDEXED_VALUE_TYPE_KEYWORD,
+		AgentIDKey.GetName():     enums.INDEXED_VALUE_TYPE_KEYWORD,
+		AgentStateKey.GetName():  enums.INDEXED_VALUE_TYPE_KEYWORD,
+		HitlPendingKey.GetName(): enums.INDEXED_VALUE_TYPE_BOOL,
 	}
 }

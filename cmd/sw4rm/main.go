@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sw4rm/sw4rm-temporal/app"
 )
@@ -31,7 +32,7 @@ func newRoot() *cobra.Command {
 	}
 	cfg := app.DefaultConfig()
 	var logLevel string
-	pf := root.PersistentFlags()
+	pf := pflag.NewFlagSet("process", pflag.ContinueOnError)
 	pf.StringVar(&cfg.TemporalAddress, "temporal-address", cfg.TemporalAddress, "Temporal frontend host:port (SW4RM_TEMPORAL_ADDRESS)")
 	pf.StringVar(&cfg.Namespace, "namespace", cfg.Namespace, "Temporal namespace (SW4RM_NAMESPACE)")
 	pf.StringVar(&cfg.TaskQueue, "task-queue", cfg.TaskQueue, "Temporal task queue (SW4RM_TASK_QUEUE)")
@@ -42,6 +43,9 @@ func newRoot() *cobra.Command {
 	pf.IntVar(&cfg.MaxPayloadBytes, "max-payload-bytes", cfg.MaxPayloadBytes, "largest payload admitted, §5.4 (SW4RM_MAX_PAYLOAD_BYTES)")
 	pf.DurationVar(&cfg.AgentInitTimeout, "agent-init-timeout", cfg.AgentInitTimeout, "INITIALIZING timeout, §8.3 (SW4RM_AGENT_INIT_TIMEOUT)")
 	pf.DurationVar(&cfg.DeliveryLease, "delivery-lease", cfg.DeliveryLease, "redelivery lease of unconfirmed stream rows (SW4RM_DELIVERY_LEASE)")
+	pf.StringVar(&cfg.HITLOperators, "hitl-operators", "", "HITL operators, name=token[:REASON|REASON],... (SW4RM_HITL_OPERATORS)")
+	pf.DurationVar(&cfg.HITLTimeout, "hitl-timeout", cfg.HITLTimeout, "deadline of invocations raised by HitlService.Decide (SW4RM_HITL_TIMEOUT)")
+	pf.StringVar(&cfg.HITLExternal, "hitl-external", "", "address of an external HITL component (SW4RM_HITL_EXTERNAL)")
 	pf.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (SW4RM_LOG_LEVEL)")
 
 	// resolve applies the environment under explicitly set flags: a flag on the command line
@@ -67,6 +71,9 @@ func newRoot() *cobra.Command {
 		apply("max-payload-bytes", func() { merged.MaxPayloadBytes = fromEnv.MaxPayloadBytes })
 		apply("agent-init-timeout", func() { merged.AgentInitTimeout = fromEnv.AgentInitTimeout })
 		apply("delivery-lease", func() { merged.DeliveryLease = fromEnv.DeliveryLease })
+		apply("hitl-operators", func() { merged.HITLOperators = fromEnv.HITLOperators })
+		apply("hitl-timeout", func() { merged.HITLTimeout = fromEnv.HITLTimeout })
+		apply("hitl-external", func() { merged.HITLExternal = fromEnv.HITLExternal })
 		level := logLevel
 		if v, ok := os.LookupEnv("SW4RM_LOG_LEVEL"); ok && !cmd.Flags().Changed("log-level") {
 			level = v
@@ -100,10 +107,16 @@ func newRoot() *cobra.Command {
 			return nil
 		}
 	}
-	root.AddCommand(
-		&cobra.Command{Use: "server", Short: "Run the gRPC frontend (every SW4RM service on one port)", Args: cobra.NoArgs, RunE: run(app.Roles{Server: true})},
-		&cobra.Command{Use: "worker", Short: "Run a Temporal worker hosting every SW4RM workflow and activity", Args: cobra.NoArgs, RunE: run(app.Roles{Worker: true})},
-		&cobra.Command{Use: "dev", Short: "Run server and worker in one process (memory store unless SW4RM_DATABASE_URL is set)", Args: cobra.NoArgs, RunE: run(app.Roles{Server: true, Worker: true})},
-	)
+	serverCmds := []*cobra.Command{
+		{Use: "server", Short: "Run the gRPC frontend (every SW4RM service on one port)", Args: cobra.NoArgs, RunE: run(app.Roles{Server: true})},
+		{Use: "worker", Short: "Run a Temporal worker hosting every SW4RM workflow and activity", Args: cobra.NoArgs, RunE: run(app.Roles{Worker: true})},
+		{Use: "dev", Short: "Run server and worker in one process (memory store unless SW4RM_DATABASE_URL is set)", Args: cobra.NoArgs, RunE: run(app.Roles{Server: true, Worker: true})},
+	}
+	for _, c := range serverCmds {
+		// The process flags belong to the process commands, not to the operator commands.
+		c.Flags().AddFlagSet(pf)
+	}
+	root.AddCommand(serverCmds...)
+	root.AddCommand(newHitlCmd())
 	return root
 }

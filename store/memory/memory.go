@@ -49,6 +49,10 @@ type Store struct {
 
 	artifacts []store.Artifact
 
+	// hitl holds the HITL invocation projection by invocation_id; the records own their byte
+	// slices (copied on the way in and out).
+	hitl map[string]*store.HITLRecord
+
 	// hub fans wake-ups out to Subscribe channels. It has its own lock and never blocks, so
 	// it is safe to wake it while s.mu is held.
 	hub *hub.Hub
@@ -95,6 +99,7 @@ func New() *Store {
 		deliveries: make(map[int64]*deliveryRow),
 		pending:    make(map[string][]int64),
 		agents:     make(map[string]*agentRow),
+		hitl:       make(map[string]*store.HITLRecord),
 		hub:        hub.New(),
 	}
 }
@@ -110,6 +115,9 @@ func (s *Store) Audit() store.AuditLog { return (*auditLog)(s) }
 
 // Artifacts returns the negotiation artifact store.
 func (s *Store) Artifacts() store.Artifacts { return (*artifacts)(s) }
+
+// HITL returns the human-in-the-loop invocation projection.
+func (s *Store) HITL() store.HITL { return (*hitl)(s) }
 
 // Kind returns "memory".
 func (s *Store) Kind() string { return "memory" }

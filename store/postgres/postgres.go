@@ -157,6 +157,9 @@ func (s *Store) Audit() store.AuditLog { return (*auditLog)(s) }
 // Artifacts returns the negotiation artifact store.
 func (s *Store) Artifacts() store.Artifacts { return (*artifacts)(s) }
 
+// HITL returns the human-in-the-loop invocation projection.
+func (s *Store) HITL() store.HITL { return (*hitl)(s) }
+
 // Kind returns "postgres".
 func (s *Store) Kind() string { return "postgres" }
 

@@ -1,0 +1,184 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// HitlUnavailableDetection bounds how long AskExternalHitl tries to reach an external HITL
+// component before declaring it unavailable (§15.4 recommends 5 s).
+const HitlUnavailableDetection = 5 * time.Second
+
+// HitlInvocationInput asks RecordHitlInvocation to record a raised invocation.
+type HitlInvocationInput struct {
+	// Invocation is the invocation.
+	Invocation hitlsignals.Invocation
+	// WorkflowID is the HITL workflow's ID.
+	WorkflowID string
+	// Deadline is when the fallback applies.
+	Deadline time.Time
+}
+
+// RecordHitlInvocation writes the pending invocation to the store (so `sw4rm hitl list`
+// shows it), audits it, and returns the operator policy the workflow authorizes decisions
+// with — token hashes only, never tokens.
+func (a *Activities) RecordHitlInvocation(ctx context.Context, in HitlInvocationInput) (hitlsignals.Policy, error) {
+	raw, err := json.Marshal(in.Invocation)
+	if err != nil {
+		return hitlsignals.Policy{}, fmt.Errorf("encode invocation: %w", err)
+	}
+	err = a.Store.HITL().PutInvocation(ctx, store.HITLRecord{
+		InvocationID: in.Invocation.InvocationID, WorkflowID: in.WorkflowID, ReasonType: in.Invocation.ReasonType,
+		CorrelationID: in.Invocation.CorrelationID, Subject: in.Invocation.Subject.String(), Priority: in.Invocation.Priority,
+		Deadline: in.Deadline, Status: store.HITLPending, Invocation: raw,
+	})
+	if errors.Is(err, store.ErrAlreadyDecided) {
+		return hitlsignals.Policy{}, temporal.NewNonRetryableApplicationError("invocation "+in.Invocation.InvocationID+" was already decided", "already_decided", err)
+	}
+	if err != nil {
+		return hitlsignals.Policy{}, fmt.Errorf("record invocation: %w", err)
+	}
+	a.Sink.Record(ctx, observe.Event{
+		CorrelationID: in.Invocation.CorrelationID, Actor: actorOr(in.Invocation.RequestedBy), Type: "hitl.invoked",
+		Details: map[string]any{"invocation_id": in.Invocation.InvocationID, "reason_type": in.Invocation.ReasonType,
+			"subject": in.Invocation.Subject.String(), "priority": in.Invocation.Priority, "deadline": in.Deadline.UTC().Format(time.RFC3339),
+			"fallback": in.Invocation.Fallback.Policy, "proposed_actions": in.Invocation.ProposedActions},
+	})
+	return a.HITL, nil
+}
+
+// HitlEventInput is an audit event of a HITL wait.
+type HitlEventInput struct {
+	// InvocationID names the invocation.
+	InvocationID string
+	// CorrelationID links it to its flow.
+	CorrelationID string
+	// Type is the event type, e.g. "hitl.decision_refused".
+	Type string
+	// Actor is who caused it.
+	Actor string
+	// Details are the specifics.
+	Details map[string]any
+}
+
+// RecordHitlEvent audits one HITL interaction (§15.1: who, when, why, what changed).
+func (a *Activities) RecordHitlEvent(ctx context.Context, in HitlEventInput) error {
+	details := map[string]any{"invocation_id": in.InvocationID}
+	for k, v := range in.Details {
+		details[k] = v
+	}
+	a.Sink.Record(ctx, observe.Event{CorrelationID: in.CorrelationID, Actor: actorOr(in.Actor), Type: in.Type, Details: details})
+	return nil
+}
+
+// HitlOutcomeInput asks RecordHitlOutcome to store an outcome.
+type HitlOutcomeInput struct {
+	// Invocation is the invocation decided.
+	Invocation hitlsignals.Invocation
+	// Outcome is how it ended.
+	Outcome hitlsignals.Outcome
+}
+
+// RecordHitlOutcome marks the invocation decided in the store and audits the decision.
+func (a *Activities) RecordHitlOutcome(ctx context.Context, in HitlOutcomeInput) error {
+	raw, err := json.Marshal(in.Outcome)
+	if err != nil {
+		return fmt.Errorf("encode outcome: %w", err)
+	}
+	err = a.Store.HITL().CompleteInvocation(ctx, in.Outcome.InvocationID, raw, in.Outcome.DecidedAt)
+	if errors.Is(err, store.ErrAlreadyDecided) {
+		return temporal.NewNonRetryableApplicationError("invocation "+in.Outcome.InvocationID+" already has another outcome", "already_decided", err)
+	}
+	if err != nil {
+		return fmt.Errorf("record outcome: %w", err)
+	}
+	details := map[string]any{"invocation_id": in.Outcome.InvocationID, "reason_type": in.Invocation.ReasonType,
+		"decision": string(in.Outcome.Decision), "rationale": in.Outcome.Rationale, "via": in.Outcome.Via,
+		"patch_bytes": len(in.Outcome.Patch), "fallback": in.Outcome.Fallback}
+	if in.Outcome.Fallback {
+		details["fallback_policy"], details["fallback_reason"] = in.Outcome.FallbackPolicy, in.Outcome.FallbackReason
+	}
+	if in.Outcome.Extensions > 0 {
+		details["extensions"] = in.Outcome.Extensions
+	}
+	a.Sink.Record(ctx, observe.Event{CorrelationID: in.Invocation.CorrelationID, Actor: in.Outcome.DecidedBy, Type: "hitl.decided", Details: details})
+	return nil
+}
+
+// AskExternalHitl forwards an invocation to the configured external HITL component (a
+// server of the canonical sw4rm.hitl.HitlService) and waits for its decision. The component
+// must answer its health check within HitlUnavailableDetection, else the activity fails with
+// the non-retryable type "hitl_unavailable" and the workflow applies hitl_unavailable_policy.
+func (a *Activities) AskExternalHitl(ctx context.Context, inv hitlsignals.Invocation) (hitlsignals.Outcome, error) {
+	unavailable := func(err error) error {
+		return temporal.NewNonRetryableApplicationError("hitl_unavailable: external HITL component "+a.HITL.External+" is unavailable: "+err.Error(), "hitl_unavailable", err)
+	}
+	conn, err := grpc.NewClient(a.HITL.External, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return hitlsignals.Outcome{}, unavailable(err)
+	}
+	defer conn.Close()
+	hctx, cancel := context.WithTimeout(ctx, HitlUnavailableDetection)
+	resp, err := healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	cancel()
+	if err != nil {
+		return hitlsignals.Outcome{}, unavailable(err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return hitlsignals.Outcome{}, unavailable(fmt.Errorf("health status %s", resp.GetStatus()))
+	}
+	// Heartbeat while the human thinks, so a dead worker is noticed and the wait moves on.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	ctxJSON, _ := json.Marshal(inv.Context)
+	dec, err := hitlpb.NewHitlServiceClient(conn).Decide(ctx, &hitlpb.HitlInvocation{
+		ReasonType: commonpb.HitlReasonType(commonpb.HitlReasonType_value[inv.ReasonType]), Context: ctxJSON,
+		ProposedActions: inv.ProposedActions, Priority: inv.Priority,
+	})
+	if err != nil {
+		return hitlsignals.Outcome{}, unavailable(err)
+	}
+	action, err := hitlsignals.ParseAction(dec.GetAction())
+	if err != nil {
+		return hitlsignals.Outcome{}, temporal.NewNonRetryableApplicationError("external HITL component answered an invalid decision: "+err.Error(), "validation_error", err)
+	}
+	return hitlsignals.Outcome{
+		InvocationID: inv.InvocationID, Decision: action, Rationale: dec.GetRationale(), Patch: dec.GetDecisionPayload(),
+		DecidedBy: "external:" + a.HITL.External, Via: "external",
+	}, nil
+}
+
+func actorOr(a string) string {
+	if a == "" {
+		return protocol.SchedulerID
+	}
+	return a
+}

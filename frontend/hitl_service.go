@@ -1,0 +1,275 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// InvocationIDHeader is the response header in which HitlService.Decide names the invocation
+// it raised, before it blocks, so the caller can point an operator at it.
+const InvocationIDHeader = "sw4rm-hitl-invocation-id"
+
+// hitlService serves the canonical sw4rm.hitl.HitlService (§15).
+type hitlService struct {
+	hitlpb.UnimplementedHitlServiceServer
+	s *Server
+}
+
+// Decide raises a HITL invocation as workflow hitl/<invocation_id> and blocks until it is
+// decided — by an operator through any door, or by the fallback at the deadline. The deadline
+// is the call's own deadline when it has one (less a second to answer in), else the
+// configured HITL timeout. The context bytes are read as the §15.1 context JSON
+// ({"facts":[...],"diffs":[...],"risk_notes":[...],"prior_attempts":[...],"inference":{...}})
+// when they are one, else kept raw.
+func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*hitlpb.HitlDecision, error) {
+	reason := req.GetReasonType()
+	if reason == commonpb.HitlReasonType_HITL_REASON_UNSPECIFIED || commonpb.HitlReasonType_name[int32(reason)] == "" {
+		return nil, status.Errorf(codes.InvalidArgument, "validation_error: reason_type must be one of the eight §15 reason types, got %d", int32(reason))
+	}
+	inv := hitlsignals.Invocation{
+		InvocationID: uuid.NewString(), ReasonType: reason.String(), ProposedActions: req.GetProposedActions(),
+		Priority: req.GetPriority(), Timeout: h.s.cfg.HITLTimeout, RequestedBy: "grpc",
+	}
+	if raw := req.GetContext(); len(raw) > 0 {
+		var c hitlsignals.Context
+		if json.Unmarshal(raw, &c) == nil {
+			inv.Context = c
+		} else {
+			inv.Context.Raw = raw
+		}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl) - time.Second; d > 0 && (inv.Timeout == 0 || d < inv.Timeout) {
+			inv.Timeout = d
+		}
+	}
+	inv.CorrelationID = hitlsignals.WorkflowID(inv.InvocationID)
+	if err := inv.Validate(); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
+	}
+	run, err := h.s.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: hitlsignals.WorkflowID(inv.InvocationID), TaskQueue: h.s.cfg.TaskQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.KindKey.ValueSet("hitl"), workflows.HitlPendingKey.ValueSet(true)),
+	}, hitlsignals.WorkflowType, workflows.HitlWaitInput{Invocation: inv})
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: could not start the HITL workflow (is Temporal reachable?): %v", err)
+	}
+	_ = grpc.SendHeader(ctx, metadata.Pairs(InvocationIDHeader, inv.InvocationID))
+	var out hitlsignals.Outcome
+	if err := run.Get(ctx, &out); err != nil {
+		if ctx.Err() != nil {
+			return nil, status.Errorf(codes.DeadlineExceeded, "the caller stopped waiting; invocation %s stays open until its deadline", inv.InvocationID)
+		}
+		return nil, status.Errorf(codes.Internal, "internal_error: HITL invocation %s failed: %v", inv.InvocationID, err)
+	}
+	payload, _ := json.Marshal(out)
+	return &hitlpb.HitlDecision{Action: string(out.Decision), DecisionPayload: payload, Rationale: out.Rationale}, nil
+}
+
+// hitlAdminService serves the extension sw4rmext.hitl.v1.HitlAdminService: listing,
+// deciding and auditing invocations for authenticated operators.
+type hitlAdminService struct {
+	hitladminpb.UnimplementedHitlAdminServiceServer
+	s *Server
+}
+
+// authenticate finds the operator of the call's bearer token (§15.1, §23).
+func (h *hitlAdminService) authenticate(ctx context.Context) (hitlsignals.Operator, string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var token string
+	if v := md.Get("authorization"); len(v) > 0 {
+		token, _ = strings.CutPrefix(v[0], "Bearer ")
+		token = strings.TrimSpace(token)
+	}
+	if token == "" {
+		return hitlsignals.Operator{}, "", status.Error(codes.Unauthenticated, "permission_denied: an operator token is required (metadata authorization: Bearer <token>; CLI: --token or SW4RM_OPERATOR_TOKEN)")
+	}
+	op, ok := h.s.cfg.HITLPolicy.OperatorForToken(token)
+	if !ok {
+		return hitlsignals.Operator{}, "", status.Error(codes.Unauthenticated, "permission_denied: the operator token is not valid")
+	}
+	return op, token, nil
+}
+
+func summary(r store.HITLRecord) *hitladminpb.InvocationSummary {
+	s := &hitladminpb.InvocationSummary{
+		InvocationId: r.InvocationID, ReasonType: r.ReasonType, Subject: r.Subject, Priority: r.Priority,
+		CreatedAt: timestamppb.New(r.CreatedAt), Deadline: timestamppb.New(r.Deadline), Status: r.Status,
+		InvocationJson: string(r.Invocation), OutcomeJson: string(r.Outcome), CorrelationId: r.CorrelationID,
+	}
+	return s
+}
+
+// ListInvocations lists pending (or all) invocations.
+func (h *hitlAdminService) ListInvocations(ctx context.Context, req *hitladminpb.ListInvocationsRequest) (*hitladminpb.ListInvocationsResponse, error) {
+	if _, _, err := h.authenticate(ctx); err != nil {
+		return nil, err
+	}
+	f := store.HITLFilter{ReasonType: req.GetReasonType(), Limit: int(req.GetLimit())}
+	if !req.GetIncludeDecided() {
+		f.Status = store.HITLPending
+	}
+	recs, err := h.s.store.HITL().ListInvocations(ctx, f)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
+	}
+	out := &hitladminpb.ListInvocationsResponse{}
+	for _, r := range recs {
+		out.Invocations = append(out.Invocations, summary(r))
+	}
+	return out, nil
+}
+
+// GetInvocation returns one invocation.
+func (h *hitlAdminService) GetInvocation(ctx context.Context, req *hitladminpb.GetInvocationRequest) (*hitladminpb.InvocationSummary, error) {
+	if _, _, err := h.authenticate(ctx); err != nil {
+		return nil, err
+	}
+	r, err := h.s.store.HITL().GetInvocation(ctx, req.GetInvocationId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "unknown invocation %q", req.GetInvocationId())
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
+	}
+	return summary(r), nil
+}
+
+// Decide checks the operator, the decision and the invocation's state, signals the decision
+// to hitl/<invocation_id> and returns the outcome the workflow applied. A repeat of the
+// decision that was applied is answered with it (idempotent); any other decision on a decided
+// invocation is refused and changes nothing.
+func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRequest) (*hitladminpb.DecideResponse, error) {
+	op, token, err := h.authenticate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	action, err := hitlsignals.ParseAction(req.GetDecision())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
+	}
+	via := "grpc"
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("sw4rm-client")) > 0 && md.Get("sw4rm-client")[0] == "cli" {
+		via = "cli"
+	}
+	d := hitlsignals.Decision{InvocationID: req.GetInvocationId(), Decision: action, Rationale: req.GetRationale(), Patch: req.GetPatch(), Operator: op.Name, Token: token, Via: via}
+	if err := d.Check(); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	rec, err := h.s.store.HITL().GetInvocation(ctx, d.InvocationID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "unknown invocation %q (sw4rm hitl list shows the pending ones)", d.InvocationID)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
+	}
+	policy := h.s.cfg.HITLPolicy
+	if err := policy.Authorize(d, rec.ReasonType); err != nil {
+		return nil, status.Error(codes.PermissionDenied, err.Error())
+	}
+	if rec.Status == store.HITLDecided {
+		return alreadyDecided(rec, d)
+	}
+	err = hitlsignals.SendDecision(ctx, h.s.temporal, d)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		// The run finished between our read and the signal: report what it decided.
+		if rec, gerr := h.waitDecided(ctx, d.InvocationID); gerr == nil {
+			return alreadyDecided(rec, d)
+		}
+		return nil, status.Errorf(codes.FailedPrecondition, "invocation %s is no longer waiting", d.InvocationID)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: could not deliver the decision: %v", err)
+	}
+	rec, err = h.waitDecided(ctx, d.InvocationID)
+	if err != nil {
+		return nil, status.Errorf(codes.DeadlineExceeded, "the decision was delivered but its outcome is not recorded yet; check with sw4rm hitl history %s", d.InvocationID)
+	}
+	resp, err := alreadyDecided(rec, d)
+	if resp != nil {
+		resp.AlreadyDecided = false // this call's decision is the one applied
+	}
+	return resp, err
+}
+
+// alreadyDecided answers a decision on a decided invocation: the outcome when it is the same
+// decision by the same operator, a refusal otherwise.
+func alreadyDecided(rec store.HITLRecord, d hitlsignals.Decision) (*hitladminpb.DecideResponse, error) {
+	var o hitlsignals.Outcome
+	if err := json.Unmarshal(rec.Outcome, &o); err != nil {
+		return nil, status.Errorf(codes.Internal, "internal_error: stored outcome of %s is unreadable: %v", rec.InvocationID, err)
+	}
+	if o.DecidedBy == d.Operator && o.Decision == d.Decision && !o.Fallback {
+		return &hitladminpb.DecideResponse{OutcomeJson: string(rec.Outcome), AlreadyDecided: true}, nil
+	}
+	return nil, status.Errorf(codes.FailedPrecondition, "invocation %s was already decided: %s by %s at %s (%s)",
+		rec.InvocationID, o.Decision, o.DecidedBy, o.DecidedAt.UTC().Format(time.RFC3339), o.Rationale)
+}
+
+// waitDecided polls the projection until the workflow recorded the outcome (bounded).
+func (h *hitlAdminService) waitDecided(ctx context.Context, id string) (store.HITLRecord, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		rec, err := h.s.store.HITL().GetInvocation(ctx, id)
+		if err == nil && rec.Status == store.HITLDecided {
+			return rec, nil
+		}
+		select {
+		case <-ctx.Done():
+			return store.HITLRecord{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// History returns the audit trail of HITL interactions.
+func (h *hitlAdminService) History(ctx context.Context, req *hitladminpb.HistoryRequest) (*hitladminpb.HistoryResponse, error) {
+	if _, _, err := h.authenticate(ctx); err != nil {
+		return nil, err
+	}
+	evs, err := h.s.store.Audit().List(ctx, store.AuditFilter{TypePrefix: "hitl.", Limit: 10000})
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
+	}
+	out := &hitladminpb.HistoryResponse{}
+	for _, e := range evs {
+		var d struct {
+			InvocationID string `json:"invocation_id"`
+		}
+		_ = json.Unmarshal(e.Details, &d)
+		if req.GetInvocationId() != "" && d.InvocationID != req.GetInvocationId() {
+			continue
+		}
+		out.Events = append(out.Events, &hitladminpb.AuditEvent{
+			Time: timestamppb.New(e.Time), Actor: e.Actor, Type: e.Type, InvocationId: d.InvocationID, DetailsJson: string(e.Details),
+		})
+	}
+	if lim := int(req.GetLimit()); lim > 0 && len(out.Events) > lim {
+		out.Events = out.Events[len(out.Events)-lim:]
+	}
+	return out, nil
+}

@@ -1,0 +1,255 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sw4rm/sw4rm-temporal/app"
+	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+const operatorSpec = "alice=alice-token,carol=carol-token:CONFLICT"
+
+var (
+	cliOnce sync.Once
+	cliPath string
+	cliErr  error
+)
+
+// sw4rmCLI builds the sw4rm binary once per test run: the CLI door is tested as operators use it.
+func sw4rmCLI(t *testing.T) string {
+	t.Helper()
+	cliOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sw4rm-cli")
+		if err != nil {
+			cliErr = err
+			return
+		}
+		cliPath = filepath.Join(dir, "sw4rm")
+		out, err := exec.Command("go", "build", "-o", cliPath, "../cmd/sw4rm").CombinedOutput()
+		if err != nil {
+			cliErr = &exec.ExitError{Stderr: out}
+		}
+	})
+	require.NoError(t, cliErr)
+	return cliPath
+}
+
+// runCLI runs `sw4rm hitl ...` against the system and returns its combined output and error.
+func runCLI(t *testing.T, sys *system, token string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(sw4rmCLI(t), append([]string{"hitl", "--server", sys.app.GRPCAddr()}, args...)...)
+	cmd.Env = append(os.Environ(), "SW4RM_OPERATOR_TOKEN="+token)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// pendingDecide calls the canonical HitlService.Decide in the background and returns the
+// invocation id it raised (from the response header) and a channel with its answer.
+type decideResult struct {
+	dec *hitlpb.HitlDecision
+	err error
+}
+
+func pendingDecide(t *testing.T, sys *system, reason commonpb.HitlReasonType) (string, chan decideResult) {
+	t.Helper()
+	conn := dialRaw(t, sys)
+	c := hitlpb.NewHitlServiceClient(conn)
+	ctxJSON, _ := json.Marshal(hitlsignals.Context{Facts: []string{"agent wants prod credentials"}, RiskNotes: []string{"blast radius: all tenants"}})
+	res := make(chan decideResult, 1)
+	header := make(chan metadata.MD, 1)
+	go func() {
+		var md metadata.MD
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		stream, err := c.Decide(ctx, &hitlpb.HitlInvocation{ReasonType: reason, Context: ctxJSON, ProposedActions: []string{"approve", "deny"}, Priority: -5}, grpc.Header(&md))
+		header <- md
+		res <- decideResult{stream, err}
+	}()
+	// The header arrives before Decide blocks; but grpc.Header fills md only when the call
+	// returns, so find the invocation through the store instead.
+	var id string
+	require.Eventually(t, func() bool {
+		recs, err := sys.app.Store().HITL().ListInvocations(context.Background(), store.HITLFilter{Status: store.HITLPending, ReasonType: reason.String()})
+		if err != nil || len(recs) == 0 {
+			return false
+		}
+		id = recs[len(recs)-1].InvocationID
+		return true
+	}, 20*time.Second, 50*time.Millisecond)
+	go func() { <-header }()
+	return id, res
+}
+
+func awaitDecision(t *testing.T, res chan decideResult) *hitlpb.HitlDecision {
+	t.Helper()
+	select {
+	case r := <-res:
+		require.NoError(t, r.err)
+		return r.dec
+	case <-time.After(60 * time.Second):
+		t.Fatal("Decide did not return")
+		return nil
+	}
+}
+
+func hitlConfig(t *testing.T, kind string) app.Config {
+	cfg := newConfig(t, kind)
+	cfg.HITLOperators = operatorSpec
+	return cfg
+}
+
+// TestHitlDecideBlocksUntilCLIApproves: the canonical Decide raises an invocation and blocks;
+// an operator lists it and approves it with the CLI; Decide returns the approval. Repeating
+// the same decision is idempotent, a different one is refused.
+func TestHitlDecideBlocksUntilCLIApproves(t *testing.T) {
+	sys := start(t, hitlConfig(t, "postgres"))
+	id, res := pendingDecide(t, sys, commonpb.HitlReasonType_SECURITY_APPROVAL)
+
+	out, err := runCLI(t, sys, "alice-token", "list")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, id)
+	assert.Contains(t, out, "SECURITY_APPROVAL")
+	assert.Contains(t, out, "DEADLINE")
+	select {
+	case r := <-res:
+		t.Fatalf("Decide returned before any decision: %+v", r)
+	default:
+	}
+
+	out, err = runCLI(t, sys, "alice-token", "decide", id, "approve", "--rationale", "scoped to one tenant")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "approve by alice")
+	dec := awaitDecision(t, res)
+	assert.Equal(t, "approve", dec.GetAction())
+	assert.Equal(t, "scoped to one tenant", dec.GetRationale())
+	var o hitlsignals.Outcome
+	require.NoError(t, json.Unmarshal(dec.GetDecisionPayload(), &o))
+	assert.Equal(t, "cli", o.Via)
+	assert.False(t, o.Fallback)
+	recordHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(id), "hitl_wait_cli_approved")
+
+	out, err = runCLI(t, sys, "alice-token", "decide", id, "approve", "--rationale", "scoped to one tenant")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "already applied")
+	out, err = runCLI(t, sys, "alice-token", "decide", id, "deny", "--rationale", "changed my mind")
+	require.Error(t, err)
+	assert.Contains(t, out, "already decided")
+
+	out, err = runCLI(t, sys, "alice-token", "history", id)
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "hitl.invoked")
+	assert.Contains(t, out, "hitl.decided")
+	assert.Contains(t, out, "alice")
+}
+
+// TestHitlRawTemporalSignal decides with a plain `temporal workflow signal`, as docs/hitl.md
+// shows, and checks that an unauthenticated decision through every door changes nothing.
+func TestHitlRawTemporalSignal(t *testing.T) {
+	sys := start(t, hitlConfig(t, "memory"))
+	id, res := pendingDecide(t, sys, commonpb.HitlReasonType_CONFLICT)
+
+	// Refused: no token, a wrong token, an operator not allowed for the reason type...
+	out, err := runCLI(t, sys, "", "decide", id, "approve", "--rationale", "x")
+	require.Error(t, err)
+	assert.Contains(t, out, "operator token is required")
+	out, err = runCLI(t, sys, "not-a-token", "decide", id, "approve", "--rationale", "x")
+	require.Error(t, err)
+	assert.Contains(t, out, "not valid")
+	out, err = runCLI(t, sys, "alice-token", "decide", "no-such-invocation", "approve", "--rationale", "x")
+	require.Error(t, err)
+	assert.Contains(t, out, "unknown invocation")
+	// ...and a raw signal with a wrong token is refused by the workflow itself.
+	signal := func(payload string) {
+		cmd := exec.Command(temporalCLI(), "workflow", "signal", "--address", temporalAddr, "--namespace", "default",
+			"--workflow-id", hitlsignals.WorkflowID(id), "--name", hitlsignals.DecisionSignal, "--input", payload)
+		b, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(b))
+	}
+	signal(`{"invocation_id":"` + id + `","decision":"approve","rationale":"sneaky","operator":"alice","token":"guess"}`)
+	require.Eventually(t, func() bool {
+		evs, _ := sys.app.Store().Audit().List(context.Background(), store.AuditFilter{TypePrefix: "hitl.decision_refused"})
+		for _, e := range evs {
+			if strings.Contains(string(e.Details), "invalid token") {
+				return true
+			}
+		}
+		return false
+	}, 15*time.Second, 50*time.Millisecond)
+	rec, err := sys.app.Store().HITL().GetInvocation(context.Background(), id)
+	require.NoError(t, err)
+	assert.Equal(t, store.HITLPending, rec.Status, "a refused decision changes nothing")
+
+	// carol may decide CONFLICT invocations: a valid raw signal completes it.
+	signal(`{"invocation_id":"` + id + `","decision":"deny","rationale":"scopes overlap on src/ui","operator":"carol","token":"carol-token"}`)
+	dec := awaitDecision(t, res)
+	assert.Equal(t, "deny", dec.GetAction())
+	var o hitlsignals.Outcome
+	require.NoError(t, json.Unmarshal(dec.GetDecisionPayload(), &o))
+	assert.Equal(t, "signal", o.Via)
+	assert.Equal(t, "carol", o.DecidedBy)
+}
+
+// TestHitlSurvivesWorkerRestart kills the worker while an invocation waits; the decision is
+// signalled while no worker runs, and a new worker completes the wait.
+func TestHitlSurvivesWorkerRestart(t *testing.T) {
+	cfg := hitlConfig(t, "postgres")
+	ctx := context.Background()
+	srv, err := app.Start(ctx, cfg, app.Roles{Server: true}, testLogger())
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	wcfg := cfg
+	wcfg.GRPCAddr, wcfg.HTTPAddr = "", ""
+	wrk, err := app.Start(ctx, wcfg, app.Roles{Worker: true}, testLogger())
+	require.NoError(t, err)
+	sys := &system{app: srv, cfg: cfg}
+	id, res := pendingDecide(t, sys, commonpb.HitlReasonType_TASK_ESCALATION)
+
+	wrk.Stop() // no worker runs now
+	require.NoError(t, hitlsignals.SendDecision(ctx, srv.Temporal(), hitlsignals.Decision{
+		InvocationID: id, Decision: hitlsignals.Approve, Rationale: "approved while the worker was down", Operator: "alice", Token: "alice-token", Via: "signal",
+	}))
+	select {
+	case r := <-res:
+		t.Fatalf("decided without a worker: %+v", r)
+	case <-time.After(500 * time.Millisecond):
+	}
+	wrk2, err := app.Start(ctx, wcfg, app.Roles{Worker: true}, testLogger())
+	require.NoError(t, err)
+	t.Cleanup(wrk2.Stop)
+	dec := awaitDecision(t, res)
+	assert.Equal(t, "approve", dec.GetAction())
+	assert.Equal(t, "approved while the worker was down", dec.GetRationale())
+}
+
+// TestHitlDecideFallsBackAtDeadline: with nobody deciding, Decide returns the deny-by-default
+// fallback when its deadline passes, and the outcome says so.
+func TestHitlDecideFallsBackAtDeadline(t *testing.T) {
+	cfg := hitlConfig(t, "memory")
+	cfg.HITLTimeout = 2 * time.Second
+	sys := start(t, cfg)
+	_, res := pendingDecide(t, sys, commonpb.HitlReasonType_MANUAL_OVERRIDE)
+	dec := awaitDecision(t, res)
+	assert.Equal(t, "deny", dec.GetAction())
+	var o hitlsignals.Outcome
+	require.NoError(t, json.Unmarshal(dec.GetDecisionPayload(), &o))
+	assert.True(t, o.Fallback)
+	assert.Equal(t, hitlsignals.DenyByDefault, o.FallbackPolicy)
+	assert.Equal(t, "deadline", o.FallbackReason)
+	recordHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(o.InvocationID), "hitl_wait_deadline_fallback")
+}

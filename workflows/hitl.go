@@ -1,0 +1,263 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+)
+
+// DefaultHITLTimeout is how long a HITL wait lasts when the invocation names no timeout.
+const DefaultHITLTimeout = time.Hour
+
+// HitlWaitInput starts a HITL wait.
+type HitlWaitInput struct {
+	// Invocation is what is asked.
+	Invocation hitlsignals.Invocation
+}
+
+// RequestHITL is the one way a workflow asks a human (architecture: every HITL wait uses one
+// helper). It raises the invocation as the child workflow hitl/<invocation_id>, marks the
+// caller as pending HITL in the Temporal UI while it waits, and returns the outcome: a
+// human's decision, or the configured fallback when nobody decides in time (§15.1, §15.3).
+// An empty InvocationID gets a fresh UUID.
+func RequestHITL(ctx workflow.Context, inv hitlsignals.Invocation) (hitlsignals.Outcome, error) {
+	if inv.InvocationID == "" {
+		if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&inv.InvocationID); err != nil {
+			return hitlsignals.Outcome{}, err
+		}
+	}
+	if inv.RequestedBy == "" {
+		inv.RequestedBy = workflow.GetInfo(ctx).WorkflowExecution.ID
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, HitlPendingKey.ValueSet(true)); err != nil {
+		return hitlsignals.Outcome{}, err
+	}
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            hitlsignals.WorkflowID(inv.InvocationID),
+		TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet("hitl"), HitlPendingKey.ValueSet(true)),
+	})
+	var out hitlsignals.Outcome
+	err := workflow.ExecuteChildWorkflow(cctx, HitlWait, HitlWaitInput{Invocation: inv}).Get(ctx, &out)
+	if uerr := workflow.UpsertTypedSearchAttributes(ctx, HitlPendingKey.ValueSet(false)); uerr != nil && err == nil {
+		err = uerr
+	}
+	return out, err
+}
+
+// HitlWait is one durable HITL wait (§15): it records the invocation, then waits for a valid
+// decision on hitlsignals.DecisionSignal — or for an external HITL component's answer — with
+// the deadline as a durable timer that a decision cancels. On the deadline, or when no HITL
+// component exists or the external one is unavailable, it applies the invocation's fallback
+// and records that it did, which one, why and when (§15.1, §15.3, §15.4). Decisions with a
+// bad credential, for another invocation, or malformed, are refused and audited; the first
+// valid decision wins.
+func HitlWait(ctx workflow.Context, in HitlWaitInput) (hitlsignals.Outcome, error) {
+	w := &hitlWait{inv: in.Invocation}
+	return w.run(ctx)
+}
+
+type hitlWait struct {
+	inv        hitlsignals.Invocation
+	policy     hitlsignals.Policy
+	deadline   time.Time
+	extensions int
+	refused    int
+	outcome    *hitlsignals.Outcome
+}
+
+func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
+	if err := w.inv.Validate(); err != nil {
+		return hitlsignals.Outcome{}, temporal.NewNonRetryableApplicationError("invalid HITL invocation: "+err.Error(), "validation_error", nil)
+	}
+	if w.inv.Timeout <= 0 {
+		w.inv.Timeout = DefaultHITLTimeout
+	}
+	if w.inv.Fallback.Policy == "" {
+		w.inv.Fallback.Policy = hitlsignals.DenyByDefault
+	}
+	w.deadline = workflow.Now(ctx).Add(w.inv.Timeout)
+	if err := workflow.SetQueryHandler(ctx, hitlsignals.StatusQuery, func() (hitlsignals.Status, error) {
+		return hitlsignals.Status{Invocation: w.inv, Deadline: w.deadline, Extensions: w.extensions, Outcome: w.outcome, Refused: w.refused}, nil
+	}); err != nil {
+		return hitlsignals.Outcome{}, err
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
+	})
+	var acts *activities.Activities
+	if err := workflow.ExecuteActivity(actx, acts.RecordHitlInvocation, activities.HitlInvocationInput{
+		Invocation: w.inv, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Deadline: w.deadline,
+	}).Get(ctx, &w.policy); err != nil {
+		return hitlsignals.Outcome{}, err
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, KindKey.ValueSet("hitl"), HitlPendingKey.ValueSet(true)); err != nil {
+		return hitlsignals.Outcome{}, err
+	}
+
+	audit := func(typ, actor string, details map[string]any) {
+		// Auditing must not lose the decision: a failure here is logged, the wait goes on.
+		if err := workflow.ExecuteActivity(actx, acts.RecordHitlEvent, activities.HitlEventInput{
+			InvocationID: w.inv.InvocationID, CorrelationID: w.inv.CorrelationID, Type: typ, Actor: actor, Details: details,
+		}).Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Error("HITL audit failed", "type", typ, "error", err)
+		}
+	}
+
+	if len(w.policy.Operators) == 0 && w.policy.External == "" {
+		// §15.3: without a HITL component nothing may block; the fallback applies now.
+		w.fallback(ctx, "no_hitl_component")
+	}
+
+	decisions := workflow.GetSignalChannel(ctx, hitlsignals.DecisionSignal)
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	timer := workflow.NewTimer(timerCtx, w.deadline.Sub(workflow.Now(ctx)))
+	var external workflow.Future
+	var cancelExternal workflow.CancelFunc = func() {}
+	askExternal := func() {
+		if w.policy.External == "" {
+			return
+		}
+		var ectx workflow.Context
+		ectx, cancelExternal = workflow.WithCancel(ctx)
+		ectx = workflow.WithActivityOptions(ectx, workflow.ActivityOptions{
+			StartToCloseTimeout: w.deadline.Sub(workflow.Now(ctx)) + 10*time.Second,
+			HeartbeatTimeout:    30 * time.Second,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		})
+		external = workflow.ExecuteActivity(ectx, acts.AskExternalHitl, w.inv)
+	}
+	// extendOrFallback handles the deadline and external unavailability alike (§15.4).
+	extendOrFallback := func(reason string) {
+		if w.inv.Fallback.Policy != hitlsignals.ExtendTimeout {
+			w.fallback(ctx, reason)
+			return
+		}
+		maxExt := w.inv.Fallback.MaxExtensions
+		if maxExt == 0 {
+			maxExt = hitlsignals.DefaultMaxExtensions
+		}
+		if w.extensions >= maxExt {
+			w.fallback(ctx, "extensions_exhausted")
+			return
+		}
+		extendBy := w.inv.Fallback.ExtendBy
+		if extendBy == 0 {
+			extendBy = w.inv.Timeout
+		}
+		w.extensions++
+		w.deadline = workflow.Now(ctx).Add(extendBy)
+		cancelTimer()
+		timerCtx, cancelTimer = workflow.WithCancel(ctx)
+		timer = workflow.NewTimer(timerCtx, extendBy)
+		audit("hitl.deadline_extended", "fallback", map[string]any{"reason": reason, "extension": w.extensions, "max_extensions": maxExt, "deadline": w.deadline.UTC().Format(time.RFC3339)})
+		if reason == "hitl_unavailable" {
+			askExternal()
+		}
+	}
+	askExternal()
+
+	for w.outcome == nil {
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(decisions, func(c workflow.ReceiveChannel, _ bool) {
+			var d hitlsignals.Decision
+			c.Receive(ctx, &d)
+			if err := w.accept(ctx, d); err != nil {
+				w.refused++
+				audit("hitl.decision_refused", d.Operator, map[string]any{"reason": err.Error(), "decision": string(d.Decision), "via": via(d.Via)})
+			}
+		})
+		sel.AddFuture(timer, func(f workflow.Future) {
+			if f.Get(ctx, nil) != nil {
+				return // cancelled by an extension
+			}
+			extendOrFallback("deadline")
+		})
+		if external != nil {
+			sel.AddFuture(external, func(f workflow.Future) {
+				external = nil
+				var o hitlsignals.Outcome
+				err := f.Get(ctx, &o)
+				if err == nil {
+					o.InvocationID, o.DecidedAt = w.inv.InvocationID, workflow.Now(ctx)
+					w.outcome = &o
+					return
+				}
+				var canceled *temporal.CanceledError
+				if errors.As(err, &canceled) {
+					return
+				}
+				workflow.GetLogger(ctx).Warn("external HITL component unavailable", "invocation_id", w.inv.InvocationID, "error", err)
+				audit("hitl.unavailable", "scheduler", map[string]any{"external": w.policy.External, "error": err.Error(), "policy": w.inv.Fallback.Policy})
+				extendOrFallback("hitl_unavailable")
+			})
+		}
+		sel.Select(ctx)
+	}
+	cancelTimer()
+	cancelExternal()
+
+	if err := workflow.ExecuteActivity(actx, acts.RecordHitlOutcome, activities.HitlOutcomeInput{Invocation: w.inv, Outcome: *w.outcome}).Get(ctx, nil); err != nil {
+		return hitlsignals.Outcome{}, err
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, HitlPendingKey.ValueSet(false)); err != nil {
+		return hitlsignals.Outcome{}, err
+	}
+	return *w.outcome, nil
+}
+
+// accept validates a decision and, if it is valid, makes it the outcome.
+func (w *hitlWait) accept(ctx workflow.Context, d hitlsignals.Decision) error {
+	if d.InvocationID != w.inv.InvocationID {
+		return fmt.Errorf("validation_error: decision names invocation %q, this is %q", d.InvocationID, w.inv.InvocationID)
+	}
+	action, err := hitlsignals.ParseAction(string(d.Decision))
+	if err != nil {
+		return fmt.Errorf("validation_error: %v", err)
+	}
+	d.Decision = action
+	if err := d.Check(); err != nil {
+		return err
+	}
+	if err := w.policy.Authorize(d, w.inv.ReasonType); err != nil {
+		return err
+	}
+	w.outcome = &hitlsignals.Outcome{
+		InvocationID: w.inv.InvocationID, Decision: action, Rationale: d.Rationale, Patch: d.Patch,
+		DecidedBy: d.Operator, Via: via(d.Via), DecidedAt: workflow.Now(ctx), Extensions: w.extensions,
+	}
+	return nil
+}
+
+// fallback applies the invocation's fallback policy (§15.1, §15.3, §15.4).
+func (w *hitlWait) fallback(ctx workflow.Context, reason string) {
+	fb := w.inv.Fallback
+	o := &hitlsignals.Outcome{
+		InvocationID: w.inv.InvocationID, DecidedBy: "fallback", Via: "fallback", DecidedAt: workflow.Now(ctx),
+		Fallback: true, FallbackPolicy: fb.Policy, FallbackReason: reason, Extensions: w.extensions,
+		Decision: hitlsignals.Deny,
+	}
+	switch {
+	case fb.Policy == hitlsignals.AutoDecideThreshold && fb.Score >= fb.Threshold:
+		o.Decision = hitlsignals.Approve
+		o.Rationale = fmt.Sprintf("no human decision (%s); auto-approved: score %.3f reaches threshold %.3f", reason, fb.Score, fb.Threshold)
+	case fb.Policy == hitlsignals.AutoDecideThreshold:
+		o.Rationale = fmt.Sprintf("no human decision (%s); auto-denied: score %.3f is below threshold %.3f", reason, fb.Score, fb.Threshold)
+	default:
+		o.Rationale = fmt.Sprintf("no human decision (%s); denied by default", reason)
+	}
+	w.outcome = o
+}
+
+func via(v string) string {
+	if v == "" {
+		return "signal"
+	}
+	return v
+}
