@@ -33,6 +33,8 @@ type HitlInvocationInput struct {
 	WorkflowID string
 	// Deadline is when the fallback applies.
 	Deadline time.Time
+	// CreatedAt is when the workflow raised it; fixed so an activity retry does not move it.
+	CreatedAt time.Time
 }
 
 // RecordHitlInvocation writes the pending invocation to the store (so `sw4rm hitl list`
@@ -46,7 +48,7 @@ func (a *Activities) RecordHitlInvocation(ctx context.Context, in HitlInvocation
 	err = a.Store.HITL().PutInvocation(ctx, store.HITLRecord{
 		InvocationID: in.Invocation.InvocationID, WorkflowID: in.WorkflowID, ReasonType: in.Invocation.ReasonType,
 		CorrelationID: in.Invocation.CorrelationID, Subject: in.Invocation.Subject.String(), Priority: in.Invocation.Priority,
-		Deadline: in.Deadline, Status: store.HITLPending, Invocation: raw,
+		Deadline: in.Deadline, Status: store.HITLPending, Invocation: raw, CreatedAt: in.CreatedAt,
 	})
 	if errors.Is(err, store.ErrAlreadyDecided) {
 		return hitlsignals.Policy{}, temporal.NewNonRetryableApplicationError("invocation "+in.Invocation.InvocationID+" was already decided", "already_decided", err)

@@ -81,7 +81,8 @@ func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
 	if w.inv.Fallback.Policy == "" {
 		w.inv.Fallback.Policy = hitlsignals.DenyByDefault
 	}
-	w.deadline = workflow.Now(ctx).Add(w.inv.Timeout)
+	created := workflow.Now(ctx)
+	w.deadline = created.Add(w.inv.Timeout)
 	if err := workflow.SetQueryHandler(ctx, hitlsignals.StatusQuery, func() (hitlsignals.Status, error) {
 		return hitlsignals.Status{Invocation: w.inv, Deadline: w.deadline, Extensions: w.extensions, Outcome: w.outcome, Refused: w.refused}, nil
 	}); err != nil {
@@ -93,7 +94,7 @@ func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
 	})
 	var acts *activities.Activities
 	if err := workflow.ExecuteActivity(actx, acts.RecordHitlInvocation, activities.HitlInvocationInput{
-		Invocation: w.inv, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Deadline: w.deadline,
+		Invocation: w.inv, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Deadline: w.deadline, CreatedAt: created,
 	}).Get(ctx, &w.policy); err != nil {
 		return hitlsignals.Outcome{}, err
 	}
