@@ -73,45 +73,38 @@ func ParseAck(env *commonpb.Envelope) (AckPayload, *Error) {
 	}, nil
 }
 
-// StateForStage maps an ACK stage onto the message lifecycle state it reports (§11, App. C).
+// stageStates pairs each ACK stage with the lifecycle state it reports (§11, App. C).
+var stageStates = [...]struct {
+	stage commonpb.AckStage
+	state commonpb.EnvelopeState
+}{
+	{commonpb.AckStage_RECEIVED, commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED},
+	{commonpb.AckStage_READ, commonpb.EnvelopeState_ENVELOPE_STATE_READ},
+	{commonpb.AckStage_FULFILLED, commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED},
+	{commonpb.AckStage_REJECTED, commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED},
+	{commonpb.AckStage_FAILED, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED},
+	{commonpb.AckStage_TIMED_OUT, commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT},
+}
+
+// StateForStage maps an ACK stage onto the message lifecycle state it reports.
 func StateForStage(s commonpb.AckStage) commonpb.EnvelopeState {
-	switch s {
-	case commonpb.AckStage_RECEIVED:
-		return commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED
-	case commonpb.AckStage_READ:
-		return commonpb.EnvelopeState_ENVELOPE_STATE_READ
-	case commonpb.AckStage_FULFILLED:
-		return commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED
-	case commonpb.AckStage_REJECTED:
-		return commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED
-	case commonpb.AckStage_FAILED:
-		return commonpb.EnvelopeState_ENVELOPE_STATE_FAILED
-	case commonpb.AckStage_TIMED_OUT:
-		return commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT
-	default:
-		return commonpb.EnvelopeState_ENVELOPE_STATE_UNSPECIFIED
+	for _, p := range stageStates {
+		if p.stage == s {
+			return p.state
+		}
 	}
+	return commonpb.EnvelopeState_ENVELOPE_STATE_UNSPECIFIED
 }
 
 // StageForState is the inverse of StateForStage, used when the router reports a transition
 // it made itself (for example RECEIVED on delivery confirmation).
 func StageForState(s commonpb.EnvelopeState) commonpb.AckStage {
-	switch s {
-	case commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED:
-		return commonpb.AckStage_RECEIVED
-	case commonpb.EnvelopeState_ENVELOPE_STATE_READ:
-		return commonpb.AckStage_READ
-	case commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED:
-		return commonpb.AckStage_FULFILLED
-	case commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED:
-		return commonpb.AckStage_REJECTED
-	case commonpb.EnvelopeState_ENVELOPE_STATE_FAILED:
-		return commonpb.AckStage_FAILED
-	case commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT:
-		return commonpb.AckStage_TIMED_OUT
-	default:
-		return commonpb.AckStage_ACK_STAGE_UNSPECIFIED
+	for _, p := range stageStates {
+		if p.state == s {
+			return p.stage
+		}
 	}
+	return commonpb.AckStage_ACK_STAGE_UNSPECIFIED
 }
 
 // AckEnvelopeInput describes an ACKNOWLEDGEMENT envelope to build.
