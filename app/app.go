@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/metrics"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -55,6 +57,22 @@ type Config struct {
 	// DeliveryLease is how long an unconfirmed delivery waits before redelivery on the same
 	// stream (SW4RM_DELIVERY_LEASE).
 	DeliveryLease time.Duration
+	// AckTimeout is the SENT → TIMED_OUT timeout (SW4RM_ACK_TIMEOUT, §11, default 10 s).
+	AckTimeout time.Duration
+	// MaxRetries is the retry budget before the DLQ (SW4RM_MAX_RETRIES, §21.1).
+	MaxRetries int
+	// DedupWindow is the idempotency window (SW4RM_DEDUP_WINDOW, §11.2, default 3600 s).
+	DedupWindow time.Duration
+	// StreamRetention keeps confirmed rows for offset resumption (SW4RM_STREAM_RETENTION, §5.5).
+	StreamRetention time.Duration
+	// DLQRetention bounds the dead-letter queue (SW4RM_DLQ_RETENTION, §21.1).
+	DLQRetention time.Duration
+	// PrivilegedRate and PrivilegedBurst limit each producer's PRIVILEGED lane
+	// (SW4RM_PRIVILEGED_RATE messages/s, SW4RM_PRIVILEGED_BURST, §7.3).
+	PrivilegedRate  float64
+	PrivilegedBurst int
+	// LaneWeights are the PRIVILEGED,STANDARD,BULK delivery shares (SW4RM_LANE_WEIGHTS, "6,3,1").
+	LaneWeights store.LaneWeights
 	// HITLOperators is the operator policy, "name=token[:REASON|REASON],..."
 	// (SW4RM_HITL_OPERATORS, §15.1). Empty means no human can decide: every invocation gets
 	// its fallback at once (§15.3).
@@ -80,6 +98,14 @@ func DefaultConfig() Config {
 		AgentInitTimeout: 60 * time.Second,
 		DeliveryLease:    router.DefaultLease,
 		HITLTimeout:      time.Hour,
+		AckTimeout:       router.DefaultAckTimeout,
+		MaxRetries:       router.DefaultMaxRetries,
+		DedupWindow:      router.DefaultDedupWindow,
+		StreamRetention:  router.DefaultStreamRetention,
+		DLQRetention:     router.DefaultDLQRetention,
+		PrivilegedRate:   router.DefaultPrivilegedRate,
+		PrivilegedBurst:  router.DefaultPrivilegedBurst,
+		LaneWeights:      router.DefaultLaneWeights,
 	}
 }
 
@@ -99,7 +125,8 @@ func (c Config) FromEnv() (Config, error) {
 	str("SW4RM_DATABASE_URL", &c.DatabaseURL)
 	str("SW4RM_HITL_OPERATORS", &c.HITLOperators)
 	str("SW4RM_HITL_EXTERNAL", &c.HITLExternal)
-	for name, dst := range map[string]*int{"SW4RM_BUFFER_CAPACITY": &c.BufferCapacity, "SW4RM_MAX_PAYLOAD_BYTES": &c.MaxPayloadBytes} {
+	for name, dst := range map[string]*int{"SW4RM_BUFFER_CAPACITY": &c.BufferCapacity, "SW4RM_MAX_PAYLOAD_BYTES": &c.MaxPayloadBytes,
+		"SW4RM_MAX_RETRIES": &c.MaxRetries, "SW4RM_PRIVILEGED_BURST": &c.PrivilegedBurst} {
 		if v, ok := os.LookupEnv(name); ok {
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 {
@@ -108,7 +135,8 @@ func (c Config) FromEnv() (Config, error) {
 			*dst = n
 		}
 	}
-	for name, dst := range map[string]*time.Duration{"SW4RM_AGENT_INIT_TIMEOUT": &c.AgentInitTimeout, "SW4RM_DELIVERY_LEASE": &c.DeliveryLease, "SW4RM_HITL_TIMEOUT": &c.HITLTimeout} {
+	for name, dst := range map[string]*time.Duration{"SW4RM_AGENT_INIT_TIMEOUT": &c.AgentInitTimeout, "SW4RM_DELIVERY_LEASE": &c.DeliveryLease, "SW4RM_HITL_TIMEOUT": &c.HITLTimeout,
+		"SW4RM_ACK_TIMEOUT": &c.AckTimeout, "SW4RM_DEDUP_WINDOW": &c.DedupWindow, "SW4RM_STREAM_RETENTION": &c.StreamRetention, "SW4RM_DLQ_RETENTION": &c.DLQRetention} {
 		if v, ok := os.LookupEnv(name); ok {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -117,7 +145,38 @@ func (c Config) FromEnv() (Config, error) {
 			*dst = d
 		}
 	}
+	if v, ok := os.LookupEnv("SW4RM_PRIVILEGED_RATE"); ok {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			return c, fmt.Errorf("SW4RM_PRIVILEGED_RATE=%q: want a positive number of messages per second", v)
+		}
+		c.PrivilegedRate = f
+	}
+	if v, ok := os.LookupEnv("SW4RM_LANE_WEIGHTS"); ok {
+		w, err := ParseLaneWeights(v)
+		if err != nil {
+			return c, fmt.Errorf("SW4RM_LANE_WEIGHTS: %w", err)
+		}
+		c.LaneWeights = w
+	}
 	return c, nil
+}
+
+// ParseLaneWeights reads "PRIVILEGED,STANDARD,BULK" weights such as "6,3,1".
+func ParseLaneWeights(v string) (store.LaneWeights, error) {
+	parts := strings.Split(v, ",")
+	if len(parts) != 3 {
+		return store.LaneWeights{}, fmt.Errorf("%q: want three positive integers PRIVILEGED,STANDARD,BULK like 6,3,1", v)
+	}
+	var n [3]int
+	for i, p := range parts {
+		x, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || x <= 0 {
+			return store.LaneWeights{}, fmt.Errorf("%q: want three positive integers PRIVILEGED,STANDARD,BULK like 6,3,1", v)
+		}
+		n[i] = x
+	}
+	return store.LaneWeights{Privileged: n[0], Standard: n[1], Bulk: n[2]}, nil
 }
 
 // Roles selects what a process runs.
@@ -130,16 +189,19 @@ type Roles struct {
 
 // App is a running SW4RM process.
 type App struct {
-	cfg      Config
-	log      *slog.Logger
-	store    store.Store
-	temporal client.Client
-	worker   sdkworker.Worker
-	grpc     *grpc.Server
-	grpcLis  net.Listener
-	http     *http.Server
-	httpLis  net.Listener
-	stopOnce sync.Once
+	cfg       Config
+	log       *slog.Logger
+	store     store.Store
+	temporal  client.Client
+	worker    sdkworker.Worker
+	grpc      *grpc.Server
+	grpcLis   net.Listener
+	http      *http.Server
+	httpLis   net.Listener
+	stopOnce  sync.Once
+	stopSweep context.CancelFunc
+	metrics   *metrics.Router
+	router    *router.Router
 }
 
 // OpenStore opens the store the configuration names: PostgreSQL when DatabaseURL is set
@@ -186,7 +248,14 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		log.Warn("no HITL operators and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
 	}
 	sink := observe.New(log, st.Audit())
-	rt := router.New(st, router.Config{BufferCapacity: cfg.BufferCapacity, Lease: cfg.DeliveryLease, MaxPayloadBytes: cfg.MaxPayloadBytes}, sink)
+	rt := router.New(st, router.Config{
+		BufferCapacity: cfg.BufferCapacity, Lease: cfg.DeliveryLease, MaxPayloadBytes: cfg.MaxPayloadBytes,
+		AckTimeout: cfg.AckTimeout, MaxRetries: cfg.MaxRetries, DedupWindow: cfg.DedupWindow, StreamRetention: cfg.StreamRetention,
+		DLQRetention: cfg.DLQRetention, PrivilegedRate: cfg.PrivilegedRate, PrivilegedBurst: cfg.PrivilegedBurst, LaneWeights: cfg.LaneWeights,
+	}, sink)
+	a.router = rt
+	a.metrics = metrics.New(st, rt.Config().BufferCapacity)
+	rt.SetMetrics(a.metrics)
 	log.Info("sw4rm starting", "temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue,
 		"store", st.Kind(), "server", roles.Server, "worker", roles.Worker)
 
@@ -210,6 +279,11 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		)
 		a.grpc = grpc.NewServer(opts...)
+		// The router's timers (ACK timeouts, TTLs, response deadlines, retention) run in every
+		// frontend; the store hands each expired item to exactly one of them.
+		sweepCtx, stopSweep := context.WithCancel(context.Background())
+		a.stopSweep = stopSweep
+		go rt.Run(sweepCtx)
 		fe := frontend.New(st, rt, a.temporal, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout, HITLPolicy: hitlPolicy, HITLTimeout: cfg.HITLTimeout})
 		fe.Register(a.grpc)
 		go func() {
@@ -224,6 +298,7 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 				return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 			}
 			mux := http.NewServeMux()
+			mux.Handle("GET /metrics", a.metrics.Handler())
 			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 				_, _ = fmt.Fprintf(w, "ok store=%s\n", st.Kind())
@@ -234,7 +309,7 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 					log.Error("HTTP server stopped", "error", err)
 				}
 			}()
-			log.Info("HTTP listening", "addr", a.httpLis.Addr().String(), "paths", "/healthz")
+			log.Info("HTTP listening", "addr", a.httpLis.Addr().String(), "paths", "/healthz /metrics")
 		}
 	}
 	return a, nil
@@ -259,6 +334,9 @@ func (a *App) HTTPAddr() string {
 // Temporal returns the process's Temporal client.
 func (a *App) Temporal() client.Client { return a.temporal }
 
+// Router returns the process's router.
+func (a *App) Router() *router.Router { return a.router }
+
 // Store returns the process's store.
 func (a *App) Store() store.Store { return a.store }
 
@@ -267,6 +345,9 @@ func (a *App) Store() store.Store { return a.store }
 func (a *App) Stop() { a.stopOnce.Do(a.stop) }
 
 func (a *App) stop() {
+	if a.stopSweep != nil {
+		a.stopSweep()
+	}
 	if a.grpc != nil {
 		stopped := make(chan struct{})
 		go func() { a.grpc.GracefulStop(); close(stopped) }()

@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"strconv"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -12,9 +13,15 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
+
+// ResumeAfterMetadataKey is the StreamIncoming request metadata carrying a consumer's resume
+// offset (§5.5): the seq of the last delivery it processed. Every unconfirmed delivery up to
+// it is confirmed and the stream continues after it.
+const ResumeAfterMetadataKey = "sw4rm-resume-after"
 
 // ErrorCodeTrailer is the response trailer that carries the spec's error_code (enum name)
 // whenever a call is rejected, so clients need not parse the reason text.
@@ -64,12 +71,29 @@ func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
 	}
+	var resumeAfter *int64
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(ResumeAfterMetadataKey); len(v) > 0 {
+			n, err := strconv.ParseInt(v[0], 10, 64)
+			if err != nil || n < 0 {
+				return status.Errorf(codes.InvalidArgument, "validation_error: %s=%q must be the non-negative seq of the last message you processed", ResumeAfterMetadataKey, v[0])
+			}
+			resumeAfter = &n
+		}
+	}
 	if rec.State == commonpb.AgentState_INITIALIZING {
 		r.s.signalReady(ctx, agentID, "stream")
 	}
-	err = r.s.router.Stream(ctx, agentID, func(d store.Delivery) error {
+	err = r.s.router.Stream(ctx, agentID, resumeAfter, func(d store.Delivery) error {
 		return stream.Send(&routerpb.StreamItem{Msg: d.Envelope, Seq: d.Seq})
 	})
+	var rerr *router.ResumeError
+	if errors.As(err, &rerr) {
+		if rerr.Invalid {
+			return status.Error(codes.OutOfRange, rerr.Error())
+		}
+		return status.Error(codes.FailedPrecondition, rerr.Error())
+	}
 	if ctx.Err() != nil {
 		return nil // the consumer went away; unconfirmed rows stay for its next stream
 	}

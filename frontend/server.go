@@ -21,6 +21,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
@@ -78,6 +79,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	schedulerpb.RegisterSchedulerPolicyServiceServer(g, schedulerpb.UnimplementedSchedulerPolicyServiceServer{})
 	hitlpb.RegisterHitlServiceServer(g, &hitlService{s: s})
 	hitladminpb.RegisterHitlAdminServiceServer(g, &hitlAdminService{s: s})
+	dlqadminpb.RegisterDlqAdminServiceServer(g, &dlqAdminService{s: s, requeue: s.router})
 	worktreepb.RegisterWorktreeServiceServer(g, worktreepb.UnimplementedWorktreeServiceServer{})
 	toolpb.RegisterToolServiceServer(g, toolpb.UnimplementedToolServiceServer{})
 	connectorpb.RegisterConnectorServiceServer(g, connectorpb.UnimplementedConnectorServiceServer{})

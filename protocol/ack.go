@@ -3,7 +3,6 @@ package protocol
 import (
 	"encoding/json"
 	"mime"
-	"strings"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 )
@@ -53,13 +52,13 @@ func ParseAck(env *commonpb.Envelope) (AckPayload, *Error) {
 	if j.AckForMessageID == "" {
 		return AckPayload{}, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "ACKNOWLEDGEMENT payload needs ack_for_message_id")
 	}
-	stage, ok := commonpb.AckStage_value[strings.ToUpper(j.AckStage)]
+	stage, ok := commonpb.AckStage_value[asciiUpper(j.AckStage)]
 	if !ok || stage == 0 {
 		return AckPayload{}, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "ack_stage %q is not one of RECEIVED, READ, FULFILLED, REJECTED, FAILED, TIMED_OUT", truncate(j.AckStage))
 	}
 	var code int32
 	if j.ErrorCode != "" {
-		c, ok := commonpb.ErrorCode_value[strings.ToUpper(j.ErrorCode)]
+		c, ok := commonpb.ErrorCode_value[asciiUpper(j.ErrorCode)]
 		if !ok {
 			return AckPayload{}, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "error_code %q is not a SW4RM error code", truncate(j.ErrorCode))
 		}
@@ -84,6 +83,18 @@ var stageStates = [...]struct {
 	{commonpb.AckStage_REJECTED, commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED},
 	{commonpb.AckStage_FAILED, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED},
 	{commonpb.AckStage_TIMED_OUT, commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT},
+}
+
+// asciiUpper upper-cases ASCII letters only: strings.ToUpper would turn look-alikes such as
+// the dotless ı into I and accept "tımed_out" as TIMED_OUT.
+func asciiUpper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'a' && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
 }
 
 // StateForStage maps an ACK stage onto the message lifecycle state it reports.

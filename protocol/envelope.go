@@ -25,7 +25,8 @@ type Limits struct {
 // ValidateEnvelope checks the fields §11 requires of every message: message_id (a UUID, new
 // per attempt, §11.3), producer_id, correlation_id (§5.2), a defined message_type, and
 // content_type plus a content_length equal to the payload's size whenever a payload is present
-// (§5.4). It returns a *Error with VALIDATION_ERROR or OVERSIZE_PAYLOAD, or nil.
+// (§5.4). It returns a *Error with VALIDATION_ERROR, UNSUPPORTED_MESSAGE_TYPE or
+// OVERSIZE_PAYLOAD, or nil.
 // sequence_number and retry_count are required by §11 too, but zero is a legal value for both,
 // so proto3 cannot tell "absent" from "zero" and they are not checked here.
 func ValidateEnvelope(env *commonpb.Envelope, lim Limits) *Error {

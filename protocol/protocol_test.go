@@ -90,6 +90,8 @@ func TestAckRoundTripAndParsing(t *testing.T) {
 		"unknown stage":      {`{"ack_for_message_id":"m","ack_stage":"DONE"}`, "application/json"},
 		"unspecified stage":  {`{"ack_for_message_id":"m","ack_stage":"ACK_STAGE_UNSPECIFIED"}`, "application/json"},
 		"unknown code":       {`{"ack_for_message_id":"m","ack_stage":"FAILED","error_code":"OOPS"}`, "application/json"},
+		"look-alike stage":   {`{"ack_for_message_id":"m","ack_stage":"tımed_out"}`, "application/json"},
+		"look-alike code":    {`{"ack_for_message_id":"m","ack_stage":"FAILED","error_code":"agent_ſhutdown"}`, "application/json"},
 	} {
 		_, perr := parse(c[0], c[1])
 		require.NotNil(t, perr, name)

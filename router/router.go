@@ -1,9 +1,11 @@
-// Package router is the core of the routed message plane (§11–§13): it validates and
+// Package router is the core of the routed message plane (§11–§13, §21): it validates and
 // admits envelopes into per-recipient inbound buffers held by the store, applies ACKs to the
-// message lifecycle and routes them to the original producer, sends NACKs for every
-// rejection it can attribute, and feeds each agent's inbound stream. The gRPC RouterService
-// in frontend/ and the activities that notify agents both go through it, so there is one
-// implementation of admission.
+// message lifecycle and routes them to the original producer, answers duplicates from the
+// idempotency cache, sends NACKs for every rejection it can attribute, enforces ACK timeouts,
+// TTLs and response deadlines with a sweep that any number of frontends may run against one
+// store, moves what cannot succeed to the dead-letter queue, and feeds each agent's inbound
+// stream lane by lane. The gRPC RouterService in frontend/ and the activities that notify
+// agents both go through it, so there is one implementation of admission.
 package router
 
 import (
@@ -11,9 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/observe"
@@ -22,19 +26,42 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
-// Defaults of the router's configuration (§13, §20).
+// Defaults of the router's configuration (§11, §13, §20).
 const (
 	// DefaultBufferCapacity is the inbound buffer size per agent (§13, §20).
 	DefaultBufferCapacity = 10
 	// DefaultLease is how long a delivered, unconfirmed row waits before it is redelivered on
 	// the same stream.
 	DefaultLease = 30 * time.Second
+	// DefaultAckTimeout is the time a message may stay SENT before it is TIMED_OUT (§11, §20).
+	DefaultAckTimeout = 10 * time.Second
+	// DefaultMaxRetries is the retry budget: a message TIMED_OUT at this retry_count or more
+	// goes to the dead-letter queue (§21.1).
+	DefaultMaxRetries = 3
+	// DefaultDedupWindow is the idempotency window (§11.2, §20).
+	DefaultDedupWindow = time.Hour
+	// DefaultStreamRetention is how long confirmed rows are kept for offset resumption (§5.5).
+	DefaultStreamRetention = time.Hour
+	// DefaultDLQRetention bounds the dead-letter queue (§21.1).
+	DefaultDLQRetention = 7 * 24 * time.Hour
+	// DefaultPrivilegedRate and DefaultPrivilegedBurst rate-limit each producer's PRIVILEGED
+	// lane; overflow goes to STANDARD (§7.3, §23).
+	DefaultPrivilegedRate  = 50.0
+	DefaultPrivilegedBurst = 100
+	// DefaultSweepInterval is how often the sweep runs.
+	DefaultSweepInterval = 250 * time.Millisecond
 	// claimBatch bounds how many rows one claim hands to a stream.
 	claimBatch = 64
 	// pollInterval is the safety net under notifications: lease expiries produce no
 	// notification, and a lost notification must not strand a message.
 	pollInterval = time.Second
+	// starvationAge is the age at which a STANDARD or BULK delivery dispatched behind urgent
+	// traffic is warned about (§19).
+	starvationAge = 5 * time.Second
 )
+
+// DefaultLaneWeights are the weighted-fair shares of PRIVILEGED, STANDARD and BULK (§7.3).
+var DefaultLaneWeights = store.LaneWeights{Privileged: 6, Standard: 3, Bulk: 1}
 
 // Config tunes the router.
 type Config struct {
@@ -44,25 +71,90 @@ type Config struct {
 	Lease time.Duration
 	// MaxPayloadBytes is the payload limit; zero means protocol.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
+	// AckTimeout is the SENT → TIMED_OUT timeout; zero means DefaultAckTimeout.
+	AckTimeout time.Duration
+	// MaxRetries is the retry budget; zero means DefaultMaxRetries.
+	MaxRetries int
+	// DedupWindow is the idempotency window; zero means DefaultDedupWindow.
+	DedupWindow time.Duration
+	// StreamRetention keeps confirmed rows for resumption; zero means DefaultStreamRetention.
+	StreamRetention time.Duration
+	// DLQRetention bounds dead letters; zero means DefaultDLQRetention.
+	DLQRetention time.Duration
+	// PrivilegedRate (messages/s) and PrivilegedBurst limit each producer's PRIVILEGED lane;
+	// zero means the defaults.
+	PrivilegedRate  float64
+	PrivilegedBurst int
+	// LaneWeights interleave the lanes on delivery; zero means DefaultLaneWeights.
+	LaneWeights store.LaneWeights
+	// SweepInterval is how often Run sweeps; zero means DefaultSweepInterval.
+	SweepInterval time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if c.BufferCapacity <= 0 {
+		c.BufferCapacity = DefaultBufferCapacity
+	}
+	def(&c.Lease, DefaultLease)
+	def(&c.AckTimeout, DefaultAckTimeout)
+	def(&c.DedupWindow, DefaultDedupWindow)
+	def(&c.StreamRetention, DefaultStreamRetention)
+	def(&c.DLQRetention, DefaultDLQRetention)
+	def(&c.SweepInterval, DefaultSweepInterval)
+	if c.MaxRetries <= 0 {
+		c.MaxRetries = DefaultMaxRetries
+	}
+	if c.PrivilegedRate <= 0 {
+		c.PrivilegedRate = DefaultPrivilegedRate
+	}
+	if c.PrivilegedBurst <= 0 {
+		c.PrivilegedBurst = DefaultPrivilegedBurst
+	}
+	if c.LaneWeights == (store.LaneWeights{}) {
+		c.LaneWeights = DefaultLaneWeights
+	}
+	return c
+}
+
+// Metrics receives the router's back-pressure observations (§13); nil means none.
+type Metrics interface {
+	// Rejected counts an admission rejected for agentID with an error code.
+	Rejected(agentID string, code commonpb.ErrorCode)
+	// Nacked counts a NACK sent to agentID.
+	Nacked(agentID string, code commonpb.ErrorCode)
+	// Enqueued observes the time from receipt to enqueue.
+	Enqueued(agentID string, d time.Duration)
+	// Dequeued observes the time from enqueue to a stream's fetch.
+	Dequeued(agentID string, d time.Duration, lane commonpb.CommunicationClass)
+	// Processed observes the time from enqueue to the consumer's terminal ACK.
+	Processed(agentID string, d time.Duration)
+	// PrivilegedOverflow counts a PRIVILEGED message demoted to STANDARD.
+	PrivilegedOverflow(producerID string)
 }
 
 // Router admits, acknowledges and streams messages.
 type Router struct {
-	st   store.Store
-	cfg  Config
-	sink *observe.Sink
+	st      store.Store
+	cfg     Config
+	sink    *observe.Sink
+	metrics Metrics
+
+	limitersMu sync.Mutex
+	limiters   map[string]*rate.Limiter
 }
 
 // New builds a router over a store.
 func New(st store.Store, cfg Config, sink *observe.Sink) *Router {
-	if cfg.BufferCapacity <= 0 {
-		cfg.BufferCapacity = DefaultBufferCapacity
-	}
-	if cfg.Lease <= 0 {
-		cfg.Lease = DefaultLease
-	}
-	return &Router{st: st, cfg: cfg, sink: sink}
+	return &Router{st: st, cfg: cfg.withDefaults(), sink: sink, limiters: map[string]*rate.Limiter{}}
 }
+
+// SetMetrics installs the metrics sink; call before serving.
+func (r *Router) SetMetrics(m Metrics) { r.metrics = m }
 
 // Config returns the effective configuration.
 func (r *Router) Config() Config { return r.cfg }
@@ -72,86 +164,135 @@ func (r *Router) Config() Config { return r.cfg }
 // the spec's error_code — the producer also receives a NACK envelope when it is a registered
 // agent — while a failure of the store comes back as a plain error.
 func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient string) (*protocol.Error, error) {
+	received := time.Now()
 	if perr := protocol.ValidateEnvelope(env, protocol.Limits{MaxPayloadBytes: r.cfg.MaxPayloadBytes}); perr != nil {
-		return r.reject(ctx, env, perr)
+		return r.reject(ctx, env, recipient, perr)
 	}
 	env = proto.Clone(env).(*commonpb.Envelope)
 	// The lifecycle state is the server's to keep; whatever the producer put there is replaced.
 	env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
 	route, perr := protocol.Resolve(env, recipient)
-	if perr != nil {
-		return r.reject(ctx, env, perr)
-	}
-	if route.AckFor != "" {
+	if route.AckFor != "" && perr == nil {
 		return r.applyAck(ctx, env)
+	}
+	link, lerr := protocol.ParseLinkage(env.GetContentType())
+	if lerr != nil {
+		return r.reject(ctx, env, recipient, lerr)
+	}
+	var request store.MessageRecord
+	if link.InResponseTo != "" {
+		// Responses route by in_response_to (004 §3), whatever the metadata says.
+		var rerr *protocol.Error
+		if request, rerr = r.requestFor(ctx, env, link.InResponseTo); rerr != nil {
+			return r.reject(ctx, env, recipient, rerr)
+		}
+		route, perr = protocol.Route{Recipient: request.ProducerID}, nil
+		if env.IdempotencyToken == "" {
+			env.IdempotencyToken = protocol.ResponseToken(env.GetProducerId(), originalOf(request))
+		}
+	}
+	if perr != nil {
+		return r.reject(ctx, env, recipient, perr)
+	}
+	if link.Request != nil && env.IdempotencyToken == "" {
+		// A response-required request gets a token so its retries and its response's token
+		// (derived from it) stay stable across attempts (004 §5).
+		env.IdempotencyToken = env.GetProducerId() + ":request:" + env.GetMessageId()
 	}
 	agent, err := r.st.Registry().GetAgent(ctx, route.Recipient)
 	if errors.Is(err, store.ErrNotFound) {
-		return r.reject(ctx, env, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "recipient %q is not a registered agent", route.Recipient))
+		return r.reject(ctx, env, route.Recipient, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "recipient %q is not a registered agent", route.Recipient))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up recipient: %w", err)
 	}
 	if len(env.GetPayload()) > 0 && !protocol.AcceptsContentType(agent.Descriptor.GetModalitiesSupported(), env.GetContentType()) {
-		return r.reject(ctx, env, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
+		return r.reject(ctx, env, route.Recipient, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
 			"content_type %q is not among the modalities agent %q declared %v (§12)", env.GetContentType(), route.Recipient, agent.Descriptor.GetModalitiesSupported()))
 	}
-	seq, err := r.st.Messages().Admit(ctx, store.AdmitRequest{
+	req := store.AdmitRequest{
 		Envelope: env, RecipientID: route.Recipient, Capacity: r.cfg.BufferCapacity, Track: true,
-	})
+		Lane: r.laneFor(ctx, env.GetProducerId()),
+	}
+	if ttl := env.GetTtlMs(); ttl > 0 {
+		req.ExpiresAt = received.Add(time.Duration(ttl) * time.Millisecond)
+	}
+	if key := protocol.DedupKey(env); key != "" {
+		req.Dedup = &store.Dedup{ProducerID: env.GetProducerId(), Key: key, Window: r.cfg.DedupWindow}
+	}
+	seq, err := r.st.Messages().Admit(ctx, req)
+	var dup *store.DedupError
 	switch {
+	case errors.As(err, &dup):
+		return r.answerFromCache(ctx, env, dup)
 	case errors.Is(err, store.ErrBufferFull):
-		return r.reject(ctx, env, protocol.Errorf(commonpb.ErrorCode_BUFFER_FULL,
+		// 004 §7: a rejected request never leaves its sender waiting: no pending entry exists.
+		return r.reject(ctx, env, route.Recipient, protocol.Errorf(commonpb.ErrorCode_BUFFER_FULL,
 			"inbound buffer capacity (%d) exceeded for agent=%s (§13)", r.cfg.BufferCapacity, route.Recipient))
 	case errors.Is(err, store.ErrDuplicateMessage):
-		return r.reject(ctx, env, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED,
+		return r.reject(ctx, env, route.Recipient, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED,
 			"message_id %s was already admitted; a retry needs a new message_id (§11.3)", env.GetMessageId()))
 	case err != nil:
 		return nil, fmt.Errorf("admit message: %w", err)
 	}
+	if r.metrics != nil {
+		r.metrics.Enqueued(route.Recipient, time.Since(received))
+	}
+	details := map[string]any{"seq": seq, "state": "SENT", "message_type": env.GetMessageType().String(),
+		"content_type": env.GetContentType(), "content_length": env.GetContentLength(), "lane": req.Lane.String(), "retry_count": env.GetRetryCount()}
+	if req.Dedup != nil {
+		details["dedup_key"] = req.Dedup.Key
+	}
 	r.sink.Record(ctx, observe.Event{
 		CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
-		AgentID: route.Recipient, MessageID: env.GetMessageId(),
-		Details: map[string]any{"seq": seq, "state": "SENT", "message_type": env.GetMessageType().String(), "content_type": env.GetContentType(), "content_length": env.GetContentLength()},
+		AgentID: route.Recipient, MessageID: env.GetMessageId(), Details: details,
 	})
+	if link.Request != nil {
+		if err := r.trackRequest(ctx, env, route.Recipient, *link.Request, 1, env.GetMessageId()); err != nil {
+			return nil, err
+		}
+	}
+	if link.InResponseTo != "" {
+		if err := r.fulfilRequest(ctx, request, env); err != nil {
+			return nil, err
+		}
+	}
 	return nil, nil
 }
 
-// applyAck advances the acknowledged message and routes the ACK to its producer (§11,
-// wire contract: ACKs travel as ordinary envelopes).
-func (r *Router) applyAck(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
-	ack, perr := protocol.ParseAck(env)
-	if perr != nil {
-		return r.reject(ctx, env, perr)
-	}
-	rec, err := r.st.Messages().GetMessage(ctx, ack.AckForMessageID)
-	if errors.Is(err, store.ErrNotFound) {
-		return r.reject(ctx, env, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "ack_for_message_id %s names no message this router admitted", ack.AckForMessageID))
-	}
+// laneFor returns the lane of a producer's messages: its registered communication class,
+// with PRIVILEGED rate-limited per producer and its overflow demoted to STANDARD (§7.3).
+func (r *Router) laneFor(ctx context.Context, producerID string) commonpb.CommunicationClass {
+	rec, err := r.st.Registry().GetAgent(ctx, producerID)
 	if err != nil {
-		return nil, fmt.Errorf("look up acknowledged message: %w", err)
+		return commonpb.CommunicationClass_STANDARD
 	}
-	if rec.RecipientID != env.GetProducerId() {
-		return r.reject(ctx, env, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED,
-			"only the recipient %q may acknowledge message %s, not %q", rec.RecipientID, rec.MessageID, env.GetProducerId()))
+	switch class := rec.Descriptor.GetCommunicationClass(); class {
+	case commonpb.CommunicationClass_BULK:
+		return class
+	case commonpb.CommunicationClass_PRIVILEGED:
+		if r.limiter(producerID).Allow() {
+			return class
+		}
+		if r.metrics != nil {
+			r.metrics.PrivilegedOverflow(producerID)
+		}
+		r.sink.Record(ctx, observe.Event{Actor: producerID, AgentID: producerID, Type: "router.privileged_overflow", Level: slog.LevelWarn,
+			Details: map[string]any{"rate_per_s": r.cfg.PrivilegedRate, "burst": r.cfg.PrivilegedBurst, "demoted_to": "STANDARD"}})
+		return commonpb.CommunicationClass_STANDARD
 	}
-	after, applied, err := r.advance(ctx, rec.MessageID, protocol.StateForStage(ack.Stage), ack.ErrorCode, ack.Note, env.GetProducerId())
-	if err != nil {
-		return nil, err
+	return commonpb.CommunicationClass_STANDARD
+}
+
+func (r *Router) limiter(producerID string) *rate.Limiter {
+	r.limitersMu.Lock()
+	defer r.limitersMu.Unlock()
+	l, ok := r.limiters[producerID]
+	if !ok {
+		l = rate.NewLimiter(rate.Limit(r.cfg.PrivilegedRate), r.cfg.PrivilegedBurst)
+		r.limiters[producerID] = l
 	}
-	if !applied {
-		// §11.1: a late or repeated ACK never changes the state, but it is recorded.
-		r.sink.Record(ctx, observe.Event{
-			CorrelationID: rec.CorrelationID, Actor: env.GetProducerId(), Type: "message.ack_ignored",
-			AgentID: rec.ProducerID, MessageID: rec.MessageID, Level: slog.LevelWarn,
-			Details: map[string]any{"ack_stage": ack.Stage.String(), "current_state": after.State.String(), "state_since": after.UpdatedAt.UTC().Format(time.RFC3339Nano), "ack_message_id": env.GetMessageId()},
-		})
-		return nil, nil
-	}
-	if err := r.deliverControl(ctx, rec.ProducerID, env); err != nil {
-		return nil, err
-	}
-	return nil, nil
+	return l
 }
 
 // advance applies one lifecycle transition and records it.
@@ -176,38 +317,50 @@ func (r *Router) advance(ctx context.Context, messageID string, to commonpb.Enve
 	return after, applied, nil
 }
 
-// reject records a rejection and sends the NACK (§13: never a silent drop; §21: the NACK
-// names the message, the failed stage and the error_code). The NACK goes only to a registered
-// producer with a usable message_id: anyone else gets the synchronous answer alone.
-func (r *Router) reject(ctx context.Context, env *commonpb.Envelope, perr *protocol.Error) (*protocol.Error, error) {
+// reject records a rejection, sends the NACK (§13: never a silent drop; §21: the NACK names
+// the message, the failed stage and the error_code) and dead-letters what cannot succeed
+// (§21.1). The NACK goes only to a registered producer with a usable message_id: anyone else
+// gets the synchronous answer alone.
+func (r *Router) reject(ctx context.Context, env *commonpb.Envelope, route string, perr *protocol.Error) (*protocol.Error, error) {
 	r.sink.Record(ctx, observe.Event{
 		CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.rejected",
-		MessageID: env.GetMessageId(), Level: slog.LevelWarn,
+		AgentID: route, MessageID: env.GetMessageId(), Level: slog.LevelWarn,
 		Details: map[string]any{"error_code": perr.Code.String(), "reason": perr.Msg},
 	})
+	if r.metrics != nil {
+		r.metrics.Rejected(route, perr.Code)
+	}
+	if class := admissionDLQClass(perr.Code); class != "" && env.GetMessageType() != commonpb.MessageType_ACKNOWLEDGEMENT {
+		if err := r.deadLetter(ctx, deadLetterInput{env: env, route: route, code: perr.Code, class: class, reason: perr.Msg, state: commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED}); err != nil {
+			return nil, err
+		}
+	}
 	if env.GetMessageId() == "" || env.GetProducerId() == "" || env.GetMessageType() == commonpb.MessageType_ACKNOWLEDGEMENT {
 		return perr, nil // a NACK of an ACK would invite ping-pong; the caller has the answer
 	}
-	if _, err := r.st.Registry().GetAgent(ctx, env.GetProducerId()); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return perr, nil
-		}
-		return nil, fmt.Errorf("look up producer for NACK: %w", err)
-	}
-	nack := protocol.NewAckEnvelope(protocol.AckEnvelopeInput{
-		MessageID: uuid.NewString(), ProducerID: protocol.SchedulerID, CorrelationID: env.GetCorrelationId(),
-		Ack: protocol.AckPayload{AckForMessageID: env.GetMessageId(), Stage: commonpb.AckStage_REJECTED, ErrorCode: perr.Code, Note: perr.Msg},
-	})
-	if err := r.deliverControl(ctx, env.GetProducerId(), nack); err != nil {
+	if err := r.nack(ctx, env.GetProducerId(), env.GetCorrelationId(), env.GetMessageId(), commonpb.AckStage_REJECTED, perr.Code, perr.Msg); err != nil {
 		return nil, err
 	}
 	return perr, nil
 }
 
+// nack sends a router-originated ACK/NACK to a producer.
+func (r *Router) nack(ctx context.Context, producerID, correlationID, messageID string, stage commonpb.AckStage, code commonpb.ErrorCode, note string) error {
+	env := protocol.NewAckEnvelope(protocol.AckEnvelopeInput{
+		MessageID: uuid.NewString(), ProducerID: protocol.SchedulerID, CorrelationID: correlationID,
+		Ack: protocol.AckPayload{AckForMessageID: messageID, Stage: stage, ErrorCode: code, Note: note},
+	})
+	if code != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED && r.metrics != nil {
+		r.metrics.Nacked(producerID, code)
+	}
+	return r.deliverControl(ctx, producerID, env)
+}
+
 // deliverControl puts router control traffic (ACK forwards, NACKs, notifications) into an
 // agent's buffer. It bypasses the capacity check on purpose: a full buffer must not swallow
 // the NACK that tells its owner about a rejection, and this traffic is bounded by what the
-// agent itself sent. An agent that is not registered (any more) gets nothing, which is logged.
+// agent itself sent. Control traffic rides the PRIVILEGED lane: it is small and unblocks the
+// agent's own work. An agent that is not registered (any more) gets nothing, which is logged.
 func (r *Router) deliverControl(ctx context.Context, agentID string, env *commonpb.Envelope) error {
 	if _, err := r.st.Registry().GetAgent(ctx, agentID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -228,7 +381,7 @@ func (r *Router) deliverControl(ctx context.Context, agentID string, env *common
 		// already, and every stored row must be unique (§11.3: unique per transmission).
 		env.MessageId = uuid.NewString()
 	}
-	if _, err := r.st.Messages().Admit(ctx, store.AdmitRequest{Envelope: env, RecipientID: agentID}); err != nil {
+	if _, err := r.st.Messages().Admit(ctx, store.AdmitRequest{Envelope: env, RecipientID: agentID, Lane: commonpb.CommunicationClass_PRIVILEGED}); err != nil {
 		return fmt.Errorf("deliver control envelope to %s: %w", agentID, err)
 	}
 	return nil
@@ -258,45 +411,69 @@ func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64,
 	if err != nil {
 		return true, fmt.Errorf("look up confirmed message: %w", err)
 	}
-	to, code, note := commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED, "delivery confirmed by "+agentID
 	if permanentFailure {
-		to, code, note = commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.ErrorCode_INTERNAL_ERROR, "consumer "+agentID+" reported a permanent delivery failure"
+		return true, r.consumerFailed(ctx, rec, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.ErrorCode_INTERNAL_ERROR,
+			"consumer "+agentID+" reported a permanent delivery failure", agentID)
 	}
 	if rec.State != commonpb.EnvelopeState_ENVELOPE_STATE_SENT {
-		return true, nil // the consumer's own ACK envelope got there first
+		return true, nil // the consumer's own ACK envelope got there first (or it timed out)
 	}
-	_, applied, err := r.advance(ctx, rec.MessageID, to, code, note, agentID)
+	_, applied, err := r.advance(ctx, rec.MessageID, commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, 0, "delivery confirmed by "+agentID, agentID)
 	if err != nil || !applied {
 		return true, err
 	}
-	ackEnv := protocol.NewAckEnvelope(protocol.AckEnvelopeInput{
-		MessageID: uuid.NewString(), ProducerID: protocol.SchedulerID, CorrelationID: rec.CorrelationID,
-		Ack: protocol.AckPayload{AckForMessageID: rec.MessageID, Stage: protocol.StageForState(to), ErrorCode: code, Note: note},
-	})
-	return true, r.deliverControl(ctx, rec.ProducerID, ackEnv)
+	return true, r.nack(ctx, rec.ProducerID, rec.CorrelationID, rec.MessageID, commonpb.AckStage_RECEIVED, 0, "delivery confirmed by "+agentID)
+}
+
+// consumerFailed applies a consumer's terminal failure of a message, tells the producer and
+// dead-letters the message (§21.1: a terminal error means it cannot succeed).
+func (r *Router) consumerFailed(ctx context.Context, rec store.MessageRecord, to commonpb.EnvelopeState, code commonpb.ErrorCode, note, actor string) error {
+	after, applied, err := r.advance(ctx, rec.MessageID, to, code, note, actor)
+	if err != nil || !applied {
+		return err
+	}
+	if err := r.nack(ctx, rec.ProducerID, rec.CorrelationID, rec.MessageID, protocol.StageForState(to), code, note); err != nil {
+		return err
+	}
+	return r.deadLetter(ctx, deadLetterInput{env: after.Envelope, route: rec.RecipientID, code: code, class: store.DLQTerminalError,
+		reason: note, state: to, firstSeen: rec.CreatedAt})
 }
 
 // Stream feeds agentID's inbound buffer to send until ctx ends or send fails. On open, rows a
 // previous stream received but never confirmed become deliverable again (wire contract:
-// redelivered on the consumer's next stream); rows unconfirmed past the lease are redelivered
-// on the same stream.
-func (r *Router) Stream(ctx context.Context, agentID string, send func(store.Delivery) error) error {
+// redelivered on the consumer's next stream), after applying the consumer's resume offset
+// when it gives one (§5.5); rows unconfirmed past the lease are redelivered on the same
+// stream. Lanes are interleaved by weighted round robin (§7.3).
+func (r *Router) Stream(ctx context.Context, agentID string, resumeAfter *int64, send func(store.Delivery) error) error {
 	msgs := r.st.Messages()
 	wake, cancel := msgs.Subscribe(ctx, agentID)
 	defer cancel()
+	if resumeAfter != nil {
+		if err := msgs.ResumeAfter(ctx, agentID, *resumeAfter); err != nil {
+			var expired *store.PositionExpiredError
+			switch {
+			case errors.As(err, &expired):
+				return &ResumeError{Offset: *resumeAfter, Horizon: expired.Horizon}
+			case errors.Is(err, store.ErrInvalidPosition):
+				return &ResumeError{Offset: *resumeAfter, Invalid: true}
+			}
+			return fmt.Errorf("resume: %w", err)
+		}
+	}
 	if err := msgs.ReleaseLeases(ctx, agentID); err != nil {
 		return fmt.Errorf("release leases: %w", err)
 	}
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
 	for {
-		batch, err := msgs.Claim(ctx, agentID, claimBatch, r.cfg.Lease)
+		batch, err := msgs.Claim(ctx, store.ClaimRequest{AgentID: agentID, Limit: claimBatch, Lease: r.cfg.Lease, Weights: r.cfg.LaneWeights})
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("claim deliveries: %w", err)
 		}
+		r.observeDispatch(ctx, agentID, batch)
 		for _, d := range batch {
 			if err := send(d); err != nil {
 				return err
@@ -312,4 +489,57 @@ func (r *Router) Stream(ctx context.Context, agentID string, send func(store.Del
 		case <-ticker.C:
 		}
 	}
+}
+
+// observeDispatch flags urgent-lane dispatches and warns of starvation risk (§19, §7.3).
+func (r *Router) observeDispatch(ctx context.Context, agentID string, batch []store.Delivery) {
+	urgent := 0
+	var oldestOther time.Duration
+	now := time.Now()
+	for _, d := range batch {
+		age := now.Sub(d.EnqueuedAt)
+		if r.metrics != nil {
+			r.metrics.Dequeued(agentID, age, d.Lane)
+		}
+		if d.Lane == commonpb.CommunicationClass_PRIVILEGED && d.Envelope.GetProducerId() != protocol.SchedulerID {
+			urgent++
+		} else if d.Lane != commonpb.CommunicationClass_PRIVILEGED && age > oldestOther {
+			oldestOther = age
+		}
+	}
+	if urgent > 0 {
+		slog.Default().Debug("urgent-lane dispatch", "agent_id", agentID, "urgent", urgent, "batch", len(batch))
+	}
+	if urgent > 0 && oldestOther > starvationAge {
+		r.sink.Record(ctx, observe.Event{Actor: protocol.SchedulerID, AgentID: agentID, Type: "router.starvation_risk", Level: slog.LevelWarn,
+			Details: map[string]any{"urgent_in_batch": urgent, "oldest_non_urgent_age_s": oldestOther.Seconds()}})
+	}
+}
+
+// ResumeError is a resume offset the stream cannot honour (§5.5).
+type ResumeError struct {
+	// Offset is the requested position.
+	Offset int64
+	// Horizon is the highest pruned seq when the position expired.
+	Horizon int64
+	// Invalid marks an offset beyond the stream.
+	Invalid bool
+}
+
+// Error says what went wrong and how to recover.
+func (e *ResumeError) Error() string {
+	if e.Invalid {
+		return fmt.Sprintf("resume position %d is beyond the last seq ever delivered; reconnect without sw4rm-resume-after", e.Offset)
+	}
+	return fmt.Sprintf("resume position %d expired: confirmed rows up to seq %d were pruned after the retention window; "+
+		"reconnect without sw4rm-resume-after to receive every unconfirmed message (unconfirmed rows are never pruned), or resume from %d", e.Offset, e.Horizon, e.Horizon)
+}
+
+// originalOf names a request's logical operation for the response token: its idempotency
+// token, which every attempt shares.
+func originalOf(rec store.MessageRecord) string {
+	if t := rec.Envelope.GetIdempotencyToken(); t != "" {
+		return t
+	}
+	return rec.MessageID
 }

@@ -10,7 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"strconv"
 	"strings"
+	"time"
 
 	"sync/atomic"
 
@@ -47,11 +50,16 @@ func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sw4rm: dial %s: %w", addr, err)
 	}
-	return &Agent{
+	a := &Agent{
 		id: agentID, conn: conn,
 		router:   routerpb.NewRouterServiceClient(conn),
 		registry: registrypb.NewRegistryServiceClient(conn),
-	}, nil
+	}
+	// sequence_number must be monotonic per producer (§11) and the server deduplicates by
+	// (producer_id, sequence_number) for messages without a token (§11.2): starting from the
+	// clock keeps a restarted agent from reusing the numbers of its previous run.
+	a.seq.Store(uint64(time.Now().UnixMicro()))
+	return a, nil
 }
 
 // ID is the agent's id.
@@ -143,6 +151,16 @@ type Message struct {
 	IdempotencyToken string
 	// TTLMillis expires the message (§11).
 	TTLMillis uint64
+	// RetryCount marks a retry (§11.3: a retry has a new message_id, the same token and
+	// retry_count+1).
+	RetryCount uint32
+	// ResponseTimeout, when set, makes the message a request that requires a response within
+	// it (004 draft; sent as the content_type parameter sw4rm-response-timeout-ms).
+	ResponseTimeout time.Duration
+	// MaxAttempts bounds a request's attempts (the server retries after each timeout).
+	MaxAttempts int
+	// InResponseTo makes the message the response to that request's message_id.
+	InResponseTo string
 }
 
 // Send sends a message and returns the envelope as sent (with its message_id). A protocol
@@ -152,7 +170,7 @@ func (a *Agent) Send(ctx context.Context, m Message) (*commonpb.Envelope, error)
 		MessageId: uuid.NewString(), ProducerId: a.id, CorrelationId: m.CorrelationID,
 		SequenceNumber: a.seq.Add(1), MessageType: m.Type, ContentType: m.ContentType,
 		Payload: m.Payload, ContentLength: uint64(len(m.Payload)),
-		IdempotencyToken: m.IdempotencyToken, TtlMs: m.TTLMillis,
+		IdempotencyToken: m.IdempotencyToken, TtlMs: m.TTLMillis, RetryCount: m.RetryCount,
 	}
 	if env.CorrelationId == "" {
 		env.CorrelationId = uuid.NewString()
@@ -160,8 +178,24 @@ func (a *Agent) Send(ctx context.Context, m Message) (*commonpb.Envelope, error)
 	if env.MessageType == commonpb.MessageType_MESSAGE_TYPE_UNSPECIFIED {
 		env.MessageType = commonpb.MessageType_DATA
 	}
-	if env.ContentType == "" && len(env.Payload) > 0 {
+	if env.ContentType == "" && (len(env.Payload) > 0 || m.ResponseTimeout > 0 || m.InResponseTo != "") {
 		env.ContentType = "application/json"
+	}
+	if m.ResponseTimeout > 0 || m.InResponseTo != "" {
+		mt, params, err := mime.ParseMediaType(env.ContentType)
+		if err != nil {
+			return env, fmt.Errorf("sw4rm: content type %q: %w", env.ContentType, err)
+		}
+		if m.ResponseTimeout > 0 {
+			params[protocol.ParamResponseTimeout] = strconv.FormatInt(m.ResponseTimeout.Milliseconds(), 10)
+			if m.MaxAttempts > 0 {
+				params[protocol.ParamMaxAttempts] = strconv.Itoa(m.MaxAttempts)
+			}
+		}
+		if m.InResponseTo != "" {
+			params[protocol.ParamInResponseTo] = m.InResponseTo
+		}
+		env.ContentType = mime.FormatMediaType(mt, params)
 	}
 	return env, a.SendEnvelope(ctx, env, m.To)
 }
@@ -229,6 +263,23 @@ func (d *Delivery) AckPayload() (protocol.AckPayload, bool) {
 	return p, err == nil
 }
 
+// InResponseTo returns the request a delivered response answers, or "".
+func (d *Delivery) InResponseTo() string {
+	l, _ := protocol.ParseLinkage(d.Envelope.GetContentType())
+	return l.InResponseTo
+}
+
+// RequiresResponse reports whether the delivered message is a request awaiting a response.
+func (d *Delivery) RequiresResponse() bool {
+	l, _ := protocol.ParseLinkage(d.Envelope.GetContentType())
+	return l.Request != nil
+}
+
+// Respond sends the response to a delivered request; the server routes it to the requester.
+func (d *Delivery) Respond(ctx context.Context, payload []byte) (*commonpb.Envelope, error) {
+	return d.agent.Send(ctx, Message{InResponseTo: d.Envelope.GetMessageId(), Payload: payload, CorrelationID: d.Envelope.GetCorrelationId()})
+}
+
 // DecodeJSON unmarshals the payload.
 func (d *Delivery) DecodeJSON(v any) error { return json.Unmarshal(d.Envelope.GetPayload(), v) }
 
@@ -242,6 +293,17 @@ type Stream struct {
 // Receive opens the inbound stream. Whatever an earlier stream received but never confirmed
 // is delivered again first.
 func (a *Agent) Receive(ctx context.Context) (*Stream, error) {
+	return a.receive(ctx)
+}
+
+// ResumeAfter opens the inbound stream from an offset (§5.5): every unconfirmed delivery up to
+// seq counts as processed, and delivery continues after it. An offset older than the server's
+// retention fails with codes.FailedPrecondition saying how to recover.
+func (a *Agent) ResumeAfter(ctx context.Context, seq int64) (*Stream, error) {
+	return a.receive(metadata.AppendToOutgoingContext(ctx, "sw4rm-resume-after", strconv.FormatInt(seq, 10)))
+}
+
+func (a *Agent) receive(ctx context.Context) (*Stream, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	s, err := a.router.StreamIncoming(ctx, &routerpb.StreamRequest{AgentId: a.id})
 	if err != nil {

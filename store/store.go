@@ -8,6 +8,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -24,6 +25,8 @@ var (
 	ErrDuplicateMessage = errors.New("store: duplicate message_id")
 	// ErrAlreadyDecided reports that a HITL invocation was already completed.
 	ErrAlreadyDecided = errors.New("store: hitl invocation already decided")
+	// ErrInvalidPosition reports a resume offset beyond the last seq ever assigned.
+	ErrInvalidPosition = errors.New("store: resume position beyond the stream")
 	// ErrDuplicateArtifact reports that an artifact with the same (negotiation_id, kind, version) exists.
 	ErrDuplicateArtifact = errors.New("store: duplicate artifact version")
 )
@@ -40,6 +43,8 @@ type Store interface {
 	Artifacts() Artifacts
 	// HITL returns the human-in-the-loop invocation projection.
 	HITL() HITL
+	// DLQ returns the dead-letter queue.
+	DLQ() DLQ
 	// Kind names the implementation ("memory" or "postgres") for logs.
 	Kind() string
 	// Close releases connections and stops background work.
@@ -67,6 +72,10 @@ type MessageRecord struct {
 	Note string
 	// Envelope is the envelope as admitted (a copy; never mutated by the store).
 	Envelope *commonpb.Envelope
+	// DedupKey is the idempotency key it was admitted under ("" for none).
+	DedupKey string
+	// ExpiresAt is when its TTL runs out; zero means never.
+	ExpiresAt time.Time
 	// CreatedAt is when the message was admitted (or rejected).
 	CreatedAt time.Time
 	// UpdatedAt is when State last changed.
@@ -87,6 +96,161 @@ type AdmitRequest struct {
 	// Track creates a MessageRecord in state SENT so the message's lifecycle can be advanced by
 	// ACKs. Control traffic that nobody acknowledges (ACK forwards, NACKs) is not tracked.
 	Track bool
+	// Lane is the communication class lane the row joins (§7.3); unspecified means STANDARD.
+	Lane commonpb.CommunicationClass
+	// ExpiresAt is when the message's TTL runs out (§11 ttl_ms); zero means never.
+	ExpiresAt time.Time
+	// Dedup, when set (with Track), makes the admission consult and update the idempotency
+	// cache atomically (§11.2); see Dedup.
+	Dedup *Dedup
+}
+
+// Dedup identifies the logical operation of a tracked message for idempotency (§11.2, §11.3).
+// Keys are scoped to the producer, so one agent cannot poison another's cache (§23).
+//
+// Admission with a Dedup key, in the same transaction as the capacity check and the insert:
+//   - no live entry for (ProducerID, Key): admit, and create the entry {in_progress,
+//     original = latest = this message_id};
+//   - entry in_progress (its latest attempt is not terminal and not TIMED_OUT): record the
+//     message REJECTED/ALREADY_IN_PROGRESS (not enqueued) and return a *DedupError with
+//     InProgress set;
+//   - entry retrying (its latest attempt TIMED_OUT): admit as the next attempt; the entry
+//     becomes in_progress with latest = this message_id and Attempts+1;
+//   - entry terminal: record the message REJECTED/DUPLICATE_DETECTED (not enqueued) and return
+//     a *DedupError carrying the entry (the cached outcome) without re-execution.
+//
+// ErrBufferFull leaves the cache untouched. An entry is live while its UpdatedAt is within
+// Window; an older one is replaced as if absent.
+type Dedup struct {
+	// ProducerID scopes the key.
+	ProducerID string
+	// Key is "t:<idempotency_token>", or "s:<sequence_number>" when there is no token.
+	Key string
+	// Window is the deduplication window (default 3600 s, §11.2, §20).
+	Window time.Duration
+}
+
+// Idempotency entry statuses.
+const (
+	// OpInProgress: the latest attempt is being processed.
+	OpInProgress = "in_progress"
+	// OpRetrying: the latest attempt timed out; the next attempt will be admitted.
+	OpRetrying = "retrying"
+	// OpTerminal: the operation has an outcome; further attempts get it from the cache.
+	OpTerminal = "terminal"
+)
+
+// IdempotencyEntry is the cached state of one logical operation (§11.2).
+type IdempotencyEntry struct {
+	// ProducerID and Key identify the operation.
+	ProducerID, Key string
+	// Status is OpInProgress, OpRetrying or OpTerminal.
+	Status string
+	// OriginalMessageID is the first attempt, or, once terminal, the attempt whose outcome is
+	// cached (the earliest successful completion, §11.1 rule 4).
+	OriginalMessageID string
+	// LatestMessageID is the most recent admitted attempt.
+	LatestMessageID string
+	// Attempts counts admitted attempts.
+	Attempts int
+	// TerminalState and ErrorCode are the cached outcome once terminal.
+	TerminalState commonpb.EnvelopeState
+	// ErrorCode accompanies a failed outcome.
+	ErrorCode commonpb.ErrorCode
+	// Result is the cached result (the completing ACK's note).
+	Result string
+	// CachedAt is when the outcome was cached.
+	CachedAt time.Time
+	// CreatedAt and UpdatedAt bound the entry's life in the window.
+	CreatedAt, UpdatedAt time.Time
+}
+
+// DedupError is returned by Admit when the idempotency cache answers instead of admitting.
+type DedupError struct {
+	// Entry is the cache entry consulted.
+	Entry IdempotencyEntry
+	// InProgress distinguishes ALREADY_IN_PROGRESS from DUPLICATE_DETECTED.
+	InProgress bool
+}
+
+// Error describes the cache decision.
+func (e *DedupError) Error() string {
+	if e.InProgress {
+		return "store: operation already in progress (attempt " + e.Entry.LatestMessageID + ")"
+	}
+	return "store: duplicate of " + e.Entry.OriginalMessageID
+}
+
+// LaneWeights are the weighted-fair shares of the three lanes when Claim interleaves them
+// (§7.3); a zero weight counts as 1 so no lane starves.
+type LaneWeights struct {
+	// Privileged, Standard and Bulk are the relative shares.
+	Privileged, Standard, Bulk int
+}
+
+// ClaimRequest asks for deliverable rows of one agent.
+type ClaimRequest struct {
+	// AgentID is the consumer.
+	AgentID string
+	// Limit caps the rows handed out.
+	Limit int
+	// Lease is how long claimed rows stay invisible to other claims.
+	Lease time.Duration
+	// Weights interleave the lanes: within the rows handed out, lanes alternate by weighted
+	// round robin (PRIVILEGED first) and each lane keeps seq order. Rows of a lane with
+	// nothing deliverable give their turn to the others.
+	Weights LaneWeights
+}
+
+// ExpiredMessage is a message the sweep moved to a terminal state.
+type ExpiredMessage struct {
+	// Record is the message after the transition (TIMED_OUT/ACK_TIMEOUT or FAILED/TTL_EXPIRED).
+	Record MessageRecord
+	// Entry is the idempotency entry after the transition, when the message had a key.
+	Entry *IdempotencyEntry
+}
+
+// LateAck is what RecordLateAck found and changed (§11.1).
+type LateAck struct {
+	// Record is the acknowledged message (unchanged: its state is terminal).
+	Record MessageRecord
+	// Entry is its idempotency entry, nil when the message had no key.
+	Entry *IdempotencyEntry
+	// Reconciled is true when the late ACK made the entry terminal (rule 4: the earliest
+	// successful completion wins).
+	Reconciled bool
+}
+
+// BufferStat describes one agent's inbound buffer for the back-pressure metrics (§13).
+type BufferStat struct {
+	// AgentID is the agent.
+	AgentID string
+	// Depth counts unconfirmed rows.
+	Depth int
+	// OldestEnqueuedAt is the oldest unconfirmed row's admission time; zero when empty.
+	OldestEnqueuedAt time.Time
+}
+
+// PendingResponse tracks a request that requires a response (004 §1–§2).
+type PendingResponse struct {
+	// RequestMessageID is the current attempt of the request.
+	RequestMessageID string
+	// OriginalMessageID is its first attempt.
+	OriginalMessageID string
+	// ProducerID waits for the response; ResponderID owes it.
+	ProducerID, ResponderID string
+	// CorrelationID is the request's correlation_id.
+	CorrelationID string
+	// Attempt is the 1-based attempt number; MaxAttempts bounds retries.
+	Attempt, MaxAttempts int
+	// Timeout is the per-attempt response timeout.
+	Timeout time.Duration
+	// Deadline is when the current attempt times out.
+	Deadline time.Time
+	// Status is "pending", "fulfilled", or "expired" (claimed by the sweep).
+	Status string
+	// ResponseMessageID is the response that fulfilled it.
+	ResponseMessageID string
 }
 
 // Delivery is one row of an agent's inbound buffer as handed to its stream.
@@ -101,6 +265,8 @@ type Delivery struct {
 	EnqueuedAt time.Time
 	// Attempts counts how many times the row has been claimed for delivery.
 	Attempts int
+	// Lane is the communication class lane the row was admitted to (§7.3).
+	Lane commonpb.CommunicationClass
 }
 
 // Transition asks for a lifecycle change of one message.
@@ -131,10 +297,11 @@ type MessagePlane interface {
 	// admitted or recorded returns ErrDuplicateMessage and changes nothing.
 	Admit(ctx context.Context, req AdmitRequest) (seq int64, err error)
 
-	// Claim hands out up to limit deliverable rows of agentID in seq order and leases them for
-	// lease: a row is deliverable when it is unconfirmed and not leased, or its lease expired.
-	// Each claimed row's Attempts is incremented.
-	Claim(ctx context.Context, agentID string, limit int, lease time.Duration) ([]Delivery, error)
+	// Claim hands out up to req.Limit deliverable rows of req.AgentID and leases them for
+	// req.Lease: a row is deliverable when it is unconfirmed and not leased, or its lease
+	// expired, and its message's TTL has not run out. Lanes are interleaved by req.Weights;
+	// each claimed row's Attempts is incremented.
+	Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error)
 
 	// ReleaseLeases makes every unconfirmed row of agentID deliverable again at once; the
 	// router calls it when the agent opens a new stream, so whatever the previous stream got
@@ -157,6 +324,59 @@ type MessagePlane interface {
 	// record after the call and whether the transition was applied; an illegal or no-op
 	// transition returns the unchanged record and false. Unknown messages give ErrNotFound.
 	Advance(ctx context.Context, t Transition, legal LegalFunc) (MessageRecord, bool, error)
+
+	// Expire is the sweep every frontend runs (several may share the store; each message is
+	// returned to exactly one caller). It moves tracked messages still SENT and admitted at or
+	// before now-ackTimeout to TIMED_OUT/ACK_TIMEOUT (§11), and tracked messages still SENT
+	// whose ExpiresAt passed to FAILED/TTL_EXPIRED (§11; TTL wins when both apply), at most
+	// limit of them. It removes from the buffer the rows of those messages that were never
+	// claimed (a consumer that never saw them must not get them now); rows already handed to a
+	// stream stay until confirmed. Idempotency entries follow: TIMED_OUT makes the entry
+	// retrying, TTL_EXPIRED makes it terminal.
+	Expire(ctx context.Context, ackTimeout time.Duration, limit int) ([]ExpiredMessage, error)
+
+	// RecordLateAck handles an ACK for a message already TIMED_OUT (§11.1 rules 1 and 4): the
+	// message's state does not change, but a successful or failed completion stage
+	// (FULFILLED, REJECTED, FAILED) makes its idempotency entry terminal with this message as
+	// the original, unless the entry is terminal already. Unknown messages give ErrNotFound.
+	RecordLateAck(ctx context.Context, messageID string, stage commonpb.EnvelopeState, code commonpb.ErrorCode, note string) (LateAck, error)
+
+	// CancelUndelivered removes the buffer row of a message if no stream has claimed it yet,
+	// reporting whether it did (§11.1 rule 2: an undelivered retry may be cancelled).
+	CancelUndelivered(ctx context.Context, messageID string) (bool, error)
+
+	// Idempotency returns the live entry of (producerID, key) within window, or ErrNotFound.
+	Idempotency(ctx context.Context, producerID, key string, window time.Duration) (IdempotencyEntry, error)
+
+	// ResumeAfter applies a consumer's resume offset (§5.5): every unconfirmed row of agentID
+	// with seq <= offset is confirmed (the consumer says it processed them). It returns
+	// *PositionExpiredError when rows after offset were already pruned (they cannot be
+	// redelivered), and ErrInvalidPosition for an offset beyond the last seq ever assigned.
+	ResumeAfter(ctx context.Context, agentID string, offset int64) error
+
+	// Prune deletes confirmed delivery rows confirmed before cutoff, remembering per agent
+	// the highest pruned seq (the resume horizon), and idempotency entries not updated since
+	// idempotencyCutoff. It returns how many delivery rows it deleted.
+	Prune(ctx context.Context, cutoff, idempotencyCutoff time.Time) (int, error)
+
+	// BufferStats describes every agent's buffer that holds unconfirmed rows.
+	BufferStats(ctx context.Context) ([]BufferStat, error)
+
+	// AddPendingResponse starts tracking a response-required request (status "pending").
+	// Adding the same RequestMessageID again replaces it.
+	AddPendingResponse(ctx context.Context, p PendingResponse) error
+
+	// ResolvePendingResponse marks the pending request requestMessageID fulfilled by
+	// responseMessageID and returns it; false when there is no pending entry for it (unknown,
+	// already fulfilled, or expired).
+	ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string) (PendingResponse, bool, error)
+
+	// ExpirePendingResponses claims up to limit pending requests whose Deadline passed,
+	// marking them "expired" (each returned to exactly one caller).
+	ExpirePendingResponses(ctx context.Context, limit int) ([]PendingResponse, error)
+
+	// PendingResponses lists the pending requests of a producer (empty producerID: all).
+	PendingResponses(ctx context.Context, producerID string) ([]PendingResponse, error)
 
 	// Subscribe returns a channel that receives a value (coalesced, never blocking the sender)
 	// whenever a row may have become deliverable for agentID — also when it was admitted by
@@ -328,4 +548,114 @@ type HITL interface {
 	// ListInvocations returns matching invocations ordered by creation time (then
 	// invocation_id), oldest first; with more than Limit matches it returns the newest Limit.
 	ListInvocations(ctx context.Context, f HITLFilter) ([]HITLRecord, error)
+}
+
+// PositionExpiredError reports a resume offset older than the retained stream (§5.5).
+type PositionExpiredError struct {
+	// Offset is the requested position.
+	Offset int64
+	// Horizon is the highest pruned seq: resuming is possible from Horizon on.
+	Horizon int64
+}
+
+// Error says what expired.
+func (e *PositionExpiredError) Error() string {
+	return fmt.Sprintf("store: resume position %d expired; rows up to %d were pruned", e.Offset, e.Horizon)
+}
+
+// DLQ error classes (§21.1).
+const (
+	// DLQRetriesExhausted: the retry budget ran out without success.
+	DLQRetriesExhausted = "retries_exhausted"
+	// DLQTerminalError: an error that means the operation cannot succeed (validation error,
+	// permission denied, malformed message, a consumer's permanent failure...).
+	DLQTerminalError = "terminal_error"
+	// DLQPolicyViolation: security or resource-limit policy (oversize payload, modality...).
+	DLQPolicyViolation = "policy_violation"
+	// DLQTTLExpired: the message's TTL ran out.
+	DLQTTLExpired = "ttl_expired"
+)
+
+// DLQAttempt is one attempt in a dead letter's history.
+type DLQAttempt struct {
+	// MessageID is the attempt's message_id.
+	MessageID string `json:"message_id"`
+	// At is when it was admitted or rejected.
+	At time.Time `json:"at"`
+	// State is its final lifecycle state's enum name.
+	State string `json:"state"`
+	// Reason says how it ended.
+	Reason string `json:"reason"`
+}
+
+// DLQEntry is one dead letter with the diagnostic context §21.1 requires.
+type DLQEntry struct {
+	// ID is assigned by the store (increasing).
+	ID int64
+	// MessageID is the last attempt's message_id.
+	MessageID string
+	// ProducerID, RecipientID (the route) and CorrelationID give the routing context.
+	ProducerID, RecipientID, CorrelationID string
+	// IdempotencyToken is the envelope's token, kept for requeues.
+	IdempotencyToken string
+	// ErrorCode is the final error classification's code.
+	ErrorCode commonpb.ErrorCode
+	// Class is one of the DLQ* classes.
+	Class string
+	// Reason explains the failure.
+	Reason string
+	// Attempts is the attempt history with timestamps and reasons.
+	Attempts []DLQAttempt
+	// Envelope is the whole envelope (the secure reference to the payload).
+	Envelope *commonpb.Envelope
+	// PayloadSize and ContentType describe the payload.
+	PayloadSize int
+	// ContentType is the payload's MIME type.
+	ContentType string
+	// PayloadExcerpt is the payload's first bytes (at most 256).
+	PayloadExcerpt []byte
+	// FirstSeenAt is when the first attempt was admitted; FailedAt when it finally failed.
+	FirstSeenAt, FailedAt time.Time
+	// RequeuedAt and RequeuedAs are set once an operator requeued it.
+	RequeuedAt time.Time
+	// RequeuedAs is the message_id of the requeued attempt.
+	RequeuedAs string
+}
+
+// DLQFilter selects dead letters (§21.1: time range, error class, route, producer); zero
+// fields match everything.
+type DLQFilter struct {
+	// Since and Until bound FailedAt (inclusive, exclusive).
+	Since, Until time.Time
+	// Class matches exactly when set.
+	Class string
+	// ErrorCode matches exactly when set.
+	ErrorCode commonpb.ErrorCode
+	// RecipientID (the route) matches exactly when set.
+	RecipientID string
+	// ProducerID matches exactly when set.
+	ProducerID string
+	// IncludeRequeued includes entries already requeued.
+	IncludeRequeued bool
+	// Limit caps the result (oldest first, newest Limit kept); 0 means 1000.
+	Limit int
+}
+
+// ErrAlreadyRequeued reports that a dead letter was requeued before.
+var ErrAlreadyRequeued = errors.New("store: dead letter already requeued")
+
+// DLQ is the dead-letter queue (§21.1).
+type DLQ interface {
+	// PutDeadLetter stores an entry and returns it with ID set. A second entry for the same
+	// MessageID returns the existing one unchanged (a sweep retried).
+	PutDeadLetter(ctx context.Context, e DLQEntry) (DLQEntry, error)
+	// GetDeadLetter returns one entry, or ErrNotFound.
+	GetDeadLetter(ctx context.Context, id int64) (DLQEntry, error)
+	// ListDeadLetters returns matching entries ordered by ID.
+	ListDeadLetters(ctx context.Context, f DLQFilter) ([]DLQEntry, error)
+	// MarkRequeued records that the entry was requeued as newMessageID; ErrAlreadyRequeued if
+	// it was before, ErrNotFound if unknown.
+	MarkRequeued(ctx context.Context, id int64, newMessageID string, at time.Time) error
+	// PurgeDeadLetters deletes entries that failed before cutoff (retention) and returns how many.
+	PurgeDeadLetters(ctx context.Context, cutoff time.Time) (int, error)
 }

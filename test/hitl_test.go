@@ -53,7 +53,13 @@ func sw4rmCLI(t *testing.T) string {
 // runCLI runs `sw4rm hitl ...` against the system and returns its combined output and error.
 func runCLI(t *testing.T, sys *system, token string, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(sw4rmCLI(t), append([]string{"hitl", "--server", sys.app.GRPCAddr()}, args...)...)
+	return runCLIArgs(t, sys, token, append([]string{"hitl", "--server", sys.app.GRPCAddr()}, args...)...)
+}
+
+// runCLIArgs runs the sw4rm binary with an operator token.
+func runCLIArgs(t *testing.T, _ *system, token string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(sw4rmCLI(t), args...)
 	cmd.Env = append(os.Environ(), "SW4RM_OPERATOR_TOKEN="+token)
 	out, err := cmd.CombinedOutput()
 	return string(out), err

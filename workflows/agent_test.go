@@ -49,7 +49,7 @@ func status(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.Agen
 // peerNotifications returns the registry events delivered to "peer".
 func peerNotifications(t *testing.T, st store.Store) []string {
 	t.Helper()
-	ds, err := st.Messages().Claim(context.Background(), "peer", 100, time.Hour)
+	ds, err := st.Messages().Claim(context.Background(), store.ClaimRequest{AgentID: "peer", Limit: 100, Lease: time.Hour})
 	require.NoError(t, err)
 	var events []string
 	for _, d := range ds {

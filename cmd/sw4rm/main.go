@@ -46,6 +46,14 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&cfg.HITLOperators, "hitl-operators", "", "HITL operators, name=token[:REASON|REASON],... (SW4RM_HITL_OPERATORS)")
 	pf.DurationVar(&cfg.HITLTimeout, "hitl-timeout", cfg.HITLTimeout, "deadline of invocations raised by HitlService.Decide (SW4RM_HITL_TIMEOUT)")
 	pf.StringVar(&cfg.HITLExternal, "hitl-external", "", "address of an external HITL component (SW4RM_HITL_EXTERNAL)")
+	pf.DurationVar(&cfg.AckTimeout, "ack-timeout", cfg.AckTimeout, "SENT → TIMED_OUT timeout, §11 (SW4RM_ACK_TIMEOUT)")
+	pf.IntVar(&cfg.MaxRetries, "max-retries", cfg.MaxRetries, "retry budget before the dead-letter queue, §21.1 (SW4RM_MAX_RETRIES)")
+	pf.DurationVar(&cfg.DedupWindow, "dedup-window", cfg.DedupWindow, "idempotency window, §11.2 (SW4RM_DEDUP_WINDOW)")
+	pf.DurationVar(&cfg.StreamRetention, "stream-retention", cfg.StreamRetention, "how long confirmed rows stay resumable, §5.5 (SW4RM_STREAM_RETENTION)")
+	pf.DurationVar(&cfg.DLQRetention, "dlq-retention", cfg.DLQRetention, "dead-letter retention, §21.1 (SW4RM_DLQ_RETENTION)")
+	pf.Float64Var(&cfg.PrivilegedRate, "privileged-rate", cfg.PrivilegedRate, "PRIVILEGED messages/s per producer before overflow to STANDARD, §7.3 (SW4RM_PRIVILEGED_RATE)")
+	pf.IntVar(&cfg.PrivilegedBurst, "privileged-burst", cfg.PrivilegedBurst, "PRIVILEGED burst per producer (SW4RM_PRIVILEGED_BURST)")
+	laneWeights := pf.String("lane-weights", "6,3,1", "PRIVILEGED,STANDARD,BULK delivery weights (SW4RM_LANE_WEIGHTS)")
 	pf.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (SW4RM_LOG_LEVEL)")
 
 	// resolve applies the environment under explicitly set flags: a flag on the command line
@@ -72,6 +80,22 @@ func newRoot() *cobra.Command {
 		apply("agent-init-timeout", func() { merged.AgentInitTimeout = fromEnv.AgentInitTimeout })
 		apply("delivery-lease", func() { merged.DeliveryLease = fromEnv.DeliveryLease })
 		apply("hitl-operators", func() { merged.HITLOperators = fromEnv.HITLOperators })
+		apply("ack-timeout", func() { merged.AckTimeout = fromEnv.AckTimeout })
+		apply("max-retries", func() { merged.MaxRetries = fromEnv.MaxRetries })
+		apply("dedup-window", func() { merged.DedupWindow = fromEnv.DedupWindow })
+		apply("stream-retention", func() { merged.StreamRetention = fromEnv.StreamRetention })
+		apply("dlq-retention", func() { merged.DLQRetention = fromEnv.DLQRetention })
+		apply("privileged-rate", func() { merged.PrivilegedRate = fromEnv.PrivilegedRate })
+		apply("privileged-burst", func() { merged.PrivilegedBurst = fromEnv.PrivilegedBurst })
+		if cmd.Flags().Changed("lane-weights") {
+			w, err := app.ParseLaneWeights(*laneWeights)
+			if err != nil {
+				return merged, nil, fmt.Errorf("--lane-weights: %w", err)
+			}
+			merged.LaneWeights = w
+		} else {
+			merged.LaneWeights = fromEnv.LaneWeights
+		}
 		apply("hitl-timeout", func() { merged.HITLTimeout = fromEnv.HITLTimeout })
 		apply("hitl-external", func() { merged.HITLExternal = fromEnv.HITLExternal })
 		level := logLevel
@@ -118,5 +142,6 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(serverCmds...)
 	root.AddCommand(newHitlCmd())
+	root.AddCommand(newDLQCmd())
 	return root
 }

@@ -31,16 +31,28 @@ const defaultAuditLimit = 1000
 type Store struct {
 	mu sync.Mutex
 
+	// dlq is the dead-letter queue; it has its own lock (see dlq.go).
+	dlq *dlqState
+
 	// seq is the last delivery seq handed out; seqs start at 1 and are global to the store.
 	seq int64
 	// messages holds every admitted or recorded message_id, tracked or not, so that
 	// duplicates are detected even for untracked control traffic.
 	messages map[string]*messageRow
-	// deliveries holds the unconfirmed delivery rows by seq; Confirm deletes a row, since
-	// nothing reads confirmed rows back (an already-confirmed seq is simply unknown).
+	// deliveries holds the delivery rows by seq, unconfirmed and confirmed; Prune deletes
+	// confirmed ones (and Expire/CancelUndelivered never-claimed ones).
 	deliveries map[int64]*deliveryRow
 	// pending lists each agent's unconfirmed seqs in increasing order (the inbound buffer).
 	pending map[string][]int64
+	// sent holds the ids of tracked messages in state SENT: the candidates of Expire.
+	sent map[string]struct{}
+	// idem is the idempotency cache by (producer, key).
+	idem map[idemKey]*store.IdempotencyEntry
+	// horizons is each agent's resume horizon: the highest seq Prune deleted.
+	horizons map[string]int64
+	// responses holds the pending responses by request message_id; resolving or expiring one
+	// removes it.
+	responses map[string]*store.PendingResponse
 
 	agents map[string]*agentRow
 
@@ -70,6 +82,12 @@ type messageRow struct {
 	envelope  []byte
 	createdAt time.Time
 	updatedAt time.Time
+	expiresAt time.Time // zero: no TTL
+	// dedupProducer and dedupKey name the idempotency entry it was admitted under.
+	dedupProducer string
+	dedupKey      string
+	// seq is the message's delivery row (0 when it never had one).
+	seq int64
 }
 
 type deliveryRow struct {
@@ -80,6 +98,9 @@ type deliveryRow struct {
 	enqueuedAt  time.Time
 	leasedUntil time.Time // zero when not leased
 	attempts    int
+	lane        int32     // laneRank of the row's communication class
+	expiresAt   time.Time // zero: no TTL
+	confirmedAt time.Time // zero while the row is in the buffer
 }
 
 type agentRow struct {
@@ -98,9 +119,14 @@ func New() *Store {
 		messages:   make(map[string]*messageRow),
 		deliveries: make(map[int64]*deliveryRow),
 		pending:    make(map[string][]int64),
+		sent:       make(map[string]struct{}),
+		idem:       make(map[idemKey]*store.IdempotencyEntry),
+		horizons:   make(map[string]int64),
+		responses:  make(map[string]*store.PendingResponse),
 		agents:     make(map[string]*agentRow),
 		hitl:       make(map[string]*store.HITLRecord),
 		hub:        hub.New(),
+		dlq:        newDLQState(),
 	}
 }
 
@@ -118,6 +144,9 @@ func (s *Store) Artifacts() store.Artifacts { return (*artifacts)(s) }
 
 // HITL returns the human-in-the-loop invocation projection.
 func (s *Store) HITL() store.HITL { return (*hitl)(s) }
+
+// DLQ returns the dead-letter queue.
+func (s *Store) DLQ() store.DLQ { return s.dlq }
 
 // Kind returns "memory".
 func (s *Store) Kind() string { return "memory" }
@@ -165,7 +194,8 @@ type messagePlane Store
 
 func (m *messagePlane) s() *Store { return (*Store)(m) }
 
-// Admit implements store.MessagePlane.
+// Admit implements store.MessagePlane. The idempotency cache answers before the capacity
+// check: a duplicate or an operation in progress is refused as such even into a full buffer.
 func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -181,13 +211,15 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 		return 0, err
 	}
 	env := req.Envelope
+	id := env.GetMessageId()
+	dedup := dedupOf(req)
 	s := m.s()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
 	// The duplicate check comes first: a duplicate "changes nothing", not even a rejection.
-	if _, ok := s.messages[env.GetMessageId()]; ok {
-		return 0, fmt.Errorf("memory: admit %q: %w", env.GetMessageId(), store.ErrDuplicateMessage)
+	if _, ok := s.messages[id]; ok {
+		return 0, fmt.Errorf("memory: admit %q: %w", id, store.ErrDuplicateMessage)
 	}
 	t := now()
 	row := &messageRow{
@@ -200,62 +232,131 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 		envelope:  envBytes,
 		createdAt: t,
 		updatedAt: t,
+		expiresAt: normTime(req.ExpiresAt),
+	}
+	// reject records a tracked message as REJECTED (never a silent drop) without enqueuing it.
+	reject := func(code commonpb.ErrorCode, note string) {
+		if !req.Track {
+			return
+		}
+		row.state = commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED
+		row.errCode = code
+		row.note = note
+		s.messages[id] = row
+	}
+
+	var entry *store.IdempotencyEntry // the live entry to continue, nil for a new operation
+	if dedup != nil {
+		row.dedupProducer, row.dedupKey = dedup.ProducerID, dedup.Key
+		if e := s.liveEntry(idemKey{dedup.ProducerID, dedup.Key}, dedup.Window, t); e != nil {
+			switch e.Status {
+			case store.OpInProgress:
+				reject(commonpb.ErrorCode_ALREADY_IN_PROGRESS, inProgressNote(e.LatestMessageID))
+				return 0, &store.DedupError{Entry: *e, InProgress: true}
+			case store.OpTerminal:
+				reject(commonpb.ErrorCode_DUPLICATE_DETECTED, duplicateNote(e.OriginalMessageID))
+				return 0, &store.DedupError{Entry: *e}
+			}
+			entry = e // retrying: this is the next attempt
+		}
 	}
 	if req.Capacity > 0 && len(s.pending[req.RecipientID]) >= req.Capacity {
-		if req.Track {
-			// §13: never a silent drop — the rejection stays visible through GetMessage.
-			row.state = commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED
-			row.errCode = commonpb.ErrorCode_BUFFER_FULL
-			row.note = fmt.Sprintf("inbound buffer of %s is full (capacity %d)", req.RecipientID, req.Capacity)
-			s.messages[env.GetMessageId()] = row
-		}
-		return 0, fmt.Errorf("memory: admit %q to %q: %w", env.GetMessageId(), req.RecipientID, store.ErrBufferFull)
+		// §13: never a silent drop — the rejection stays visible through GetMessage. The
+		// idempotency cache is left as it was.
+		reject(commonpb.ErrorCode_BUFFER_FULL, bufferFullNote(req.RecipientID, req.Capacity))
+		return 0, fmt.Errorf("memory: admit %q to %q: %w", id, req.RecipientID, store.ErrBufferFull)
 	}
-	s.messages[env.GetMessageId()] = row
 	s.seq++
+	row.seq = s.seq
+	s.messages[id] = row
+	if req.Track {
+		s.sent[id] = struct{}{}
+	}
 	d := &deliveryRow{
 		seq:        s.seq,
 		agentID:    req.RecipientID,
-		messageID:  env.GetMessageId(),
+		messageID:  id,
 		envelope:   envBytes,
 		enqueuedAt: t,
+		lane:       laneRank(req.Lane),
+		expiresAt:  row.expiresAt,
 	}
 	s.deliveries[d.seq] = d
 	// Seqs only grow, so appending keeps the buffer sorted.
 	s.pending[req.RecipientID] = append(s.pending[req.RecipientID], d.seq)
+	if dedup != nil {
+		if entry == nil {
+			s.idem[idemKey{dedup.ProducerID, dedup.Key}] = &store.IdempotencyEntry{
+				ProducerID:        dedup.ProducerID,
+				Key:               dedup.Key,
+				Status:            store.OpInProgress,
+				OriginalMessageID: id,
+				LatestMessageID:   id,
+				Attempts:          1,
+				CreatedAt:         t,
+				UpdatedAt:         t,
+			}
+		} else {
+			entry.Status = store.OpInProgress
+			entry.LatestMessageID = id
+			entry.Attempts++
+			entry.UpdatedAt = t
+		}
+	}
 	s.hub.Wake(req.RecipientID)
 	return d.seq, nil
 }
 
-// Claim implements store.MessagePlane.
-func (m *messagePlane) Claim(ctx context.Context, agentID string, limit int, lease time.Duration) ([]store.Delivery, error) {
+// Claim implements store.MessagePlane: the deliverable rows of each lane in seq order,
+// interleaved by weighted round robin, PRIVILEGED first.
+func (m *messagePlane) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Delivery, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s := m.s()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if limit <= 0 {
+	if req.Limit <= 0 {
 		return nil, nil
 	}
 	t := time.Now()
-	var out []store.Delivery
-	for _, seq := range s.pending[agentID] {
-		if len(out) >= limit {
-			break
-		}
+	// No lane can contribute more than Limit rows, so each lane's queue stops there.
+	var lanes [3][]*deliveryRow
+	for _, seq := range s.pending[req.AgentID] {
 		d := s.deliveries[seq]
-		// A row whose lease is still running belongs to the stream that claimed it.
-		if !d.leasedUntil.IsZero() && d.leasedUntil.After(t) {
+		// A row whose lease is still running belongs to the stream that claimed it; a row
+		// whose TTL ran out is never delivered (Expire settles it).
+		if (!d.leasedUntil.IsZero() && d.leasedUntil.After(t)) || (!d.expiresAt.IsZero() && !d.expiresAt.After(t)) {
 			continue
 		}
-		d.leasedUntil = t.Add(lease)
-		d.attempts++
-		del, err := d.toDelivery()
-		if err != nil {
-			return nil, err
+		if q := &lanes[d.lane-1]; len(*q) < req.Limit {
+			*q = append(*q, d)
 		}
-		out = append(out, del)
+	}
+	weights := laneWeights(req.Weights)
+	var (
+		out  []store.Delivery
+		next [3]int
+	)
+	for len(out) < req.Limit {
+		progress := false
+		for l := range lanes {
+			for n := 0; n < weights[l] && next[l] < len(lanes[l]) && len(out) < req.Limit; n++ {
+				d := lanes[l][next[l]]
+				next[l]++
+				d.leasedUntil = t.Add(req.Lease)
+				d.attempts++
+				del, err := d.toDelivery()
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, del)
+				progress = true
+			}
+		}
+		if !progress {
+			break
+		}
 	}
 	return out, nil
 }
@@ -291,20 +392,37 @@ func (m *messagePlane) Confirm(ctx context.Context, agentID string, seq int64, m
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, ok := s.deliveries[seq]
-	if !ok || d.agentID != agentID || (messageID != "" && d.messageID != messageID) {
+	if !ok || !d.confirmedAt.IsZero() || d.agentID != agentID || (messageID != "" && d.messageID != messageID) {
 		return store.Delivery{}, false, nil
 	}
-	d.leasedUntil = time.Time{}
-	delete(s.deliveries, seq)
-	s.pending[agentID] = slices.DeleteFunc(s.pending[agentID], func(x int64) bool { return x == seq })
-	if len(s.pending[agentID]) == 0 {
-		delete(s.pending, agentID)
-	}
+	s.confirmRow(d, now())
 	del, err := d.toDelivery()
 	if err != nil {
 		return store.Delivery{}, false, err
 	}
 	return del, true, nil
+}
+
+// confirmRow marks an unconfirmed row confirmed and takes it out of its agent's buffer. The
+// row stays (for Prune) until its retention ends.
+func (s *Store) confirmRow(d *deliveryRow, t time.Time) {
+	d.leasedUntil = time.Time{}
+	d.confirmedAt = t
+	s.unqueue(d)
+}
+
+// dropRow deletes an unconfirmed row outright (it was never delivered).
+func (s *Store) dropRow(d *deliveryRow) {
+	s.unqueue(d)
+	delete(s.deliveries, d.seq)
+}
+
+// unqueue removes a row from its agent's buffer list.
+func (s *Store) unqueue(d *deliveryRow) {
+	s.pending[d.agentID] = slices.DeleteFunc(s.pending[d.agentID], func(x int64) bool { return x == d.seq })
+	if len(s.pending[d.agentID]) == 0 {
+		delete(s.pending, d.agentID)
+	}
 }
 
 // Depth implements store.MessagePlane.
@@ -350,10 +468,10 @@ func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal st
 		rec, err := row.toRecord(t.MessageID)
 		return rec, false, err
 	}
-	row.state = t.To
-	row.errCode = t.ErrorCode
-	row.note = t.Note
-	row.updatedAt = now()
+	at := now()
+	s.setState(t.MessageID, row, t.To, t.ErrorCode, t.Note, at)
+	// The idempotency entry follows in the same critical section.
+	s.followEntry(t.MessageID, row, t.To, t.ErrorCode, t.Note, at)
 	rec, err := row.toRecord(t.MessageID)
 	if err != nil {
 		return store.MessageRecord{}, false, err
@@ -396,6 +514,8 @@ func (r *messageRow) toRecord(messageID string) (store.MessageRecord, error) {
 		ErrorCode:     r.errCode,
 		Note:          r.note,
 		Envelope:      env,
+		DedupKey:      r.dedupKey,
+		ExpiresAt:     r.expiresAt,
 		CreatedAt:     r.createdAt,
 		UpdatedAt:     r.updatedAt,
 	}, nil

@@ -4,8 +4,11 @@
 // PostgreSQL advisory lock), opens a connection pool for queries and one dedicated connection
 // that LISTENs on the sw4rm_deliveries channel, so that Subscribe wakes up for rows admitted by
 // any process sharing the database. Any number of frontends can share one database: buffer
-// capacity is enforced under a per-recipient transaction lock, claims use FOR UPDATE SKIP
-// LOCKED and leases are measured with the database clock.
+// capacity is enforced under a per-recipient transaction lock, admissions with the same
+// idempotency key are decided one at a time under the cache entry's row lock (always taken
+// after the recipient lock), claims and the Expire/ExpirePendingResponses sweeps use FOR UPDATE
+// SKIP LOCKED, and leases, ACK timeouts, TTLs, windows and deadlines are measured with the
+// database clock.
 package postgres
 
 import (

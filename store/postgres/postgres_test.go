@@ -62,7 +62,7 @@ func TestCrossProcessSubscribe(t *testing.T) {
 	requireNoWake(t, other)
 
 	// The row admitted by b is claimable through a.
-	ds, err := a.Messages().Claim(ctx, "bob", 10, time.Hour)
+	ds, err := a.Messages().Claim(ctx, store.ClaimRequest{AgentID: "bob", Limit: 10, Lease: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 
@@ -70,7 +70,7 @@ func TestCrossProcessSubscribe(t *testing.T) {
 	drain(ch)
 	require.NoError(t, b.Messages().ReleaseLeases(ctx, "bob"))
 	requireWake(t, ch)
-	ds, err = a.Messages().Claim(ctx, "bob", 10, time.Hour)
+	ds, err = a.Messages().Claim(ctx, store.ClaimRequest{AgentID: "bob", Limit: 10, Lease: time.Hour})
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.Equal(t, 2, ds[0].Attempts)

@@ -34,12 +34,18 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NotEmpty(t, s.Kind())
 	})
 	t.Run("Messages", func(t *testing.T) { runMessages(t, newStore) })
+	t.Run("Lanes", func(t *testing.T) { runLanes(t, newStore) })
+	t.Run("Expire", func(t *testing.T) { runExpire(t, newStore) })
+	t.Run("Idempotency", func(t *testing.T) { runIdempotency(t, newStore) })
+	t.Run("Resume", func(t *testing.T) { runResume(t, newStore) })
+	t.Run("PendingResponses", func(t *testing.T) { runPendingResponses(t, newStore) })
 	t.Run("Subscribe", func(t *testing.T) { runSubscribe(t, newStore) })
 	t.Run("Copies", func(t *testing.T) { runCopies(t, newStore) })
 	t.Run("Registry", func(t *testing.T) { runRegistry(t, newStore) })
 	t.Run("Audit", func(t *testing.T) { runAudit(t, newStore) })
 	t.Run("Artifacts", func(t *testing.T) { runArtifacts(t, newStore) })
 	t.Run("HITL", func(t *testing.T) { runHITL(t, newStore) })
+	t.Run("DLQ", func(t *testing.T) { runDLQ(t, newStore) })
 }
 
 // Envelope returns a fully populated test envelope with the given message_id.
@@ -69,7 +75,7 @@ func admit(t *testing.T, mp store.MessagePlane, messageID, recipient string, cap
 
 func claim(t *testing.T, mp store.MessagePlane, agentID string, limit int, lease time.Duration) []store.Delivery {
 	t.Helper()
-	ds, err := mp.Claim(t.Context(), agentID, limit, lease)
+	ds, err := mp.Claim(t.Context(), store.ClaimRequest{AgentID: agentID, Limit: limit, Lease: lease})
 	require.NoError(t, err)
 	return ds
 }
@@ -506,7 +512,7 @@ func runMessages(t *testing.T, newStore func(t *testing.T) store.Store) {
 			go func() {
 				defer wg.Done()
 				for {
-					ds, err := mp.Claim(ctx, "bob", 3, time.Hour)
+					ds, err := mp.Claim(ctx, store.ClaimRequest{AgentID: "bob", Limit: 3, Lease: time.Hour})
 					mu.Lock()
 					if err != nil {
 						errs = append(errs, err)

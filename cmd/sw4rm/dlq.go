@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
+)
+
+// dlqMaxBundleBytes is how large an exported bundle the CLI accepts (gRPC's default is 4 MiB).
+const dlqMaxBundleBytes = 512 << 20
+
+// newDLQCmd builds `sw4rm dlq list|requeue|export`: thin clients of the DlqAdminService
+// extension (§21.1), authenticated with an operator token.
+func newDLQCmd() *cobra.Command {
+	var server, token string
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "Inspect, requeue and export dead letters (§21.1)",
+	}
+	cmd.PersistentFlags().StringVar(&server, "server", envOr("SW4RM_SERVER", "localhost:50051"), "sw4rm gRPC address (SW4RM_SERVER)")
+	cmd.PersistentFlags().StringVar(&token, "token", os.Getenv("SW4RM_OPERATOR_TOKEN"), "operator token (SW4RM_OPERATOR_TOKEN)")
+
+	client := func(cmd *cobra.Command) (dlqadminpb.DlqAdminServiceClient, context.Context, func(), error) {
+		conn, err := grpc.NewClient(server, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(dlqMaxBundleBytes)))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ctx := metadata.AppendToOutgoingContext(cmd.Context(), "authorization", "Bearer "+token, "sw4rm-client", "cli")
+		return dlqadminpb.NewDlqAdminServiceClient(conn), ctx, func() { _ = conn.Close() }, nil
+	}
+
+	var lf dlqFilterFlags
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List dead letters: failure time, class, code, producer, route, attempts, size, reason",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := lf.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			c, ctx, done, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := c.ListDeadLetters(ctx, &dlqadminpb.ListDeadLettersRequest{Filter: f})
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tFAILED\tCLASS\tCODE\tPRODUCER\tROUTE\tATTEMPTS\tSIZE\tREASON")
+			for _, e := range resp.GetDeadLetters() {
+				reason := dlqOneLine(e.GetReason())
+				if e.GetRequeuedAs() != "" {
+					reason = fmt.Sprintf("%s [requeued as %s]", reason, e.GetRequeuedAs())
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", e.GetId(), e.GetFailedAt().AsTime().UTC().Format(time.RFC3339),
+					e.GetErrorClass(), e.GetErrorCode(), dash(e.GetProducerId()), dash(e.GetRoute()), len(e.GetAttempts()),
+					e.GetPayloadSize(), dash(reason))
+			}
+			return tw.Flush()
+		},
+	}
+	lf.register(list)
+	list.Flags().BoolVar(&lf.all, "all", false, "include dead letters that were already requeued")
+
+	requeue := &cobra.Command{
+		Use:   "requeue <id>...",
+		Short: "Requeue dead letters as new attempts (each at most once)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := dlqParseIDs(args)
+			if err != nil {
+				return err
+			}
+			c, ctx, done, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := c.Requeue(ctx, &dlqadminpb.RequeueRequest{Ids: ids})
+			if err != nil {
+				return err
+			}
+			failed := 0
+			for _, r := range resp.GetResults() {
+				if r.GetCode() != "" {
+					failed++
+					fmt.Fprintf(cmd.OutOrStdout(), "%d: %s: %s\n", r.GetId(), r.GetCode(), r.GetError())
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%d: requeued as %s\n", r.GetId(), r.GetMessageId())
+			}
+			if failed > 0 {
+				cmd.SilenceUsage = true
+				return fmt.Errorf("%d of %d requeues failed", failed, len(resp.GetResults()))
+			}
+			return nil
+		},
+	}
+
+	var ef dlqFilterFlags
+	var ids []int64
+	var outFile string
+	export := &cobra.Command{
+		Use:   "export [filters] [--id N ...] [-o file]",
+		Short: "Export a JSON diagnostic bundle: entries, attempt history, payload excerpts, audit events",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := ef.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			c, ctx, done, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := c.Export(ctx, &dlqadminpb.ExportRequest{Filter: f, Ids: ids})
+			if err != nil {
+				return err
+			}
+			if outFile == "" || outFile == "-" {
+				_, err := cmd.OutOrStdout().Write(resp.GetBundle())
+				return err
+			}
+			// Bundles hold routing context and payload excerpts: readable by the operator only.
+			if err := os.WriteFile(outFile, resp.GetBundle(), 0o600); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d dead letters to %s\n", resp.GetCount(), outFile)
+			return nil
+		},
+	}
+	ef.register(export)
+	export.Flags().BoolVar(&ef.all, "all", false, "include dead letters that were already requeued")
+	export.Flags().Int64SliceVar(&ids, "id", nil, "export exactly these dead letters (repeatable or comma-separated; not with filters)")
+	export.Flags().StringVarP(&outFile, "output", "o", "", "write the bundle to this file (default stdout)")
+
+	cmd.AddCommand(list, requeue, export)
+	return cmd
+}
+
+// dlqFilterFlags are the filters of §21.1 shared by list and export.
+type dlqFilterFlags struct {
+	since, until, class, code, route, producer string
+	all                                        bool
+	limit                                      uint32
+}
+
+func (f *dlqFilterFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.since, "since", "", "failed at or after: RFC3339 time, or a duration ago (30m, 1h, 7d)")
+	cmd.Flags().StringVar(&f.until, "until", "", "failed before: RFC3339 time, or a duration ago")
+	cmd.Flags().StringVar(&f.class, "class", "", "error class: retries_exhausted, terminal_error, policy_violation or ttl_expired")
+	cmd.Flags().StringVar(&f.code, "error-code", "", "final error code, e.g. ACK_TIMEOUT or TTL_EXPIRED")
+	cmd.Flags().StringVar(&f.route, "route", "", "only messages routed to this agent")
+	cmd.Flags().StringVar(&f.producer, "producer", "", "only messages sent by this agent")
+	cmd.Flags().Uint32Var(&f.limit, "limit", 0, "at most this many, the newest kept (0 = server default, 1000)")
+}
+
+// filter builds the request filter; relative times count back from now.
+func (f *dlqFilterFlags) filter(now time.Time) (*dlqadminpb.DeadLetterFilter, error) {
+	out := &dlqadminpb.DeadLetterFilter{
+		ErrorClass: f.class, ErrorCode: strings.ToUpper(f.code), Route: f.route, Producer: f.producer,
+		IncludeRequeued: f.all, Limit: f.limit,
+	}
+	for _, x := range []struct {
+		name, value string
+		dst         **timestamppb.Timestamp
+	}{{"since", f.since, &out.Since}, {"until", f.until, &out.Until}} {
+		if x.value == "" {
+			continue
+		}
+		t, err := dlqParseWhen(x.value, now)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", x.name, err)
+		}
+		*x.dst = timestamppb.New(t)
+	}
+	return out, nil
+}
+
+// dlqParseWhen reads an RFC3339 time or a duration ago ("90m", "1h", "7d").
+func dlqParseWhen(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("%q is neither an RFC3339 time nor a duration like 1h or 7d", s)
+		}
+		d = time.Duration(n * float64(24*time.Hour))
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return time.Time{}, fmt.Errorf("%q is neither an RFC3339 time nor a duration like 1h or 7d", s)
+		}
+	}
+	if d < 0 {
+		return time.Time{}, fmt.Errorf("%q: a duration ago must not be negative", s)
+	}
+	return now.Add(-d), nil
+}
+
+// dlqParseIDs reads dead letter ids.
+func dlqParseIDs(args []string) ([]int64, error) {
+	var out []int64
+	for _, a := range args {
+		id, err := strconv.ParseInt(strings.TrimSpace(a), 10, 64)
+		if err != nil || id <= 0 {
+			return nil, errors.New("dead letter ids are positive integers (sw4rm dlq list shows them), got " + strconv.Quote(a))
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// dlqOneLine keeps a table cell on one line.
+func dlqOneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

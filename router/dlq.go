@@ -1,0 +1,126 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// excerptBytes bounds the payload excerpt kept in a dead letter.
+const excerptBytes = 256
+
+// admissionDLQClass says which admission rejections are dead-lettered (§21.1): those that
+// mean the message can never succeed. buffer_full is back-pressure (the producer retries),
+// and duplicates are answered from the cache.
+func admissionDLQClass(code commonpb.ErrorCode) string {
+	switch code {
+	case commonpb.ErrorCode_VALIDATION_ERROR, commonpb.ErrorCode_UNSUPPORTED_MESSAGE_TYPE, commonpb.ErrorCode_NO_ROUTE:
+		return store.DLQTerminalError
+	case commonpb.ErrorCode_OVERSIZE_PAYLOAD, commonpb.ErrorCode_PERMISSION_DENIED:
+		return store.DLQPolicyViolation
+	}
+	return ""
+}
+
+type deadLetterInput struct {
+	env       *commonpb.Envelope
+	route     string
+	code      commonpb.ErrorCode
+	class     string
+	reason    string
+	state     commonpb.EnvelopeState
+	firstSeen time.Time
+}
+
+// deadLetter stores a dead letter with the diagnostic context of §21.1.
+func (r *Router) deadLetter(ctx context.Context, in deadLetterInput) error {
+	env := in.env
+	if env == nil {
+		env = &commonpb.Envelope{}
+	}
+	now := time.Now().UTC()
+	first := in.firstSeen
+	if first.IsZero() {
+		first = now
+	}
+	id := env.GetMessageId()
+	if id == "" {
+		// A malformed message without an id still gets an entry (§21.1 lists malformed
+		// messages); the synthetic id is marked as such.
+		id = "invalid-" + uuid.NewString()
+	}
+	excerpt := env.GetPayload()
+	if len(excerpt) > excerptBytes {
+		excerpt = excerpt[:excerptBytes]
+	}
+	entry, err := r.st.DLQ().PutDeadLetter(ctx, store.DLQEntry{
+		MessageID: id, ProducerID: env.GetProducerId(), RecipientID: in.route, CorrelationID: env.GetCorrelationId(),
+		IdempotencyToken: env.GetIdempotencyToken(), ErrorCode: in.code, Class: in.class, Reason: in.reason,
+		Attempts: []store.DLQAttempt{{MessageID: id, At: first, State: trimState(in.state), Reason: in.reason}},
+		Envelope: env, PayloadSize: len(env.GetPayload()), ContentType: env.GetContentType(), PayloadExcerpt: excerpt,
+		FirstSeenAt: first, FailedAt: now,
+	})
+	if err != nil {
+		return fmt.Errorf("dead-letter %s: %w", id, err)
+	}
+	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "dlq.added",
+		AgentID: in.route, MessageID: id, Details: map[string]any{"dlq_id": entry.ID, "class": in.class, "error_code": in.code.String(), "reason": in.reason}})
+	return nil
+}
+
+// Requeue sends a dead letter again: a new attempt with a new message_id, the same
+// idempotency token and retry_count+1, to the original route (§21.1: operators requeue
+// selected entries). The requeue bypasses the idempotency cache — an operator asked for
+// another execution — and is recorded on the entry so it cannot be requeued twice.
+func (r *Router) Requeue(ctx context.Context, id int64) (string, error) {
+	entry, err := r.st.DLQ().GetDeadLetter(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if entry.RequeuedAs != "" {
+		return "", fmt.Errorf("%w: as %s at %s", store.ErrAlreadyRequeued, entry.RequeuedAs, entry.RequeuedAt.UTC().Format(time.RFC3339))
+	}
+	if entry.Envelope == nil || entry.Envelope.GetMessageId() == "" {
+		return "", fmt.Errorf("dead letter %d holds no usable envelope (it was malformed); it cannot be requeued", id)
+	}
+	if entry.RecipientID == "" {
+		return "", fmt.Errorf("dead letter %d has no route to requeue to", id)
+	}
+	env := proto.Clone(entry.Envelope).(*commonpb.Envelope)
+	env.MessageId = uuid.NewString()
+	env.RetryCount++
+	env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
+	if _, err := r.st.Registry().GetAgent(ctx, entry.RecipientID); err != nil {
+		return "", fmt.Errorf("route %s: %w", entry.RecipientID, err)
+	}
+	req := store.AdmitRequest{Envelope: env, RecipientID: entry.RecipientID, Capacity: r.cfg.BufferCapacity, Track: true, Lane: r.laneFor(ctx, env.GetProducerId())}
+	if ttl := env.GetTtlMs(); ttl > 0 {
+		req.ExpiresAt = time.Now().Add(time.Duration(ttl) * time.Millisecond)
+	}
+	// Admit before marking: a failed admission (a full buffer) must leave the entry
+	// requeueable rather than lose the message.
+	if _, err := r.st.Messages().Admit(ctx, req); err != nil {
+		if errors.Is(err, store.ErrBufferFull) {
+			return "", fmt.Errorf("buffer_full: agent %s's inbound buffer is full; the entry stays in the DLQ, retry later", entry.RecipientID)
+		}
+		return "", fmt.Errorf("admit requeued message: %w", err)
+	}
+	if err := r.st.DLQ().MarkRequeued(ctx, id, env.GetMessageId(), time.Now().UTC()); err != nil {
+		return "", err
+	}
+	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: "operator", Type: "dlq.requeued",
+		AgentID: entry.RecipientID, MessageID: env.GetMessageId(), Details: map[string]any{"dlq_id": id, "original_message_id": entry.MessageID, "retry_count": env.GetRetryCount()}})
+	return env.GetMessageId(), nil
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
