@@ -27,6 +27,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/metrics"
 	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -73,6 +74,11 @@ type Config struct {
 	PrivilegedBurst int
 	// LaneWeights are the PRIVILEGED,STANDARD,BULK delivery shares (SW4RM_LANE_WEIGHTS, "6,3,1").
 	LaneWeights store.LaneWeights
+	// RoomTimeout bounds a negotiation room's wait for votes (SW4RM_ROOM_TIMEOUT, §17.5).
+	RoomTimeout time.Duration
+	// RoomStrategy is the room's vote aggregation (SW4RM_ROOM_STRATEGY: confidence_weighted,
+	// simple_average, majority_vote or borda_count).
+	RoomStrategy string
 	// HITLOperators is the operator policy, "name=token[:REASON|REASON],..."
 	// (SW4RM_HITL_OPERATORS, §15.1). Empty means no human can decide: every invocation gets
 	// its fallback at once (§15.3).
@@ -98,6 +104,8 @@ func DefaultConfig() Config {
 		AgentInitTimeout: 60 * time.Second,
 		DeliveryLease:    router.DefaultLease,
 		HITLTimeout:      time.Hour,
+		RoomTimeout:      10 * time.Minute,
+		RoomStrategy:     "confidence_weighted",
 		AckTimeout:       router.DefaultAckTimeout,
 		MaxRetries:       router.DefaultMaxRetries,
 		DedupWindow:      router.DefaultDedupWindow,
@@ -125,6 +133,7 @@ func (c Config) FromEnv() (Config, error) {
 	str("SW4RM_DATABASE_URL", &c.DatabaseURL)
 	str("SW4RM_HITL_OPERATORS", &c.HITLOperators)
 	str("SW4RM_HITL_EXTERNAL", &c.HITLExternal)
+	str("SW4RM_ROOM_STRATEGY", &c.RoomStrategy)
 	for name, dst := range map[string]*int{"SW4RM_BUFFER_CAPACITY": &c.BufferCapacity, "SW4RM_MAX_PAYLOAD_BYTES": &c.MaxPayloadBytes,
 		"SW4RM_MAX_RETRIES": &c.MaxRetries, "SW4RM_PRIVILEGED_BURST": &c.PrivilegedBurst} {
 		if v, ok := os.LookupEnv(name); ok {
@@ -136,7 +145,8 @@ func (c Config) FromEnv() (Config, error) {
 		}
 	}
 	for name, dst := range map[string]*time.Duration{"SW4RM_AGENT_INIT_TIMEOUT": &c.AgentInitTimeout, "SW4RM_DELIVERY_LEASE": &c.DeliveryLease, "SW4RM_HITL_TIMEOUT": &c.HITLTimeout,
-		"SW4RM_ACK_TIMEOUT": &c.AckTimeout, "SW4RM_DEDUP_WINDOW": &c.DedupWindow, "SW4RM_STREAM_RETENTION": &c.StreamRetention, "SW4RM_DLQ_RETENTION": &c.DLQRetention} {
+		"SW4RM_ACK_TIMEOUT": &c.AckTimeout, "SW4RM_DEDUP_WINDOW": &c.DedupWindow, "SW4RM_STREAM_RETENTION": &c.StreamRetention, "SW4RM_DLQ_RETENTION": &c.DLQRetention,
+		"SW4RM_ROOM_TIMEOUT": &c.RoomTimeout} {
 		if v, ok := os.LookupEnv(name); ok {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -201,6 +211,7 @@ type App struct {
 	stopOnce  sync.Once
 	stopSweep context.CancelFunc
 	metrics   *metrics.Router
+	sink      *observe.Sink
 	router    *router.Router
 }
 
@@ -244,10 +255,17 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		return nil, fmt.Errorf("SW4RM_HITL_OPERATORS: %w", err)
 	}
 	hitlPolicy := hitlsignals.Policy{Operators: operators, External: cfg.HITLExternal}
+	roomPolicy := voting.DefaultPolicy()
+	if cfg.RoomStrategy != "" {
+		if roomPolicy.Strategy, err = voting.ParseStrategy(cfg.RoomStrategy); err != nil {
+			return nil, fmt.Errorf("SW4RM_ROOM_STRATEGY: %w", err)
+		}
+	}
 	if len(operators) == 0 && cfg.HITLExternal == "" {
 		log.Warn("no HITL operators and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
 	}
-	sink := observe.New(log, st.Audit())
+	a.sink = observe.NewAsync(log, st.Audit(), 4096)
+	sink := a.sink
 	rt := router.New(st, router.Config{
 		BufferCapacity: cfg.BufferCapacity, Lease: cfg.DeliveryLease, MaxPayloadBytes: cfg.MaxPayloadBytes,
 		AckTimeout: cfg.AckTimeout, MaxRetries: cfg.MaxRetries, DedupWindow: cfg.DedupWindow, StreamRetention: cfg.StreamRetention,
@@ -284,7 +302,8 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		sweepCtx, stopSweep := context.WithCancel(context.Background())
 		a.stopSweep = stopSweep
 		go rt.Run(sweepCtx)
-		fe := frontend.New(st, rt, a.temporal, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout, HITLPolicy: hitlPolicy, HITLTimeout: cfg.HITLTimeout})
+		fe := frontend.New(st, rt, a.temporal, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout, HITLPolicy: hitlPolicy, HITLTimeout: cfg.HITLTimeout,
+			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout})
 		fe.Register(a.grpc)
 		go func() {
 			if err := a.grpc.Serve(a.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -368,6 +387,7 @@ func (a *App) stop() {
 	if a.temporal != nil {
 		a.temporal.Close()
 	}
+	a.sink.Close() // flush audit rows before the store goes away
 	if a.store != nil {
 		a.store.Close()
 	}

@@ -49,6 +49,7 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 	if err := r.s.store.Registry().PutAgent(ctx, rec); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "internal_error: registry write failed: %v", err)
 	}
+	r.s.router.ForgetAgent(id)
 	opts := client.StartWorkflowOptions{
 		ID:        workflows.AgentWorkflowID(id),
 		TaskQueue: r.s.cfg.TaskQueue,
@@ -106,6 +107,7 @@ func (r *registryService) DeregisterAgent(ctx context.Context, req *registrypb.D
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "internal_error: registry write failed: %v", err)
 	}
+	r.s.router.ForgetAgent(id)
 	err = r.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(id), "", workflows.AgentDeregisterSignal, workflows.AgentDeregistration{Reason: req.GetReason()})
 	var nf *serviceerror.NotFound
 	switch {

@@ -35,6 +35,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -49,6 +50,10 @@ type Config struct {
 	HITLPolicy hitlsignals.Policy
 	// HITLTimeout is the deadline of invocations raised through HitlService.Decide.
 	HITLTimeout time.Duration
+	// RoomPolicy is the negotiation room's decision policy (§17.5); zero fields take defaults.
+	RoomPolicy voting.Policy
+	// RoomTimeout bounds a room's wait for votes; zero means the workflow default.
+	RoomTimeout time.Duration
 }
 
 // Server holds the collaborators shared by every service.
@@ -84,7 +89,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	toolpb.RegisterToolServiceServer(g, toolpb.UnimplementedToolServiceServer{})
 	connectorpb.RegisterConnectorServiceServer(g, connectorpb.UnimplementedConnectorServiceServer{})
 	negotiationpb.RegisterNegotiationServiceServer(g, negotiationpb.UnimplementedNegotiationServiceServer{})
-	negotiationroompb.RegisterNegotiationRoomServiceServer(g, negotiationroompb.UnimplementedNegotiationRoomServiceServer{})
+	negotiationroompb.RegisterNegotiationRoomServiceServer(g, &roomService{s: s})
 	handoffpb.RegisterHandoffServiceServer(g, handoffpb.UnimplementedHandoffServiceServer{})
 	workflowpb.RegisterWorkflowServiceServer(g, workflowpb.UnimplementedWorkflowServiceServer{})
 	reasoningpb.RegisterReasoningProxyServer(g, reasoningpb.UnimplementedReasoningProxyServer{})

@@ -13,16 +13,15 @@ import (
 // codes.Unimplemented with that text instead of pretending to work; an entry is removed when
 // its service is built.
 var notYetBuilt = map[string]string{
-	"/sw4rm.scheduler.SchedulerService/":              "task scheduling, cooperative preemption and the activity buffer (§7, §9, §10)",
-	"/sw4rm.scheduler.SchedulerPolicyService/":        "negotiation policy management (§17.2)",
-	"/sw4rm.worktree.WorktreeService/":                "worktree binding (§16)",
-	"/sw4rm.tool.ToolService/":                        "policy-bound tool calling (§18)",
-	"/sw4rm.connector.ConnectorService/":              "tool provider registration (§18.1)",
-	"/sw4rm.negotiation.NegotiationService/":          "scheduler-run negotiation and debate (§17)",
-	"/sw4rm.negotiation_room.NegotiationRoomService/": "the producer/critic negotiation room (§17.5)",
-	"/sw4rm.handoff.HandoffService/":                  "agent handoffs (§17.6)",
-	"/sw4rm.workflow.WorkflowService/":                "DAG workflows (§17.7)",
-	"/sw4rm.reasoning.ReasoningProxy/":                "the inference-engine proxy (§9.3)",
+	"/sw4rm.scheduler.SchedulerService/":       "task scheduling, cooperative preemption and the activity buffer (§7, §9, §10)",
+	"/sw4rm.scheduler.SchedulerPolicyService/": "negotiation policy management (§17.2)",
+	"/sw4rm.worktree.WorktreeService/":         "worktree binding (§16)",
+	"/sw4rm.tool.ToolService/":                 "policy-bound tool calling (§18)",
+	"/sw4rm.connector.ConnectorService/":       "tool provider registration (§18.1)",
+	"/sw4rm.negotiation.NegotiationService/":   "scheduler-run negotiation and debate (§17)",
+	"/sw4rm.handoff.HandoffService/":           "agent handoffs (§17.6)",
+	"/sw4rm.workflow.WorkflowService/":         "DAG workflows (§17.7)",
+	"/sw4rm.reasoning.ReasoningProxy/":         "the inference-engine proxy (§9.3)",
 }
 
 func unimplemented(fullMethod string) error {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -35,14 +36,62 @@ type Sink struct {
 	log   *slog.Logger
 	audit store.AuditLog
 	now   func() time.Time
+
+	// queue, when set, makes audit writes asynchronous: the hot path of the router must not
+	// wait for an audit row (§13 latency), but the rows keep their order and are never dropped.
+	queue  chan store.Event
+	done   chan struct{}
+	once   sync.Once
+	mu     sync.RWMutex // guards closed and sending on queue against Close
+	closed bool
 }
 
-// New returns a sink over a logger and an audit log (either may be nil).
+// New returns a sink over a logger and an audit log (either may be nil) that writes audit
+// rows synchronously.
 func New(log *slog.Logger, audit store.AuditLog) *Sink {
 	if log == nil {
 		log = slog.Default()
 	}
 	return &Sink{log: log, audit: audit, now: time.Now}
+}
+
+// NewAsync returns a sink that appends audit rows from one background goroutine, in order,
+// through a queue of the given size; when the queue is full the caller writes synchronously
+// instead, so nothing is dropped. Close drains it.
+func NewAsync(log *slog.Logger, audit store.AuditLog, size int) *Sink {
+	s := New(log, audit)
+	if audit == nil {
+		return s
+	}
+	s.queue = make(chan store.Event, size)
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		for e := range s.queue {
+			s.append(context.Background(), e)
+		}
+	}()
+	return s
+}
+
+// Close flushes an asynchronous sink's queue and stops its writer.
+func (s *Sink) Close() {
+	if s == nil || s.queue == nil {
+		return
+	}
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.queue)
+		s.mu.Unlock()
+		<-s.done
+	})
+}
+
+func (s *Sink) append(ctx context.Context, e store.Event) {
+	if _, err := s.audit.Append(ctx, e); err != nil {
+		s.log.Warn("audit append failed", slog.String("event", e.Type), slog.Any("error", err))
+	}
 }
 
 // Record logs the event and appends it to the audit log. A failing audit write is logged,
@@ -82,10 +131,24 @@ func (s *Sink) Record(ctx context.Context, e Event) {
 			details = b
 		}
 	}
-	if _, err := s.audit.Append(ctx, store.Event{
+	ev := store.Event{
 		Time: at, CorrelationID: e.CorrelationID, Actor: e.Actor, Type: e.Type,
 		AgentID: e.AgentID, MessageID: e.MessageID, Details: details,
-	}); err != nil {
-		s.log.Warn("audit append failed", slog.String("event", e.Type), slog.Any("error", err))
 	}
+	if s.queue != nil {
+		s.mu.RLock()
+		queued := false
+		if !s.closed {
+			select {
+			case s.queue <- ev:
+				queued = true
+			default: // full: write it ourselves rather than drop it
+			}
+		}
+		s.mu.RUnlock()
+		if queued {
+			return
+		}
+	}
+	s.append(context.WithoutCancel(ctx), ev)
 }

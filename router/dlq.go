@@ -100,7 +100,7 @@ func (r *Router) Requeue(ctx context.Context, id int64) (string, error) {
 	env.MessageId = uuid.NewString()
 	env.RetryCount++
 	env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
-	if _, err := r.st.Registry().GetAgent(ctx, entry.RecipientID); err != nil {
+	if _, err := r.agent(ctx, entry.RecipientID); err != nil {
 		return "", fmt.Errorf("route %s: %w", entry.RecipientID, err)
 	}
 	req := store.AdmitRequest{Envelope: env, RecipientID: entry.RecipientID, Capacity: r.cfg.BufferCapacity, Track: true, Lane: r.laneFor(ctx, env.GetProducerId())}

@@ -146,6 +146,7 @@ type Router struct {
 
 	limitersMu sync.Mutex
 	limiters   map[string]*rate.Limiter
+	agents     agentCache
 }
 
 // New builds a router over a store.
@@ -199,7 +200,7 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 		// (derived from it) stay stable across attempts (004 §5).
 		env.IdempotencyToken = env.GetProducerId() + ":request:" + env.GetMessageId()
 	}
-	agent, err := r.st.Registry().GetAgent(ctx, route.Recipient)
+	agent, err := r.agent(ctx, route.Recipient)
 	if errors.Is(err, store.ErrNotFound) {
 		return r.reject(ctx, env, route.Recipient, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "recipient %q is not a registered agent", route.Recipient))
 	}
@@ -263,7 +264,7 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 // laneFor returns the lane of a producer's messages: its registered communication class,
 // with PRIVILEGED rate-limited per producer and its overflow demoted to STANDARD (§7.3).
 func (r *Router) laneFor(ctx context.Context, producerID string) commonpb.CommunicationClass {
-	rec, err := r.st.Registry().GetAgent(ctx, producerID)
+	rec, err := r.agent(ctx, producerID)
 	if err != nil {
 		return commonpb.CommunicationClass_STANDARD
 	}
@@ -362,7 +363,7 @@ func (r *Router) nack(ctx context.Context, producerID, correlationID, messageID 
 // agent itself sent. Control traffic rides the PRIVILEGED lane: it is small and unblocks the
 // agent's own work. An agent that is not registered (any more) gets nothing, which is logged.
 func (r *Router) deliverControl(ctx context.Context, agentID string, env *commonpb.Envelope) error {
-	if _, err := r.st.Registry().GetAgent(ctx, agentID); err != nil {
+	if _, err := r.agent(ctx, agentID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			r.sink.Record(ctx, observe.Event{
 				CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.control_undeliverable",
@@ -404,25 +405,31 @@ func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64,
 	if err != nil || !ok {
 		return ok, err
 	}
-	rec, err := r.st.Messages().GetMessage(ctx, d.Envelope.GetMessageId())
-	if errors.Is(err, store.ErrNotFound) {
+	if d.Envelope.GetMessageType() == commonpb.MessageType_ACKNOWLEDGEMENT || d.Envelope.GetProducerId() == protocol.SchedulerID {
 		return true, nil // control traffic is not tracked
 	}
-	if err != nil {
-		return true, fmt.Errorf("look up confirmed message: %w", err)
-	}
 	if permanentFailure {
+		rec, err := r.st.Messages().GetMessage(ctx, d.Envelope.GetMessageId())
+		if errors.Is(err, store.ErrNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return true, fmt.Errorf("look up confirmed message: %w", err)
+		}
 		return true, r.consumerFailed(ctx, rec, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.ErrorCode_INTERNAL_ERROR,
 			"consumer "+agentID+" reported a permanent delivery failure", agentID)
 	}
-	if rec.State != commonpb.EnvelopeState_ENVELOPE_STATE_SENT {
-		return true, nil // the consumer's own ACK envelope got there first (or it timed out)
+	// SENT → RECEIVED is the only legal move to RECEIVED: if the consumer's own ACK got there
+	// first, or the message timed out, nothing changes.
+	note := "delivery confirmed by " + agentID
+	after, applied, err := r.advance(ctx, d.Envelope.GetMessageId(), commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, 0, note, agentID)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil
 	}
-	_, applied, err := r.advance(ctx, rec.MessageID, commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, 0, "delivery confirmed by "+agentID, agentID)
 	if err != nil || !applied {
 		return true, err
 	}
-	return true, r.nack(ctx, rec.ProducerID, rec.CorrelationID, rec.MessageID, commonpb.AckStage_RECEIVED, 0, "delivery confirmed by "+agentID)
+	return true, r.nack(ctx, after.ProducerID, after.CorrelationID, after.MessageID, commonpb.AckStage_RECEIVED, 0, note)
 }
 
 // consumerFailed applies a consumer's terminal failure of a message, tells the producer and

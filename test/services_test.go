@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,9 +100,11 @@ func TestServiceSurface(t *testing.T) {
 	corr := uniq(t, "corr")
 	_, err = lg.Ingest(ctx, &loggingpb.LogEvent{CorrelationId: corr, AgentId: "coder", EventType: "tool_called", Level: "info", DetailsJson: `{"tool":"git"}`})
 	require.NoError(t, err)
-	evs, err := sys.app.Store().Audit().List(ctx, store.AuditFilter{CorrelationID: corr})
-	require.NoError(t, err)
-	require.Len(t, evs, 1)
+	var evs []store.Event
+	require.Eventually(t, func() bool { // audit rows are written asynchronously
+		evs, err = sys.app.Store().Audit().List(ctx, store.AuditFilter{CorrelationID: corr})
+		return err == nil && len(evs) == 1
+	}, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, "agent.tool_called", evs[0].Type)
 	assert.JSONEq(t, `{"tool":"git","level":"info"}`, string(evs[0].Details))
 	_, err = lg.Ingest(ctx, &loggingpb.LogEvent{EventType: "x", DetailsJson: `[1,2]`})

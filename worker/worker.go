@@ -30,6 +30,7 @@ func Register(r sdkworker.Registry, acts *activities.Activities) {
 func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(workflows.AgentLifecycle)
 	r.RegisterWorkflowWithOptions(workflows.HitlWait, workflow.RegisterOptions{Name: hitlsignals.WorkflowType})
+	r.RegisterWorkflow(workflows.RoomCoordinator)
 }
 
 // EnsureSearchAttributes registers SW4RM's custom search attributes in the namespace if they

@@ -21,6 +21,8 @@ var (
 	// HitlPendingKey marks runs waiting for a human decision (§15): the HITL wait itself and
 	// the workflow that raised it.
 	HitlPendingKey = temporal.NewSearchAttributeKeyBool("SW4RMHitlPending")
+	// RoomIDKey is a negotiation room coordinator's room (§17.5).
+	RoomIDKey = temporal.NewSearchAttributeKeyKeyword("SW4RMRoomID")
 )
 
 // SearchAttributes lists every custom search attribute with its type, for registration.
@@ -30,5 +32,6 @@ func SearchAttributes() map[string]enums.IndexedValueType {
 		AgentIDKey.GetName():     enums.INDEXED_VALUE_TYPE_KEYWORD,
 		AgentStateKey.GetName():  enums.INDEXED_VALUE_TYPE_KEYWORD,
 		HitlPendingKey.GetName(): enums.INDEXED_VALUE_TYPE_BOOL,
+		RoomIDKey.GetName():      enums.INDEXED_VALUE_TYPE_KEYWORD,
 	}
 }

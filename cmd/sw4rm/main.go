@@ -53,6 +53,8 @@ func newRoot() *cobra.Command {
 	pf.DurationVar(&cfg.DLQRetention, "dlq-retention", cfg.DLQRetention, "dead-letter retention, §21.1 (SW4RM_DLQ_RETENTION)")
 	pf.Float64Var(&cfg.PrivilegedRate, "privileged-rate", cfg.PrivilegedRate, "PRIVILEGED messages/s per producer before overflow to STANDARD, §7.3 (SW4RM_PRIVILEGED_RATE)")
 	pf.IntVar(&cfg.PrivilegedBurst, "privileged-burst", cfg.PrivilegedBurst, "PRIVILEGED burst per producer (SW4RM_PRIVILEGED_BURST)")
+	pf.DurationVar(&cfg.RoomTimeout, "room-timeout", cfg.RoomTimeout, "negotiation room wait for votes, §17.5 (SW4RM_ROOM_TIMEOUT)")
+	pf.StringVar(&cfg.RoomStrategy, "room-strategy", cfg.RoomStrategy, "vote aggregation: confidence_weighted, simple_average, majority_vote, borda_count (SW4RM_ROOM_STRATEGY)")
 	laneWeights := pf.String("lane-weights", "6,3,1", "PRIVILEGED,STANDARD,BULK delivery weights (SW4RM_LANE_WEIGHTS)")
 	pf.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (SW4RM_LOG_LEVEL)")
 
@@ -87,6 +89,8 @@ func newRoot() *cobra.Command {
 		apply("dlq-retention", func() { merged.DLQRetention = fromEnv.DLQRetention })
 		apply("privileged-rate", func() { merged.PrivilegedRate = fromEnv.PrivilegedRate })
 		apply("privileged-burst", func() { merged.PrivilegedBurst = fromEnv.PrivilegedBurst })
+		apply("room-timeout", func() { merged.RoomTimeout = fromEnv.RoomTimeout })
+		apply("room-strategy", func() { merged.RoomStrategy = fromEnv.RoomStrategy })
 		if cmd.Flags().Changed("lane-weights") {
 			w, err := app.ParseLaneWeights(*laneWeights)
 			if err != nil {

@@ -50,17 +50,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, "benchreport: no benchmark results on stdin")
 		os.Exit(1)
 	}
-	fmt.Printf("\n%-40s %12s %10s %10s", "benchmark", "msgs/s", "p50 ms", "p99 ms")
+	fmt.Printf("\n%-40s %12s %10s %10s %12s", "benchmark", "msgs/s", "p50 ms", "p99 ms", "deliver p99")
 	for _, b := range baselines {
 		fmt.Printf("  %s", "× "+b.name)
 	}
 	fmt.Println()
 	for _, r := range append(subjects, baselines...) {
-		fmt.Printf("%-40s %12.1f %10.3f %10.3f", r.name, r.metrics["msgs/s"], r.metrics["p50-ms"], r.metrics["p99-ms"])
+		dp := "-"
+		if v, ok := r.metrics["deliver-p99-ms"]; ok {
+			dp = fmt.Sprintf("%.3f", v)
+		}
+		fmt.Printf("%-40s %12.1f %10.3f %10.3f %12s", r.name, r.metrics["msgs/s"], r.metrics["p50-ms"], r.metrics["p99-ms"], dp)
 		for _, b := range baselines {
 			fmt.Printf("  %*.2f", len(b.name)+2, r.nsPerOp/b.nsPerOp)
 		}
 		fmt.Println()
 	}
-	fmt.Println("\n× columns: time per operation divided by the baseline's, measured in the same run.")
+	fmt.Println("\ndeliver p99: ms from SendMessage to the recipient's stream. × columns: time per operation")
+	fmt.Println("divided by the baseline's, measured in the same run (below 2.0 = at least half the baseline's rate).")
 }

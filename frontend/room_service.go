@@ -1,0 +1,222 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// DefaultWaitForDecision is WaitForDecision's timeout when the request names none.
+const DefaultWaitForDecision = 30 * time.Second
+
+// roomService serves sw4rm.negotiation_room.NegotiationRoomService (§17.5): one coordinator
+// workflow per artifact version, room/<room_id>/<artifact_id>.
+type roomService struct {
+	negotiationroompb.UnimplementedNegotiationRoomServiceServer
+	s *Server
+}
+
+func roomOf(id string) string {
+	if id == "" {
+		return workflows.DefaultRoomID
+	}
+	return id
+}
+
+// SubmitProposal validates the proposal and starts its coordinator. An artifact_id is unique:
+// a second proposal is refused while the first is under review or once it was approved, and
+// accepted as the next version after REVISION_REQUESTED (the revision loop).
+func (r *roomService) SubmitProposal(ctx context.Context, req *negotiationroompb.SubmitProposalRequest) (*negotiationroompb.SubmitProposalResponse, error) {
+	if req.GetProposal() == nil {
+		return nil, status.Error(codes.InvalidArgument, "validation_error: proposal is required")
+	}
+	p := proto.Clone(req.GetProposal()).(*negotiationroompb.NegotiationProposal)
+	p.NegotiationRoomId = roomOf(p.GetNegotiationRoomId())
+	if p.GetCreatedAt() == nil {
+		p.CreatedAt = timestamppb.Now()
+	}
+	if err := voting.ValidateProposal(p); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
+	}
+	for _, c := range p.GetRequestedCritics() {
+		if _, err := r.s.store.Registry().GetAgent(ctx, c); errors.Is(err, store.ErrNotFound) {
+			return nil, status.Errorf(codes.InvalidArgument, "validation_error: requested critic %q is not a registered agent", c)
+		} else if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
+		}
+	}
+	id := workflows.RoomWorkflowID(p.GetNegotiationRoomId(), p.GetArtifactId())
+	version := 1
+	if prev, err := r.state(ctx, id); err == nil {
+		switch {
+		case !prev.Final:
+			return nil, status.Errorf(codes.AlreadyExists, "artifact %q (version %d) is still under review in room %q", p.GetArtifactId(), prev.Version, p.GetNegotiationRoomId())
+		case prev.Decision.GetOutcome() == negotiationroompb.DecisionOutcome_APPROVED:
+			return nil, status.Errorf(codes.AlreadyExists, "artifact %q was approved at version %d; submit changes under a new artifact_id", p.GetArtifactId(), prev.Version)
+		default:
+			version = prev.Version + 1 // the producer's revision after REVISION_REQUESTED
+		}
+	} else if status.Code(err) != codes.NotFound {
+		return nil, err
+	}
+	_, err := r.s.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: id, TaskQueue: r.s.cfg.TaskQueue,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		TypedSearchAttributes:    temporal.NewSearchAttributes(workflows.KindKey.ValueSet("room"), workflows.RoomIDKey.ValueSet(p.GetNegotiationRoomId())),
+	}, workflows.RoomCoordinator, workflows.RoomInput{Proposal: p, Version: version, Policy: r.s.cfg.RoomPolicy, Timeout: r.s.cfg.RoomTimeout, HITLTimeout: r.s.cfg.HITLTimeout})
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return nil, status.Errorf(codes.AlreadyExists, "artifact %q is already under review", p.GetArtifactId())
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: could not start the coordinator (is Temporal reachable?): %v", err)
+	}
+	return &negotiationroompb.SubmitProposalResponse{ArtifactId: p.GetArtifactId(), NegotiationRoomId: p.GetNegotiationRoomId()}, nil
+}
+
+// SubmitVote delivers a vote to the coordinator as an update, whose validator refuses a critic
+// that was not requested, a second vote, out-of-range values and votes on decided artifacts.
+func (r *roomService) SubmitVote(ctx context.Context, req *negotiationroompb.SubmitVoteRequest) (*negotiationroompb.SubmitVoteResponse, error) {
+	v := req.GetVote()
+	if v == nil {
+		return nil, status.Error(codes.InvalidArgument, "validation_error: vote is required")
+	}
+	if v.GetArtifactId() == "" || v.GetCriticId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "validation_error: vote.artifact_id and vote.critic_id are required")
+	}
+	id := workflows.RoomWorkflowID(roomOf(v.GetNegotiationRoomId()), v.GetArtifactId())
+	h, err := r.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: id, UpdateName: workflows.RoomVoteUpdate, Args: []any{v}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(ctx, nil)
+	}
+	if err != nil {
+		return nil, roomError(err, v.GetArtifactId())
+	}
+	return &negotiationroompb.SubmitVoteResponse{ArtifactId: v.GetArtifactId(), CriticId: v.GetCriticId()}, nil
+}
+
+// roomError maps coordinator errors onto gRPC statuses with the reason intact.
+func roomError(err error, artifactID string) error {
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		if isCompleted(err) {
+			return status.Errorf(codes.FailedPrecondition, "artifact %q was already decided", artifactID)
+		}
+		return status.Errorf(codes.NotFound, "no proposal for artifact %q in this room", artifactID)
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		code := codes.InvalidArgument
+		switch app.Type() {
+		case voting.TypeNotRequested:
+			code = codes.PermissionDenied
+		case voting.TypeAlreadyVoted:
+			code = codes.AlreadyExists
+		case voting.TypeDecided:
+			code = codes.FailedPrecondition
+		}
+		return status.Error(code, app.Message())
+	}
+	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
+		return err
+	}
+	return status.Errorf(codes.Unavailable, "internal_error: %v", err)
+}
+
+// isCompleted recognises Temporal's answer for an update sent to a closed run.
+func isCompleted(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "already completed")
+}
+
+// state queries the latest coordinator of an artifact.
+func (r *roomService) state(ctx context.Context, id string) (workflows.RoomState, error) {
+	v, err := r.s.temporal.QueryWorkflow(ctx, id, "", workflows.RoomStateQuery)
+	if err != nil {
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return workflows.RoomState{}, status.Errorf(codes.NotFound, "no proposal %s", id)
+		}
+		return workflows.RoomState{}, status.Errorf(codes.Unavailable, "internal_error: could not read %s: %v", id, err)
+	}
+	var st workflows.RoomState
+	if err := v.Get(&st); err != nil {
+		return st, status.Errorf(codes.Internal, "internal_error: %v", err)
+	}
+	return st, nil
+}
+
+// GetVotes returns the votes of an artifact's current version.
+func (r *roomService) GetVotes(ctx context.Context, req *negotiationroompb.GetVotesRequest) (*negotiationroompb.GetVotesResponse, error) {
+	if req.GetArtifactId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "validation_error: artifact_id is required")
+	}
+	st, err := r.state(ctx, workflows.RoomWorkflowID(roomOf(req.GetNegotiationRoomId()), req.GetArtifactId()))
+	if err != nil {
+		return nil, err
+	}
+	return &negotiationroompb.GetVotesResponse{Votes: st.Votes, VoteCount: int32(len(st.Votes))}, nil
+}
+
+// GetDecision returns the current decision (empty while votes are awaited; ESCALATED_TO_HITL
+// while a human decides).
+func (r *roomService) GetDecision(ctx context.Context, req *negotiationroompb.GetDecisionRequest) (*negotiationroompb.GetDecisionResponse, error) {
+	if req.GetArtifactId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "validation_error: artifact_id is required")
+	}
+	st, err := r.state(ctx, workflows.RoomWorkflowID(roomOf(req.GetNegotiationRoomId()), req.GetArtifactId()))
+	if err != nil {
+		return nil, err
+	}
+	return &negotiationroompb.GetDecisionResponse{Decision: st.Decision}, nil
+}
+
+// WaitForDecision blocks until the artifact's decision is final or the timeout passes
+// (DeadlineExceeded, naming the current state).
+func (r *roomService) WaitForDecision(ctx context.Context, req *negotiationroompb.WaitForDecisionRequest) (*negotiationroompb.WaitForDecisionResponse, error) {
+	if req.GetArtifactId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "validation_error: artifact_id is required")
+	}
+	timeout := DefaultWaitForDecision
+	if s := req.GetTimeoutSeconds(); s > 0 {
+		timeout = time.Duration(s) * time.Second
+	}
+	id := workflows.RoomWorkflowID(roomOf(req.GetNegotiationRoomId()), req.GetArtifactId())
+	if _, err := r.state(ctx, id); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d *negotiationroompb.NegotiationDecision
+	if err := r.s.temporal.GetWorkflow(wctx, id, "").Get(wctx, &d); err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil {
+			msg := fmt.Sprintf("no final decision for %q within %s", req.GetArtifactId(), timeout)
+			if st, serr := r.state(ctx, id); serr == nil && st.Decision != nil {
+				msg += fmt.Sprintf("; current outcome %s (%s)", st.Decision.GetOutcome(), st.Decision.GetReason())
+			} else if serr == nil {
+				msg += fmt.Sprintf("; %d vote(s) so far", len(st.Votes))
+			}
+			return nil, status.Error(codes.DeadlineExceeded, msg)
+		}
+		return nil, status.Errorf(codes.Internal, "internal_error: coordinator of %s failed: %v", req.GetArtifactId(), err)
+	}
+	return &negotiationroompb.WaitForDecisionResponse{Decision: d}, nil
+}
