@@ -13,7 +13,8 @@ BIN              := bin/sw4rm
 # Custom search attributes, registered at dev-server start (sw4rm also registers any missing
 # ones itself on start, for clusters that were not started this way).
 SEARCH_ATTRIBUTES := --search-attribute SW4RMKind=Keyword --search-attribute SW4RMAgentID=Keyword \
-                     --search-attribute SW4RMAgentState=Keyword --search-attribute SW4RMHitlPending=Bool
+                     --search-attribute SW4RMAgentState=Keyword --search-attribute SW4RMHitlPending=Bool \
+                     --search-attribute SW4RMRoomID=Keyword
 
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
 
