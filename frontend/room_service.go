@@ -63,7 +63,13 @@ func (r *roomService) SubmitProposal(ctx context.Context, req *negotiationroompb
 	}
 	id := workflows.RoomWorkflowID(p.GetNegotiationRoomId(), p.GetArtifactId())
 	version := 1
-	if prev, err := r.state(ctx, id); err == nil {
+	// Describe first: for a new artifact (the common case) it answers NotFound without the
+	// workflow task a query needs.
+	_, derr := r.s.temporal.DescribeWorkflowExecution(ctx, id, "")
+	var dnf *serviceerror.NotFound
+	if errors.As(derr, &dnf) {
+		// a new artifact: version 1
+	} else if prev, err := r.state(ctx, id); err == nil {
 		switch {
 		case !prev.Final:
 			return nil, status.Errorf(codes.AlreadyExists, "artifact %q (version %d) is still under review in room %q", p.GetArtifactId(), prev.Version, p.GetNegotiationRoomId())
@@ -200,13 +206,14 @@ func (r *roomService) WaitForDecision(ctx context.Context, req *negotiationroomp
 		timeout = time.Duration(s) * time.Second
 	}
 	id := workflows.RoomWorkflowID(roomOf(req.GetNegotiationRoomId()), req.GetArtifactId())
-	if _, err := r.state(ctx, id); err != nil {
-		return nil, err
-	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var d *negotiationroompb.NegotiationDecision
 	if err := r.s.temporal.GetWorkflow(wctx, id, "").Get(wctx, &d); err != nil {
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return nil, status.Errorf(codes.NotFound, "no proposal for artifact %q in this room", req.GetArtifactId())
+		}
 		if wctx.Err() != nil && ctx.Err() == nil {
 			msg := fmt.Sprintf("no final decision for %q within %s", req.GetArtifactId(), timeout)
 			if st, serr := r.state(ctx, id); serr == nil && st.Decision != nil {

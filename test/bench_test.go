@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -9,8 +10,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres/pgtest"
 )
@@ -141,4 +148,101 @@ func reportLatency(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(float64(len(lat))/total.Seconds(), "msgs/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkRoomDecision measures a negotiation room decision with three critics over gRPC:
+// SubmitProposal, three SubmitVote updates, WaitForDecision (the coordinator also sends the
+// proposal to each critic and the decision to everyone through the router, and stores both
+// as artifacts).
+func BenchmarkRoomDecision(b *testing.B) {
+	sys := start(b, newConfig(b, "memory"))
+	rc := negotiationroompb.NewNegotiationRoomServiceClient(dialBench(b, sys))
+	producer := dialAgent(b, sys, "producer")
+	var critics []string
+	for _, n := range []string{"c1", "c2", "c3"} {
+		critics = append(critics, dialAgent(b, sys, n).ID())
+	}
+	ctx := context.Background()
+	roomID := uniq(b, "room")
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		artifact := fmt.Sprintf("a-%d", i)
+		_, err := rc.SubmitProposal(ctx, &negotiationroompb.SubmitProposalRequest{Proposal: &negotiationroompb.NegotiationProposal{
+			ArtifactType: negotiationroompb.ArtifactType_CODE, ArtifactId: artifact, ProducerId: producer.ID(), Artifact: []byte("x"),
+			ArtifactContentType: "text/plain", RequestedCritics: critics, NegotiationRoomId: roomID}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range critics {
+			if _, err := rc.SubmitVote(ctx, &negotiationroompb.SubmitVoteRequest{Vote: &negotiationroompb.NegotiationVote{
+				ArtifactId: artifact, CriticId: c, Score: 8.5, Confidence: 0.9, Passed: true, NegotiationRoomId: roomID}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := rc.WaitForDecision(ctx, &negotiationroompb.WaitForDecisionRequest{ArtifactId: artifact, NegotiationRoomId: roomID, TimeoutSeconds: 30}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+// bareVotes is the bare-Temporal baseline's workflow: it takes three updates and returns.
+func bareVotes(ctx workflow.Context) (int, error) {
+	n := 0
+	if err := workflow.SetUpdateHandler(ctx, "vote", func(ctx workflow.Context, score float64) error { n++; return nil }); err != nil {
+		return 0, err
+	}
+	if err := workflow.Await(ctx, func() bool { return n == 3 }); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// BenchmarkBaselineBareTemporalRoom is the same shape in bare Temporal, measured in the same
+// run: start a workflow, send three updates, wait for its result.
+func BenchmarkBaselineBareTemporalRoom(b *testing.B) {
+	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
+	require.NoError(b, err)
+	defer c.Close()
+	tq := "bare-" + uuid.NewString()[:8]
+	w := sdkworker.New(c, tq, sdkworker.Options{})
+	w.RegisterWorkflow(bareVotes)
+	require.NoError(b, w.Start())
+	defer w.Stop()
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "bare/" + uuid.NewString(), TaskQueue: tq}, bareVotes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range 3 {
+			h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: run.GetID(), UpdateName: "vote", Args: []any{float64(i)}, WaitForStage: client.WorkflowUpdateStageCompleted})
+			if err == nil {
+				err = h.Get(ctx, nil)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := run.Get(ctx, nil); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+func dialBench(b *testing.B, sys *system) *grpc.ClientConn {
+	conn, err := grpc.NewClient(sys.app.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = conn.Close() })
+	return conn
 }

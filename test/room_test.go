@@ -111,6 +111,7 @@ func TestRoomApprovedByThreeCritics(t *testing.T) {
 	require.NoError(t, protojson.Unmarshal(got.Envelope.GetPayload(), &heard))
 	assert.Equal(t, negotiationroompb.DecisionOutcome_APPROVED, heard.GetOutcome())
 
+	recordHistory(t, sys.app.Temporal(), workflows.RoomWorkflowID(r.roomID, "code-123"), "room_approved")
 	votes, err := r.rc.GetVotes(context.Background(), &negotiationroompb.GetVotesRequest{ArtifactId: "code-123", NegotiationRoomId: r.roomID})
 	require.NoError(t, err)
 	assert.Equal(t, int32(3), votes.GetVoteCount())
@@ -198,6 +199,7 @@ func TestRoomSplitVoteEscalatesAndOperatorApproves(t *testing.T) {
 	assert.Equal(t, negotiationroompb.DecisionOutcome_APPROVED, d.GetOutcome())
 	assert.Contains(t, d.GetReason(), "security critic misread the config")
 	assert.Contains(t, d.GetReason(), "alice")
+	recordHistory(t, sys.app.Temporal(), workflows.RoomWorkflowID(r.roomID, "deploy-7"), "room_escalated_approved")
 
 	// Revision loop: low scores → REVISION_REQUESTED, then version 2 is reviewed.
 	r.propose(t, "req-9")

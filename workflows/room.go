@@ -125,12 +125,15 @@ func (w *roomCoordinator) run(ctx workflow.Context) (*negotiationroompb.Negotiat
 		return nil, err
 	}
 
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	// The room's side effects are short store writes and router admissions in the worker's
+	// own process, so they run as local activities: no task-queue round trip per step, which
+	// keeps a decision close to bare Temporal's start + updates (see docs/benchmarks.md).
+	actx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
 	})
 	var acts *activities.Activities
-	if err := workflow.ExecuteActivity(actx, acts.PublishProposal, activities.ProposalInput{Proposal: p, Version: w.in.Version}).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteLocalActivity(actx, acts.PublishProposal, activities.ProposalInput{Proposal: p, Version: w.in.Version}).Get(ctx, nil); err != nil {
 		return nil, err
 	}
 
@@ -158,7 +161,7 @@ func (w *roomCoordinator) run(ctx workflow.Context) (*negotiationroompb.Negotiat
 		}
 	}
 	w.final = true
-	if err := workflow.ExecuteActivity(actx, acts.PublishDecision, activities.DecisionInput{
+	if err := workflow.ExecuteLocalActivity(actx, acts.PublishDecision, activities.DecisionInput{
 		Decision: w.decision, ProducerID: p.GetProducerId(), Version: w.in.Version, Critics: p.GetRequestedCritics(),
 	}).Get(ctx, nil); err != nil {
 		return nil, err
@@ -174,7 +177,7 @@ func (w *roomCoordinator) escalate(ctx, actx workflow.Context, verdict voting.Ve
 	var acts *activities.Activities
 	// Publish the provisional decision first: GetDecision shows the escalation while the
 	// human decides.
-	if err := workflow.ExecuteActivity(actx, acts.PublishDecision, activities.DecisionInput{
+	if err := workflow.ExecuteLocalActivity(actx, acts.PublishDecision, activities.DecisionInput{
 		Decision: w.decision, ProducerID: p.GetProducerId(), Version: w.in.Version, Provisional: true,
 	}).Get(ctx, nil); err != nil {
 		return err
