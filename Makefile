@@ -64,3 +64,9 @@ $(WORKFLOWCHECK):
 
 clean:
 	rm -rf bin .bench.out
+
+## example-room: run the negotiation room example against a running server (`make dev`;
+## SW4RM_SERVER overrides localhost:50051). See examples/negotiation-room/README.md.
+.PHONY: example-room
+example-room:
+	go run ./examples/negotiation-room
