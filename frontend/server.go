@@ -80,7 +80,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	loggingpb.RegisterLoggingServiceServer(g, &loggingService{s: s})
 	activitypb.RegisterActivityServiceServer(g, &activityService{s: s})
 
-	schedulerpb.RegisterSchedulerServiceServer(g, schedulerpb.UnimplementedSchedulerServiceServer{})
+	schedulerpb.RegisterSchedulerServiceServer(g, &schedulerService{s: s})
 	schedulerpb.RegisterSchedulerPolicyServiceServer(g, schedulerpb.UnimplementedSchedulerPolicyServiceServer{})
 	hitlpb.RegisterHitlServiceServer(g, &hitlService{s: s})
 	hitladminpb.RegisterHitlAdminServiceServer(g, &hitlAdminService{s: s})

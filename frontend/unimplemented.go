@@ -13,7 +13,6 @@ import (
 // codes.Unimplemented with that text instead of pretending to work; an entry is removed when
 // its service is built.
 var notYetBuilt = map[string]string{
-	"/sw4rm.scheduler.SchedulerService/":       "task scheduling, cooperative preemption and the activity buffer (§7, §9, §10)",
 	"/sw4rm.scheduler.SchedulerPolicyService/": "negotiation policy management (§17.2)",
 	"/sw4rm.worktree.WorktreeService/":         "worktree binding (§16)",
 	"/sw4rm.tool.ToolService/":                 "policy-bound tool calling (§18)",
@@ -24,8 +23,20 @@ var notYetBuilt = map[string]string{
 	"/sw4rm.reasoning.ReasoningProxy/":         "the inference-engine proxy (§9.3)",
 }
 
+// notYetBuiltMethods maps single methods of partly built services to the capability they
+// lack; it is consulted before notYetBuilt.
+var notYetBuiltMethods = map[string]string{
+	"/sw4rm.scheduler.SchedulerService/SubmitTask":        "task scheduling and priority ordering (§7.1, §9)",
+	"/sw4rm.scheduler.SchedulerService/RequestPreemption": "task scheduling: cooperative preemption (§7.2)",
+	"/sw4rm.scheduler.SchedulerService/ShutdownAgent":     "task scheduling: agent shutdown with a grace period (§8.4)",
+}
+
 func unimplemented(fullMethod string) error {
-	if capability, ok := notYetBuilt[serviceOf(fullMethod)]; ok {
+	capability, ok := notYetBuiltMethods[fullMethod]
+	if !ok {
+		capability, ok = notYetBuilt[serviceOf(fullMethod)]
+	}
+	if ok {
 		return status.Errorf(codes.Unimplemented,
 			"%s is not available in this server version: %s is not implemented yet (see docs/conformance.md)", fullMethod, capability)
 	}

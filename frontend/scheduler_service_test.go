@@ -1,0 +1,178 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/store/memory"
+)
+
+func newSchedulerTestService(t *testing.T) (*schedulerService, *memory.Store) {
+	t.Helper()
+	st := memory.New()
+	t.Cleanup(st.Close)
+	log := slog.New(slog.DiscardHandler)
+	srv := New(st, nil, nil, observe.New(log, st.Audit()), log, Config{})
+	return &schedulerService{s: srv}, st
+}
+
+func putSchedulerActivity(t *testing.T, st *memory.Store, e store.ActivityEntry) {
+	t.Helper()
+	_, err := st.ActivityBuffer().Put(t.Context(), e, store.ActivityLimits{})
+	require.NoError(t, err)
+}
+
+func requireSchedulerCode(t *testing.T, err error, code codes.Code, prefix string) {
+	t.Helper()
+	require.Error(t, err)
+	st, ok := status.FromError(err)
+	require.True(t, ok, "a gRPC status: %v", err)
+	require.Equal(t, code, st.Code(), "%v", err)
+	require.True(t, strings.HasPrefix(st.Message(), prefix), "message %q starts with %q", st.Message(), prefix)
+}
+
+func TestPollActivityBuffer(t *testing.T) {
+	sc, st := newSchedulerTestService(t)
+	ctx := t.Context()
+	at := time.Date(2025, 6, 1, 12, 0, 0, 123456000, time.FixedZone("UTC+2", 2*60*60))
+	putSchedulerActivity(t, st, store.ActivityEntry{AgentID: "alice", TaskID: "t1", RepoID: "r1", WorktreeID: "w1", Branch: "main",
+		Description: "fix the parser", CreatedAt: at})
+	putSchedulerActivity(t, st, store.ActivityEntry{AgentID: "bob", TaskID: "t9", CreatedAt: at.Add(time.Second)})
+	putSchedulerActivity(t, st, store.ActivityEntry{AgentID: "alice", TaskID: "t2", CreatedAt: at.Add(2 * time.Second)})
+
+	resp, err := sc.PollActivityBuffer(ctx, &schedulerpb.PollActivityBufferRequest{AgentId: "alice"})
+	require.NoError(t, err)
+	require.Len(t, resp.GetEntries(), 2)
+	e := resp.GetEntries()[0]
+	require.Equal(t, "t1", e.GetTaskId())
+	require.Equal(t, "r1", e.GetRepoId())
+	require.Equal(t, "w1", e.GetWorktreeId())
+	require.Equal(t, "main", e.GetBranch())
+	require.Equal(t, "fix the parser", e.GetDescription())
+	require.Equal(t, "2025-06-01T10:00:00.123456Z", e.GetTimestamp(), "RFC 3339 in UTC")
+	ts, err := time.Parse(time.RFC3339, e.GetTimestamp())
+	require.NoError(t, err)
+	require.True(t, at.Equal(ts))
+	require.Equal(t, "t2", resp.GetEntries()[1].GetTaskId())
+
+	all, err := sc.PollActivityBuffer(ctx, &schedulerpb.PollActivityBufferRequest{})
+	require.NoError(t, err)
+	var tasks []string
+	for _, e := range all.GetEntries() {
+		tasks = append(tasks, e.GetTaskId())
+	}
+	require.Equal(t, []string{"t1", "t9", "t2"}, tasks, "every agent's, oldest first")
+
+	none, err := sc.PollActivityBuffer(ctx, &schedulerpb.PollActivityBufferRequest{AgentId: "carol"})
+	require.NoError(t, err)
+	require.Empty(t, none.GetEntries())
+
+	_, err = sc.PollActivityBuffer(ctx, &schedulerpb.PollActivityBufferRequest{AgentId: "bad\xff"})
+	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
+
+	// Completed entries are not polled.
+	_, err = st.ActivityBuffer().Complete(ctx, "alice", "t1", store.ActivityCompleted)
+	require.NoError(t, err)
+	resp, err = sc.PollActivityBuffer(ctx, &schedulerpb.PollActivityBufferRequest{AgentId: "alice"})
+	require.NoError(t, err)
+	require.Len(t, resp.GetEntries(), 1)
+}
+
+func TestPollActivityBufferCapped(t *testing.T) {
+	sc, st := newSchedulerTestService(t)
+	n := maxActivityPoll + 5
+	for i := range n {
+		putSchedulerActivity(t, st, store.ActivityEntry{AgentID: fmt.Sprint("agent", i/store.DefaultActivityMaxPerAgent), TaskID: fmt.Sprint("t", i)})
+	}
+	resp, err := sc.PollActivityBuffer(t.Context(), &schedulerpb.PollActivityBufferRequest{})
+	require.NoError(t, err)
+	require.Len(t, resp.GetEntries(), maxActivityPoll)
+	require.Equal(t, "t0", resp.GetEntries()[0].GetTaskId())
+}
+
+func TestPurgeActivity(t *testing.T) {
+	sc, st := newSchedulerTestService(t)
+	ctx := t.Context()
+	for _, task := range []string{"t1", "t2", "t3"} {
+		putSchedulerActivity(t, st, store.ActivityEntry{AgentID: "alice", TaskID: task})
+	}
+	putSchedulerActivity(t, st, store.ActivityEntry{AgentID: "bob", TaskID: "t1"})
+
+	resp, err := sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice", TaskIds: []string{"t1", "t3", "gone", "t1"}})
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), resp.GetPurged())
+	left, err := st.ActivityBuffer().List(ctx, store.ActivityFilter{})
+	require.NoError(t, err)
+	require.Len(t, left, 2)
+
+	resp, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice", TaskIds: []string{"t1"}})
+	require.NoError(t, err)
+	require.Zero(t, resp.GetPurged(), "purging again purges nothing")
+
+	evs, err := st.Audit().List(ctx, store.AuditFilter{TypePrefix: "activity.purged"})
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	require.Equal(t, "alice", evs[0].AgentID)
+	require.Equal(t, "scheduler", evs[0].Actor)
+	var details struct {
+		TaskIDs []string `json:"task_ids"`
+		Purged  int      `json:"purged"`
+	}
+	require.NoError(t, json.Unmarshal(evs[0].Details, &details))
+	require.Equal(t, 2, details.Purged)
+	require.Equal(t, []string{"t1", "t3", "gone", "t1"}, details.TaskIDs)
+
+	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{TaskIds: []string{"t1"}})
+	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
+	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice"})
+	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
+	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice", TaskIds: make([]string, maxPurgeTaskIDs+1)})
+	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
+	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice", TaskIds: []string{"t\x00"}})
+	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
+}
+
+// noActivityStore hides the memory store's activity buffer.
+type noActivityStore struct{ store.Store }
+
+func TestActivityWithoutBuffer(t *testing.T) {
+	st := memory.New()
+	t.Cleanup(st.Close)
+	sc := &schedulerService{s: New(noActivityStore{st}, nil, nil, nil, slog.New(slog.DiscardHandler), Config{})}
+	_, err := sc.PollActivityBuffer(t.Context(), &schedulerpb.PollActivityBufferRequest{})
+	requireSchedulerCode(t, err, codes.Unimplemented, "the activity buffer")
+	_, err = sc.PurgeActivity(t.Context(), &schedulerpb.PurgeActivityRequest{AgentId: "a", TaskIds: []string{"t"}})
+	requireSchedulerCode(t, err, codes.Unimplemented, "the activity buffer")
+}
+
+func TestSchedulerOtherRPCsUnimplemented(t *testing.T) {
+	sc, _ := newSchedulerTestService(t)
+	_, err := sc.SubmitTask(t.Context(), &schedulerpb.SubmitTaskRequest{})
+	require.Equal(t, codes.Unimplemented, status.Code(err))
+	_, err = sc.RequestPreemption(t.Context(), &schedulerpb.PreemptRequest{})
+	require.Equal(t, codes.Unimplemented, status.Code(err))
+	_, err = sc.ShutdownAgent(t.Context(), &schedulerpb.ShutdownAgentRequest{})
+	require.Equal(t, codes.Unimplemented, status.Code(err))
+}
+
+func TestActivityErrorMapping(t *testing.T) {
+	full := fmt.Errorf("memory: put: %w", &store.ActivityFullError{AgentID: "a", PerAgent: true, Limit: 100})
+	requireSchedulerCode(t, activityError(full), codes.ResourceExhausted, "activity_buffer_full: ")
+	requireSchedulerCode(t, activityError(fmt.Errorf("x: %w", store.ErrInvalidActivity)), codes.InvalidArgument, "validation_error: ")
+	requireSchedulerCode(t, activityError(fmt.Errorf("x: %w", store.ErrNotFound)), codes.NotFound, "unknown activity entry")
+	require.Equal(t, codes.DeadlineExceeded, status.Code(activityError(fmt.Errorf("x: %w", context.DeadlineExceeded))))
+	require.Equal(t, codes.Canceled, status.Code(activityError(fmt.Errorf("x: %w", context.Canceled))))
+	requireSchedulerCode(t, activityError(fmt.Errorf("boom")), codes.Unavailable, "internal_error: ")
+}

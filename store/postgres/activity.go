@@ -1,0 +1,297 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+const (
+	// activityPutLockClass is the first key of the two-int4 advisory lock (second key 0) that
+	// serializes Puts of every process, so the limits of §10.1 hold under concurrency.
+	activityPutLockClass int32 = 0x5341 // "SA"
+	// activityHistoryLockClass is the first key of the two-int4 advisory lock taken per agent
+	// (second key hashtext(agent_id)) by Complete, so the history eviction of concurrent
+	// completions of one agent keeps exactly store.ActivityHistoryPerAgent entries.
+	activityHistoryLockClass int32 = 0x5348 // "SH"
+)
+
+// activityBuffer is the PostgreSQL activity buffer (§10), tables activity_entries and
+// activity_history.
+type activityBuffer Store
+
+func (a *activityBuffer) s() *Store { return (*Store)(a) }
+
+var _ store.ActivityBufferProvider = (*Store)(nil)
+
+// ActivityBuffer returns the store's activity buffer (§10).
+func (s *Store) ActivityBuffer() store.ActivityBuffer { return (*activityBuffer)(s) }
+
+const activityColumns = `agent_id, task_id, repo_id, worktree_id, branch, description, waiting_on,
+	waiting_since, created_at`
+
+const activityHistoryColumns = activityColumns + `, status, completed_at`
+
+// Put implements store.ActivityBuffer. Puts run one at a time under a transaction-level
+// advisory lock, which makes counting and inserting atomic across processes.
+func (a *activityBuffer) Put(ctx context.Context, e store.ActivityEntry, lim store.ActivityLimits) (store.ActivityUsage, error) {
+	lim = lim.Effective()
+	usage := store.ActivityUsage{Limits: lim}
+	if err := store.ValidateActivityEntry(e); err != nil {
+		return usage, fmt.Errorf("postgres: put activity: %w", err)
+	}
+	var full error
+	err := pgx.BeginFunc(ctx, a.s().pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, activityPutLockClass); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `
+			SELECT count(*), count(*) FILTER (WHERE agent_id = $1),
+				EXISTS (SELECT 1 FROM activity_entries WHERE agent_id = $1 AND task_id = $2)
+			FROM activity_entries`, e.AgentID, e.TaskID).Scan(&usage.Active, &usage.AgentActive, &exists); err != nil {
+			return fmt.Errorf("count: %w", err)
+		}
+		if !exists {
+			if lim.MaxActive > 0 && usage.Active >= lim.MaxActive {
+				full = &store.ActivityFullError{AgentID: e.AgentID, Limit: lim.MaxActive}
+				return nil
+			}
+			if lim.MaxPerAgent > 0 && usage.AgentActive >= lim.MaxPerAgent {
+				full = &store.ActivityFullError{AgentID: e.AgentID, PerAgent: true, Limit: lim.MaxPerAgent}
+				return nil
+			}
+		}
+		// A replacement keeps created_at. Complete or Purge may delete the row between the
+		// check and here; the insert then only restores the count the check saw.
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO activity_entries (agent_id, task_id, repo_id, worktree_id, branch, description,
+				waiting_on, waiting_since, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7::text,
+				CASE WHEN $7::text = '' THEN NULL ELSE COALESCE($8, now()) END, COALESCE($9, now()))
+			ON CONFLICT ON CONSTRAINT activity_entries_pkey DO UPDATE SET
+				repo_id = EXCLUDED.repo_id, worktree_id = EXCLUDED.worktree_id, branch = EXCLUDED.branch,
+				description = EXCLUDED.description, waiting_on = EXCLUDED.waiting_on,
+				waiting_since = EXCLUDED.waiting_since`,
+			e.AgentID, e.TaskID, e.RepoID, e.WorktreeID, e.Branch, e.Description, e.WaitingOn,
+			nullTime(e.WaitingSince), nullTime(e.CreatedAt)); err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+		if !exists {
+			usage.Active++
+			usage.AgentActive++
+		}
+		return nil
+	})
+	if err != nil {
+		return usage, fmt.Errorf("postgres: put activity %s/%s: %w", e.AgentID, e.TaskID, err)
+	}
+	return usage, full
+}
+
+// Complete implements store.ActivityBuffer.
+func (a *activityBuffer) Complete(ctx context.Context, agentID, taskID string, status store.ActivityStatus) (store.ActivityEntry, error) {
+	if err := cmp.Or(store.ValidateActivityKey(agentID, taskID), store.ValidateActivityCompletion(status)); err != nil {
+		return store.ActivityEntry{}, fmt.Errorf("postgres: complete activity %s/%s: %w", agentID, taskID, err)
+	}
+	var out store.ActivityEntry
+	err := pgx.BeginFunc(ctx, a.s().pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, activityHistoryLockClass, agentID); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		rows, err := tx.Query(ctx, `
+			WITH gone AS (
+				DELETE FROM activity_entries WHERE agent_id = $1 AND task_id = $2
+				RETURNING `+activityColumns+`
+			)
+			INSERT INTO activity_history (agent_id, task_id, repo_id, worktree_id, branch, description,
+				waiting_on, waiting_since, created_at, status)
+			SELECT agent_id, task_id, repo_id, worktree_id, branch, description, waiting_on,
+				waiting_since, created_at, $3 FROM gone
+			RETURNING `+activityHistoryColumns, agentID, taskID, string(status))
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectExactlyOneRow(rows, scanActivityHistory)
+		if err != nil {
+			return notFound(err)
+		}
+		// Keep the agent's newest ActivityHistoryPerAgent entries.
+		_, err = tx.Exec(ctx, `
+			DELETE FROM activity_history WHERE agent_id = $1 AND id <= (
+				SELECT id FROM activity_history WHERE agent_id = $1 ORDER BY id DESC OFFSET $2 LIMIT 1)`,
+			agentID, store.ActivityHistoryPerAgent)
+		if err != nil {
+			return fmt.Errorf("evict history: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.ActivityEntry{}, fmt.Errorf("postgres: complete activity %s/%s: %w", agentID, taskID, err)
+	}
+	return out, nil
+}
+
+// SetWaitingOn implements store.ActivityBuffer. In UPDATE ... SET every expression sees the
+// row as it was, so waiting_since compares against the old waiting_on.
+func (a *activityBuffer) SetWaitingOn(ctx context.Context, agentID, taskID, waitingOn string) (store.ActivityEntry, error) {
+	if err := cmp.Or(store.ValidateActivityKey(agentID, taskID), store.ValidateActivityText("waiting_on", waitingOn)); err != nil {
+		return store.ActivityEntry{}, fmt.Errorf("postgres: set waiting_on of %s/%s: %w", agentID, taskID, err)
+	}
+	rows, err := a.s().pool.Query(ctx, `
+		UPDATE activity_entries SET waiting_on = $3::text,
+			waiting_since = CASE WHEN $3::text = '' THEN NULL WHEN waiting_on = $3::text THEN waiting_since ELSE now() END
+		WHERE agent_id = $1 AND task_id = $2
+		RETURNING `+activityColumns, agentID, taskID, waitingOn)
+	if err != nil {
+		return store.ActivityEntry{}, fmt.Errorf("postgres: set waiting_on of %s/%s: %w", agentID, taskID, err)
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, scanActivity)
+	if err != nil {
+		return store.ActivityEntry{}, fmt.Errorf("postgres: set waiting_on of %s/%s: %w", agentID, taskID, notFound(err))
+	}
+	return e, nil
+}
+
+// List implements store.ActivityBuffer.
+func (a *activityBuffer) List(ctx context.Context, f store.ActivityFilter) ([]store.ActivityEntry, error) {
+	if err := store.ValidateActivityFilter(f); err != nil {
+		return nil, fmt.Errorf("postgres: list activity: %w", err)
+	}
+	var (
+		conds []string
+		args  []any
+	)
+	add := func(col, v string) {
+		if v != "" {
+			args = append(args, v)
+			conds = append(conds, col+" = $"+strconv.Itoa(len(args)))
+		}
+	}
+	add("agent_id", f.AgentID)
+	add("repo_id", f.RepoID)
+	add("worktree_id", f.WorktreeID)
+	add("task_id", f.TaskID)
+	where := ""
+	if len(conds) > 0 {
+		where = "WHERE " + strings.Join(conds, " AND ")
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = store.DefaultActivityListLimit
+	}
+	args = append(args, limit)
+	rows, err := a.s().pool.Query(ctx, `SELECT `+activityColumns+` FROM activity_entries `+where+
+		` ORDER BY created_at, id LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list activity: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanActivity)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list activity: %w", err)
+	}
+	return emptyToNil(out), nil
+}
+
+// History implements store.ActivityBuffer.
+func (a *activityBuffer) History(ctx context.Context, agentID string, limit int) ([]store.ActivityEntry, error) {
+	if err := store.ValidateActivityKey(agentID); err != nil {
+		return nil, fmt.Errorf("postgres: activity history of %s: %w", agentID, err)
+	}
+	if limit <= 0 {
+		limit = store.DefaultActivityListLimit
+	}
+	rows, err := a.s().pool.Query(ctx, `SELECT `+activityHistoryColumns+` FROM activity_history
+		WHERE $1::text = '' OR agent_id = $1::text ORDER BY id DESC LIMIT $2`, agentID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: activity history of %s: %w", agentID, err)
+	}
+	out, err := pgx.CollectRows(rows, scanActivityHistory)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: activity history of %s: %w", agentID, err)
+	}
+	return emptyToNil(out), nil
+}
+
+// Purge implements store.ActivityBuffer.
+func (a *activityBuffer) Purge(ctx context.Context, agentID string, taskIDs []string) (int, error) {
+	if agentID == "" {
+		return 0, fmt.Errorf("postgres: purge activity: %w: agent_id is required", store.ErrInvalidActivity)
+	}
+	if err := store.ValidateActivityKey(agentID, taskIDs...); err != nil {
+		return 0, fmt.Errorf("postgres: purge activity of %s: %w", agentID, err)
+	}
+	if len(taskIDs) == 0 {
+		return 0, ctx.Err()
+	}
+	tag, err := a.s().pool.Exec(ctx, `DELETE FROM activity_entries WHERE agent_id = $1 AND task_id = ANY($2::text[])`, agentID, taskIDs)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: purge activity of %s: %w", agentID, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Usage implements store.ActivityBuffer.
+func (a *activityBuffer) Usage(ctx context.Context, agentID string, lim store.ActivityLimits) (store.ActivityUsage, error) {
+	u := store.ActivityUsage{Limits: lim.Effective()}
+	if err := store.ValidateActivityKey(agentID); err != nil {
+		return u, fmt.Errorf("postgres: activity usage of %s: %w", agentID, err)
+	}
+	if err := a.s().pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE agent_id = $1) FROM activity_entries`,
+		agentID).Scan(&u.Active, &u.AgentActive); err != nil {
+		return u, fmt.Errorf("postgres: activity usage of %s: %w", agentID, err)
+	}
+	return u, nil
+}
+
+// scanActivity reads activityColumns as an active entry.
+func scanActivity(row pgx.CollectableRow) (store.ActivityEntry, error) {
+	var (
+		e            store.ActivityEntry
+		waitingSince *time.Time
+	)
+	if err := row.Scan(&e.AgentID, &e.TaskID, &e.RepoID, &e.WorktreeID, &e.Branch, &e.Description,
+		&e.WaitingOn, &waitingSince, &e.CreatedAt); err != nil {
+		return store.ActivityEntry{}, err
+	}
+	e.Status = store.ActivityActive
+	if waitingSince != nil {
+		e.WaitingSince = waitingSince.UTC()
+	}
+	e.CreatedAt = utc(e.CreatedAt)
+	return e, nil
+}
+
+// scanActivityHistory reads activityHistoryColumns.
+func scanActivityHistory(row pgx.CollectableRow) (store.ActivityEntry, error) {
+	var (
+		e            store.ActivityEntry
+		waitingSince *time.Time
+		status       string
+	)
+	if err := row.Scan(&e.AgentID, &e.TaskID, &e.RepoID, &e.WorktreeID, &e.Branch, &e.Description,
+		&e.WaitingOn, &waitingSince, &e.CreatedAt, &status, &e.CompletedAt); err != nil {
+		return store.ActivityEntry{}, err
+	}
+	e.Status = store.ActivityStatus(status)
+	if waitingSince != nil {
+		e.WaitingSince = waitingSince.UTC()
+	}
+	e.CreatedAt = utc(e.CreatedAt)
+	e.CompletedAt = utc(e.CompletedAt)
+	return e, nil
+}
+
+func emptyToNil(es []store.ActivityEntry) []store.ActivityEntry {
+	if len(es) == 0 {
+		return nil
+	}
+	return es
+}
