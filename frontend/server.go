@@ -35,6 +35,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -92,7 +93,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	negotiationroompb.RegisterNegotiationRoomServiceServer(g, &roomService{s: s})
 	handoffpb.RegisterHandoffServiceServer(g, handoffpb.UnimplementedHandoffServiceServer{})
 	workflowpb.RegisterWorkflowServiceServer(g, workflowpb.UnimplementedWorkflowServiceServer{})
-	reasoningpb.RegisterReasoningProxyServer(g, reasoningpb.UnimplementedReasoningProxyServer{})
+	reasoningpb.RegisterReasoningProxyServer(g, &reasoningService{s: s, engine: &inference.RuleEngine{}})
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)

@@ -20,7 +20,6 @@ var notYetBuilt = map[string]string{
 	"/sw4rm.negotiation.NegotiationService/":   "scheduler-run negotiation and debate (§17)",
 	"/sw4rm.handoff.HandoffService/":           "agent handoffs (§17.6)",
 	"/sw4rm.workflow.WorkflowService/":         "DAG workflows (§17.7)",
-	"/sw4rm.reasoning.ReasoningProxy/":         "the inference-engine proxy (§9.3)",
 }
 
 // notYetBuiltMethods maps single methods of partly built services to the capability they
