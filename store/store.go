@@ -282,8 +282,9 @@ type Transition struct {
 }
 
 // LegalFunc decides whether a lifecycle transition is allowed; protocol.MessageTransitionLegal
-// is the one the router uses. The store calls it while holding the record's lock so that the
-// check and the write are atomic.
+// is the one the router uses. The store calls it once with the record's current state and
+// applies the transition only if that state is still current when it writes, so the check
+// and the write are atomic.
 type LegalFunc func(from, to commonpb.EnvelopeState) bool
 
 // MessagePlane is the routed message plane: inbound buffers, delivery confirmation and the

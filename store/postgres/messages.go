@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -55,9 +56,14 @@ func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
 // returned unchanged. It runs only when the buffer has room (a full buffer leaves the cache
 // untouched), in which case cur (the live entry as of the statement's snapshot) decides.
 // dec names the outcome; msg records the message (only admitted ones when untracked); del
-// enqueues it; the final SELECT notifies listeners (delivered at commit) and reports. A
-// message_id already known is a duplicate: msg inserted nothing, or, for an untracked message
-// that was not enqueued (nothing to insert), the id exists.
+// enqueues it; the final SELECT notifies listeners (delivered at commit) and reports.
+//
+// A message_id already known is a duplicate, and a duplicate must change nothing: msg has no
+// ON CONFLICT clause, so inserting a known id fails the whole statement with a unique
+// violation on messages_pkey (a concurrent admission of the same id waits for the other's
+// commit first), which rolls back everything it did, the idempotency entry included. An
+// untracked message that is not enqueued inserts nothing to conflict with; for it the
+// statement reports whether the id exists (and changes nothing).
 var admitSQL = enumSQL(`
 WITH
 full_ AS (
@@ -129,7 +135,6 @@ msg AS (
 		$7, $9, $11, $12
 	FROM dec AS d
 	WHERE $2 OR d.decision = 'admit'
-	ON CONFLICT (message_id) DO NOTHING
 	RETURNING state
 ),
 del AS (
@@ -138,7 +143,6 @@ del AS (
 	RETURNING seq
 )
 SELECT d.decision,
-	EXISTS (SELECT 1 FROM msg),
 	-- Only an untracked message that is not enqueued inserts nothing to conflict with.
 	NOT $2 AND d.decision <> 'admit' AND EXISTS (SELECT 1 FROM messages WHERE message_id = $1),
 	(SELECT seq FROM del),
@@ -152,12 +156,15 @@ FROM dec AS d`)
 // Admit implements store.MessagePlane. The idempotency cache answers before the capacity
 // check: a duplicate or an operation in progress is refused as such even into a full buffer.
 //
-// Without a capacity limit or an idempotency key the admission is the single statement
-// admitSQL (atomic on its own). Otherwise it is one transaction: the per-recipient advisory
-// lock (capacity only), then admitSQL, which takes the idempotency entry's row lock. Every
-// admission takes them in that order — recipient, then entry — and holds at most one of each,
-// so admissions cannot deadlock one another; Advance, Expire and RecordLateAck take entry
-// locks but never a recipient lock.
+// Without a capacity limit the admission is the single statement admitSQL, atomic on its own
+// (a duplicate message_id makes it fail, which undoes whatever it did). With a capacity it is
+// one transaction of two statements: the per-recipient advisory lock, then admitSQL, which
+// takes the idempotency entry's row lock. Both are sent as one pgx batch, which pgx pipelines
+// (one network round trip) and PostgreSQL runs as one implicit transaction ending at the
+// batch's Sync, so the lock is held until commit. Every admission takes the locks in that
+// order — recipient, then entry — and holds at most one of each, so admissions cannot
+// deadlock one another; Advance, Expire and RecordLateAck take entry locks but never a
+// recipient lock.
 func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64, error) {
 	env := req.Envelope
 	if env == nil || env.GetMessageId() == "" {
@@ -181,50 +188,25 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 		int32(env.GetMessageType()), envBytes, laneRank(req.Lane), nullTime(req.ExpiresAt), capacity,
 		dedupProducer, dedupKey, window.Microseconds(), bufferFullNote(req.RecipientID, capacity), NotifyChannel}
 
+	var (
+		decision string
+		existed  bool
+		seq      *int64
+		notified *string
+		es       entryScan
+	)
+	dest := append([]any{&decision, &existed, &seq, &notified}, es.dest()...)
 	s := m.s()
-	var (
-		q  querier = s.pool
-		tx pgx.Tx
-	)
-	if capacity > 0 || dedupKey != "" {
-		if tx, err = s.pool.Begin(ctx); err != nil {
-			return 0, fmt.Errorf("postgres: admit %q: begin: %w", id, err)
-		}
-		defer rollback(tx)
-		q = tx
-		if capacity > 0 {
-			// Serialize capacity-limited admissions to this recipient across every connection
-			// and process: without the lock, N concurrent transactions would each count
-			// Capacity-1 rows and all insert. The lock is transaction-scoped, released at
-			// commit, after our row is visible, so the next holder's count (a new READ
-			// COMMITTED snapshot, taken by admitSQL after the lock) sees it. Two recipients
-			// whose ids share a hash merely serialize; correctness is unaffected.
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, recipientLockClass, req.RecipientID); err != nil {
-				return 0, fmt.Errorf("postgres: admit %q: lock recipient %q: %w", id, req.RecipientID, err)
-			}
-		}
+	if capacity > 0 {
+		err = m.admitLocked(ctx, req.RecipientID, args, dest)
+	} else {
+		err = s.pool.QueryRow(ctx, admitSQL, args...).Scan(dest...)
 	}
-	var (
-		decision          string
-		inserted, existed bool
-		seq               *int64
-		notified          *string
-		es                entryScan
-	)
-	if err := q.QueryRow(ctx, admitSQL, args...).Scan(append([]any{&decision, &inserted, &existed, &seq, &notified}, es.dest()...)...); err != nil {
-		return 0, fmt.Errorf("postgres: admit %q: %w", id, err)
-	}
-	e := es.entry()
-	// The primary key is the duplicate detector: a concurrent admit of the same id waits for
-	// our commit and then finds the conflict, so exactly one of them wins. A duplicate rolls
-	// the whole transaction back, idempotency entry included.
-	if existed || (!inserted && (req.Track || decision == "admit")) {
+	if isDuplicateMessage(err) || (err == nil && existed) {
 		return 0, fmt.Errorf("postgres: admit %q: %w", id, store.ErrDuplicateMessage)
 	}
-	if tx != nil {
-		if err := tx.Commit(ctx); err != nil {
-			return 0, fmt.Errorf("postgres: admit %q: commit: %w", id, err)
-		}
+	if err != nil {
+		return 0, fmt.Errorf("postgres: admit %q: %w", id, err)
 	}
 	switch decision {
 	case "admit":
@@ -238,16 +220,50 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 	case "full":
 		return 0, fmt.Errorf("postgres: admit %q to %q: %w", id, req.RecipientID, store.ErrBufferFull)
 	case "in_progress":
-		return 0, &store.DedupError{Entry: e, InProgress: true}
+		return 0, &store.DedupError{Entry: es.entry(), InProgress: true}
 	default:
-		return 0, &store.DedupError{Entry: e}
+		return 0, &store.DedupError{Entry: es.entry()}
 	}
 }
 
-// querier is what pgxpool.Pool and pgx.Tx have in common for single queries.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+// admitLocked runs admitSQL after the recipient lock, in one transaction and one round trip.
+//
+// The lock serializes capacity-limited admissions to this recipient across every connection
+// and process: without it, N concurrent transactions would each count Capacity-1 rows and all
+// insert. admitSQL is a statement of its own so that its snapshot (READ COMMITTED: one per
+// statement) is taken after the lock was granted, and therefore after the previous holder
+// committed: its count sees that holder's row. (Locking inside admitSQL itself would not do:
+// a statement's snapshot predates the locks it takes.) The lock is transaction-scoped,
+// released at commit, after our row is visible. Two recipients whose ids share a hash merely
+// serialize; correctness is unaffected.
+//
+// The batch holds no BEGIN/COMMIT: pgx sends both statements followed by a single Sync, and
+// PostgreSQL runs everything up to a Sync as one implicit transaction, committed at the Sync
+// if nothing failed and rolled back otherwise (a duplicate message_id fails admitSQL).
+func (m *messagePlane) admitLocked(ctx context.Context, recipientID string, args, dest []any) error {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, recipientLockClass, recipientID)
+	b.Queue(admitSQL, args...)
+	br := m.s().pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("lock recipient %q: %w", recipientID, err)
+	}
+	if err := br.QueryRow().Scan(dest...); err != nil {
+		_ = br.Close()
+		return err
+	}
+	return br.Close()
 }
+
+// isDuplicateMessage reports whether err is the unique violation of a message_id that exists.
+func isDuplicateMessage(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == uniqueViolation && pgErr.ConstraintName == "messages_pkey"
+}
+
+// uniqueViolation is PostgreSQL's SQLSTATE for unique_violation.
+const uniqueViolation = "23505"
 
 // claimSQL takes, per lane, the first $2 deliverable rows (locked; rows another claim holds
 // are skipped), numbers each lane's rows, and orders them by weighted-round-robin round
@@ -397,102 +413,128 @@ func (m *messagePlane) Depth(ctx context.Context, agentID string) (int, error) {
 const messageColumns = `message_id, producer_id, recipient_id, correlation_id, message_type,
 	state, error_code, note, envelope, created_at, updated_at, dedup_key, expires_at, dedup_producer`
 
-const advanceSQL = `
-UPDATE messages SET state = $2, error_code = $3, note = $4, updated_at = now()
-WHERE message_id = $1
-RETURNING ` + messageColumns
-
-// advanceTimedOutSQL: TIMED_OUT of the entry's latest attempt makes the entry retrying.
-const advanceTimedOutSQL = `
+// advanceSQL builds Advance's write, a compare-and-set: upd applies the transition if the
+// row's state is still $5, the state the caller's LegalFunc judged; ent updates the
+// idempotency entry in the same statement when the transition concerns it (entSQL; empty when
+// it does not); the final SELECT returns the updated row with applied = true or, when nothing
+// was updated, the row as of the statement's snapshot with applied = false (no row: unknown
+// message).
+//
+// The UPDATE is the atomic check-and-write: in READ COMMITTED it locks the row and, when a
+// concurrent transaction changed it since the snapshot, re-evaluates the WHERE clause on the
+// newest version (EvalPlanQual), so it never replaces a state other than the judged one. The
+// entry's row lock is taken after the message's, as before. Parameters: $1 message_id, $2
+// state, $3 error code, $4 note, $5 the expected current state.
+func advanceSQL(entSQL string) string {
+	return `
 WITH upd AS (
 	UPDATE messages SET state = $2, error_code = $3, note = $4, updated_at = now()
-	WHERE message_id = $1
+	WHERE message_id = $1 AND tracked AND state = $5
 	RETURNING ` + messageColumns + `
-),
+)` + entSQL + `
+SELECT true, ` + messageColumns + ` FROM upd
+UNION ALL
+SELECT false, ` + messageColumns + ` FROM messages
+WHERE message_id = $1 AND tracked AND NOT EXISTS (SELECT 1 FROM upd)`
+}
+
+var (
+	// advancePlainSQL: the transition does not concern the idempotency entry.
+	advancePlainSQL = advanceSQL("")
+	// advanceTimedOutSQL: TIMED_OUT of the entry's latest attempt makes the entry retrying.
+	advanceTimedOutSQL = advanceSQL(`,
 ent AS (
 	UPDATE idempotency_entries AS i SET status = 'retrying', updated_at = now()
 	FROM upd
-	WHERE i.producer_id = upd.dedup_producer AND i.key = upd.dedup_key
+	WHERE upd.dedup_key <> '' AND i.producer_id = upd.dedup_producer AND i.key = upd.dedup_key
 	  AND i.status <> 'terminal' AND i.latest_message_id = upd.message_id
-)
-SELECT * FROM upd`
-
-// advanceCompletedSQL: a completion makes a not yet terminal entry terminal with this
-// message's outcome (the transition's note is the cached result).
-const advanceCompletedSQL = `
-WITH upd AS (
-	UPDATE messages SET state = $2, error_code = $3, note = $4, updated_at = now()
-	WHERE message_id = $1
-	RETURNING ` + messageColumns + `
-),
+)`)
+	// advanceCompletedSQL: a completion makes a not yet terminal entry terminal with this
+	// message's outcome (the transition's note is the cached result).
+	advanceCompletedSQL = advanceSQL(`,
 ent AS (
 	UPDATE idempotency_entries AS i SET status = 'terminal', original_message_id = upd.message_id,
 		terminal_state = upd.state, error_code = upd.error_code, result = upd.note,
 		cached_at = now(), updated_at = now()
 	FROM upd
-	WHERE i.producer_id = upd.dedup_producer AND i.key = upd.dedup_key AND i.status <> 'terminal'
+	WHERE upd.dedup_key <> '' AND i.producer_id = upd.dedup_producer AND i.key = upd.dedup_key
+	  AND i.status <> 'terminal'
+)`)
 )
-SELECT * FROM upd`
 
 // GetMessage implements store.MessagePlane.
 func (m *messagePlane) GetMessage(ctx context.Context, messageID string) (store.MessageRecord, error) {
-	rows, err := m.s().pool.Query(ctx, `SELECT `+messageColumns+` FROM messages WHERE message_id = $1 AND tracked`, messageID)
+	rec, err := m.getMessage(ctx, messageID)
 	if err != nil {
 		return store.MessageRecord{}, fmt.Errorf("postgres: get message %q: %w", messageID, err)
-	}
-	rec, err := pgx.CollectExactlyOneRow(rows, scanMessage)
-	if err != nil {
-		return store.MessageRecord{}, fmt.Errorf("postgres: get message %q: %w", messageID, notFound(err))
 	}
 	return rec, nil
 }
 
-// Advance implements store.MessagePlane.
+// getMessage reads a tracked message, or returns store.ErrNotFound.
+func (m *messagePlane) getMessage(ctx context.Context, messageID string) (store.MessageRecord, error) {
+	rows, err := m.s().pool.Query(ctx, `SELECT `+messageColumns+` FROM messages WHERE message_id = $1 AND tracked`, messageID)
+	if err != nil {
+		return store.MessageRecord{}, err
+	}
+	rec, err := pgx.CollectExactlyOneRow(rows, scanMessage)
+	return rec, notFound(err)
+}
+
+// Advance implements store.MessagePlane in two round trips and no explicit transaction: it
+// reads the record, asks legal about its current state (once, as a store that locked the row
+// would), and applies the transition with advanceSQL, a compare-and-set on that state which
+// updates the idempotency entry in the same statement. Should a concurrent transition change
+// the row in between, the compare-and-set applies nothing and reports the row, and the
+// decision is taken again on the newer state — so legal always judges the state the write
+// replaces, and of several racing Advances only those legal from the state each one found
+// apply, one at a time.
 func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal store.LegalFunc) (store.MessageRecord, bool, error) {
-	var (
-		rec     store.MessageRecord
-		applied bool
-	)
-	err := pgx.BeginFunc(ctx, m.s().pool, func(tx pgx.Tx) error {
-		// FOR UPDATE holds the row until commit, so legal() judges the state that the UPDATE
-		// below replaces; a concurrent Advance waits and then sees our result.
-		rows, err := tx.Query(ctx, `SELECT `+messageColumns+` FROM messages WHERE message_id = $1 AND tracked FOR UPDATE`, t.MessageID)
-		if err != nil {
-			return err
-		}
-		rec, err = pgx.CollectExactlyOneRow(rows, scanMessage)
-		if err != nil {
-			return notFound(err)
-		}
+	fail := func(err error) (store.MessageRecord, bool, error) {
+		return store.MessageRecord{}, false, fmt.Errorf("postgres: advance %q to %s: %w", t.MessageID, t.To, notFound(err))
+	}
+	sql := advancePlainSQL
+	switch {
+	case t.To == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT:
+		sql = advanceTimedOutSQL
+	case isCompletion(t.To):
+		sql = advanceCompletedSQL
+	}
+	rec, err := m.getMessage(ctx, t.MessageID)
+	if err != nil {
+		return fail(err)
+	}
+	for {
 		if rec.State == t.To || legal == nil || !legal(rec.State, t.To) {
-			return nil
+			return rec, false, nil
 		}
-		// The idempotency entry follows in the same statement (so no extra round trip) when
-		// the transition concerns it; the entry's row lock is taken after the message's.
-		sql := advanceSQL
-		if rec.DedupKey != "" {
-			switch {
-			case t.To == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT:
-				sql = advanceTimedOutSQL
-			case isCompletion(t.To):
-				sql = advanceCompletedSQL
+		from := rec.State
+		rows, err := m.s().pool.Query(ctx, sql, t.MessageID, int32(t.To), int32(t.ErrorCode), t.Note, int32(from))
+		if err != nil {
+			return fail(err)
+		}
+		var applied bool
+		rec, err = pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (store.MessageRecord, error) {
+			var ms messageScan
+			if err := row.Scan(append([]any{&applied}, ms.dest()...)...); err != nil {
+				return store.MessageRecord{}, err
+			}
+			return ms.record()
+		})
+		if err != nil {
+			return fail(err)
+		}
+		if applied {
+			return rec, true, nil
+		}
+		if rec.State == from {
+			// The statement's snapshot still shows the judged state: the row was changed after
+			// it, and the UPDATE's re-check found the newer version. Read that version.
+			if rec, err = m.getMessage(ctx, t.MessageID); err != nil {
+				return fail(err)
 			}
 		}
-		rows, err = tx.Query(ctx, sql, t.MessageID, int32(t.To), int32(t.ErrorCode), t.Note)
-		if err != nil {
-			return err
-		}
-		rec, err = pgx.CollectExactlyOneRow(rows, scanMessage)
-		if err != nil {
-			return err
-		}
-		applied = true
-		return nil
-	})
-	if err != nil {
-		return store.MessageRecord{}, false, fmt.Errorf("postgres: advance %q to %s: %w", t.MessageID, t.To, err)
 	}
-	return rec, applied, nil
 }
 
 // Subscribe implements store.MessagePlane. Wake-ups come from this process's own Admit and

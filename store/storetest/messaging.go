@@ -481,6 +481,31 @@ func runIdempotency(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, stSent, getMessage(t, mp, "m1").State)
 	})
 
+	t.Run("DuplicateOfRetryingAttemptChangesNothing", func(t *testing.T) {
+		mp := newStore(t).Messages()
+		ctx := t.Context()
+		admitReq(t, mp, dedupReq("m1", "bob", "k1"))
+		advance(t, mp, "m1", stTimedOut, commonpb.ErrorCode_ACK_TIMEOUT, "")
+		before := entry(t, mp, "k1")
+		require.Equal(t, store.OpRetrying, before.Status)
+		// A retrying entry would take any new attempt, so only the message_id check stops this
+		// one; whatever the admission began must be undone.
+		for _, capacity := range []int{0, 10} {
+			req := dedupReq("m1", "carol", "k1")
+			req.Capacity = capacity
+			_, err := mp.Admit(ctx, req)
+			require.ErrorIs(t, err, store.ErrDuplicateMessage)
+			require.Equal(t, before, entry(t, mp, "k1"), "the entry still waits for its next attempt (capacity %d)", capacity)
+		}
+		require.Equal(t, 0, depth(t, mp, "carol"))
+		require.Equal(t, stTimedOut, getMessage(t, mp, "m1").State)
+		admitReq(t, mp, dedupReq("m2", "carol", "k1"))
+		e := entry(t, mp, "k1")
+		require.Equal(t, store.OpInProgress, e.Status)
+		require.Equal(t, "m2", e.LatestMessageID)
+		require.Equal(t, 2, e.Attempts)
+	})
+
 	t.Run("BufferFullLeavesCacheUntouched", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
@@ -673,6 +698,73 @@ func runIdempotency(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, first, e.OriginalMessageID)
 		require.Equal(t, second, e.LatestMessageID)
 		require.Equal(t, 2, e.Attempts, "the retrying entry admitted exactly one next attempt")
+	})
+
+	t.Run("ConcurrentAdvancesKeepEntryInStep", func(t *testing.T) {
+		mp := newStore(t).Messages()
+		ctx := t.Context()
+		// A forward-only lifecycle like the router's: stages never go back, and a completion
+		// (FULFILLED or FAILED) is final.
+		rank := map[commonpb.EnvelopeState]int{stSent: 0, stReceived: 1, commonpb.EnvelopeState_ENVELOPE_STATE_READ: 2, stFulfilled: 3, stFailed: 3}
+		legal := func(from, to commonpb.EnvelopeState) bool {
+			rf, okf := rank[from]
+			rt, okt := rank[to]
+			return okf && okt && rt > rf
+		}
+		targets := []commonpb.EnvelopeState{stReceived, commonpb.EnvelopeState_ENVELOPE_STATE_READ, stFulfilled, stFailed}
+		for round := range 5 {
+			id, key := fmt.Sprintf("m%d", round), fmt.Sprintf("k%d", round)
+			admitReq(t, mp, dedupReq(id, "bob", key))
+			type result struct {
+				to   commonpb.EnvelopeState
+				note string
+				rec  store.MessageRecord
+			}
+			var (
+				wg      sync.WaitGroup
+				mu      sync.Mutex
+				applied []result
+				errs    []error
+			)
+			for i := range 3 * len(targets) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					to, note := targets[i%len(targets)], fmt.Sprintf("call %d", i)
+					rec, ok, err := mp.Advance(ctx, store.Transition{MessageID: id, To: to, Note: note}, legal)
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						errs = append(errs, err)
+					} else if ok {
+						applied = append(applied, result{to, note, rec})
+					}
+				}()
+			}
+			wg.Wait()
+			require.Empty(t, errs)
+			var final *result
+			seen := map[commonpb.EnvelopeState]bool{}
+			for _, r := range applied {
+				require.Equal(t, r.to, r.rec.State, "an applied Advance returns the new state")
+				require.Equal(t, r.note, r.rec.Note)
+				require.False(t, seen[r.to], "stage %s applied twice (round %d)", r.to, round)
+				seen[r.to] = true
+				if rank[r.to] == 3 {
+					require.Nil(t, final, "two completions applied (round %d)", round)
+					final = &r
+				}
+			}
+			require.NotNil(t, final, "some completion is always legal until one is applied")
+			rec := getMessage(t, mp, id)
+			require.Equal(t, final.to, rec.State)
+			require.Equal(t, final.note, rec.Note)
+			e := entry(t, mp, key)
+			require.Equal(t, store.OpTerminal, e.Status)
+			require.Equal(t, final.to, e.TerminalState)
+			require.Equal(t, final.note, e.Result, "the entry caches the completion that was applied")
+			require.Equal(t, id, e.OriginalMessageID)
+		}
 	})
 
 	t.Run("RecordLateAck", func(t *testing.T) {

@@ -320,6 +320,100 @@ func runMessages(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, n-capacity, rejected)
 	})
 
+	t.Run("CapacityHoldsWhileConfirming", func(t *testing.T) {
+		// Producers admit to a small buffer while its consumer claims and confirms: every
+		// confirmation frees exactly one slot, and no snapshot of the buffer ever holds more
+		// than the capacity.
+		mp := newStore(t).Messages()
+		ctx := t.Context()
+		const producers, perProducer, capacity = 4, 25, 5
+		var (
+			wg                  sync.WaitGroup
+			mu                  sync.Mutex
+			admitted, confirmed int
+			maxDepth            int
+			errs                []error
+		)
+		fail := func(err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			errs = append(errs, err)
+		}
+		done := make(chan struct{})
+		for p := range producers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range perProducer {
+					_, err := mp.Admit(ctx, store.AdmitRequest{
+						Envelope: Envelope(fmt.Sprintf("p%d-%d", p, i)), RecipientID: "bob", Capacity: capacity, Track: i%2 == 0,
+					})
+					switch {
+					case err == nil:
+						mu.Lock()
+						admitted++
+						mu.Unlock()
+					case !errors.Is(err, store.ErrBufferFull):
+						fail(err)
+					}
+				}
+			}()
+		}
+		var side sync.WaitGroup
+		side.Add(2)
+		go func() { // the consumer
+			defer side.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				ds, err := mp.Claim(ctx, store.ClaimRequest{AgentID: "bob", Limit: 2, Lease: time.Hour})
+				if err != nil {
+					fail(err)
+					return
+				}
+				for _, d := range ds {
+					_, ok, err := mp.Confirm(ctx, "bob", d.Seq, d.Envelope.GetMessageId())
+					if err != nil || !ok {
+						fail(fmt.Errorf("confirm %d: ok=%v err=%v", d.Seq, ok, err))
+						return
+					}
+					mu.Lock()
+					confirmed++
+					mu.Unlock()
+				}
+			}
+		}()
+		go func() { // the observer
+			defer side.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				n, err := mp.Depth(ctx, "bob")
+				if err != nil {
+					fail(err)
+					return
+				}
+				mu.Lock()
+				maxDepth = max(maxDepth, n)
+				mu.Unlock()
+			}
+		}()
+		wg.Wait()
+		close(done)
+		side.Wait()
+		require.Empty(t, errs)
+		require.LessOrEqual(t, maxDepth, capacity)
+		require.Positive(t, confirmed)
+		require.Equal(t, admitted-confirmed, depth(t, mp, "bob"))
+		require.LessOrEqual(t, admitted-confirmed, capacity)
+	})
+
 	t.Run("DuplicateMessageID", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
