@@ -246,3 +246,82 @@ func dialBench(b *testing.B, sys *system) *grpc.ClientConn {
 	b.Cleanup(func() { _ = conn.Close() })
 	return conn
 }
+
+// BenchmarkRouterThroughput measures the router's sustained send → FULFILLED rate with up to
+// eight messages in flight (inside the default buffer of ten) and both agents handling
+// deliveries concurrently, as a producer streaming work to a consumer would run it; each
+// operation is one message reaching FULFILLED.
+func BenchmarkRouterThroughput(b *testing.B) {
+	for _, kind := range storeKinds {
+		b.Run(kind, func(b *testing.B) {
+			sys := start(b, newConfig(b, kind))
+			ctx := context.Background()
+			a := dialAgent(b, sys, "a")
+			require.NoError(b, a.Heartbeat(ctx, commonpb.AgentState_RUNNABLE, nil))
+			waitState(b, sys, a.ID(), commonpb.AgentState_RUNNABLE)
+			bb := dialAgent(b, sys, "b")
+			aStream, err := a.Receive(ctx)
+			require.NoError(b, err)
+			defer aStream.Close()
+			bStream, err := bb.Receive(ctx)
+			require.NoError(b, err)
+			defer bStream.Close()
+			// Both agents handle their deliveries with a few workers, as an agent with
+			// independent work items would; the stream itself is read by one goroutine.
+			handle := func(s *sdk.Stream, fn func(*sdk.Delivery)) {
+				work := make(chan *sdk.Delivery, 64)
+				for range 8 {
+					go func() {
+						for d := range work {
+							fn(d)
+						}
+					}()
+				}
+				go func() {
+					defer close(work)
+					for {
+						d, err := s.Next()
+						if err != nil {
+							return
+						}
+						work <- d
+					}
+				}()
+			}
+			handle(bStream, func(d *sdk.Delivery) {
+				_, _ = d.Confirm(ctx)
+				if d.Envelope.GetMessageType() == commonpb.MessageType_DATA {
+					_ = d.Ack(ctx, commonpb.AckStage_FULFILLED, 0, "")
+				}
+			})
+			fulfilled := make(chan struct{}, 1024)
+			handle(aStream, func(d *sdk.Delivery) {
+				_, _ = d.Confirm(ctx)
+				if p, ok := d.AckPayload(); ok && p.Stage == commonpb.AckStage_FULFILLED {
+					fulfilled <- struct{}{}
+				}
+			})
+			const window = 8
+			payload := []byte(`{"task_type":"CreateTicket"}`)
+			inFlight := 0
+			b.ResetTimer()
+			t0 := time.Now()
+			for sent := 0; sent < b.N; sent++ {
+				for inFlight >= window {
+					<-fulfilled
+					inFlight--
+				}
+				if _, err := a.Send(ctx, sdk.Message{To: bb.ID(), Payload: payload}); err != nil {
+					b.Fatal(err)
+				}
+				inFlight++
+			}
+			for ; inFlight > 0; inFlight-- {
+				<-fulfilled
+			}
+			elapsed := time.Since(t0)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+		})
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,6 +84,11 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger) (*Store,
 	}
 	if err := migrate(ctx, poolConfig.ConnConfig.Copy(), logger); err != nil {
 		return nil, err
+	}
+	if !strings.Contains(databaseURL, "pool_max_conns") {
+		// pgxpool's default (max(4, CPUs)) starves a frontend whose streams, sweeps, audit
+		// writer and RPCs all need connections at once; pool_max_conns in the URL overrides.
+		poolConfig.MaxConns = max(poolConfig.MaxConns, 16)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 // no entry is compared with every baseline.
 var baselineOf = map[string]string{
 	"RouterSendToFulfilled": "BaselineRawPostgres",
+	"RouterThroughput":      "BaselineRawPostgres",
 	"RoomDecision":          "BaselineBareTemporalRoom",
 }
 
@@ -67,7 +68,13 @@ func main() {
 		if v, ok := r.metrics["deliver-p99-ms"]; ok {
 			dp = fmt.Sprintf("%.3f", v)
 		}
-		fmt.Printf("%-40s %12.1f %10.3f %10.3f %12s", r.name, r.metrics["msgs/s"], r.metrics["p50-ms"], r.metrics["p99-ms"], dp)
+		num := func(key, format string) string {
+			if v, ok := r.metrics[key]; ok {
+				return fmt.Sprintf(format, v)
+			}
+			return "-"
+		}
+		fmt.Printf("%-40s %12s %10s %10s %12s", r.name, num("msgs/s", "%.1f"), num("p50-ms", "%.3f"), num("p99-ms", "%.3f"), dp)
 		for _, b := range baselines {
 			want, ok := baselineOf[strings.SplitN(r.name, "/", 2)[0]]
 			if strings.HasPrefix(r.name, "Baseline") {
