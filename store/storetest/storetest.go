@@ -405,6 +405,13 @@ func runMessages(t *testing.T, newStore func(t *testing.T) store.Store) {
 			}
 		}()
 		wg.Wait()
+		// The producers can finish before the consumer is first scheduled (the memory store
+		// is that fast): let it confirm something before stopping it.
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return confirmed > 0 || len(errs) > 0
+		}, 5*time.Second, time.Millisecond)
 		close(done)
 		side.Wait()
 		require.Empty(t, errs)
