@@ -71,7 +71,8 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 }
 
 // Heartbeat records liveness (§14); the first one also shows readiness to a still
-// INITIALIZING lifecycle.
+// INITIALIZING lifecycle, and a state that differs from the projection's is reported to the
+// lifecycle workflow (§8), which applies it if the transition is legal.
 func (r *registryService) Heartbeat(ctx context.Context, req *registrypb.HeartbeatRequest) (*registrypb.HeartbeatResponse, error) {
 	id := req.GetAgentId()
 	if perr := protocol.ValidateAgentID(id); perr != nil {
@@ -92,6 +93,16 @@ func (r *registryService) Heartbeat(ctx context.Context, req *registrypb.Heartbe
 	}
 	if rec.State == commonpb.AgentState_INITIALIZING {
 		r.s.signalReady(ctx, id, "heartbeat")
+	}
+	// A reported state that differs from the projection's is a transition request: the
+	// lifecycle workflow applies it only if the §8 table allows it (readiness above already
+	// covers INITIALIZING → RUNNABLE).
+	if reported := req.GetState(); reported != commonpb.AgentState_AGENT_STATE_UNSPECIFIED && reported != rec.State &&
+		!(rec.State == commonpb.AgentState_INITIALIZING && reported == commonpb.AgentState_RUNNABLE) {
+		if err := r.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(id), "", workflows.AgentStateReportSignal,
+			workflows.AgentStateReport{State: reported, Via: "heartbeat"}); err != nil {
+			r.s.log.Warn("could not signal a reported agent state", "agent_id", id, "state", reported.String(), "error", err)
+		}
 	}
 	return &registrypb.HeartbeatResponse{Ok: true}, nil
 }

@@ -163,8 +163,9 @@ func TestSchedulerOtherRPCsUnimplemented(t *testing.T) {
 	require.Equal(t, codes.Unimplemented, status.Code(err))
 	_, err = sc.RequestPreemption(t.Context(), &schedulerpb.PreemptRequest{})
 	require.Equal(t, codes.Unimplemented, status.Code(err))
+	// ShutdownAgent is built (frontend/shutdown.go): an empty agent_id is a validation error.
 	_, err = sc.ShutdownAgent(t.Context(), &schedulerpb.ShutdownAgentRequest{})
-	require.Equal(t, codes.Unimplemented, status.Code(err))
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
 }
 
 func TestActivityErrorMapping(t *testing.T) {

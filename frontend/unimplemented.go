@@ -27,7 +27,6 @@ var notYetBuilt = map[string]string{
 var notYetBuiltMethods = map[string]string{
 	"/sw4rm.scheduler.SchedulerService/SubmitTask":        "task scheduling and priority ordering (§7.1, §9)",
 	"/sw4rm.scheduler.SchedulerService/RequestPreemption": "task scheduling: cooperative preemption (§7.2)",
-	"/sw4rm.scheduler.SchedulerService/ShutdownAgent":     "task scheduling: agent shutdown with a grace period (§8.4)",
 }
 
 func unimplemented(fullMethod string) error {

@@ -20,17 +20,58 @@ const (
 	// AgentDeregisterSignal carries an AgentDeregistration and ends the lifecycle (§14:
 	// deregistration is explicit).
 	AgentDeregisterSignal = "agent-deregister"
+	// AgentStateReportSignal carries an AgentStateReport: the agent reported a state (the
+	// state field of a heartbeat) that differs from the registry projection's.
+	AgentStateReportSignal = "agent-state-report"
+	// AgentShutdownSignal carries an AgentShutdown: SchedulerService.ShutdownAgent (§8.4).
+	AgentShutdownSignal = "agent-shutdown"
 	// AgentStatusQuery returns an AgentStatus.
 	AgentStatusQuery = "agent-status"
 )
 
-// DefaultInitTimeout is the INITIALIZING timeout of §8.3.
-const DefaultInitTimeout = 60 * time.Second
+// Default state timeouts of §8.3 and heartbeat settings of §14.
+const (
+	// DefaultInitTimeout bounds INITIALIZING.
+	DefaultInitTimeout = 60 * time.Second
+	// DefaultResourceTimeout bounds WAITING_RESOURCES.
+	DefaultResourceTimeout = 300 * time.Second
+	// DefaultSuspendTimeout bounds SUSPENDED.
+	DefaultSuspendTimeout = 3600 * time.Second
+	// DefaultRecoveryTimeout bounds RECOVERING.
+	DefaultRecoveryTimeout = 120 * time.Second
+	// DefaultShutdownGrace is the SHUTTING_DOWN grace period (§8.4).
+	DefaultShutdownGrace = 30 * time.Second
+	// DefaultHeartbeatInterval is how often the scheduler heartbeats an agent (§14).
+	DefaultHeartbeatInterval = 30 * time.Second
+	// DefaultHeartbeatMisses is how many consecutive missed intervals mark an agent
+	// unavailable (the §14 debounce).
+	DefaultHeartbeatMisses = 3
+)
+
+// The error codes of timeout-triggered transitions (§8.2, §8.3, §8.4); they are the reason
+// of the FAILED transition.
+const (
+	ReasonInitTimeout     = "init_timeout"
+	ReasonResourceTimeout = "resource_timeout"
+	ReasonSuspendTimeout  = "suspend_timeout"
+	ReasonRecoveryTimeout = "recovery_timeout"
+	ReasonShutdownTimeout = "agent_shutdown_timeout"
+)
+
+// Change IDs of workflow.GetVersion: runs started before a change keep their old command
+// sequence when they replay.
+const (
+	versionStateTimeouts = "agent-state-timeouts"
+	versionStateReports  = "agent-state-reports"
+	versionShutdown      = "agent-shutdown"
+	versionHeartbeats    = "agent-heartbeats"
+)
 
 // AgentWorkflowID is the workflow ID of an agent's lifecycle: "agent/<agent_id>".
 func AgentWorkflowID(agentID string) string { return "agent/" + agentID }
 
-// AgentLifecycleInput starts (or continues as new) an agent's lifecycle workflow.
+// AgentLifecycleInput starts (or continues as new) an agent's lifecycle workflow. Every
+// duration is optional: zero means the RFC default.
 type AgentLifecycleInput struct {
 	// AgentID is the registered agent_id.
 	AgentID string
@@ -40,10 +81,30 @@ type AgentLifecycleInput struct {
 	Capabilities []string
 	// InitTimeout bounds INITIALIZING; zero means DefaultInitTimeout.
 	InitTimeout time.Duration
+	// ResourceTimeout bounds WAITING_RESOURCES; zero means DefaultResourceTimeout.
+	ResourceTimeout time.Duration `json:",omitempty"`
+	// SuspendTimeout bounds SUSPENDED; zero means DefaultSuspendTimeout.
+	SuspendTimeout time.Duration `json:",omitempty"`
+	// RecoveryTimeout bounds RECOVERING; zero means DefaultRecoveryTimeout.
+	RecoveryTimeout time.Duration `json:",omitempty"`
+	// ShutdownGrace is the grace period of a shutdown the agent reports itself (ShutdownAgent
+	// names its own); zero means DefaultShutdownGrace.
+	ShutdownGrace time.Duration `json:",omitempty"`
+	// HeartbeatInterval is the §14 heartbeat period; zero means DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration `json:",omitempty"`
+	// HeartbeatMisses is the debounce: consecutive missed intervals before the agent is marked
+	// unavailable; zero means DefaultHeartbeatMisses.
+	HeartbeatMisses int `json:",omitempty"`
 	// State is the state carried over a continue-as-new; zero for a fresh registration.
 	State commonpb.AgentState
 	// Since is when State was entered, carried over a continue-as-new.
 	Since time.Time
+	// Reason is the reason of State, carried over a continue-as-new.
+	Reason string `json:",omitempty"`
+	// Grace is the grace period of a shutdown in progress, carried over a continue-as-new.
+	Grace time.Duration `json:",omitempty"`
+	// Heartbeat is the heartbeat monitor's state, carried over a continue-as-new.
+	Heartbeat activities.HeartbeatState `json:",omitempty"`
 }
 
 // AgentRegistration is the payload of AgentRegisterSignal.
@@ -58,6 +119,22 @@ type AgentRegistration struct {
 type AgentReady struct {
 	// Via says what showed readiness: "stream" or "heartbeat".
 	Via string
+}
+
+// AgentStateReport is the payload of AgentStateReportSignal.
+type AgentStateReport struct {
+	// State is the state the agent reports.
+	State commonpb.AgentState
+	// Via says where the report came from, e.g. "heartbeat".
+	Via string
+}
+
+// AgentShutdown is the payload of AgentShutdownSignal.
+type AgentShutdown struct {
+	// GracePeriod is how long the agent has to deregister; zero means DefaultShutdownGrace.
+	GracePeriod time.Duration
+	// Reason explains the request.
+	Reason string
 }
 
 // AgentDeregistration is the payload of AgentDeregisterSignal.
@@ -76,6 +153,11 @@ type AgentStatus struct {
 	Since time.Time
 	// Reason explains the last transition (an error_code for timeouts).
 	Reason string
+	// Available is the §14 health flag: false once the agent missed HeartbeatMisses
+	// consecutive heartbeat intervals, true again when it heartbeats.
+	Available bool
+	// MissedHeartbeats counts the consecutive missed heartbeat intervals.
+	MissedHeartbeats int
 }
 
 // AgentLifecycleResult is what a finished lifecycle returns.
@@ -88,12 +170,14 @@ type AgentLifecycleResult struct {
 
 // AgentLifecycle is the durable lifecycle of one registered agent (§8, §14): it starts in
 // INITIALIZING, becomes RUNNABLE once the agent shows it is ready (opens its stream or sends
-// a heartbeat), fails with init_timeout if it never does (§8.3), recovers on re-registration
-// after a failure, and ends on explicit deregistration after telling the other agents.
-// The scheduler issue extends it with task states; every transition goes through the table in
-// protocol.AgentTransitionLegal and is recorded.
+// a heartbeat), follows the states the agent reports, fails with the §8.3 error code when it
+// stays too long in a timed state (INITIALIZING, WAITING_RESOURCES, SUSPENDED, RECOVERING,
+// SHUTTING_DOWN), recovers on re-registration after a failure, heartbeats the agent and marks
+// it unavailable after missed heartbeats (§14), and ends on explicit deregistration after
+// telling the other agents. Every transition goes through protocol.AgentTransitionLegal and
+// is recorded.
 func AgentLifecycle(ctx workflow.Context, in AgentLifecycleInput) (AgentLifecycleResult, error) {
-	w := &agentLifecycle{in: in}
+	w := &agentLifecycle{in: in, grace: in.Grace, hb: in.Heartbeat}
 	return w.run(ctx)
 }
 
@@ -102,6 +186,33 @@ type agentLifecycle struct {
 	state  commonpb.AgentState
 	since  time.Time
 	reason string
+	// grace is the grace period of the current SHUTTING_DOWN, zero for the default.
+	grace time.Duration
+	// hb is the heartbeat monitor's state.
+	hb activities.HeartbeatState
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// stateTimeout returns the §8.3 timeout of a state other than INITIALIZING (which keeps its
+// own timer) and the error code of its expiry; zero for an untimed state.
+func (w *agentLifecycle) stateTimeout(s commonpb.AgentState) (time.Duration, string) {
+	switch s {
+	case commonpb.AgentState_WAITING_RESOURCES:
+		return orDefault(w.in.ResourceTimeout, DefaultResourceTimeout), ReasonResourceTimeout
+	case commonpb.AgentState_SUSPENDED:
+		return orDefault(w.in.SuspendTimeout, DefaultSuspendTimeout), ReasonSuspendTimeout
+	case commonpb.AgentState_RECOVERING:
+		return orDefault(w.in.RecoveryTimeout, DefaultRecoveryTimeout), ReasonRecoveryTimeout
+	case commonpb.AgentState_SHUTTING_DOWN:
+		return orDefault(w.grace, orDefault(w.in.ShutdownGrace, DefaultShutdownGrace)), ReasonShutdownTimeout
+	}
+	return 0, ""
 }
 
 func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error) {
@@ -111,7 +222,8 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
 	})
 	if err := workflow.SetQueryHandler(ctx, AgentStatusQuery, func() (AgentStatus, error) {
-		return AgentStatus{AgentID: w.in.AgentID, State: w.state.String(), Since: w.since, Reason: w.reason}, nil
+		return AgentStatus{AgentID: w.in.AgentID, State: w.state.String(), Since: w.since, Reason: w.reason,
+			Available: !w.hb.Unavailable, MissedHeartbeats: w.hb.Misses}, nil
 	}); err != nil {
 		return AgentLifecycleResult{}, err
 	}
@@ -129,12 +241,14 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 			return AgentLifecycleResult{}, err
 		}
 	} else {
-		w.state, w.since = w.in.State, w.in.Since
+		w.state, w.since, w.reason = w.in.State, w.in.Since, w.in.Reason
 	}
 
 	registerCh := workflow.GetSignalChannel(ctx, AgentRegisterSignal)
 	readyCh := workflow.GetSignalChannel(ctx, AgentReadySignal)
 	deregisterCh := workflow.GetSignalChannel(ctx, AgentDeregisterSignal)
+	reportCh := workflow.GetSignalChannel(ctx, AgentStateReportSignal)
+	shutdownCh := workflow.GetSignalChannel(ctx, AgentShutdownSignal)
 
 	initTimeout := w.in.InitTimeout
 	if initTimeout <= 0 {
@@ -148,6 +262,25 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 		timerCtx, cancelInitTimer = workflow.WithCancel(ctx)
 		initTimer = workflow.NewTimer(timerCtx, max(remaining, time.Millisecond))
 	}
+
+	// The timer of the other timed states (§8.3), armed for one entry into a state.
+	var stateTimer workflow.Future
+	var cancelStateTimer workflow.CancelFunc
+	var timerState commonpb.AgentState
+	var timerSince time.Time
+	var timerTimeout time.Duration
+	var timerCode string
+
+	// The heartbeat monitor (§14): one timer and one activity per interval.
+	heartbeats := workflow.GetVersion(ctx, versionHeartbeats, workflow.DefaultVersion, 1) >= 1
+	hbInterval := orDefault(w.in.HeartbeatInterval, DefaultHeartbeatInterval)
+	hbMisses := w.in.HeartbeatMisses
+	if hbMisses <= 0 {
+		hbMisses = DefaultHeartbeatMisses
+	}
+	var hbTimer, hbCheck workflow.Future
+	// A failed check is skipped, not retried forever: the next interval checks again.
+	hbCtx := workflow.WithRetryPolicy(ctx, temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3})
 
 	var deregistered *AgentDeregistration
 	var stepErr error
@@ -174,19 +307,90 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 		c.Receive(ctx, &d)
 		deregistered = &d
 	}
+	onReport := func(c workflow.ReceiveChannel, _ bool) {
+		var r AgentStateReport
+		c.Receive(ctx, &r)
+		if workflow.GetVersion(ctx, versionStateReports, workflow.DefaultVersion, 1) == workflow.DefaultVersion || r.State == w.state {
+			return
+		}
+		from := w.state
+		if stepErr = w.transition(ctx, r.State, "reported via "+r.Via); stepErr == nil && from != w.state && w.state == commonpb.AgentState_SHUTTING_DOWN {
+			w.grace = 0 // a shutdown the agent reports itself has the default grace
+		}
+	}
+	onShutdown := func(c workflow.ReceiveChannel, _ bool) {
+		var s AgentShutdown
+		c.Receive(ctx, &s)
+		if workflow.GetVersion(ctx, versionShutdown, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			return
+		}
+		if !protocol.AgentTransitionLegal(w.state, commonpb.AgentState_SHUTTING_DOWN) {
+			logger.Warn("shutdown request refused", "agent_id", w.in.AgentID, "state", w.state.String(), "reason", s.Reason)
+			return
+		}
+		w.grace = orDefault(s.GracePeriod, DefaultShutdownGrace)
+		reason := "shutdown requested"
+		if s.Reason != "" {
+			reason += ": " + s.Reason
+		}
+		stepErr = w.transition(ctx, commonpb.AgentState_SHUTTING_DOWN, reason)
+	}
 
 	for deregistered == nil {
+		if d, code := w.stateTimeout(w.state); d > 0 && (stateTimer == nil || timerState != w.state || !timerSince.Equal(w.since)) &&
+			workflow.GetVersion(ctx, versionStateTimeouts, workflow.DefaultVersion, 1) >= 1 {
+			var timerCtx workflow.Context
+			timerCtx, cancelStateTimer = workflow.WithCancel(ctx)
+			stateTimer = workflow.NewTimer(timerCtx, max(d-workflow.Now(ctx).Sub(w.since), time.Millisecond))
+			timerState, timerSince, timerTimeout, timerCode = w.state, w.since, d, code
+		}
+		if heartbeats && hbTimer == nil && hbCheck == nil {
+			hbTimer = workflow.NewTimer(ctx, hbInterval)
+		}
+
 		sel := workflow.NewSelector(ctx)
 		sel.AddReceive(readyCh, onReady)
 		sel.AddReceive(registerCh, onRegister)
 		sel.AddReceive(deregisterCh, onDeregister)
+		sel.AddReceive(reportCh, onReport)
+		sel.AddReceive(shutdownCh, onShutdown)
 		if initTimer != nil && w.state == commonpb.AgentState_INITIALIZING {
 			sel.AddFuture(initTimer, func(f workflow.Future) {
 				if f.Get(ctx, nil) != nil {
 					return // cancelled
 				}
 				logger.Warn("agent never became ready; init_timeout", "agent_id", w.in.AgentID, "timeout", initTimeout)
-				stepErr = w.transition(ctx, commonpb.AgentState_FAILED_STATE, "init_timeout")
+				stepErr = w.transition(ctx, commonpb.AgentState_FAILED_STATE, ReasonInitTimeout)
+			})
+		}
+		if stateTimer != nil {
+			sel.AddFuture(stateTimer, func(f workflow.Future) {
+				stateTimer = nil
+				if f.Get(ctx, nil) != nil || w.state != timerState || !w.since.Equal(timerSince) {
+					return // cancelled, or the state was left meanwhile
+				}
+				// §8.3: every timeout-triggered transition is logged (and recorded with its code).
+				logger.Warn("agent state timed out", "agent_id", w.in.AgentID, "state", timerState.String(), "timeout", timerTimeout, "error_code", timerCode)
+				stepErr = w.transition(ctx, commonpb.AgentState_FAILED_STATE, timerCode)
+			})
+		}
+		if hbTimer != nil {
+			sel.AddFuture(hbTimer, func(f workflow.Future) {
+				hbTimer = nil
+				hbCheck = workflow.ExecuteActivity(hbCtx, acts.CheckHeartbeat, activities.HeartbeatCheckInput{
+					AgentID: w.in.AgentID, State: w.hb, MaxMisses: hbMisses, Interval: hbInterval,
+				})
+			})
+		}
+		if hbCheck != nil {
+			sel.AddFuture(hbCheck, func(f workflow.Future) {
+				hbCheck = nil
+				var next activities.HeartbeatState
+				if err := f.Get(ctx, &next); err != nil {
+					logger.Warn("heartbeat check failed", "agent_id", w.in.AgentID, "error", err)
+					return
+				}
+				w.hb = next
 			})
 		}
 		sel.Select(ctx)
@@ -197,11 +401,16 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 			cancelInitTimer()
 			cancelInitTimer, initTimer = nil, nil
 		}
+		if stateTimer != nil && (timerState != w.state || !timerSince.Equal(w.since)) {
+			cancelStateTimer()
+			stateTimer = nil
+		}
 		if deregistered == nil && !sel.HasPending() && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			// Long-lived agents accumulate history; start afresh with the state carried over.
 			// Pending signals are handled first (HasPending) so none is lost across the boundary.
 			next := w.in
 			next.State, next.Since = w.state, w.since
+			next.Reason, next.Grace, next.Heartbeat = w.reason, w.grace, w.hb
 			return AgentLifecycleResult{}, workflow.NewContinueAsNewError(ctx, AgentLifecycle, next)
 		}
 	}
