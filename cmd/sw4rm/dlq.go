@@ -12,8 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
@@ -25,21 +23,18 @@ const dlqMaxBundleBytes = 512 << 20
 // newDLQCmd builds `sw4rm dlq list|requeue|export`: thin clients of the DlqAdminService
 // extension (§21.1), authenticated with an operator token.
 func newDLQCmd() *cobra.Command {
-	var server, token string
+	var of operatorFlags
 	cmd := &cobra.Command{
 		Use:   "dlq",
 		Short: "Inspect, requeue and export dead letters (§21.1)",
 	}
-	cmd.PersistentFlags().StringVar(&server, "server", envOr("SW4RM_SERVER", "localhost:50051"), "sw4rm gRPC address (SW4RM_SERVER)")
-	cmd.PersistentFlags().StringVar(&token, "token", os.Getenv("SW4RM_OPERATOR_TOKEN"), "operator token (SW4RM_OPERATOR_TOKEN)")
+	of.register(cmd)
 
 	client := func(cmd *cobra.Command) (dlqadminpb.DlqAdminServiceClient, context.Context, func(), error) {
-		conn, err := grpc.NewClient(server, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(dlqMaxBundleBytes)))
+		conn, ctx, err := of.dial(cmd, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(dlqMaxBundleBytes)))
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		ctx := metadata.AppendToOutgoingContext(cmd.Context(), "authorization", "Bearer "+token, "sw4rm-client", "cli")
 		return dlqadminpb.NewDlqAdminServiceClient(conn), ctx, func() { _ = conn.Close() }, nil
 	}
 

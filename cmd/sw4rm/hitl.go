@@ -10,9 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
@@ -21,20 +18,18 @@ import (
 // newHitlCmd builds `sw4rm hitl list|decide|history`: thin clients of the HitlAdminService
 // extension, authenticated with an operator token.
 func newHitlCmd() *cobra.Command {
-	var server, token string
+	var of operatorFlags
 	cmd := &cobra.Command{
 		Use:   "hitl",
 		Short: "See and decide human-in-the-loop invocations (§15)",
 	}
-	cmd.PersistentFlags().StringVar(&server, "server", envOr("SW4RM_SERVER", "localhost:50051"), "sw4rm gRPC address (SW4RM_SERVER)")
-	cmd.PersistentFlags().StringVar(&token, "token", os.Getenv("SW4RM_OPERATOR_TOKEN"), "operator token (SW4RM_OPERATOR_TOKEN)")
+	of.register(cmd)
 
 	client := func(cmd *cobra.Command) (hitladminpb.HitlAdminServiceClient, context.Context, func(), error) {
-		conn, err := grpc.NewClient(server, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, ctx, err := of.dial(cmd)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		ctx := metadata.AppendToOutgoingContext(cmd.Context(), "authorization", "Bearer "+token, "sw4rm-client", "cli")
 		return hitladminpb.NewHitlAdminServiceClient(conn), ctx, func() { _ = conn.Close() }, nil
 	}
 
