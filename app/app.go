@@ -55,6 +55,11 @@ type Config struct {
 	MaxPayloadBytes int
 	// AgentInitTimeout bounds INITIALIZING (SW4RM_AGENT_INIT_TIMEOUT, §8.3).
 	AgentInitTimeout time.Duration
+	// HeartbeatInterval is how often each agent is heartbeated (SW4RM_HEARTBEAT_INTERVAL, §14).
+	HeartbeatInterval time.Duration
+	// HeartbeatMisses is the debounce before an agent is marked unavailable
+	// (SW4RM_HEARTBEAT_MISSES, §14).
+	HeartbeatMisses int
 	// DeliveryLease is how long an unconfirmed delivery waits before redelivery on the same
 	// stream (SW4RM_DELIVERY_LEASE).
 	DeliveryLease time.Duration
@@ -94,26 +99,28 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		TemporalAddress:  "127.0.0.1:7233",
-		Namespace:        "default",
-		TaskQueue:        "sw4rm",
-		GRPCAddr:         ":50051",
-		HTTPAddr:         ":8080",
-		BufferCapacity:   router.DefaultBufferCapacity,
-		MaxPayloadBytes:  1 << 20,
-		AgentInitTimeout: 60 * time.Second,
-		DeliveryLease:    router.DefaultLease,
-		HITLTimeout:      time.Hour,
-		RoomTimeout:      10 * time.Minute,
-		RoomStrategy:     "confidence_weighted",
-		AckTimeout:       router.DefaultAckTimeout,
-		MaxRetries:       router.DefaultMaxRetries,
-		DedupWindow:      router.DefaultDedupWindow,
-		StreamRetention:  router.DefaultStreamRetention,
-		DLQRetention:     router.DefaultDLQRetention,
-		PrivilegedRate:   router.DefaultPrivilegedRate,
-		PrivilegedBurst:  router.DefaultPrivilegedBurst,
-		LaneWeights:      router.DefaultLaneWeights,
+		TemporalAddress:   "127.0.0.1:7233",
+		Namespace:         "default",
+		TaskQueue:         "sw4rm",
+		GRPCAddr:          ":50051",
+		HTTPAddr:          ":8080",
+		BufferCapacity:    router.DefaultBufferCapacity,
+		MaxPayloadBytes:   1 << 20,
+		AgentInitTimeout:  60 * time.Second,
+		HeartbeatInterval: 30 * time.Second,
+		HeartbeatMisses:   3,
+		DeliveryLease:     router.DefaultLease,
+		HITLTimeout:       time.Hour,
+		RoomTimeout:       10 * time.Minute,
+		RoomStrategy:      "confidence_weighted",
+		AckTimeout:        router.DefaultAckTimeout,
+		MaxRetries:        router.DefaultMaxRetries,
+		DedupWindow:       router.DefaultDedupWindow,
+		StreamRetention:   router.DefaultStreamRetention,
+		DLQRetention:      router.DefaultDLQRetention,
+		PrivilegedRate:    router.DefaultPrivilegedRate,
+		PrivilegedBurst:   router.DefaultPrivilegedBurst,
+		LaneWeights:       router.DefaultLaneWeights,
 	}
 }
 
@@ -135,7 +142,7 @@ func (c Config) FromEnv() (Config, error) {
 	str("SW4RM_HITL_EXTERNAL", &c.HITLExternal)
 	str("SW4RM_ROOM_STRATEGY", &c.RoomStrategy)
 	for name, dst := range map[string]*int{"SW4RM_BUFFER_CAPACITY": &c.BufferCapacity, "SW4RM_MAX_PAYLOAD_BYTES": &c.MaxPayloadBytes,
-		"SW4RM_MAX_RETRIES": &c.MaxRetries, "SW4RM_PRIVILEGED_BURST": &c.PrivilegedBurst} {
+		"SW4RM_MAX_RETRIES": &c.MaxRetries, "SW4RM_PRIVILEGED_BURST": &c.PrivilegedBurst, "SW4RM_HEARTBEAT_MISSES": &c.HeartbeatMisses} {
 		if v, ok := os.LookupEnv(name); ok {
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 {
@@ -144,7 +151,7 @@ func (c Config) FromEnv() (Config, error) {
 			*dst = n
 		}
 	}
-	for name, dst := range map[string]*time.Duration{"SW4RM_AGENT_INIT_TIMEOUT": &c.AgentInitTimeout, "SW4RM_DELIVERY_LEASE": &c.DeliveryLease, "SW4RM_HITL_TIMEOUT": &c.HITLTimeout,
+	for name, dst := range map[string]*time.Duration{"SW4RM_AGENT_INIT_TIMEOUT": &c.AgentInitTimeout, "SW4RM_HEARTBEAT_INTERVAL": &c.HeartbeatInterval, "SW4RM_DELIVERY_LEASE": &c.DeliveryLease, "SW4RM_HITL_TIMEOUT": &c.HITLTimeout,
 		"SW4RM_ACK_TIMEOUT": &c.AckTimeout, "SW4RM_DEDUP_WINDOW": &c.DedupWindow, "SW4RM_STREAM_RETENTION": &c.StreamRetention, "SW4RM_DLQ_RETENTION": &c.DLQRetention,
 		"SW4RM_ROOM_TIMEOUT": &c.RoomTimeout} {
 		if v, ok := os.LookupEnv(name); ok {
@@ -302,7 +309,8 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		sweepCtx, stopSweep := context.WithCancel(context.Background())
 		a.stopSweep = stopSweep
 		go rt.Run(sweepCtx)
-		fe := frontend.New(st, rt, a.temporal, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout, HITLPolicy: hitlPolicy, HITLTimeout: cfg.HITLTimeout,
+		fe := frontend.New(st, rt, a.temporal, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout,
+			HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatMisses: cfg.HeartbeatMisses, HITLPolicy: hitlPolicy, HITLTimeout: cfg.HITLTimeout,
 			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout})
 		fe.Register(a.grpc)
 		go func() {

@@ -59,7 +59,8 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 			workflows.AgentStateKey.ValueSet(commonpb.AgentState_INITIALIZING.String()),
 		),
 	}
-	in := workflows.AgentLifecycleInput{AgentID: id, Name: d.GetName(), Capabilities: d.GetCapabilities(), InitTimeout: r.s.cfg.AgentInitTimeout}
+	in := workflows.AgentLifecycleInput{AgentID: id, Name: d.GetName(), Capabilities: d.GetCapabilities(), InitTimeout: r.s.cfg.AgentInitTimeout,
+		HeartbeatInterval: r.s.cfg.HeartbeatInterval, HeartbeatMisses: r.s.cfg.HeartbeatMisses}
 	run, err := r.s.temporal.SignalWithStartWorkflow(ctx, opts.ID, workflows.AgentRegisterSignal,
 		workflows.AgentRegistration{Name: d.GetName(), Capabilities: d.GetCapabilities()}, opts, workflows.AgentLifecycle, in)
 	if err != nil {

@@ -47,6 +47,12 @@ type Config struct {
 	TaskQueue string
 	// AgentInitTimeout bounds INITIALIZING (§8.3); zero means the workflow default.
 	AgentInitTimeout time.Duration
+	// HeartbeatInterval is how often the scheduler heartbeats each agent (§14); zero means
+	// the workflow default.
+	HeartbeatInterval time.Duration
+	// HeartbeatMisses is the debounce before an agent is marked unavailable; zero means the
+	// workflow default.
+	HeartbeatMisses int
 	// HITLPolicy authenticates and authorizes operators (§15.1).
 	HITLPolicy hitlsignals.Policy
 	// HITLTimeout is the deadline of invocations raised through HitlService.Decide.

@@ -14,6 +14,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -94,4 +95,24 @@ func TestShutdownAgentGracePeriod(t *testing.T) {
 			require.NoError(t, stubborn.Deregister(ctx, "cleanup"))
 		})
 	}
+}
+
+// TestSchedulerHeartbeats (§14): the scheduler sends HEARTBEAT envelopes to a registered
+// agent; one that never answers is marked unavailable after the debounce, is not
+// deregistered, and is available again once it heartbeats.
+func TestSchedulerHeartbeats(t *testing.T) {
+	cfg := newConfig(t, "memory")
+	cfg.HeartbeatInterval, cfg.HeartbeatMisses = 500*time.Millisecond, 2
+	sys := start(t, cfg)
+	ctx := context.Background()
+	a := dialAgent(t, sys, "silent")
+	in := openInbox(t, a)
+	in.next(t, true, func(d *sdk.Delivery) bool { return d.Envelope.GetMessageType() == commonpb.MessageType_HEARTBEAT })
+	require.Eventually(t, func() bool { return !agentStatus(t, sys, a.ID()).Available }, 15*time.Second, 100*time.Millisecond,
+		"two missed intervals mark the agent unavailable")
+	_, err := sys.app.Store().Registry().GetAgent(ctx, a.ID())
+	require.NoError(t, err, "missed heartbeats never deregister (§14)")
+	require.NoError(t, a.Heartbeat(ctx, commonpb.AgentState_RUNNABLE, nil))
+	require.Eventually(t, func() bool { return agentStatus(t, sys, a.ID()).Available }, 15*time.Second, 100*time.Millisecond,
+		"a heartbeat makes it available again")
 }
