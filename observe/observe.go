@@ -67,8 +67,35 @@ func NewAsync(log *slog.Logger, audit store.AuditLog, size int) *Sink {
 	s.done = make(chan struct{})
 	go func() {
 		defer close(s.done)
+		batcher, canBatch := audit.(store.BatchAuditLog)
+		batch := make([]store.Event, 0, 256)
 		for e := range s.queue {
-			s.append(context.Background(), e)
+			if !canBatch {
+				s.append(context.Background(), e)
+				continue
+			}
+			// Take whatever else is already queued, so a burst costs one round trip.
+			batch = append(batch[:0], e)
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case more, ok := <-s.queue:
+					if !ok {
+						break drain
+					}
+					batch = append(batch, more)
+				default:
+					break drain
+				}
+			}
+			if err := batcher.AppendBatch(context.Background(), batch); err != nil {
+				// One bad event must not cost the others: retry them one by one (each failure
+				// is logged by append).
+				s.log.Warn("audit batch append failed; appending one by one", slog.Int("events", len(batch)), slog.Any("error", err))
+				for _, e := range batch {
+					s.append(context.Background(), e)
+				}
+			}
 		}
 	}()
 	return s

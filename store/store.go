@@ -461,6 +461,14 @@ type AuditLog interface {
 	List(ctx context.Context, f AuditFilter) ([]Event, error)
 }
 
+// BatchAuditLog is implemented by audit logs that can append several events in one round
+// trip, in order; the observability sink's background writer uses it when available.
+type BatchAuditLog interface {
+	// AppendBatch appends the events in order (IDs increasing in slice order) and returns
+	// an error if any could not be appended; a failure may leave a prefix appended.
+	AppendBatch(ctx context.Context, events []Event) error
+}
+
 // Artifact is one versioned negotiation artifact (activity.proto).
 type Artifact struct {
 	// NegotiationID groups the artifacts of one negotiation.

@@ -189,6 +189,24 @@ func (a *auditLog) Append(ctx context.Context, e store.Event) (store.Event, erro
 	return e, nil
 }
 
+// AppendBatch implements store.BatchAuditLog: the inserts travel as one pgx batch, a single
+// network round trip and one implicit transaction.
+func (a *auditLog) AppendBatch(ctx context.Context, events []store.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	for _, e := range events {
+		b.Queue(`INSERT INTO audit_events (time, correlation_id, actor, type, agent_id, message_id, details)
+			VALUES (COALESCE($1, now()), $2, $3, $4, $5, $6, $7)`,
+			nullTime(e.Time), e.CorrelationID, e.Actor, e.Type, e.AgentID, e.MessageID, jsonText(e.Details))
+	}
+	if err := a.s().pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("postgres: append %d events: %w", len(events), err)
+	}
+	return nil
+}
+
 // List implements store.AuditLog.
 func (a *auditLog) List(ctx context.Context, f store.AuditFilter) ([]store.Event, error) {
 	var (

@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Artifacts", func(t *testing.T) { runArtifacts(t, newStore) })
 	t.Run("HITL", func(t *testing.T) { runHITL(t, newStore) })
 	t.Run("DLQ", func(t *testing.T) { runDLQ(t, newStore) })
+	t.Run("AuditBatch", func(t *testing.T) { runAuditBatch(t, newStore) })
 }
 
 // Envelope returns a fully populated test envelope with the given message_id.

@@ -1,0 +1,99 @@
+package observe_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/store/memory"
+)
+
+// batchLog records appends; failBatch makes AppendBatch fail so the fallback is exercised.
+type batchLog struct {
+	mu        sync.Mutex
+	events    []store.Event
+	batches   int
+	failBatch bool
+}
+
+func (b *batchLog) Append(_ context.Context, e store.Event) (store.Event, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.events = append(b.events, e)
+	return e, nil
+}
+
+func (b *batchLog) AppendBatch(_ context.Context, es []store.Event) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failBatch {
+		return errors.New("batch refused")
+	}
+	b.batches++
+	b.events = append(b.events, es...)
+	return nil
+}
+
+func (b *batchLog) List(context.Context, store.AuditFilter) ([]store.Event, error) { return nil, nil }
+
+func types(es []store.Event) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+func TestAsyncSinkKeepsOrderAndDrainsOnClose(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch fails %v", fail), func(t *testing.T) {
+			log := &batchLog{failBatch: fail}
+			sink := observe.NewAsync(nil, log, 8)
+			var want []string
+			for i := range 100 { // more than the queue holds: some are written synchronously
+				typ := fmt.Sprintf("e.%03d", i)
+				want = append(want, typ)
+				sink.Record(context.Background(), observe.Event{Type: typ, Details: map[string]any{"i": i}})
+			}
+			sink.Close()
+			sink.Close() // idempotent
+			require.ElementsMatch(t, want, types(log.events), "nothing dropped")
+			sink.Record(context.Background(), observe.Event{Type: "after.close"})
+			require.Contains(t, types(log.events), "after.close", "a closed sink writes synchronously")
+		})
+	}
+}
+
+func TestAsyncSinkOrderWithoutOverflow(t *testing.T) {
+	log := &batchLog{}
+	sink := observe.NewAsync(nil, log, 1024)
+	for i := range 50 {
+		sink.Record(context.Background(), observe.Event{Type: fmt.Sprintf("e.%02d", i)})
+	}
+	sink.Close()
+	var want []string
+	for i := range 50 {
+		want = append(want, fmt.Sprintf("e.%02d", i))
+	}
+	require.Equal(t, want, types(log.events), "one writer keeps the order")
+	require.Positive(t, log.batches)
+}
+
+func TestSyncSinkWritesToTheStore(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	sink := observe.New(nil, st.Audit())
+	sink.Record(context.Background(), observe.Event{CorrelationID: "c", Actor: "a", Type: "t.x", AgentID: "ag", MessageID: "m", Details: map[string]any{"k": "v"}})
+	evs, err := st.Audit().List(context.Background(), store.AuditFilter{CorrelationID: "c"})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, "t.x", evs[0].Type)
+	require.JSONEq(t, `{"k":"v"}`, string(evs[0].Details))
+	require.False(t, evs[0].Time.IsZero())
+}
