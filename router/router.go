@@ -39,7 +39,7 @@ const (
 	// goes to the dead-letter queue (§21.1).
 	DefaultMaxRetries = 3
 	// DefaultDedupWindow is the idempotency window (§11.2, §20).
-	DefaultDedupWindow = time.Hour
+	DefaultDedupWindow = store.DefaultDedupWindow
 	// DefaultStreamRetention is how long confirmed rows are kept for offset resumption (§5.5).
 	DefaultStreamRetention = time.Hour
 	// DefaultDLQRetention bounds the dead-letter queue (§21.1).

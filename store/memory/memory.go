@@ -98,7 +98,7 @@ type deliveryRow struct {
 	enqueuedAt  time.Time
 	leasedUntil time.Time // zero when not leased
 	attempts    int
-	lane        int32     // laneRank of the row's communication class
+	lane        int32     // store.LaneRank of the row's communication class
 	expiresAt   time.Time // zero: no TTL
 	confirmedAt time.Time // zero while the row is in the buffer
 }
@@ -263,7 +263,7 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 	if req.Capacity > 0 && len(s.pending[req.RecipientID]) >= req.Capacity {
 		// §13: never a silent drop — the rejection stays visible through GetMessage. The
 		// idempotency cache is left as it was.
-		reject(commonpb.ErrorCode_BUFFER_FULL, bufferFullNote(req.RecipientID, req.Capacity))
+		reject(commonpb.ErrorCode_BUFFER_FULL, store.BufferFullNote(req.RecipientID, req.Capacity))
 		return 0, fmt.Errorf("memory: admit %q to %q: %w", id, req.RecipientID, store.ErrBufferFull)
 	}
 	s.seq++
@@ -278,7 +278,7 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 		messageID:  id,
 		envelope:   envBytes,
 		enqueuedAt: t,
-		lane:       laneRank(req.Lane),
+		lane:       int32(store.LaneRank(req.Lane)),
 		expiresAt:  row.expiresAt,
 	}
 	s.deliveries[d.seq] = d
@@ -333,7 +333,7 @@ func (m *messagePlane) Claim(ctx context.Context, req store.ClaimRequest) ([]sto
 			*q = append(*q, d)
 		}
 	}
-	weights := laneWeights(req.Weights)
+	weights := req.Weights.InLaneOrder()
 	var (
 		out  []store.Delivery
 		next [3]int

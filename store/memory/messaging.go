@@ -17,39 +17,8 @@ import (
 // stream resumption, retention, back-pressure metrics and pending responses. Every method runs
 // under s.mu, so each is atomic like the corresponding PostgreSQL transaction.
 
-// defaultDedupWindow is the deduplication window used when a zero one is given (§11.2, §20).
-const defaultDedupWindow = time.Hour
-
 // idemKey identifies one idempotency entry.
 type idemKey struct{ producer, key string }
-
-// Lane ranks: the order in which a weighted-round-robin round visits the lanes (§7.3).
-const (
-	lanePrivileged int32 = 1
-	laneStandard   int32 = 2
-	laneBulk       int32 = 3
-)
-
-// laneRank maps a communication class to its lane; unspecified (or unknown) is STANDARD.
-func laneRank(c commonpb.CommunicationClass) int32 {
-	switch c {
-	case commonpb.CommunicationClass_PRIVILEGED:
-		return lanePrivileged
-	case commonpb.CommunicationClass_BULK:
-		return laneBulk
-	default:
-		return laneStandard
-	}
-}
-
-// laneWeights returns the weights in lane order, a zero (or negative) weight counting as 1.
-func laneWeights(w store.LaneWeights) [3]int {
-	out := [3]int{w.Privileged, w.Standard, w.Bulk}
-	for i := range out {
-		out[i] = max(out[i], 1)
-	}
-	return out
-}
 
 // dedupOf returns the request's effective Dedup (with its window defaulted), or nil when the
 // admission does not consult the cache: Dedup applies to tracked messages with a key only.
@@ -65,10 +34,7 @@ func dedupOf(req store.AdmitRequest) *store.Dedup {
 // dedupWindow defaults a zero or negative window and truncates it to microseconds, the
 // precision store/postgres compares with.
 func dedupWindow(w time.Duration) time.Duration {
-	if w <= 0 {
-		return defaultDedupWindow
-	}
-	return w.Truncate(time.Microsecond)
+	return store.EffectiveDedupWindow(w).Truncate(time.Microsecond)
 }
 
 // Notes recorded on messages; store/postgres writes the same texts.
@@ -76,14 +42,6 @@ func inProgressNote(latest string) string {
 	return "operation already in progress (attempt " + latest + ")"
 }
 func duplicateNote(original string) string { return "duplicate of " + original }
-func bufferFullNote(recipient string, capacity int) string {
-	return fmt.Sprintf("inbound buffer of %s is full (capacity %d)", recipient, capacity)
-}
-func ackTimeoutNote(timeout time.Duration) string {
-	return fmt.Sprintf("no acknowledgement within %s", timeout)
-}
-
-const ttlNote = "ttl expired"
 
 // liveEntry returns the entry of k when its UpdatedAt is within window of t, else nil.
 func (s *Store) liveEntry(k idemKey, window time.Duration, t time.Time) *store.IdempotencyEntry {
@@ -154,17 +112,6 @@ func makeTerminal(e *store.IdempotencyEntry, id string, to commonpb.EnvelopeStat
 	e.UpdatedAt = at
 }
 
-// isCompletion reports whether an ACK stage completes the operation (§11.1 rule 4).
-func isCompletion(stage commonpb.EnvelopeState) bool {
-	switch stage {
-	case commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED,
-		commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED,
-		commonpb.EnvelopeState_ENVELOPE_STATE_FAILED:
-		return true
-	}
-	return false
-}
-
 // Expire implements store.MessagePlane. The oldest messages go first; each ExpiredMessage's
 // Entry is the entry as the whole sweep left it.
 func (m *messagePlane) Expire(ctx context.Context, ackTimeout time.Duration, limit int) ([]store.ExpiredMessage, error) {
@@ -196,11 +143,11 @@ func (m *messagePlane) Expire(ctx context.Context, ackTimeout time.Duration, lim
 	})
 	due = due[:min(len(due), limit)]
 
-	timeoutNote := ackTimeoutNote(ackTimeout)
+	timeoutNote := store.AckTimeoutNote(ackTimeout)
 	for _, c := range due {
 		to, code, note := commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT, commonpb.ErrorCode_ACK_TIMEOUT, timeoutNote
 		if !c.row.expiresAt.IsZero() && !c.row.expiresAt.After(t) {
-			to, code, note = commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.ErrorCode_TTL_EXPIRED, ttlNote
+			to, code, note = commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.ErrorCode_TTL_EXPIRED, store.TTLExpiredNote
 		}
 		s.setState(c.id, c.row, to, code, note, t)
 		// A row no stream has claimed leaves the buffer; a claimed one stays until confirmed.
@@ -234,7 +181,7 @@ func (m *messagePlane) RecordLateAck(ctx context.Context, messageID string, stag
 		return store.LateAck{}, fmt.Errorf("memory: late ack for %q: %w", messageID, store.ErrNotFound)
 	}
 	var out store.LateAck
-	if row.dedupKey != "" && row.state == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT && isCompletion(stage) {
+	if row.dedupKey != "" && row.state == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT && store.IsCompletion(stage) {
 		if e, ok := s.idem[idemKey{row.dedupProducer, row.dedupKey}]; ok && e.Status != store.OpTerminal {
 			makeTerminal(e, messageID, stage, code, note, now())
 			out.Reconciled = true

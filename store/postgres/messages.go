@@ -34,9 +34,9 @@ var enumSQL = strings.NewReplacer(
 	"{TTL_EXPIRED}", num(commonpb.ErrorCode_TTL_EXPIRED),
 	"{DUPLICATE_DETECTED}", num(commonpb.ErrorCode_DUPLICATE_DETECTED),
 	"{ALREADY_IN_PROGRESS}", num(commonpb.ErrorCode_ALREADY_IN_PROGRESS),
-	"{PRIVILEGED}", strconv.Itoa(int(lanePrivileged)),
-	"{STANDARD}", strconv.Itoa(int(laneStandard)),
-	"{BULK}", strconv.Itoa(int(laneBulk)),
+	"{PRIVILEGED}", strconv.Itoa(int(store.LanePrivileged)),
+	"{STANDARD}", strconv.Itoa(int(store.LaneStandard)),
+	"{BULK}", strconv.Itoa(int(store.LaneBulk)),
 ).Replace
 
 func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
@@ -181,12 +181,12 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 	var dedupProducer, dedupKey string
 	var window time.Duration
 	if req.Track && req.Dedup != nil && req.Dedup.Key != "" {
-		dedupProducer, dedupKey, window = req.Dedup.ProducerID, req.Dedup.Key, dedupWindow(req.Dedup.Window)
+		dedupProducer, dedupKey, window = req.Dedup.ProducerID, req.Dedup.Key, store.EffectiveDedupWindow(req.Dedup.Window)
 	}
 	capacity := max(req.Capacity, 0)
 	args := []any{id, req.Track, env.GetProducerId(), req.RecipientID, env.GetCorrelationId(),
-		int32(env.GetMessageType()), envBytes, laneRank(req.Lane), nullTime(req.ExpiresAt), capacity,
-		dedupProducer, dedupKey, window.Microseconds(), bufferFullNote(req.RecipientID, capacity), NotifyChannel}
+		int32(env.GetMessageType()), envBytes, int16(store.LaneRank(req.Lane)), nullTime(req.ExpiresAt), capacity,
+		dedupProducer, dedupKey, window.Microseconds(), store.BufferFullNote(req.RecipientID, capacity), NotifyChannel}
 
 	var (
 		decision string
@@ -314,7 +314,7 @@ func (m *messagePlane) Claim(ctx context.Context, req store.ClaimRequest) ([]sto
 	if req.Limit <= 0 {
 		return nil, nil
 	}
-	w := laneWeights(req.Weights)
+	w := req.Weights.InLaneOrder()
 	rows, err := m.s().pool.Query(ctx, claimSQL, req.AgentID, req.Limit, req.Lease.Microseconds(), w[0], w[1], w[2])
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim for %q: %w", req.AgentID, err)
@@ -497,7 +497,7 @@ func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal st
 	switch {
 	case t.To == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT:
 		sql = advanceTimedOutSQL
-	case isCompletion(t.To):
+	case store.IsCompletion(t.To):
 		sql = advanceCompletedSQL
 	}
 	rec, err := m.getMessage(ctx, t.MessageID)

@@ -19,69 +19,6 @@ import (
 // stream resumption, retention, back-pressure metrics and pending responses (schema in
 // migrations/00003_messaging.sql). Every time comparison uses the database clock.
 
-// defaultDedupWindow is the deduplication window used when a zero one is given (§11.2, §20).
-const defaultDedupWindow = time.Hour
-
-// Lane ranks, as stored in deliveries.lane: the order in which a weighted-round-robin round
-// visits the lanes (§7.3).
-const (
-	lanePrivileged int16 = 1
-	laneStandard   int16 = 2
-	laneBulk       int16 = 3
-)
-
-// laneRank maps a communication class to its lane; unspecified (or unknown) is STANDARD.
-func laneRank(c commonpb.CommunicationClass) int16 {
-	switch c {
-	case commonpb.CommunicationClass_PRIVILEGED:
-		return lanePrivileged
-	case commonpb.CommunicationClass_BULK:
-		return laneBulk
-	default:
-		return laneStandard
-	}
-}
-
-// laneWeights returns the weights in lane order, a zero (or negative) weight counting as 1.
-func laneWeights(w store.LaneWeights) [3]int32 {
-	out := [3]int32{}
-	for i, v := range []int{w.Privileged, w.Standard, w.Bulk} {
-		out[i] = int32(min(max(v, 1), 1<<30))
-	}
-	return out
-}
-
-// dedupWindow defaults a zero or negative window.
-func dedupWindow(w time.Duration) time.Duration {
-	if w <= 0 {
-		return defaultDedupWindow
-	}
-	return w
-}
-
-// Notes recorded on messages; store/memory writes the same texts (admitSQL builds the two
-// idempotency notes itself, in the same words).
-func bufferFullNote(recipient string, capacity int) string {
-	return fmt.Sprintf("inbound buffer of %s is full (capacity %d)", recipient, capacity)
-}
-
-func ackTimeoutNote(timeout time.Duration) string {
-	return fmt.Sprintf("no acknowledgement within %s", timeout)
-}
-
-const ttlNote = "ttl expired"
-
-// isCompletion reports whether a state completes the operation (§11.1 rule 4).
-func isCompletion(s commonpb.EnvelopeState) bool {
-	switch s {
-	case commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED,
-		commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED,
-		commonpb.EnvelopeState_ENVELOPE_STATE_FAILED:
-		return true
-	}
-	return false
-}
-
 // ---------------------------------------------------------------------------------------------
 // Idempotency entries
 
@@ -146,7 +83,7 @@ func (m *messagePlane) Idempotency(ctx context.Context, producerID, key string, 
 	e, err := queryEntry(ctx, m.s().pool, `
 		SELECT `+entryColumns+` FROM idempotency_entries
 		WHERE producer_id = $1 AND key = $2 AND updated_at > now() - $3::bigint * interval '1 microsecond'`,
-		producerID, key, dedupWindow(window).Microseconds())
+		producerID, key, store.EffectiveDedupWindow(window).Microseconds())
 	if err != nil {
 		return store.IdempotencyEntry{}, fmt.Errorf("postgres: idempotency entry %s/%s: %w", producerID, key, err)
 	}
@@ -241,7 +178,7 @@ func (m *messagePlane) Expire(ctx context.Context, ackTimeout time.Duration, lim
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := m.s().pool.Query(ctx, expireSQL, ackTimeout.Microseconds(), limit, ttlNote, ackTimeoutNote(ackTimeout))
+	rows, err := m.s().pool.Query(ctx, expireSQL, ackTimeout.Microseconds(), limit, store.TTLExpiredNote, store.AckTimeoutNote(ackTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: expire: %w", err)
 	}
@@ -300,7 +237,7 @@ func (m *messagePlane) RecordLateAck(ctx context.Context, messageID string, stag
 	if rec.DedupKey == "" {
 		return out, nil
 	}
-	if rec.State == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT && isCompletion(stage) {
+	if rec.State == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT && store.IsCompletion(stage) {
 		out.Entry, err = queryEntry(ctx, pool, `
 			UPDATE idempotency_entries SET status = 'terminal', original_message_id = $3, terminal_state = $4,
 				error_code = $5, result = $6, cached_at = now(), updated_at = now()
