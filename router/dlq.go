@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -123,4 +122,3 @@ func (r *Router) Requeue(ctx context.Context, id int64) (string, error) {
 	return env.GetMessageId(), nil
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }

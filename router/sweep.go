@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -88,7 +89,7 @@ func (r *Router) expired(ctx context.Context, e store.ExpiredMessage) error {
 		in.class = store.DLQTTLExpired
 	case int(rec.Envelope.GetRetryCount()) >= r.cfg.MaxRetries:
 		in.class = store.DLQRetriesExhausted
-		in.reason = rec.Note + "; retry budget of " + itoa(r.cfg.MaxRetries) + " exhausted"
+		in.reason = fmt.Sprintf("%s; retry budget of %d exhausted", rec.Note, r.cfg.MaxRetries)
 	default:
 		return nil // the producer may retry (§11: TIMED_OUT → RETRYING)
 	}
