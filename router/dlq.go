@@ -121,4 +121,3 @@ func (r *Router) Requeue(ctx context.Context, id int64) (string, error) {
 		AgentID: entry.RecipientID, MessageID: env.GetMessageId(), Details: map[string]any{"dlq_id": id, "original_message_id": entry.MessageID, "retry_count": env.GetRetryCount()}})
 	return env.GetMessageId(), nil
 }
-
