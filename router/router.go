@@ -143,6 +143,7 @@ type Router struct {
 	cfg     Config
 	sink    *observe.Sink
 	metrics Metrics
+	inbox   SchedulerInbox
 
 	limitersMu sync.Mutex
 	limiters   map[string]*rate.Limiter
@@ -175,6 +176,9 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 	route, perr := protocol.Resolve(env, recipient)
 	if route.AckFor != "" && perr == nil {
 		return r.applyAck(ctx, env)
+	}
+	if perr == nil && route.Recipient == protocol.SchedulerID {
+		return r.toSchedulerControl(ctx, env)
 	}
 	link, lerr := protocol.ParseLinkage(env.GetContentType())
 	if lerr != nil {
@@ -363,6 +367,9 @@ func (r *Router) nack(ctx context.Context, producerID, correlationID, messageID 
 // agent itself sent. Control traffic rides the PRIVILEGED lane: it is small and unblocks the
 // agent's own work. An agent that is not registered (any more) gets nothing, which is logged.
 func (r *Router) deliverControl(ctx context.Context, agentID string, env *commonpb.Envelope) error {
+	if agentID == protocol.SchedulerID && env.GetMessageType() == commonpb.MessageType_ACKNOWLEDGEMENT {
+		return r.toSchedulerAck(ctx, env)
+	}
 	if _, err := r.agent(ctx, agentID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			r.sink.Record(ctx, observe.Event{
@@ -405,8 +412,9 @@ func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64,
 	if err != nil || !ok {
 		return ok, err
 	}
-	if d.Envelope.GetMessageType() == commonpb.MessageType_ACKNOWLEDGEMENT || d.Envelope.GetProducerId() == protocol.SchedulerID {
-		return true, nil // control traffic is not tracked
+	if d.Envelope.GetMessageType() == commonpb.MessageType_ACKNOWLEDGEMENT ||
+		(d.Envelope.GetProducerId() == protocol.SchedulerID && d.Envelope.GetMessageType() != commonpb.MessageType_CONTROL) {
+		return true, nil // control traffic is not tracked; the scheduler's CONTROL messages are (see SendControl)
 	}
 	if permanentFailure {
 		rec, err := r.st.Messages().GetMessage(ctx, d.Envelope.GetMessageId())

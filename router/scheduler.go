@@ -1,0 +1,114 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// SchedulerInbox receives what reaches the scheduler through the message plane (§7): the ACKs
+// and NACKs of the CONTROL messages it sent with SendControl, and the CONTROL messages agents
+// address to it (recipient protocol.SchedulerID), such as the declaration of a
+// non-preemptible section. The scheduler's state lives in Temporal workflows, so an inbox
+// typically signals the agent's workflow.
+type SchedulerInbox interface {
+	// Acknowledged is called with an ACK or NACK of msg, a CONTROL message the scheduler sent
+	// to msg.RecipientID.
+	Acknowledged(ctx context.Context, msg store.MessageRecord, ack protocol.AckPayload) error
+	// Control handles a CONTROL envelope an agent addressed to the scheduler; a protocol
+	// refusal comes back as a *protocol.Error, a failure to hand it on as an error.
+	Control(ctx context.Context, env *commonpb.Envelope, c protocol.Control) (*protocol.Error, error)
+}
+
+// SetSchedulerInbox installs the scheduler's inbox; call before serving. Without one, CONTROL
+// messages addressed to the scheduler are refused with NO_ROUTE and ACKs of scheduler
+// messages are logged as undeliverable.
+func (r *Router) SetSchedulerInbox(in SchedulerInbox) { r.inbox = in }
+
+// SendControl delivers one of the scheduler's CONTROL messages (RUN, PREEMPT_REQUEST,
+// TERMINATE, KILL, SHUTDOWN) to an agent. Unlike Notify the message is tracked: the agent's
+// delivery confirmation and ACKs advance its lifecycle and reach the SchedulerInbox, and the
+// sweep times it out like any message. Like all control traffic it rides the PRIVILEGED lane
+// and bypasses the buffer's capacity: a full buffer must not hold back a preemption (§7.3).
+// Sending a message_id twice is a no-op, so an activity that retries is safe.
+func (r *Router) SendControl(ctx context.Context, agentID string, env *commonpb.Envelope) error {
+	if env.GetMessageType() != commonpb.MessageType_CONTROL {
+		return fmt.Errorf("SendControl sends CONTROL envelopes, not %s", env.GetMessageType())
+	}
+	if _, err := r.agent(ctx, agentID); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q is not registered", agentID)
+		}
+		return fmt.Errorf("look up control recipient: %w", err)
+	}
+	env = proto.Clone(env).(*commonpb.Envelope)
+	env.ProducerId = protocol.SchedulerID
+	env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
+	_, err := r.st.Messages().Admit(ctx, store.AdmitRequest{Envelope: env, RecipientID: agentID, Track: true, Lane: commonpb.CommunicationClass_PRIVILEGED})
+	if errors.Is(err, store.ErrDuplicateMessage) {
+		return nil // an activity retry after a lost answer: the message is already there
+	}
+	if err != nil {
+		return fmt.Errorf("deliver CONTROL to %s: %w", agentID, err)
+	}
+	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.admitted",
+		AgentID: agentID, MessageID: env.GetMessageId(), Details: map[string]any{"state": "SENT", "message_type": "CONTROL", "lane": "PRIVILEGED"}})
+	return nil
+}
+
+// toSchedulerAck hands an ACK or NACK addressed to the scheduler (the producer of the
+// acknowledged message) to the inbox.
+func (r *Router) toSchedulerAck(ctx context.Context, env *commonpb.Envelope) error {
+	ack, perr := protocol.ParseAck(env)
+	if perr != nil {
+		return fmt.Errorf("scheduler ACK: %w", perr)
+	}
+	rec, err := r.st.Messages().GetMessage(ctx, ack.AckForMessageID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // untracked scheduler traffic (a NOTIFICATION or HEARTBEAT): nobody waits for it
+	}
+	if err != nil {
+		return fmt.Errorf("look up the scheduler's message: %w", err)
+	}
+	if r.inbox == nil || rec.Envelope.GetMessageType() != commonpb.MessageType_CONTROL {
+		r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.control_undeliverable",
+			AgentID: protocol.SchedulerID, MessageID: ack.AckForMessageID, Level: slog.LevelWarn,
+			Details: map[string]any{"reason": "no scheduler inbox in this process", "ack_stage": ack.Stage.String()}})
+		return nil
+	}
+	return r.inbox.Acknowledged(ctx, rec, ack)
+}
+
+// toSchedulerControl hands a CONTROL envelope an agent addressed to the scheduler to the
+// inbox, after validating it.
+func (r *Router) toSchedulerControl(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
+	if r.inbox == nil {
+		return r.reject(ctx, env, protocol.SchedulerID, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "this server does not run the scheduler's inbox"))
+	}
+	c, perr := protocol.ParseControl(env)
+	if perr != nil {
+		return r.reject(ctx, env, protocol.SchedulerID, perr)
+	}
+	if c.Type != protocol.ControlNonPreemptibleBegin && c.Type != protocol.ControlNonPreemptibleEnd {
+		return r.reject(ctx, env, protocol.SchedulerID, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
+			"agents may send the scheduler only %s and %s, not %s", protocol.ControlNonPreemptibleBegin, protocol.ControlNonPreemptibleEnd, c.Type))
+	}
+	perr, err := r.inbox.Control(ctx, env, c)
+	if err != nil || perr != nil {
+		if perr != nil {
+			return r.reject(ctx, env, protocol.SchedulerID, perr)
+		}
+		return nil, err
+	}
+	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "scheduler.control_received",
+		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(), Details: map[string]any{"type": c.Type, "task_id": c.TaskID, "max_duration_ms": c.MaxDurationMS}})
+	return nil, nil
+}
