@@ -70,7 +70,9 @@ type Control struct {
 }
 
 // MaxDuration returns MaxDurationMS as a duration.
-func (c Control) MaxDuration() time.Duration { return time.Duration(c.MaxDurationMS) * time.Millisecond }
+func (c Control) MaxDuration() time.Duration {
+	return time.Duration(c.MaxDurationMS) * time.Millisecond
+}
 
 // Grace returns GraceMS as a duration.
 func (c Control) Grace() time.Duration { return time.Duration(c.GraceMS) * time.Millisecond }
