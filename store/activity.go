@@ -91,6 +91,12 @@ type ActivityEntry struct {
 	RepoID, WorktreeID, Branch string
 	// Description says what the agent does, at most 200 words.
 	Description string
+	// Scope is the task's scope metadata as submitted (§9.2), which the scheduler compares
+	// with the scopes of concurrent tasks; at most MaxActivityDescriptionBytes.
+	Scope string
+	// JobKey is the task's job identity (§9.2 job uniqueness); empty for entries that were
+	// not created by the scheduler.
+	JobKey string
 	// Status is ActivityActive for active entries and ActivityCompleted or ActivityFailed for
 	// history entries. Put ignores it.
 	Status ActivityStatus
@@ -241,7 +247,7 @@ func ValidateActivityEntry(e ActivityEntry) error {
 	for _, f := range []struct{ name, v string }{
 		{"agent_id", e.AgentID}, {"task_id", e.TaskID}, {"repo_id", e.RepoID},
 		{"worktree_id", e.WorktreeID}, {"branch", e.Branch}, {"description", e.Description},
-		{"waiting_on", e.WaitingOn},
+		{"waiting_on", e.WaitingOn}, {"scope", e.Scope}, {"job_key", e.JobKey},
 	} {
 		if err := ValidateActivityText(f.name, f.v); err != nil {
 			return err
@@ -252,6 +258,12 @@ func ValidateActivityEntry(e ActivityEntry) error {
 	}
 	if n := len(e.Description); n > MaxActivityDescriptionBytes {
 		return fmt.Errorf("%w: description has %d bytes, at most %d are allowed", ErrInvalidActivity, n, MaxActivityDescriptionBytes)
+	}
+	if n := len(e.Scope); n > MaxActivityDescriptionBytes {
+		return fmt.Errorf("%w: scope has %d bytes, at most %d are allowed", ErrInvalidActivity, n, MaxActivityDescriptionBytes)
+	}
+	if n := len(e.JobKey); n > 256 {
+		return fmt.Errorf("%w: job_key has %d bytes, at most 256 are allowed", ErrInvalidActivity, n)
 	}
 	return nil
 }

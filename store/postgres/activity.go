@@ -35,7 +35,7 @@ var _ store.ActivityBufferProvider = (*Store)(nil)
 func (s *Store) ActivityBuffer() store.ActivityBuffer { return (*activityBuffer)(s) }
 
 const activityColumns = `agent_id, task_id, repo_id, worktree_id, branch, description, waiting_on,
-	waiting_since, created_at`
+	waiting_since, created_at, scope, job_key`
 
 const activityHistoryColumns = activityColumns + `, status, completed_at`
 
@@ -73,15 +73,15 @@ func (a *activityBuffer) Put(ctx context.Context, e store.ActivityEntry, lim sto
 		// check and here; the insert then only restores the count the check saw.
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO activity_entries (agent_id, task_id, repo_id, worktree_id, branch, description,
-				waiting_on, waiting_since, created_at)
+				waiting_on, waiting_since, created_at, scope, job_key)
 			VALUES ($1, $2, $3, $4, $5, $6, $7::text,
-				CASE WHEN $7::text = '' THEN NULL ELSE COALESCE($8, now()) END, COALESCE($9, now()))
+				CASE WHEN $7::text = '' THEN NULL ELSE COALESCE($8, now()) END, COALESCE($9, now()), $10, $11)
 			ON CONFLICT ON CONSTRAINT activity_entries_pkey DO UPDATE SET
 				repo_id = EXCLUDED.repo_id, worktree_id = EXCLUDED.worktree_id, branch = EXCLUDED.branch,
 				description = EXCLUDED.description, waiting_on = EXCLUDED.waiting_on,
-				waiting_since = EXCLUDED.waiting_since`,
+				waiting_since = EXCLUDED.waiting_since, scope = EXCLUDED.scope, job_key = EXCLUDED.job_key`,
 			e.AgentID, e.TaskID, e.RepoID, e.WorktreeID, e.Branch, e.Description, e.WaitingOn,
-			nullTime(e.WaitingSince), nullTime(e.CreatedAt)); err != nil {
+			nullTime(e.WaitingSince), nullTime(e.CreatedAt), e.Scope, e.JobKey); err != nil {
 			return fmt.Errorf("insert: %w", err)
 		}
 		if !exists {
@@ -112,9 +112,9 @@ func (a *activityBuffer) Complete(ctx context.Context, agentID, taskID string, s
 				RETURNING `+activityColumns+`
 			)
 			INSERT INTO activity_history (agent_id, task_id, repo_id, worktree_id, branch, description,
-				waiting_on, waiting_since, created_at, status)
+				waiting_on, waiting_since, created_at, scope, job_key, status)
 			SELECT agent_id, task_id, repo_id, worktree_id, branch, description, waiting_on,
-				waiting_since, created_at, $3 FROM gone
+				waiting_since, created_at, scope, job_key, $3 FROM gone
 			RETURNING `+activityHistoryColumns, agentID, taskID, string(status))
 		if err != nil {
 			return err
@@ -258,7 +258,7 @@ func scanActivity(row pgx.CollectableRow) (store.ActivityEntry, error) {
 		waitingSince *time.Time
 	)
 	if err := row.Scan(&e.AgentID, &e.TaskID, &e.RepoID, &e.WorktreeID, &e.Branch, &e.Description,
-		&e.WaitingOn, &waitingSince, &e.CreatedAt); err != nil {
+		&e.WaitingOn, &waitingSince, &e.CreatedAt, &e.Scope, &e.JobKey); err != nil {
 		return store.ActivityEntry{}, err
 	}
 	e.Status = store.ActivityActive
@@ -277,7 +277,7 @@ func scanActivityHistory(row pgx.CollectableRow) (store.ActivityEntry, error) {
 		status       string
 	)
 	if err := row.Scan(&e.AgentID, &e.TaskID, &e.RepoID, &e.WorktreeID, &e.Branch, &e.Description,
-		&e.WaitingOn, &waitingSince, &e.CreatedAt, &status, &e.CompletedAt); err != nil {
+		&e.WaitingOn, &waitingSince, &e.CreatedAt, &e.Scope, &e.JobKey, &status, &e.CompletedAt); err != nil {
 		return store.ActivityEntry{}, err
 	}
 	e.Status = store.ActivityStatus(status)

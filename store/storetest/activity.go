@@ -214,7 +214,7 @@ func runActivityReplace(t *testing.T, newStore func(t *testing.T) store.Store) {
 
 	// Both limits are reached; re-registering alice's task replaces it all the same.
 	e := store.ActivityEntry{AgentID: "alice", TaskID: "t1", RepoID: "repo-2", Branch: "dev", Description: "second try",
-		CreatedAt: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)}
+		Scope: "repo:repo-2 path:src/**", JobKey: "job-1", CreatedAt: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)}
 	u := actPut(t, ab, e, lim)
 	require.Equal(t, 2, u.Active)
 	require.Equal(t, 1, u.AgentActive)
@@ -225,6 +225,12 @@ func runActivityReplace(t *testing.T, newStore func(t *testing.T) store.Store) {
 	want.Status, want.CreatedAt = store.ActivityActive, first.CreatedAt
 	require.Equal(t, want, es[0], "fields replaced, CreatedAt kept")
 	require.Equal(t, 2, actUsage(t, ab, "alice", lim).Active)
+
+	// Scope and job key travel into the history with the rest (§9.2 reads them).
+	done, err := ab.Complete(t.Context(), "alice", "t1", store.ActivityCompleted)
+	require.NoError(t, err)
+	require.Equal(t, e.Scope, done.Scope)
+	require.Equal(t, e.JobKey, done.JobKey)
 }
 
 func runActivityPerAgentLimit(t *testing.T, newStore func(t *testing.T) store.Store) {
