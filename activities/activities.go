@@ -30,6 +30,8 @@ type Activities struct {
 	Sink *observe.Sink
 	// HITL is the operator policy and external HITL component (§15.1).
 	HITL hitlsignals.Policy
+	// Scheduler is the task admission policy (§9).
+	Scheduler SchedulerPolicy
 }
 
 // AgentStateInput asks RecordAgentState to record a lifecycle transition.

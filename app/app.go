@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"log/slog"
 	"net"
 	"net/http"
@@ -94,6 +95,20 @@ type Config struct {
 	// HITLExternal is the address of an external HITL component serving the canonical
 	// HitlService, empty for none (SW4RM_HITL_EXTERNAL, §15.4).
 	HITLExternal string
+	// MaxParallel is max_parallel_instances per agent type, "type=n,...,*=n"
+	// (SW4RM_MAX_PARALLEL, §9.1); empty means no limit.
+	MaxParallel string
+	// ConflictThreshold is the confidence below which a scope conflict goes to HITL
+	// (SW4RM_CONFLICT_THRESHOLD, §9.3); zero means 0.7.
+	ConflictThreshold float64
+	// InferenceUnavailable is what to do when the inference engine fails: serialize, hitl or
+	// allow (SW4RM_INFERENCE_UNAVAILABLE, §9.3).
+	InferenceUnavailable string
+	// PreemptTimeout bounds an unanswered PREEMPT_REQUEST outside a non-preemptible section
+	// (SW4RM_PREEMPT_TIMEOUT, §7.2).
+	PreemptTimeout time.Duration
+	// TerminateGrace is TERMINATE's grace period before KILL (SW4RM_TERMINATE_GRACE, §7.2).
+	TerminateGrace time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
@@ -121,6 +136,9 @@ func DefaultConfig() Config {
 		PrivilegedRate:    router.DefaultPrivilegedRate,
 		PrivilegedBurst:   router.DefaultPrivilegedBurst,
 		LaneWeights:       router.DefaultLaneWeights,
+		ConflictThreshold: 0.7,
+		PreemptTimeout:    10 * time.Minute,
+		TerminateGrace:    3 * time.Second,
 	}
 }
 
@@ -141,6 +159,15 @@ func (c Config) FromEnv() (Config, error) {
 	str("SW4RM_HITL_OPERATORS", &c.HITLOperators)
 	str("SW4RM_HITL_EXTERNAL", &c.HITLExternal)
 	str("SW4RM_ROOM_STRATEGY", &c.RoomStrategy)
+	str("SW4RM_MAX_PARALLEL", &c.MaxParallel)
+	str("SW4RM_INFERENCE_UNAVAILABLE", &c.InferenceUnavailable)
+	if v, ok := os.LookupEnv("SW4RM_CONFLICT_THRESHOLD"); ok {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 || f > 1 {
+			return c, fmt.Errorf("SW4RM_CONFLICT_THRESHOLD=%q: want a confidence in (0, 1] like 0.7", v)
+		}
+		c.ConflictThreshold = f
+	}
 	for name, dst := range map[string]*int{"SW4RM_BUFFER_CAPACITY": &c.BufferCapacity, "SW4RM_MAX_PAYLOAD_BYTES": &c.MaxPayloadBytes,
 		"SW4RM_MAX_RETRIES": &c.MaxRetries, "SW4RM_PRIVILEGED_BURST": &c.PrivilegedBurst, "SW4RM_HEARTBEAT_MISSES": &c.HeartbeatMisses} {
 		if v, ok := os.LookupEnv(name); ok {
@@ -153,7 +180,7 @@ func (c Config) FromEnv() (Config, error) {
 	}
 	for name, dst := range map[string]*time.Duration{"SW4RM_AGENT_INIT_TIMEOUT": &c.AgentInitTimeout, "SW4RM_HEARTBEAT_INTERVAL": &c.HeartbeatInterval, "SW4RM_DELIVERY_LEASE": &c.DeliveryLease, "SW4RM_HITL_TIMEOUT": &c.HITLTimeout,
 		"SW4RM_ACK_TIMEOUT": &c.AckTimeout, "SW4RM_DEDUP_WINDOW": &c.DedupWindow, "SW4RM_STREAM_RETENTION": &c.StreamRetention, "SW4RM_DLQ_RETENTION": &c.DLQRetention,
-		"SW4RM_ROOM_TIMEOUT": &c.RoomTimeout} {
+		"SW4RM_ROOM_TIMEOUT": &c.RoomTimeout, "SW4RM_PREEMPT_TIMEOUT": &c.PreemptTimeout, "SW4RM_TERMINATE_GRACE": &c.TerminateGrace} {
 		if v, ok := os.LookupEnv(name); ok {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -177,6 +204,24 @@ func (c Config) FromEnv() (Config, error) {
 		c.LaneWeights = w
 	}
 	return c, nil
+}
+
+// ParseMaxParallel reads max_parallel_instances per agent type (§9.1): "coder=2,reviewer=1"
+// with "*" for every other type; empty means no limits.
+func ParseMaxParallel(v string) (map[string]int, error) {
+	out := map[string]int{}
+	for part := range strings.SplitSeq(v, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		name, num, ok := strings.Cut(part, "=")
+		n, err := strconv.Atoi(strings.TrimSpace(num))
+		if !ok || strings.TrimSpace(name) == "" || err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q: want type=n pairs with positive n, like coder=2,*=8", part)
+		}
+		out[strings.TrimSpace(name)] = n
+	}
+	return out, nil
 }
 
 // ParseLaneWeights reads "PRIVILEGED,STANDARD,BULK" weights such as "6,3,1".
@@ -268,6 +313,15 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 			return nil, fmt.Errorf("SW4RM_ROOM_STRATEGY: %w", err)
 		}
 	}
+	maxParallel, err := ParseMaxParallel(cfg.MaxParallel)
+	if err != nil {
+		return nil, fmt.Errorf("SW4RM_MAX_PARALLEL: %w", err)
+	}
+	unavailable, err := inference.ParseUnavailablePolicy(cfg.InferenceUnavailable)
+	if err != nil {
+		return nil, fmt.Errorf("SW4RM_INFERENCE_UNAVAILABLE: %w", err)
+	}
+	schedPolicy := activities.SchedulerPolicy{MaxParallel: maxParallel, ConflictThreshold: cfg.ConflictThreshold, Unavailable: unavailable}
 	if len(operators) == 0 && cfg.HITLExternal == "" {
 		log.Warn("no HITL operators and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
 	}
@@ -281,12 +335,15 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	a.router = rt
 	a.metrics = metrics.New(st, rt.Config().BufferCapacity)
 	rt.SetMetrics(a.metrics)
+	// ACKs of the scheduler's CONTROL messages, and the sections agents declare, go to the
+	// agents' lifecycle workflows (§7).
+	rt.SetSchedulerInbox(frontend.NewSchedulerInbox(a.temporal))
 	log.Info("sw4rm starting", "temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue,
 		"store", st.Kind(), "server", roles.Server, "worker", roles.Worker)
 
 	if roles.Worker {
 		a.worker = sdkworker.New(a.temporal, cfg.TaskQueue, sdkworker.Options{})
-		worker.Register(a.worker, &activities.Activities{Store: st, Router: rt, Sink: sink, HITL: hitlPolicy})
+		worker.Register(a.worker, &activities.Activities{Store: st, Router: rt, Sink: sink, HITL: hitlPolicy, Scheduler: schedPolicy})
 		if err := a.worker.Start(); err != nil {
 			return nil, fmt.Errorf("start worker: %w", err)
 		}
@@ -311,7 +368,7 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		go rt.Run(sweepCtx)
 		fe := frontend.New(st, rt, a.temporal, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout,
 			HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatMisses: cfg.HeartbeatMisses, HITLPolicy: hitlPolicy, HITLTimeout: cfg.HITLTimeout,
-			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout})
+			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout, PreemptTimeout: cfg.PreemptTimeout, TerminateGrace: cfg.TerminateGrace})
 		fe.Register(a.grpc)
 		go func() {
 			if err := a.grpc.Serve(a.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

@@ -60,7 +60,8 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 		),
 	}
 	in := workflows.AgentLifecycleInput{AgentID: id, Name: d.GetName(), Capabilities: d.GetCapabilities(), InitTimeout: r.s.cfg.AgentInitTimeout,
-		HeartbeatInterval: r.s.cfg.HeartbeatInterval, HeartbeatMisses: r.s.cfg.HeartbeatMisses}
+		HeartbeatInterval: r.s.cfg.HeartbeatInterval, HeartbeatMisses: r.s.cfg.HeartbeatMisses,
+		PreemptTimeout: r.s.cfg.PreemptTimeout, TerminateGrace: r.s.cfg.TerminateGrace}
 	run, err := r.s.temporal.SignalWithStartWorkflow(ctx, opts.ID, workflows.AgentRegisterSignal,
 		workflows.AgentRegistration{Name: d.GetName(), Capabilities: d.GetCapabilities()}, opts, workflows.AgentLifecycle, in)
 	if err != nil {

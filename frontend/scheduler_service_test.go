@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"log/slog"
 	"strings"
 	"testing"
@@ -157,12 +158,29 @@ func TestActivityWithoutBuffer(t *testing.T) {
 	requireSchedulerCode(t, err, codes.Unimplemented, "the activity buffer")
 }
 
-func TestSchedulerOtherRPCsUnimplemented(t *testing.T) {
+func TestSchedulerRPCsValidate(t *testing.T) {
 	sc, _ := newSchedulerTestService(t)
-	_, err := sc.SubmitTask(t.Context(), &schedulerpb.SubmitTaskRequest{})
-	require.Equal(t, codes.Unimplemented, status.Code(err))
-	_, err = sc.RequestPreemption(t.Context(), &schedulerpb.PreemptRequest{})
-	require.Equal(t, codes.Unimplemented, status.Code(err))
+	ok := &schedulerpb.SubmitTaskRequest{AgentId: "coder", TaskId: "t1", Scope: "repo:app path:src/**"}
+	for name, tc := range map[string]struct {
+		mutate func(*schedulerpb.SubmitTaskRequest)
+		want   string
+	}{
+		"no agent":          {func(r *schedulerpb.SubmitTaskRequest) { r.AgentId = "" }, "agent_id"},
+		"no task_id":        {func(r *schedulerpb.SubmitTaskRequest) { r.TaskId = "" }, "task_id is required"},
+		"task_id spaces":    {func(r *schedulerpb.SubmitTaskRequest) { r.TaskId = "a b" }, "without spaces"},
+		"priority too high": {func(r *schedulerpb.SubmitTaskRequest) { r.Priority = -20 }, "priority -20 is outside -19"},
+		"priority too low":  {func(r *schedulerpb.SubmitTaskRequest) { r.Priority = 21 }, "priority 21 is outside"},
+		"no scope":          {func(r *schedulerpb.SubmitTaskRequest) { r.Scope = "  " }, "scope is required"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := proto.Clone(ok).(*schedulerpb.SubmitTaskRequest)
+			tc.mutate(req)
+			_, err := sc.SubmitTask(t.Context(), req)
+			requireSchedulerCode(t, err, codes.InvalidArgument, tc.want)
+		})
+	}
+	_, err := sc.RequestPreemption(t.Context(), &schedulerpb.PreemptRequest{})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
 	// ShutdownAgent is built (frontend/shutdown.go): an empty agent_id is a validation error.
 	_, err = sc.ShutdownAgent(t.Context(), &schedulerpb.ShutdownAgentRequest{})
 	require.Equal(t, codes.InvalidArgument, status.Code(err))

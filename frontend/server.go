@@ -61,6 +61,11 @@ type Config struct {
 	RoomPolicy voting.Policy
 	// RoomTimeout bounds a room's wait for votes; zero means the workflow default.
 	RoomTimeout time.Duration
+	// PreemptTimeout bounds an unanswered PREEMPT_REQUEST outside a non-preemptible section
+	// before forced preemption (§7.2); zero means the workflow default.
+	PreemptTimeout time.Duration
+	// TerminateGrace is TERMINATE's grace period before KILL (§7.2); zero means the default.
+	TerminateGrace time.Duration
 }
 
 // Server holds the collaborators shared by every service.

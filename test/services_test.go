@@ -58,7 +58,7 @@ func TestServiceSurface(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.GetStatus())
 
-	// The activity buffer (§10) is served; task scheduling is not yet.
+	// The activity buffer (§10) is served.
 	ab, ok := store.ActivityBufferOf(sys.app.Store())
 	require.True(t, ok)
 	worker := uniq(t, "worker")
@@ -73,9 +73,9 @@ func TestServiceSurface(t *testing.T) {
 	purged, err := sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: worker, TaskIds: []string{"t1", "unknown"}})
 	require.NoError(t, err)
 	assert.Equal(t, uint32(1), purged.GetPurged())
-	_, err = schedulerpb.NewSchedulerServiceClient(conn).SubmitTask(ctx, &schedulerpb.SubmitTaskRequest{})
-	assert.Equal(t, codes.Unimplemented, status.Code(err))
-	assert.Contains(t, status.Convert(err).Message(), "task scheduling")
+	_, err = schedulerpb.NewSchedulerServiceClient(conn).SubmitTask(ctx, &schedulerpb.SubmitTaskRequest{AgentId: worker, TaskId: "t2"})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "task scheduling is built: a task without scope is bad input")
+	assert.Contains(t, status.Convert(err).Message(), "scope is required")
 	_, err = hitlpb.NewHitlServiceClient(conn).Decide(ctx, &hitlpb.HitlInvocation{})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "HITL is built: a missing reason_type is bad input")
 	assert.Contains(t, status.Convert(err).Message(), "reason_type")

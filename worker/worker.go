@@ -31,6 +31,7 @@ func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(workflows.AgentLifecycle)
 	r.RegisterWorkflowWithOptions(workflows.HitlWait, workflow.RegisterOptions{Name: hitlsignals.WorkflowType})
 	r.RegisterWorkflow(workflows.RoomCoordinator)
+	r.RegisterWorkflow(workflows.TaskWorkflow)
 }
 
 // EnsureSearchAttributes registers SW4RM's custom search attributes in the namespace if they

@@ -105,6 +105,13 @@ type AgentLifecycleInput struct {
 	Grace time.Duration `json:",omitempty"`
 	// Heartbeat is the heartbeat monitor's state, carried over a continue-as-new.
 	Heartbeat activities.HeartbeatState `json:",omitempty"`
+	// PreemptTimeout is how long a PREEMPT_REQUEST outside a non-preemptible section may stay
+	// unanswered before forced preemption; zero means DefaultPreemptTimeout.
+	PreemptTimeout time.Duration `json:",omitempty"`
+	// TerminateGrace is TERMINATE's grace period before KILL; zero means DefaultTerminateGrace.
+	TerminateGrace time.Duration `json:",omitempty"`
+	// Dispatch is the agent's task queue and running task, carried over a continue-as-new.
+	Dispatch Dispatch `json:",omitempty"`
 }
 
 // AgentRegistration is the payload of AgentRegisterSignal.
@@ -282,6 +289,17 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 	// A failed check is skipped, not retried forever: the next interval checks again.
 	hbCtx := workflow.WithRetryPolicy(ctx, temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3})
 
+	// The scheduler for this agent's tasks (§7): enqueue, preempt, CONTROL ACKs, sections.
+	tasks := workflow.GetVersion(ctx, versionTasks, workflow.DefaultVersion, 1) >= 1
+	disp := newDispatcher(ctx, w, w.in.Dispatch)
+	if err := workflow.SetQueryHandler(ctx, AgentTasksQuery, func() (DispatchStatus, error) { return disp.status(), nil }); err != nil {
+		return AgentLifecycleResult{}, err
+	}
+	enqueueCh := workflow.GetSignalChannel(ctx, AgentTaskEnqueueSignal)
+	preemptCh := workflow.GetSignalChannel(ctx, AgentPreemptSignal)
+	ackCh := workflow.GetSignalChannel(ctx, AgentControlAckSignal)
+	controlCh := workflow.GetSignalChannel(ctx, AgentControlSignal)
+
 	var deregistered *AgentDeregistration
 	var stepErr error
 	onReady := func(c workflow.ReceiveChannel, _ bool) {
@@ -333,7 +351,40 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 		if s.Reason != "" {
 			reason += ": " + s.Reason
 		}
-		stepErr = w.transition(ctx, commonpb.AgentState_SHUTTING_DOWN, reason)
+		if stepErr = w.transition(ctx, commonpb.AgentState_SHUTTING_DOWN, reason); stepErr == nil && tasks {
+			// §8.4: no task is dispatched during the grace period; the queued ones fail, the
+			// running one may finish. The agent is told, so it can wind down and deregister.
+			disp.failQueued(ctx, commonpb.ErrorCode_AGENT_SHUTDOWN, "agent_shutdown: agent "+w.in.AgentID+" is shutting down (§8.4)")
+			if _, err := disp.send(ctx, protocol.Control{Type: protocol.ControlShutdown, GraceMS: w.grace.Milliseconds(), Reason: reason}); err != nil {
+				logger.Warn("could not tell the agent to shut down", "agent_id", w.in.AgentID, "error", err)
+			}
+		}
+	}
+	onEnqueue := func(c workflow.ReceiveChannel, _ bool) {
+		var q QueuedTask
+		c.Receive(ctx, &q)
+		if w.state == commonpb.AgentState_SHUTTING_DOWN {
+			disp.event(ctx, q.TaskID, TaskEvent{State: TaskRejected, ErrorCode: commonpb.ErrorCode_AGENT_SHUTDOWN, Reason: "agent_shutdown: agent " + w.in.AgentID + " is shutting down (§8.1)"})
+			return
+		}
+		stepErr = disp.enqueue(ctx, q)
+	}
+	onPreempt := func(c workflow.ReceiveChannel, _ bool) {
+		var r PreemptionRequest
+		c.Receive(ctx, &r)
+		if run := disp.d.Running; run != nil && (r.TaskID == "" || r.TaskID == run.TaskID) {
+			stepErr = disp.preempt(ctx, cmpOr(r.Reason, "RequestPreemption"))
+		}
+	}
+	onAck := func(c workflow.ReceiveChannel, _ bool) {
+		var a ControlAck
+		c.Receive(ctx, &a)
+		stepErr = disp.onAck(ctx, a)
+	}
+	onControl := func(c workflow.ReceiveChannel, _ bool) {
+		var a AgentControl
+		c.Receive(ctx, &a)
+		stepErr = disp.onControl(ctx, a)
 	}
 
 	for deregistered == nil {
@@ -354,6 +405,20 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 		sel.AddReceive(deregisterCh, onDeregister)
 		sel.AddReceive(reportCh, onReport)
 		sel.AddReceive(shutdownCh, onShutdown)
+		if tasks {
+			sel.AddReceive(enqueueCh, onEnqueue)
+			sel.AddReceive(preemptCh, onPreempt)
+			sel.AddReceive(ackCh, onAck)
+			sel.AddReceive(controlCh, onControl)
+			disp.armTimer(ctx)
+			if disp.timer != nil {
+				sel.AddFuture(disp.timer, func(f workflow.Future) {
+					if f.Get(ctx, nil) == nil {
+						stepErr = disp.onTimer(ctx)
+					}
+				})
+			}
+		}
 		if initTimer != nil && w.state == commonpb.AgentState_INITIALIZING {
 			sel.AddFuture(initTimer, func(f workflow.Future) {
 				if f.Get(ctx, nil) != nil {
@@ -394,6 +459,9 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 			})
 		}
 		sel.Select(ctx)
+		if stepErr == nil && tasks {
+			stepErr = disp.afterStep(ctx)
+		}
 		if stepErr != nil {
 			return AgentLifecycleResult{}, stepErr
 		}
@@ -411,10 +479,14 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 			next := w.in
 			next.State, next.Since = w.state, w.since
 			next.Reason, next.Grace, next.Heartbeat = w.reason, w.grace, w.hb
+			next.Dispatch = disp.d
 			return AgentLifecycleResult{}, workflow.NewContinueAsNewError(ctx, AgentLifecycle, next)
 		}
 	}
 
+	if tasks {
+		disp.failAll(ctx, commonpb.ErrorCode_AGENT_SHUTDOWN, "agent_shutdown: agent "+w.in.AgentID+" deregistered: "+deregistered.Reason)
+	}
 	if err := workflow.ExecuteActivity(ctx, acts.NotifyRegistryEvent, activities.RegistryEventInput{
 		AgentID: w.in.AgentID, Name: w.in.Name, Event: activities.AgentLeft, Reason: deregistered.Reason,
 		EventID: workflow.GetInfo(ctx).WorkflowExecution.RunID + "/leave",

@@ -1,0 +1,61 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/router"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// SchedulerInbox translates what agents send the scheduler through the message plane onto
+// their lifecycle workflows, which schedule their tasks (§7): ACKs of the scheduler's CONTROL
+// messages become AgentControlAckSignal, non-preemptible section declarations become
+// AgentControlSignal. Install it with router.SetSchedulerInbox in every process whose router
+// receives agents' ACKs (the frontend) or times messages out (the sweep).
+type SchedulerInbox struct {
+	temporal client.Client
+}
+
+var _ router.SchedulerInbox = (*SchedulerInbox)(nil)
+
+// NewSchedulerInbox builds the inbox over a Temporal client.
+func NewSchedulerInbox(tc client.Client) *SchedulerInbox { return &SchedulerInbox{temporal: tc} }
+
+// Acknowledged signals the agent's lifecycle workflow with the ACK of its CONTROL message. An
+// agent whose lifecycle has ended has nothing left to schedule: the ACK is dropped (the
+// router has already recorded it).
+func (in *SchedulerInbox) Acknowledged(ctx context.Context, msg store.MessageRecord, ack protocol.AckPayload) error {
+	err := in.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(msg.RecipientID), "", workflows.AgentControlAckSignal,
+		workflows.ControlAck{MessageID: msg.MessageID, Stage: ack.Stage, ErrorCode: ack.ErrorCode, Note: ack.Note})
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("signal the scheduler of %s: %w", msg.RecipientID, err)
+	}
+	return nil
+}
+
+// Control signals the sending agent's lifecycle workflow with a non-preemptible section's
+// BEGIN or END (§7.2).
+func (in *SchedulerInbox) Control(ctx context.Context, env *commonpb.Envelope, c protocol.Control) (*protocol.Error, error) {
+	err := in.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(env.GetProducerId()), "", workflows.AgentControlSignal,
+		workflows.AgentControl{Type: c.Type, TaskID: c.TaskID, MaxDuration: c.MaxDuration()})
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q has no running lifecycle; register first", env.GetProducerId()), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("signal the scheduler of %s: %w", env.GetProducerId(), err)
+	}
+	return nil, nil
+}

@@ -1,0 +1,126 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// maxTaskIDLen bounds task_id, which becomes part of a workflow ID.
+const maxTaskIDLen = 200
+
+// validateTask checks a SubmitTaskRequest (§7.1, §9.2): agent_id, a task_id, a priority in
+// -19..20, scope metadata (required, and parseable so conflict analysis can use it), and
+// params within the payload limit.
+func (sc *schedulerService) validateTask(req *schedulerpb.SubmitTaskRequest) error {
+	if perr := protocol.ValidateAgentID(req.GetAgentId()); perr != nil {
+		return status.Error(codes.InvalidArgument, perr.Error())
+	}
+	id := req.GetTaskId()
+	switch {
+	case id == "":
+		return status.Error(codes.InvalidArgument, "validation_error: task_id is required")
+	case len(id) > maxTaskIDLen || !utf8.ValidString(id) || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return status.Errorf(codes.InvalidArgument, "validation_error: task_id must be at most %d printable characters without spaces", maxTaskIDLen)
+	}
+	if p := req.GetPriority(); p < protocol.MinPriority || p > protocol.MaxPriority {
+		return status.Errorf(codes.InvalidArgument, "validation_error: priority %d is outside %d (highest) .. %d (lowest); 0 is the default (§7.1)", p, protocol.MinPriority, protocol.MaxPriority)
+	}
+	if strings.TrimSpace(req.GetScope()) == "" {
+		return status.Error(codes.InvalidArgument, "validation_error: scope is required: describe the resources, repositories or paths the task touches, e.g. \"repo:app path:src/api/**\" (§9.2)")
+	}
+	if _, err := inference.ParseScope(req.GetScope()); err != nil {
+		return status.Errorf(codes.InvalidArgument, "validation_error: scope: %v", err)
+	}
+	lim := protocol.DefaultMaxPayloadBytes
+	if sc.s.router != nil {
+		lim = sc.s.router.Config().MaxPayloadBytes
+	}
+	if lim > 0 && len(req.GetParams()) > lim {
+		return status.Errorf(codes.InvalidArgument, "oversize_payload: params of %d bytes exceed the %d-byte limit", len(req.GetParams()), lim)
+	}
+	return nil
+}
+
+// SubmitTask submits a task (§7.1): it starts the task's workflow task/<task_id> and waits for
+// its admission (§9): accepted (queued at the agent by priority, then FIFO), accepted but held
+// by max_parallel_instances or a conflict awaiting HITL (the reason says so), or not accepted
+// (unknown agent, shutting down, duplicate job awaiting HITL authorization, or a task_id
+// already used: task_ids are unique).
+func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.SubmitTaskRequest) (*schedulerpb.SubmitTaskResponse, error) {
+	if err := sc.validateTask(req); err != nil {
+		return nil, err
+	}
+	in := workflows.TaskInput{TaskID: req.GetTaskId(), AgentID: req.GetAgentId(), Priority: req.GetPriority(),
+		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope()}
+	op := sc.s.temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID: workflows.TaskWorkflowID(in.TaskID), TaskQueue: sc.s.cfg.TaskQueue,
+		// A task_id names one task for good: a second submission is a duplicate (§9.2).
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		TypedSearchAttributes:    temporal.NewSearchAttributes(workflows.KindKey.ValueSet("task"), workflows.AgentIDKey.ValueSet(in.AgentID)),
+	}, workflows.TaskWorkflow, in)
+	h, err := sc.s.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: op,
+		UpdateOptions:          client.UpdateWorkflowOptions{UpdateName: workflows.TaskAdmissionUpdate, WaitForStage: client.WorkflowUpdateStageCompleted},
+	})
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return &schedulerpb.SubmitTaskResponse{Accepted: false,
+			Reason: fmt.Sprintf("duplicate_detected: task_id %q was already submitted; task ids are unique", in.TaskID)}, nil
+	}
+	if err != nil {
+		return nil, temporalStatus(ctx, "submit the task", err)
+	}
+	var adm workflows.TaskAdmission
+	if err := h.Get(ctx, &adm); err != nil {
+		return nil, temporalStatus(ctx, "wait for the task's admission", err)
+	}
+	sc.s.sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "task.submitted",
+		AgentID: in.AgentID, Details: map[string]any{"task_id": in.TaskID, "priority": in.Priority, "accepted": adm.Accepted, "state": adm.State, "reason": adm.Reason}})
+	return &schedulerpb.SubmitTaskResponse{Accepted: adm.Accepted, Reason: adm.Reason}, nil
+}
+
+// RequestPreemption asks the agent's scheduler to preempt the running task at its next safe
+// point (§7.2). enqueued is true when the request reached the agent's lifecycle; the
+// preemption happens only if task_id (or, when empty, any task) is running then.
+func (sc *schedulerService) RequestPreemption(ctx context.Context, req *schedulerpb.PreemptRequest) (*schedulerpb.PreemptResponse, error) {
+	if perr := protocol.ValidateAgentID(req.GetAgentId()); perr != nil {
+		return nil, status.Error(codes.InvalidArgument, perr.Error())
+	}
+	err := sc.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(req.GetAgentId()), "", workflows.AgentPreemptSignal,
+		workflows.PreemptionRequest{TaskID: req.GetTaskId(), Reason: req.GetReason()})
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return nil, status.Errorf(codes.NotFound, "agent %q has no running lifecycle", req.GetAgentId())
+	}
+	if err != nil {
+		return nil, temporalStatus(ctx, "signal the agent's scheduler", err)
+	}
+	sc.s.sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(req.GetTaskId()), Actor: protocol.SchedulerID, Type: "task.preemption_requested",
+		AgentID: req.GetAgentId(), Details: map[string]any{"task_id": req.GetTaskId(), "reason": req.GetReason()}})
+	return &schedulerpb.PreemptResponse{Enqueued: true}, nil
+}
+
+// temporalStatus maps a Temporal client error to a gRPC status.
+func temporalStatus(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Errorf(codes.Unavailable, "internal_error: could not %s: %v", what, err)
+}

@@ -1,0 +1,516 @@
+package workflows
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+)
+
+// Names of the scheduler's messages to an agent's lifecycle workflow, which is the scheduler
+// for that agent: it orders the agent's tasks, sends CONTROL RUN, preempts at safe points,
+// escalates to forced preemption and reports every task transition to the task's workflow
+// (§7, App. D C.4, C.5).
+const (
+	// AgentTaskEnqueueSignal carries a QueuedTask from an admitted task's workflow.
+	AgentTaskEnqueueSignal = "agent-task-enqueue"
+	// AgentPreemptSignal carries a PreemptionRequest (SchedulerService.RequestPreemption).
+	AgentPreemptSignal = "agent-preempt"
+	// AgentControlAckSignal carries a ControlAck: the agent acknowledged (or the router
+	// NACKed) one of the scheduler's CONTROL messages.
+	AgentControlAckSignal = "agent-control-ack"
+	// AgentControlSignal carries an AgentControl: the agent declared or closed a
+	// non-preemptible section (§7.2).
+	AgentControlSignal = "agent-control"
+	// AgentTasksQuery returns a DispatchStatus.
+	AgentTasksQuery = "agent-tasks"
+)
+
+// Defaults of preemption (§7.2, App. D C.5).
+const (
+	// DefaultPreemptTimeout is how long a PREEMPT_REQUEST outside a non-preemptible section
+	// may stay unanswered before forced preemption starts.
+	DefaultPreemptTimeout = 10 * time.Minute
+	// DefaultTerminateGrace is TERMINATE's grace period before KILL (C.5: grace_ms 3000).
+	DefaultTerminateGrace = 3 * time.Second
+)
+
+// ReasonForcedPreemption is the error_code of a task ended by forced preemption (§7.2).
+const ReasonForcedPreemption = "forced_preemption"
+
+// TaskResumed is the state of a suspended task whose RUN (resume) was sent.
+const TaskResumed = "RESUMED"
+
+const versionTasks = "agent-tasks"
+
+// QueuedTask is the payload of AgentTaskEnqueueSignal and an entry of the agent's queue.
+type QueuedTask struct {
+	// TaskID names the task.
+	TaskID string
+	// Priority is -19 (highest) .. 20 (lowest).
+	Priority int32
+	// Params, ContentType and Scope travel in the RUN.
+	Params      []byte `json:",omitempty"`
+	ContentType string `json:",omitempty"`
+	Scope       string `json:",omitempty"`
+	// SubmittedAt orders tasks of one priority (FIFO, §7.1).
+	SubmittedAt time.Time
+	// Seq breaks ties of SubmittedAt in arrival order.
+	Seq int64 `json:",omitempty"`
+	// Suspended marks a task that yielded and waits to be resumed.
+	Suspended bool `json:",omitempty"`
+	// SuspendedAt is when it yielded.
+	SuspendedAt time.Time `json:",omitempty"`
+}
+
+// PreemptionRequest is the payload of AgentPreemptSignal.
+type PreemptionRequest struct {
+	// TaskID names the running task to preempt; empty means whatever runs.
+	TaskID string
+	// Reason explains the request.
+	Reason string
+}
+
+// ControlAck is the payload of AgentControlAckSignal.
+type ControlAck struct {
+	// MessageID is the acknowledged CONTROL message.
+	MessageID string
+	// Stage is the ACK's stage (TIMED_OUT for the router's timeout NACK).
+	Stage commonpb.AckStage
+	// ErrorCode is a NACK's code.
+	ErrorCode commonpb.ErrorCode `json:",omitempty"`
+	// Note is the ACK's note (a RUN's result on FULFILLED).
+	Note string `json:",omitempty"`
+}
+
+// AgentControl is the payload of AgentControlSignal.
+type AgentControl struct {
+	// Type is protocol.ControlNonPreemptibleBegin or protocol.ControlNonPreemptibleEnd.
+	Type string
+	// TaskID is the task the section belongs to.
+	TaskID string
+	// MaxDuration bounds the section (BEGIN).
+	MaxDuration time.Duration `json:",omitempty"`
+}
+
+// RunningTask is the task the agent holds, with its CONTROL conversation.
+type RunningTask struct {
+	QueuedTask
+	// RunMsgID is the RUN's message_id; Received is set once the agent confirmed it.
+	RunMsgID string
+	Received bool `json:",omitempty"`
+	// PreemptMsgID is the pending PREEMPT_REQUEST, PreemptAt when it was sent.
+	PreemptMsgID string    `json:",omitempty"`
+	PreemptAt    time.Time `json:",omitempty"`
+	// NPUntil is the end of the declared non-preemptible section, zero outside one.
+	NPUntil time.Time `json:",omitempty"`
+	// TerminateMsgID is the TERMINATE of a forced preemption, KillAt when KILL follows.
+	TerminateMsgID string    `json:",omitempty"`
+	KillAt         time.Time `json:",omitempty"`
+}
+
+// Dispatch is the agent's scheduling state, carried over a continue-as-new.
+type Dispatch struct {
+	// Queue holds the waiting tasks in dispatch order: priority, then submission (§7.1).
+	Queue []QueuedTask `json:",omitempty"`
+	// Running is the task the agent holds, nil when idle.
+	Running *RunningTask `json:",omitempty"`
+	// NextSeq numbers enqueues.
+	NextSeq int64 `json:",omitempty"`
+}
+
+// DispatchStatus answers AgentTasksQuery.
+type DispatchStatus struct {
+	// Running is the running task's id, empty when idle.
+	Running string
+	// RunningPriority is its priority.
+	RunningPriority int32
+	// PreemptPending is set while a PREEMPT_REQUEST is unanswered.
+	PreemptPending bool
+	// NonPreemptible is set inside a declared non-preemptible section.
+	NonPreemptible bool
+	// Queue lists the waiting task ids in dispatch order.
+	Queue []string
+}
+
+// less orders the queue: lower priority value first, then earlier submission, then arrival.
+func (q QueuedTask) less(o QueuedTask) int {
+	return cmp.Or(cmp.Compare(q.Priority, o.Priority), q.SubmittedAt.Compare(o.SubmittedAt), cmp.Compare(q.Seq, o.Seq))
+}
+
+// dispatcher runs one agent's tasks inside its lifecycle workflow.
+type dispatcher struct {
+	w  *agentLifecycle
+	d  Dispatch
+	la workflow.Context // local activity context for CONTROL sends
+	// timer is the escalation timer of the running task, armed for timerAt.
+	timer       workflow.Future
+	timerAt     time.Time
+	cancelTimer workflow.CancelFunc
+}
+
+func (w *agentLifecycle) preemptTimeout() time.Duration {
+	return orDefault(w.in.PreemptTimeout, DefaultPreemptTimeout)
+}
+
+func (w *agentLifecycle) terminateGrace() time.Duration {
+	return orDefault(w.in.TerminateGrace, DefaultTerminateGrace)
+}
+
+func newDispatcher(ctx workflow.Context, w *agentLifecycle, d Dispatch) *dispatcher {
+	la := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumInterval: 5 * time.Second, MaximumAttempts: 5},
+	})
+	return &dispatcher{w: w, d: d, la: la}
+}
+
+func (p *dispatcher) status() DispatchStatus {
+	s := DispatchStatus{Queue: make([]string, 0, len(p.d.Queue))}
+	for _, q := range p.d.Queue {
+		s.Queue = append(s.Queue, q.TaskID)
+	}
+	if r := p.d.Running; r != nil {
+		s.Running, s.RunningPriority = r.TaskID, r.Priority
+		s.PreemptPending = r.PreemptMsgID != ""
+		s.NonPreemptible = !r.NPUntil.IsZero()
+	}
+	return s
+}
+
+// event reports a task transition to the task's workflow. It does not wait: the signal is
+// a command of this workflow task, delivered in order, and a task workflow that is gone has
+// nothing left to learn.
+func (p *dispatcher) event(ctx workflow.Context, taskID string, ev TaskEvent) {
+	workflow.SignalExternalWorkflow(ctx, TaskWorkflowID(taskID), "", TaskEventSignal, ev)
+}
+
+// send sends one CONTROL message with a fresh message_id (recorded by SideEffect, so replay
+// sends the same) and returns the id.
+func (p *dispatcher) send(ctx workflow.Context, c protocol.Control) (string, error) {
+	var id string
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&id); err != nil {
+		return "", err
+	}
+	var acts *activities.Activities
+	err := workflow.ExecuteLocalActivity(p.la, acts.SendControl, activities.SendControlInput{AgentID: p.w.in.AgentID, MessageID: id, Control: c}).Get(ctx, nil)
+	return id, err
+}
+
+// enqueue adds a task and preempts the running one if the new task outranks it (§7.1:
+// strictly lower priority value; equal or lower priority never preempts).
+func (p *dispatcher) enqueue(ctx workflow.Context, q QueuedTask) error {
+	if r := p.d.Running; (r != nil && r.TaskID == q.TaskID) || slices.ContainsFunc(p.d.Queue, func(o QueuedTask) bool { return o.TaskID == q.TaskID }) {
+		return nil // a repeated signal
+	}
+	p.d.NextSeq++
+	q.Seq = p.d.NextSeq
+	i, _ := slices.BinarySearchFunc(p.d.Queue, q, func(a, b QueuedTask) int { return a.less(b) })
+	p.d.Queue = slices.Insert(p.d.Queue, i, q)
+	if r := p.d.Running; r != nil && q.Priority < r.Priority {
+		return p.preempt(ctx, fmt.Sprintf("task %s of priority %d outranks task %s of priority %d (§7.1)", q.TaskID, q.Priority, r.TaskID, r.Priority))
+	}
+	return p.dispatch(ctx)
+}
+
+// preempt sends PREEMPT_REQUEST for the running task unless one is pending. Inside a
+// non-preemptible section the agent defers yielding; the scheduler waits for the section's
+// declared bound before it escalates (§7.2).
+func (p *dispatcher) preempt(ctx workflow.Context, reason string) error {
+	r := p.d.Running
+	if r == nil || r.PreemptMsgID != "" || r.TerminateMsgID != "" {
+		return nil
+	}
+	id, err := p.send(ctx, protocol.Control{Type: protocol.ControlPreemptRequest, TaskID: r.TaskID, Reason: reason})
+	if err != nil {
+		return p.sendFailed(ctx, err)
+	}
+	r.PreemptMsgID, r.PreemptAt = id, workflow.Now(ctx)
+	workflow.GetLogger(ctx).Info("preemption requested", "agent_id", p.w.in.AgentID, "task_id", r.TaskID, "reason", reason)
+	return nil
+}
+
+// dispatchable reports whether the agent may be given a task: it is idle in RUNNABLE, or it
+// just suspended a task to make room (§8.1: never while INITIALIZING or SHUTTING_DOWN).
+func (p *dispatcher) dispatchable() bool {
+	s := p.w.state
+	return p.d.Running == nil && len(p.d.Queue) > 0 && (s == commonpb.AgentState_RUNNABLE || s == commonpb.AgentState_SUSPENDED)
+}
+
+// dispatch sends CONTROL RUN for the head of the queue if the agent can take it.
+func (p *dispatcher) dispatch(ctx workflow.Context) error {
+	if !p.dispatchable() {
+		return nil
+	}
+	q := p.d.Queue[0]
+	p.d.Queue = p.d.Queue[1:]
+	p.d.Running = &RunningTask{QueuedTask: q}
+	next, taskState, why := commonpb.AgentState_SCHEDULED, TaskScheduled, "task "+q.TaskID+" dispatched"
+	if p.w.state == commonpb.AgentState_SUSPENDED {
+		next, why = commonpb.AgentState_RESUMED, "running task "+q.TaskID+" after a preemption"
+	}
+	if q.Suspended {
+		taskState = TaskResumed
+	}
+	if err := p.w.transition(ctx, next, why); err != nil {
+		return err
+	}
+	id, err := p.send(ctx, protocol.Control{Type: protocol.ControlRun, TaskID: q.TaskID, Priority: q.Priority, Params: q.Params,
+		ParamsContentType: q.ContentType, Scope: q.Scope, Resume: q.Suspended})
+	if err != nil {
+		return p.sendFailed(ctx, err)
+	}
+	p.d.Running.RunMsgID = id
+	p.event(ctx, q.TaskID, TaskEvent{State: taskState, Reason: why})
+	// A task that outranks this one may have arrived while it was suspended or queued.
+	if len(p.d.Queue) > 0 && p.d.Queue[0].Priority < q.Priority {
+		return p.preempt(ctx, fmt.Sprintf("task %s of priority %d outranks task %s of priority %d (§7.1)", p.d.Queue[0].TaskID, p.d.Queue[0].Priority, q.TaskID, q.Priority))
+	}
+	return nil
+}
+
+// sendFailed handles a CONTROL message that could not be sent (the agent is gone): the
+// running task fails with no_route and the agent fails.
+func (p *dispatcher) sendFailed(ctx workflow.Context, err error) error {
+	workflow.GetLogger(ctx).Warn("CONTROL send failed", "agent_id", p.w.in.AgentID, "error", err)
+	if r := p.d.Running; r != nil {
+		p.d.Running = nil
+		p.event(ctx, r.TaskID, TaskEvent{State: TaskFailed, ErrorCode: commonpb.ErrorCode_NO_ROUTE, Reason: "no_route: " + err.Error()})
+	}
+	return p.w.transition(ctx, commonpb.AgentState_FAILED_STATE, "no_route: the scheduler cannot reach the agent")
+}
+
+// onAck applies an ACK or NACK of one of the scheduler's CONTROL messages.
+func (p *dispatcher) onAck(ctx workflow.Context, a ControlAck) error {
+	r := p.d.Running
+	if r == nil {
+		return nil
+	}
+	switch a.MessageID {
+	case r.RunMsgID:
+		return p.onRunAck(ctx, r, a)
+	case r.PreemptMsgID:
+		if a.Stage == commonpb.AckStage_FULFILLED && a.Note == "yielded" {
+			return p.yielded(ctx, r)
+		}
+	case r.TerminateMsgID:
+		if a.Stage == commonpb.AckStage_FULFILLED {
+			return p.finish(ctx, r, TaskEvent{State: TaskFailed, ErrorCode: commonpb.ErrorCode_FORCED_PREEMPTION,
+				Reason: ReasonForcedPreemption + ": terminated after the non-preemptible section or preemption deadline passed (§7.2)"})
+		}
+	}
+	return nil
+}
+
+func (p *dispatcher) onRunAck(ctx workflow.Context, r *RunningTask, a ControlAck) error {
+	switch a.Stage {
+	case commonpb.AckStage_RECEIVED, commonpb.AckStage_READ:
+		if r.Received {
+			return nil
+		}
+		r.Received = true
+		if err := p.w.transition(ctx, commonpb.AgentState_RUNNING, "running task "+r.TaskID); err != nil {
+			return err
+		}
+		p.event(ctx, r.TaskID, TaskEvent{State: TaskRunning, Reason: "the agent received the RUN"})
+		return nil
+	case commonpb.AckStage_FULFILLED:
+		return p.finish(ctx, r, TaskEvent{State: TaskCompleted, Result: a.Note, Reason: "the agent fulfilled the RUN"})
+	}
+	code := a.ErrorCode
+	if r.TerminateMsgID != "" {
+		code = commonpb.ErrorCode_FORCED_PREEMPTION // §7.2: marked FAILED with forced_preemption
+	}
+	if code == commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
+		code = commonpb.ErrorCode_INTERNAL_ERROR
+	}
+	if a.Stage == commonpb.AckStage_TIMED_OUT && !r.Received {
+		// The agent never took the RUN (§11 ACK timeout): the task fails and so does the
+		// agent, which must recover by registering again.
+		p.d.Running = nil
+		p.event(ctx, r.TaskID, TaskEvent{State: TaskFailed, ErrorCode: commonpb.ErrorCode_ACK_TIMEOUT, Reason: "ack_timeout: the agent did not receive the RUN"})
+		return p.w.transition(ctx, commonpb.AgentState_FAILED_STATE, "ack_timeout: the agent did not receive the RUN of task "+r.TaskID)
+	}
+	return p.finish(ctx, r, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: protocol.CodeName(code) + ": " + a.Note})
+}
+
+// finish ends the running task and walks the agent back to RUNNABLE through the §8 table
+// (a task's failure is not the agent's), then dispatches the next task.
+func (p *dispatcher) finish(ctx workflow.Context, r *RunningTask, ev TaskEvent) error {
+	p.d.Running = nil
+	p.stopTimer()
+	p.event(ctx, r.TaskID, ev)
+	why := "task " + r.TaskID + " " + ev.State
+	for _, step := range []commonpb.AgentState{commonpb.AgentState_RUNNING, commonpb.AgentState_COMPLETED, commonpb.AgentState_RUNNABLE} {
+		switch {
+		case p.w.state == step:
+			continue
+		case step == commonpb.AgentState_RUNNING && p.w.state != commonpb.AgentState_WAITING && p.w.state != commonpb.AgentState_WAITING_RESOURCES &&
+			p.w.state != commonpb.AgentState_SCHEDULED && p.w.state != commonpb.AgentState_RESUMED:
+			continue // only the in-task states pass through RUNNING
+		case !protocolLegal(p.w.state, step):
+			return p.dispatch(ctx) // e.g. SHUTTING_DOWN: the agent stays where it is
+		}
+		if err := p.w.transition(ctx, step, why); err != nil {
+			return err
+		}
+	}
+	return p.dispatch(ctx)
+}
+
+// yielded applies a PREEMPT_REQUEST's FULFILLED ACK: the task is SUSPENDED and queued again
+// (keeping its priority and submission time), the agent is SUSPENDED, and the outranking
+// task runs (App. D C.4).
+func (p *dispatcher) yielded(ctx workflow.Context, r *RunningTask) error {
+	p.d.Running = nil
+	p.stopTimer()
+	q := r.QueuedTask
+	q.Suspended, q.SuspendedAt = true, workflow.Now(ctx)
+	i, _ := slices.BinarySearchFunc(p.d.Queue, q, func(a, b QueuedTask) int { return a.less(b) })
+	p.d.Queue = slices.Insert(p.d.Queue, i, q)
+	p.event(ctx, r.TaskID, TaskEvent{State: TaskSuspended, Reason: "yielded at a safe point (§7.2)"})
+	if p.w.state == commonpb.AgentState_SCHEDULED || p.w.state == commonpb.AgentState_RESUMED {
+		if err := p.w.transition(ctx, commonpb.AgentState_RUNNING, "task "+r.TaskID+" started"); err != nil {
+			return err
+		}
+	}
+	if err := p.w.transition(ctx, commonpb.AgentState_SUSPENDED, "task "+r.TaskID+" yielded"); err != nil {
+		return err
+	}
+	return p.dispatch(ctx)
+}
+
+// onControl applies a non-preemptible section's BEGIN or END (§7.2).
+func (p *dispatcher) onControl(ctx workflow.Context, c AgentControl) error {
+	r := p.d.Running
+	if r == nil || r.TaskID != c.TaskID {
+		workflow.GetLogger(ctx).Warn("non-preemptible section for a task that is not running ignored", "agent_id", p.w.in.AgentID, "task_id", c.TaskID)
+		return nil
+	}
+	switch c.Type {
+	case protocol.ControlNonPreemptibleBegin:
+		r.NPUntil = workflow.Now(ctx).Add(c.MaxDuration)
+	case protocol.ControlNonPreemptibleEnd:
+		r.NPUntil = time.Time{}
+	}
+	return nil
+}
+
+// deadline returns when the running task's preemption escalates next, zero for never.
+func (p *dispatcher) deadline() time.Time {
+	r := p.d.Running
+	switch {
+	case r == nil:
+		return time.Time{}
+	case r.TerminateMsgID != "":
+		return r.KillAt
+	case r.PreemptMsgID == "":
+		return time.Time{}
+	case !r.NPUntil.IsZero():
+		// §7.2: deferred while the declared section lasts, enforced at its bound.
+		return r.NPUntil
+	}
+	return r.PreemptAt.Add(p.w.preemptTimeout())
+}
+
+// armTimer keeps the escalation timer on deadline().
+func (p *dispatcher) armTimer(ctx workflow.Context) {
+	at := p.deadline()
+	if at.Equal(p.timerAt) && (p.timer != nil || at.IsZero()) {
+		return
+	}
+	p.stopTimer()
+	if at.IsZero() {
+		return
+	}
+	var tctx workflow.Context
+	tctx, p.cancelTimer = workflow.WithCancel(ctx)
+	p.timer, p.timerAt = workflow.NewTimer(tctx, max(at.Sub(workflow.Now(ctx)), time.Millisecond)), at
+}
+
+func (p *dispatcher) stopTimer() {
+	if p.cancelTimer != nil {
+		p.cancelTimer()
+	}
+	p.timer, p.timerAt, p.cancelTimer = nil, time.Time{}, nil
+}
+
+// onTimer escalates: TERMINATE with a grace period, then KILL (§7.2 forced preemption,
+// App. D C.5). The task ends FAILED with forced_preemption.
+func (p *dispatcher) onTimer(ctx workflow.Context) error {
+	p.timer, p.timerAt, p.cancelTimer = nil, time.Time{}, nil
+	r := p.d.Running
+	if r == nil || p.deadline().IsZero() || p.deadline().After(workflow.Now(ctx)) {
+		return nil // the task ended or the deadline moved
+	}
+	logger := workflow.GetLogger(ctx)
+	if r.TerminateMsgID == "" {
+		grace := p.w.terminateGrace()
+		reason := "the preemption request was not honoured in time"
+		if !r.NPUntil.IsZero() {
+			reason = "the non-preemptible section exceeded its declared max_duration"
+		}
+		logger.Warn("forced preemption: TERMINATE", "agent_id", p.w.in.AgentID, "task_id", r.TaskID, "reason", reason, "grace", grace)
+		id, err := p.send(ctx, protocol.Control{Type: protocol.ControlTerminate, TaskID: r.TaskID, GraceMS: grace.Milliseconds(), Reason: reason})
+		if err != nil {
+			return p.sendFailed(ctx, err)
+		}
+		r.TerminateMsgID, r.KillAt = id, workflow.Now(ctx).Add(grace)
+		return nil
+	}
+	logger.Warn("forced preemption: KILL", "agent_id", p.w.in.AgentID, "task_id", r.TaskID)
+	if _, err := p.send(ctx, protocol.Control{Type: protocol.ControlKill, TaskID: r.TaskID, Reason: "TERMINATE was not acknowledged within its grace period"}); err != nil {
+		return p.sendFailed(ctx, err)
+	}
+	return p.finish(ctx, r, TaskEvent{State: TaskFailed, ErrorCode: commonpb.ErrorCode_FORCED_PREEMPTION,
+		Reason: ReasonForcedPreemption + ": killed after TERMINATE's grace period (§7.2)"})
+}
+
+// failAll ends every task the agent holds, when the agent leaves or fails.
+func (p *dispatcher) failAll(ctx workflow.Context, code commonpb.ErrorCode, reason string) {
+	if r := p.d.Running; r != nil {
+		p.d.Running = nil
+		p.stopTimer()
+		p.event(ctx, r.TaskID, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: reason})
+	}
+	for _, q := range p.d.Queue {
+		p.event(ctx, q.TaskID, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: reason})
+	}
+	p.d.Queue = nil
+}
+
+// protocolLegal is protocol.AgentTransitionLegal, named here for the finish walk.
+func protocolLegal(from, to commonpb.AgentState) bool { return protocol.AgentTransitionLegal(from, to) }
+
+// failQueued ends the queued tasks (the agent will not run them).
+func (p *dispatcher) failQueued(ctx workflow.Context, code commonpb.ErrorCode, reason string) {
+	for _, q := range p.d.Queue {
+		p.event(ctx, q.TaskID, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: reason})
+	}
+	p.d.Queue = nil
+}
+
+// afterStep reacts to the lifecycle's state after each event: a FAILED agent loses its
+// running task (with the failure's reason as error code, e.g. agent_shutdown_timeout), and an
+// agent that became RUNNABLE again (ready, recovered) gets the head of its queue.
+func (p *dispatcher) afterStep(ctx workflow.Context) error {
+	if r := p.d.Running; r != nil && p.w.state == commonpb.AgentState_FAILED_STATE {
+		p.d.Running = nil
+		p.stopTimer()
+		code := commonpb.ErrorCode_AGENT_UNAVAILABLE
+		if p.w.reason == ReasonShutdownTimeout {
+			code = commonpb.ErrorCode_AGENT_SHUTDOWN
+		}
+		p.event(ctx, r.TaskID, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: "agent failed: " + p.w.reason})
+	}
+	return p.dispatch(ctx)
+}
+
+func cmpOr(a, b string) string { return cmp.Or(a, b) }

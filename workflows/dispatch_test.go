@@ -1,0 +1,222 @@
+package workflows_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// schedulerHarness drives an agent lifecycle as the scheduler of its tasks: it reads the
+// CONTROL messages the workflow sends to "subject" and records the task events it reports.
+type schedulerHarness struct {
+	t      *testing.T
+	env    *testsuite.TestWorkflowEnvironment
+	st     store.Store
+	events map[string][]string // task_id → states reported
+	codes  map[string]commonpb.ErrorCode
+}
+
+func newSchedulerHarness(t *testing.T) *schedulerHarness {
+	env, st := newEnv(t)
+	h := &schedulerHarness{t: t, env: env, st: st, events: map[string][]string{}, codes: map[string]commonpb.ErrorCode{}}
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", workflows.TaskEventSignal, mock.Anything).Return(
+		func(_, workflowID, _, _ string, arg any) error {
+			ev := arg.(workflows.TaskEvent)
+			id := workflowID[len("task/"):]
+			h.events[id] = append(h.events[id], ev.State)
+			if ev.ErrorCode != 0 {
+				h.codes[id] = ev.ErrorCode
+			}
+			return nil
+		})
+	return h
+}
+
+// controls returns the CONTROL messages sent to the agent since the last call.
+func (h *schedulerHarness) controls() []sentControl {
+	h.t.Helper()
+	ds, err := h.st.Messages().Claim(context.Background(), store.ClaimRequest{AgentID: "subject", Limit: 100, Lease: time.Hour})
+	require.NoError(h.t, err)
+	var out []sentControl
+	for _, d := range ds {
+		if d.Envelope.GetMessageType() != commonpb.MessageType_CONTROL {
+			continue
+		}
+		c, perr := protocol.ParseControl(d.Envelope)
+		require.Nil(h.t, perr)
+		out = append(out, sentControl{id: d.Envelope.GetMessageId(), c: c})
+	}
+	return out
+}
+
+type sentControl struct {
+	id string
+	c  protocol.Control
+}
+
+func (h *schedulerHarness) ack(id string, stage commonpb.AckStage, code commonpb.ErrorCode, note string) {
+	h.env.SignalWorkflow(workflows.AgentControlAckSignal, workflows.ControlAck{MessageID: id, Stage: stage, ErrorCode: code, Note: note})
+}
+
+func (h *schedulerHarness) enqueue(id string, prio int32, at time.Duration) {
+	h.env.SignalWorkflow(workflows.AgentTaskEnqueueSignal, workflows.QueuedTask{TaskID: id, Priority: prio, SubmittedAt: time.Unix(0, 0).Add(at)})
+}
+
+func (h *schedulerHarness) tasks() workflows.DispatchStatus {
+	h.t.Helper()
+	v, err := h.env.QueryWorkflow(workflows.AgentTasksQuery)
+	require.NoError(h.t, err)
+	var s workflows.DispatchStatus
+	require.NoError(h.t, v.Get(&s))
+	return s
+}
+
+func onlyControl(t *testing.T, cs []sentControl, typ, task string) sentControl {
+	t.Helper()
+	require.Len(t, cs, 1, "exactly one CONTROL message: %+v", cs)
+	require.Equal(t, typ, cs[0].c.Type)
+	require.Equal(t, task, cs[0].c.TaskID)
+	return cs[0]
+}
+
+// App. D C.4: RUN low; a higher-priority task makes the scheduler send PREEMPT_REQUEST; the
+// agent yields; the urgent task runs; then the suspended one is resumed. A task of equal
+// priority never preempts and runs after the resumed one (FIFO within a priority, §7.1).
+func TestDispatchCooperativePreemption(t *testing.T) {
+	h := newSchedulerHarness(t)
+	var lowRun, urgentRun, preempt sentControl
+	step := func(at time.Duration, f func()) { h.env.RegisterDelayedCallback(f, at) }
+	step(time.Second, func() { h.env.SignalWorkflow(workflows.AgentReadySignal, workflows.AgentReady{Via: "stream"}) })
+	step(2*time.Second, func() { h.enqueue("low", 5, 1) })
+	step(3*time.Second, func() {
+		lowRun = onlyControl(t, h.controls(), protocol.ControlRun, "low")
+		require.Equal(t, int32(5), lowRun.c.Priority)
+		require.False(t, lowRun.c.Resume)
+		h.ack(lowRun.id, commonpb.AckStage_RECEIVED, 0, "")
+	})
+	step(4*time.Second, func() {
+		require.Equal(t, "RUNNING", status(t, h.env).State)
+		h.enqueue("same", 5, 2) // equal priority: no preemption (§7.1)
+	})
+	step(5*time.Second, func() {
+		require.Empty(t, h.controls(), "equal priority never preempts")
+		h.enqueue("urgent", -10, 3)
+	})
+	step(6*time.Second, func() {
+		preempt = onlyControl(t, h.controls(), protocol.ControlPreemptRequest, "low")
+		require.True(t, h.tasks().PreemptPending)
+		h.ack(preempt.id, commonpb.AckStage_RECEIVED, 0, "")
+		h.ack(preempt.id, commonpb.AckStage_FULFILLED, 0, "yielded")
+	})
+	step(7*time.Second, func() {
+		urgentRun = onlyControl(t, h.controls(), protocol.ControlRun, "urgent")
+		require.Equal(t, []string{"low", "same"}, h.tasks().Queue, "the suspended task keeps its place ahead of the later one")
+		h.ack(urgentRun.id, commonpb.AckStage_RECEIVED, 0, "")
+		h.ack(urgentRun.id, commonpb.AckStage_FULFILLED, 0, "done urgently")
+	})
+	step(8*time.Second, func() {
+		resume := onlyControl(t, h.controls(), protocol.ControlRun, "low")
+		require.True(t, resume.c.Resume, "the suspended task is resumed")
+		h.ack(resume.id, commonpb.AckStage_RECEIVED, 0, "")
+		h.ack(resume.id, commonpb.AckStage_FULFILLED, 0, "low done")
+	})
+	step(9*time.Second, func() {
+		same := onlyControl(t, h.controls(), protocol.ControlRun, "same")
+		h.ack(same.id, commonpb.AckStage_RECEIVED, 0, "")
+		h.ack(same.id, commonpb.AckStage_FULFILLED, 0, "")
+	})
+	step(10*time.Second, func() {
+		require.Equal(t, "RUNNABLE", status(t, h.env).State)
+		h.env.SignalWorkflow(workflows.AgentDeregisterSignal, workflows.AgentDeregistration{Reason: "done"})
+	})
+	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject", HeartbeatInterval: time.Hour})
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Equal(t, []string{"SCHEDULED", "RUNNING", "SUSPENDED", "RESUMED", "RUNNING", "COMPLETED"}, h.events["low"])
+	require.Equal(t, []string{"SCHEDULED", "RUNNING", "COMPLETED"}, h.events["urgent"])
+	require.Equal(t, []string{"SCHEDULED", "RUNNING", "COMPLETED"}, h.events["same"])
+}
+
+// App. D C.5: the agent is inside a declared non-preemptible section; preemption is deferred
+// until the section's max_duration, then TERMINATE{grace_ms}, then KILL; the task fails with
+// forced_preemption and the urgent task runs.
+func TestDispatchForcedPreemptionAfterNonPreemptibleTimeout(t *testing.T) {
+	h := newSchedulerHarness(t)
+	var run sentControl
+	step := func(at time.Duration, f func()) { h.env.RegisterDelayedCallback(f, at) }
+	step(time.Second, func() { h.env.SignalWorkflow(workflows.AgentReadySignal, workflows.AgentReady{Via: "stream"}) })
+	step(2*time.Second, func() { h.enqueue("long", 0, 1) })
+	step(3*time.Second, func() {
+		run = onlyControl(t, h.controls(), protocol.ControlRun, "long")
+		h.ack(run.id, commonpb.AckStage_RECEIVED, 0, "")
+		h.env.SignalWorkflow(workflows.AgentControlSignal, workflows.AgentControl{Type: protocol.ControlNonPreemptibleBegin, TaskID: "long", MaxDuration: 30 * time.Second})
+	})
+	step(4*time.Second, func() { h.enqueue("urgent", -19, 2) })
+	step(5*time.Second, func() {
+		onlyControl(t, h.controls(), protocol.ControlPreemptRequest, "long")
+		require.True(t, h.tasks().NonPreemptible)
+	})
+	step(32*time.Second, func() {
+		require.Empty(t, h.controls(), "deferred while the section lasts (until 33 s)")
+	})
+	step(34*time.Second, func() {
+		term := onlyControl(t, h.controls(), protocol.ControlTerminate, "long")
+		require.Equal(t, int64(3000), term.c.GraceMS, "C.5: TERMINATE{grace_ms:3000}")
+	})
+	step(38*time.Second, func() {
+		cs := h.controls()
+		require.Len(t, cs, 2, "KILL, then the urgent task's RUN")
+		require.Equal(t, protocol.ControlKill, cs[0].c.Type)
+		require.Equal(t, protocol.ControlRun, cs[1].c.Type)
+		require.Equal(t, "urgent", cs[1].c.TaskID)
+		h.env.SignalWorkflow(workflows.AgentDeregisterSignal, workflows.AgentDeregistration{Reason: "done"})
+	})
+	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject", HeartbeatInterval: time.Hour})
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Equal(t, []string{"SCHEDULED", "RUNNING", "FAILED"}, h.events["long"])
+	require.Equal(t, commonpb.ErrorCode_FORCED_PREEMPTION, h.codes["long"])
+	require.Equal(t, commonpb.ErrorCode_AGENT_SHUTDOWN, h.codes["urgent"], "deregistration fails what the agent still holds")
+}
+
+// A TERMINATE acknowledged within its grace ends the task FAILED forced_preemption without
+// KILL; without a section, the preemption deadline (PreemptTimeout) starts forced preemption.
+func TestDispatchTerminateAcknowledged(t *testing.T) {
+	h := newSchedulerHarness(t)
+	step := func(at time.Duration, f func()) { h.env.RegisterDelayedCallback(f, at) }
+	step(time.Second, func() { h.env.SignalWorkflow(workflows.AgentReadySignal, workflows.AgentReady{Via: "stream"}) })
+	step(2*time.Second, func() { h.enqueue("stubborn", 3, 1) })
+	step(3*time.Second, func() {
+		run := onlyControl(t, h.controls(), protocol.ControlRun, "stubborn")
+		h.ack(run.id, commonpb.AckStage_RECEIVED, 0, "")
+		h.env.SignalWorkflow(workflows.AgentPreemptSignal, workflows.PreemptionRequest{Reason: "maintenance"})
+	})
+	step(4*time.Second, func() {
+		p := onlyControl(t, h.controls(), protocol.ControlPreemptRequest, "stubborn")
+		require.Equal(t, "maintenance", p.c.Reason)
+	})
+	step(64*time.Second, func() {
+		term := onlyControl(t, h.controls(), protocol.ControlTerminate, "stubborn")
+		h.ack(term.id, commonpb.AckStage_FULFILLED, 0, "terminated")
+	})
+	step(70*time.Second, func() {
+		require.Empty(t, h.controls(), "no KILL after an acknowledged TERMINATE")
+		require.Equal(t, "RUNNABLE", status(t, h.env).State, "a task's failure is not the agent's")
+		h.env.SignalWorkflow(workflows.AgentDeregisterSignal, workflows.AgentDeregistration{Reason: "done"})
+	})
+	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject",
+		HeartbeatInterval: time.Hour, PreemptTimeout: time.Minute})
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Equal(t, []string{"SCHEDULED", "RUNNING", "FAILED"}, h.events["stubborn"])
+	require.Equal(t, commonpb.ErrorCode_FORCED_PREEMPTION, h.codes["stubborn"])
+}
+
+var _ = json.Marshal

@@ -1,0 +1,323 @@
+package workflows
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+)
+
+// Names of the task workflow's messages (§7, §9).
+const (
+	// TaskAdmissionUpdate returns the TaskAdmission once admission has an answer: accepted and
+	// queued, queued for a limit, waiting for HITL, or rejected. SubmitTask waits for it.
+	TaskAdmissionUpdate = "task-admission"
+	// TaskEventSignal carries a TaskEvent from the agent's workflow, which runs the task.
+	TaskEventSignal = "task-event"
+	// TaskStatusQuery returns a TaskStatus.
+	TaskStatusQuery = "task-status"
+)
+
+// Task states. A task is ADMITTING until admission decides, AWAITING_HITL while a human
+// decides a duplicate or a conflict, WAITING while a concurrency limit or a conservative
+// conflict resolution holds it back, then QUEUED at its agent, SCHEDULED when the RUN is sent,
+// RUNNING, SUSPENDED after yielding to a higher-priority task (§7.2), RUNNING again when
+// resumed, and finally COMPLETED, FAILED or REJECTED.
+const (
+	TaskAdmitting    = "ADMITTING"
+	TaskAwaitingHITL = "AWAITING_HITL"
+	TaskWaiting      = "WAITING"
+	TaskQueued       = "QUEUED"
+	TaskScheduled    = "SCHEDULED"
+	TaskRunning      = "RUNNING"
+	TaskSuspended    = "SUSPENDED"
+	TaskCompleted    = "COMPLETED"
+	TaskFailed       = "FAILED"
+	TaskRejected     = "REJECTED"
+)
+
+// TaskTerminal reports whether a task state is final.
+func TaskTerminal(state string) bool {
+	return state == TaskCompleted || state == TaskFailed || state == TaskRejected
+}
+
+// TaskWorkflowID is the workflow ID of a task: "task/<task_id>".
+func TaskWorkflowID(taskID string) string { return "task/" + taskID }
+
+// TaskInput starts a task workflow (SchedulerService.SubmitTask).
+type TaskInput struct {
+	// TaskID and AgentID name the task and the agent that runs it.
+	TaskID, AgentID string
+	// Priority is -19 (highest) .. 20 (lowest), §7.1.
+	Priority int32
+	// Params and ContentType are the task's parameters.
+	Params      []byte `json:",omitempty"`
+	ContentType string `json:",omitempty"`
+	// Scope is the task's scope metadata (§9.2), required.
+	Scope string
+	// SubmittedAt orders tasks of equal priority (FIFO, §7.1); zero means the workflow's start.
+	SubmittedAt time.Time `json:",omitempty"`
+	// WaitRecheck is how often a task held back by a limit or a serialized conflict checks
+	// again; zero means DefaultTaskRecheck.
+	WaitRecheck time.Duration `json:",omitempty"`
+	// HITLTimeout bounds the HITL waits of admission; zero means the HITL default.
+	HITLTimeout time.Duration `json:",omitempty"`
+}
+
+// DefaultTaskRecheck is how often a held-back task re-runs admission.
+const DefaultTaskRecheck = 2 * time.Second
+
+// TaskAdmission is the answer of TaskAdmissionUpdate, returned by SubmitTask.
+type TaskAdmission struct {
+	// Accepted is true when the task will run (now or after a limit frees up).
+	Accepted bool
+	// State is the task's state when admission answered.
+	State string
+	// Reason explains it, with an error_code prefix for rejections and holds.
+	Reason string
+	// HitlID names the HITL invocation that decides the task, if any.
+	HitlID string `json:",omitempty"`
+}
+
+// TaskEvent is the payload of TaskEventSignal: the agent workflow's report of a transition.
+type TaskEvent struct {
+	// State is the task's new state.
+	State string
+	// Reason explains it (an error_code for failures).
+	Reason string `json:",omitempty"`
+	// Result is the agent's result (the RUN's FULFILLED note) on completion.
+	Result string `json:",omitempty"`
+	// ErrorCode is the error_code of a failure.
+	ErrorCode commonpb.ErrorCode `json:",omitempty"`
+}
+
+// TaskStatus answers TaskStatusQuery and is the workflow's result.
+type TaskStatus struct {
+	// TaskID and AgentID name the task.
+	TaskID, AgentID string
+	// Priority is the task's priority.
+	Priority int32
+	// State is the task's state.
+	State string
+	// Reason explains the last transition.
+	Reason string `json:",omitempty"`
+	// Result is the agent's result on completion.
+	Result string `json:",omitempty"`
+	// ErrorCode is the error_code of a failure or rejection.
+	ErrorCode commonpb.ErrorCode `json:",omitempty"`
+	// Suspensions counts how often the task yielded to a higher-priority task.
+	Suspensions int `json:",omitempty"`
+	// HitlIDs are the HITL invocations raised for the task.
+	HitlIDs []string `json:",omitempty"`
+	// History lists the states the task went through, in order.
+	History []string
+}
+
+// TaskWorkflow is one task's durable life (§7, §9, §10): admission (the agent accepts tasks;
+// no identical job is active unless HITL authorizes it; the agent type's
+// max_parallel_instances holds it back with feedback; a scope conflict below the confidence
+// threshold goes to HITL with reason CONFLICT, and a conservative serialization waits), then
+// queueing at the agent's lifecycle workflow, which orders, runs, preempts and resumes it and
+// reports every transition here, and finally the activity entry's completion.
+func TaskWorkflow(ctx workflow.Context, in TaskInput) (TaskStatus, error) {
+	t := &taskRun{in: in, st: TaskStatus{TaskID: in.TaskID, AgentID: in.AgentID, Priority: in.Priority}}
+	return t.run(ctx)
+}
+
+type taskRun struct {
+	in        TaskInput
+	st        TaskStatus
+	admission *TaskAdmission
+	jobKey    string
+}
+
+func (t *taskRun) set(ctx workflow.Context, state, reason string) {
+	t.st.State, t.st.Reason = state, reason
+	t.st.History = append(t.st.History, state)
+	workflow.GetLogger(ctx).Info("task state", "task_id", t.in.TaskID, "state", state, "reason", reason)
+}
+
+// answer records admission's first answer, which TaskAdmissionUpdate returns.
+func (t *taskRun) answer(a TaskAdmission) {
+	if t.admission == nil {
+		a.State = t.st.State
+		t.admission = &a
+	}
+}
+
+func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
+	t.set(ctx, TaskAdmitting, "submitted")
+	if err := workflow.SetQueryHandler(ctx, TaskStatusQuery, func() (TaskStatus, error) { return t.st, nil }); err != nil {
+		return t.st, err
+	}
+	if err := workflow.SetUpdateHandler(ctx, TaskAdmissionUpdate, func(ctx workflow.Context) (TaskAdmission, error) {
+		if err := workflow.Await(ctx, func() bool { return t.admission != nil }); err != nil {
+			return TaskAdmission{}, err
+		}
+		return *t.admission, nil
+	}); err != nil {
+		return t.st, err
+	}
+	if t.in.SubmittedAt.IsZero() {
+		t.in.SubmittedAt = workflow.Now(ctx)
+	}
+	recheck := orDefault(t.in.WaitRecheck, DefaultTaskRecheck)
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumInterval: 10 * time.Second},
+	})
+	var acts *activities.Activities
+
+	var agentType string
+	if err := workflow.ExecuteLocalActivity(lctx, acts.AgentTypeOf, t.in.AgentID).Get(ctx, &agentType); err != nil {
+		return t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: %v", err))
+	}
+	t.jobKey = activities.JobKey(agentType, t.in.Params, t.in.ContentType, t.in.Scope)
+
+	// Admission (§9): repeat until admitted, rejected or denied.
+	admitIn := activities.AdmitTaskInput{TaskID: t.in.TaskID, AgentID: t.in.AgentID, Scope: t.in.Scope, JobKey: t.jobKey,
+		Description: fmt.Sprintf("task %s (priority %d) scope: %s", t.in.TaskID, t.in.Priority, t.in.Scope)}
+	for {
+		var res activities.AdmitTaskResult
+		if err := workflow.ExecuteLocalActivity(lctx, acts.AdmitTask, admitIn).Get(ctx, &res); err != nil {
+			return t.st, err
+		}
+		switch res.Verdict {
+		case activities.AdmitOK:
+		case activities.AdmitReject:
+			return t.reject(ctx, res.Code, res.Reason)
+		case activities.AdmitDuplicate, activities.AdmitConflict:
+			approved, err := t.escalate(ctx, res)
+			if err != nil {
+				return t.st, err
+			}
+			if !approved {
+				if res.Verdict == activities.AdmitDuplicate {
+					return t.reject(ctx, commonpb.ErrorCode_DUPLICATE_DETECTED, "duplicate_detected: HITL did not authorize the identical job: "+t.st.Reason)
+				}
+				// C.6 QUEUE_TASKS: a denied parallel run is serialized behind the other task.
+				t.set(ctx, TaskWaiting, "HITL denied parallel execution; waiting for task "+res.OtherTaskID+" to finish")
+				admitIn.AuthorizedConflicts = slices.DeleteFunc(admitIn.AuthorizedConflicts, func(s string) bool { return s == res.OtherTaskID })
+				if err := t.waitFor(ctx, lctx, res.OtherTaskID, recheck); err != nil {
+					return t.st, err
+				}
+				continue
+			}
+			if res.Verdict == activities.AdmitDuplicate {
+				admitIn.AuthorizedDuplicate = true
+			} else {
+				admitIn.AuthorizedConflicts = append(admitIn.AuthorizedConflicts, res.OtherTaskID)
+			}
+			continue
+		case activities.AdmitConcurrency, activities.AdmitSerialize:
+			if t.st.State != TaskWaiting {
+				t.set(ctx, TaskWaiting, res.Reason)
+			}
+			t.answer(TaskAdmission{Accepted: true, Reason: res.Reason})
+			if err := workflow.Sleep(ctx, recheck); err != nil {
+				return t.st, err
+			}
+			continue
+		default:
+			return t.st, fmt.Errorf("unknown admission verdict %q", res.Verdict)
+		}
+		break
+	}
+
+	// Queue at the agent, whose lifecycle workflow runs the task and reports back.
+	events := workflow.GetSignalChannel(ctx, TaskEventSignal)
+	err := workflow.SignalExternalWorkflow(ctx, AgentWorkflowID(t.in.AgentID), "", AgentTaskEnqueueSignal, QueuedTask{
+		TaskID: t.in.TaskID, Priority: t.in.Priority, Params: t.in.Params, ContentType: t.in.ContentType, Scope: t.in.Scope,
+		SubmittedAt: t.in.SubmittedAt,
+	}).Get(ctx, nil)
+	if err != nil {
+		t.finish(ctx, lctx, true)
+		return t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: agent %s has no running lifecycle: %v", t.in.AgentID, err))
+	}
+	t.set(ctx, TaskQueued, "queued at agent "+t.in.AgentID)
+	t.answer(TaskAdmission{Accepted: true, Reason: "queued"})
+	for !TaskTerminal(t.st.State) {
+		var ev TaskEvent
+		events.Receive(ctx, &ev)
+		if ev.State == TaskSuspended {
+			t.st.Suspensions++
+		}
+		t.st.Result, t.st.ErrorCode = ev.Result, ev.ErrorCode
+		t.set(ctx, ev.State, ev.Reason)
+	}
+	t.finish(ctx, lctx, t.st.State != TaskCompleted)
+	return t.st, nil
+}
+
+// finish closes the activity entry (§10: removed on completion).
+func (t *taskRun) finish(ctx, lctx workflow.Context, failed bool) {
+	var acts *activities.Activities
+	if err := workflow.ExecuteLocalActivity(lctx, acts.FinishTask, activities.FinishTaskInput{AgentID: t.in.AgentID, TaskID: t.in.TaskID, Failed: failed}).Get(ctx, nil); err != nil {
+		// The scheduler's reconciliation (PurgeActivity) removes what is left behind.
+		workflow.GetLogger(ctx).Warn("could not close the activity entry", "task_id", t.in.TaskID, "error", err)
+	}
+}
+
+func (t *taskRun) reject(ctx workflow.Context, code commonpb.ErrorCode, reason string) (TaskStatus, error) {
+	t.st.ErrorCode = code
+	t.set(ctx, TaskRejected, reason)
+	t.answer(TaskAdmission{Accepted: false, Reason: reason})
+	return t.st, nil
+}
+
+// escalate raises the HITL invocation for a duplicate job or a scope conflict and waits for
+// its outcome; it reports whether the human (or the fallback) approved.
+func (t *taskRun) escalate(ctx workflow.Context, res activities.AdmitTaskResult) (bool, error) {
+	reasonType, title := commonpb.HitlReasonType_CONFLICT.String(), "scope conflict between tasks "+t.in.TaskID+" and "+res.OtherTaskID
+	actions := []string{"approve: run both in parallel", "deny: run " + t.in.TaskID + " after " + res.OtherTaskID}
+	if res.Verdict == activities.AdmitDuplicate {
+		reasonType, title = commonpb.HitlReasonType_MANUAL_OVERRIDE.String(), "duplicate job: task "+t.in.TaskID+" repeats "+res.OtherTaskID
+		actions = []string{"approve: run the identical job again", "deny: reject " + t.in.TaskID}
+	}
+	var id string
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&id); err != nil {
+		return false, err
+	}
+	t.st.HitlIDs = append(t.st.HitlIDs, id)
+	t.set(ctx, TaskAwaitingHITL, res.Reason)
+	accepted := res.Verdict == activities.AdmitConflict // a conflict holds the task; a duplicate is refused until authorized
+	t.answer(TaskAdmission{Accepted: accepted, HitlID: id, Reason: fmt.Sprintf("%s; awaiting HITL decision %s", res.Reason, hitlsignals.WorkflowID(id))})
+	out, err := RequestHITL(ctx, hitlsignals.Invocation{
+		InvocationID: id, ReasonType: reasonType, CorrelationID: protocol.TaskCorrelationID(t.in.TaskID),
+		Subject: hitlsignals.Subject{TaskID: t.in.TaskID, AgentID: t.in.AgentID},
+		Context: hitlsignals.Context{
+			Facts: []string{title, res.Reason, "scope of " + t.in.TaskID + ": " + t.in.Scope,
+				"other task " + res.OtherTaskID + " runs on agent " + res.OtherAgentID},
+			Inference: map[string]string{"confidence": fmt.Sprintf("%.2f", res.Confidence), "overlaps": fmt.Sprint(res.Overlaps)},
+		},
+		ProposedActions: actions, Priority: t.in.Priority, Timeout: t.in.HITLTimeout,
+	})
+	if err != nil {
+		return false, err
+	}
+	return out.Decision == hitlsignals.Approve, nil
+}
+
+// waitFor waits until another task has ended, checking its workflow's state.
+func (t *taskRun) waitFor(ctx, lctx workflow.Context, taskID string, every time.Duration) error {
+	var acts *activities.Activities
+	for {
+		var done bool
+		if err := workflow.ExecuteLocalActivity(lctx, acts.TaskEnded, taskID).Get(ctx, &done); err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if err := workflow.Sleep(ctx, every); err != nil {
+			return err
+		}
+	}
+}
