@@ -165,12 +165,12 @@ func TestSchedulerRPCsValidate(t *testing.T) {
 		mutate func(*schedulerpb.SubmitTaskRequest)
 		want   string
 	}{
-		"no agent":          {func(r *schedulerpb.SubmitTaskRequest) { r.AgentId = "" }, "agent_id"},
-		"no task_id":        {func(r *schedulerpb.SubmitTaskRequest) { r.TaskId = "" }, "task_id is required"},
-		"task_id spaces":    {func(r *schedulerpb.SubmitTaskRequest) { r.TaskId = "a b" }, "without spaces"},
-		"priority too high": {func(r *schedulerpb.SubmitTaskRequest) { r.Priority = -20 }, "priority -20 is outside -19"},
-		"priority too low":  {func(r *schedulerpb.SubmitTaskRequest) { r.Priority = 21 }, "priority 21 is outside"},
-		"no scope":          {func(r *schedulerpb.SubmitTaskRequest) { r.Scope = "  " }, "scope is required"},
+		"no agent":          {func(r *schedulerpb.SubmitTaskRequest) { r.AgentId = "" }, "validation_error: agent_id"},
+		"no task_id":        {func(r *schedulerpb.SubmitTaskRequest) { r.TaskId = "" }, "validation_error: task_id is required"},
+		"task_id spaces":    {func(r *schedulerpb.SubmitTaskRequest) { r.TaskId = "a b" }, "validation_error: task_id must be"},
+		"priority too high": {func(r *schedulerpb.SubmitTaskRequest) { r.Priority = -20 }, "validation_error: priority -20 is outside -19"},
+		"priority too low":  {func(r *schedulerpb.SubmitTaskRequest) { r.Priority = 21 }, "validation_error: priority 21 is outside"},
+		"no scope":          {func(r *schedulerpb.SubmitTaskRequest) { r.Scope = "  " }, "validation_error: scope is required"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			req := proto.Clone(ok).(*schedulerpb.SubmitTaskRequest)
