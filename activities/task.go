@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.temporal.io/sdk/temporal"
@@ -94,7 +95,7 @@ type AdmitTaskResult struct {
 func JobKey(agentType string, params []byte, contentType, scope string) string {
 	h := sha256.New()
 	for _, part := range [][]byte{[]byte(agentType), []byte(contentType), []byte(scope), params} {
-		fmt.Fprintf(h, "%d:", len(part)) // length-prefixed, so the parts cannot run into each other
+		h.Write([]byte(strconv.Itoa(len(part)) + ":")) // length-prefixed, so the parts cannot run into each other
 		h.Write(part)
 	}
 	return agentType + ":" + hex.EncodeToString(h.Sum(nil))[:32]

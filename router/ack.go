@@ -16,50 +16,94 @@ import (
 
 // applyAck advances the acknowledged message and routes the ACK to its producer (§11,
 // wire contract: ACKs travel as ordinary envelopes); late ACKs are reconciled (§11.1).
+//
+// The common case — a legal stage forwarded to the producer — is one store step
+// (MessagePlane.AdvanceWith): the transition and the forward's admission are written in one
+// transaction. What the ACK does is decided from the message's record inside the step's plan,
+// and acted on once the step is written.
 func (r *Router) applyAck(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
 	ack, perr := protocol.ParseAck(env)
 	if perr != nil {
 		return r.reject(ctx, env, "", perr)
 	}
-	rec, err := r.st.Messages().GetMessage(ctx, ack.AckForMessageID)
+	to := protocol.StateForStage(ack.Stage)
+	var (
+		decision ackDecision
+		forward  control // the ACK's forward to the producer, as the plan that was written prepared it
+	)
+	res, err := r.st.Messages().AdvanceWith(ctx, ack.AckForMessageID, func(rec store.MessageRecord) (*store.Step, error) {
+		decision, forward = decideAck(rec, env, to), control{}
+		if decision != ackAdvances {
+			return nil, nil
+		}
+		c, err := r.prepareControl(ctx, rec.ProducerID, env)
+		if err != nil {
+			return nil, err
+		}
+		forward = c
+		return &store.Step{To: to, ErrorCode: ack.ErrorCode, Note: ack.Note, FollowUp: c.admit}, nil
+	})
 	if errors.Is(err, store.ErrNotFound) {
 		return r.reject(ctx, env, "", protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "ack_for_message_id %s names no message this router admitted", ack.AckForMessageID))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("look up acknowledged message: %w", err)
+		return nil, fmt.Errorf("apply ack to message %s: %w", ack.AckForMessageID, err)
 	}
-	if rec.RecipientID != env.GetProducerId() {
+	rec := res.Record
+	switch decision {
+	case ackWrongSender:
 		return r.reject(ctx, env, "", protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED,
 			"only the recipient %q may acknowledge message %s, not %q", rec.RecipientID, rec.MessageID, env.GetProducerId()))
-	}
-	to := protocol.StateForStage(ack.Stage)
-	if rec.State == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT {
+	case ackLate:
 		return nil, r.lateAck(ctx, rec, env, ack, to)
-	}
-	if to == commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED || to == commonpb.EnvelopeState_ENVELOPE_STATE_FAILED {
+	case ackFails:
 		// The consumer says the message cannot succeed: terminal, NACK and dead letter.
 		code := ack.ErrorCode
 		if code == commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
 			code = commonpb.ErrorCode_INTERNAL_ERROR
 		}
-		if !protocol.MessageTransitionLegal(rec.State, to) {
-			r.ackIgnored(ctx, rec, env, ack)
-			return nil, nil
-		}
 		return nil, r.consumerFailed(ctx, rec, to, code, ack.Note, env.GetProducerId())
 	}
-	after, applied, err := r.advance(ctx, rec.MessageID, to, ack.ErrorCode, ack.Note, env.GetProducerId())
-	if err != nil {
-		return nil, err
-	}
-	if !applied {
-		r.ackIgnored(ctx, after, env, ack)
+	if !res.Applied {
+		r.ackIgnored(ctx, rec, env, ack)
 		return nil, nil
 	}
+	r.recordTransition(ctx, rec, to, ack.ErrorCode, ack.Note, env.GetProducerId())
 	if to == commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED && r.metrics != nil {
 		r.metrics.Processed(rec.RecipientID, time.Since(rec.CreatedAt))
 	}
-	return nil, r.deliverControl(ctx, rec.ProducerID, env)
+	return nil, r.finishControl(ctx, forward)
+}
+
+// ackDecision is what an ACK does to the message it acknowledges.
+type ackDecision int
+
+const (
+	// ackIgnoredStage: a repeat, or a stage the state cannot move to (ackIgnored).
+	ackIgnoredStage ackDecision = iota
+	// ackAdvances: the state moves to the stage's and the ACK is forwarded to the producer.
+	ackAdvances
+	// ackWrongSender: only the message's recipient may acknowledge it.
+	ackWrongSender
+	// ackLate: the message TIMED_OUT; the ACK is reconciled (§11.1).
+	ackLate
+	// ackFails: a legal REJECTED or FAILED stage: terminal, NACK and dead letter.
+	ackFails
+)
+
+// decideAck decides what an ACK of env's producer at state to does to rec.
+func decideAck(rec store.MessageRecord, env *commonpb.Envelope, to commonpb.EnvelopeState) ackDecision {
+	switch {
+	case rec.RecipientID != env.GetProducerId():
+		return ackWrongSender
+	case rec.State == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT:
+		return ackLate
+	case rec.State == to || !protocol.MessageTransitionLegal(rec.State, to):
+		return ackIgnoredStage
+	case to == commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED || to == commonpb.EnvelopeState_ENVELOPE_STATE_FAILED:
+		return ackFails
+	}
+	return ackAdvances
 }
 
 // ackIgnored records an ACK that changes nothing: a repeat, or one behind the state (§11.1:

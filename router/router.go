@@ -307,19 +307,24 @@ func (r *Router) advance(ctx context.Context, messageID string, to commonpb.Enve
 		return after, false, fmt.Errorf("advance message %s: %w", messageID, err)
 	}
 	if applied {
-		details := map[string]any{"state": to.String()}
-		if code != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
-			details["error_code"] = code.String()
-		}
-		if note != "" {
-			details["note"] = note
-		}
-		r.sink.Record(ctx, observe.Event{
-			CorrelationID: after.CorrelationID, Actor: actor, Type: "message.state",
-			AgentID: after.RecipientID, MessageID: messageID, Details: details,
-		})
+		r.recordTransition(ctx, after, to, code, note, actor)
 	}
 	return after, applied, nil
+}
+
+// recordTransition audits an applied lifecycle transition; after is the record after it.
+func (r *Router) recordTransition(ctx context.Context, after store.MessageRecord, to commonpb.EnvelopeState, code commonpb.ErrorCode, note, actor string) {
+	details := map[string]any{"state": to.String()}
+	if code != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
+		details["error_code"] = code.String()
+	}
+	if note != "" {
+		details["note"] = note
+	}
+	r.sink.Record(ctx, observe.Event{
+		CorrelationID: after.CorrelationID, Actor: actor, Type: "message.state",
+		AgentID: after.RecipientID, MessageID: after.MessageID, Details: details,
+	})
 }
 
 // reject records a rejection, sends the NACK (§13: never a silent drop; §21: the NACK names
@@ -351,14 +356,19 @@ func (r *Router) reject(ctx context.Context, env *commonpb.Envelope, route strin
 
 // nack sends a router-originated ACK/NACK to a producer.
 func (r *Router) nack(ctx context.Context, producerID, correlationID, messageID string, stage commonpb.AckStage, code commonpb.ErrorCode, note string) error {
-	env := protocol.NewAckEnvelope(protocol.AckEnvelopeInput{
-		MessageID: uuid.NewString(), ProducerID: protocol.SchedulerID, CorrelationID: correlationID,
-		Ack: protocol.AckPayload{AckForMessageID: messageID, Stage: stage, ErrorCode: code, Note: note},
-	})
+	env := nackEnvelope(correlationID, messageID, stage, code, note)
 	if code != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED && r.metrics != nil {
 		r.metrics.Nacked(producerID, code)
 	}
 	return r.deliverControl(ctx, producerID, env)
+}
+
+// nackEnvelope builds a router-originated ACK/NACK of messageID.
+func nackEnvelope(correlationID, messageID string, stage commonpb.AckStage, code commonpb.ErrorCode, note string) *commonpb.Envelope {
+	return protocol.NewAckEnvelope(protocol.AckEnvelopeInput{
+		MessageID: uuid.NewString(), ProducerID: protocol.SchedulerID, CorrelationID: correlationID,
+		Ack: protocol.AckPayload{AckForMessageID: messageID, Stage: stage, ErrorCode: code, Note: note},
+	})
 }
 
 // deliverControl puts router control traffic (ACK forwards, NACKs, notifications) into an
@@ -366,20 +376,46 @@ func (r *Router) nack(ctx context.Context, producerID, correlationID, messageID 
 // the NACK that tells its owner about a rejection, and this traffic is bounded by what the
 // agent itself sent. Control traffic rides the PRIVILEGED lane: it is small and unblocks the
 // agent's own work. An agent that is not registered (any more) gets nothing, which is logged.
+// ACKs addressed to the scheduler go to its inbox instead (see toSchedulerAck).
 func (r *Router) deliverControl(ctx context.Context, agentID string, env *commonpb.Envelope) error {
+	c, err := r.prepareControl(ctx, agentID, env)
+	if err != nil {
+		return err
+	}
+	if c.admit != nil {
+		if _, err := r.st.Messages().Admit(ctx, *c.admit); err != nil {
+			return fmt.Errorf("deliver control envelope to %s: %w", agentID, err)
+		}
+	}
+	return r.finishControl(ctx, c)
+}
+
+// control is one piece of router control traffic prepared by prepareControl: the admission
+// to make, if any, and what finishControl does once it is made. Splitting the two lets the
+// admission join a store step (Step.FollowUp), in the transaction of the transition it
+// reports.
+type control struct {
+	agentID string
+	env     *commonpb.Envelope
+	// admit is the admission into agentID's buffer; nil when there is none to make.
+	admit *store.AdmitRequest
+	// toScheduler marks an ACK for the scheduler, handed to its inbox instead.
+	toScheduler bool
+}
+
+// prepareControl decides how deliverControl delivers env to agentID. It only reads (the
+// registry, through the cache), so it may run inside a store's PlanFunc.
+func (r *Router) prepareControl(ctx context.Context, agentID string, env *commonpb.Envelope) (control, error) {
+	c := control{agentID: agentID, env: env}
 	if agentID == protocol.SchedulerID && env.GetMessageType() == commonpb.MessageType_ACKNOWLEDGEMENT {
-		return r.toSchedulerAck(ctx, env)
+		c.toScheduler = true
+		return c, nil
 	}
 	if _, err := r.agent(ctx, agentID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			r.sink.Record(ctx, observe.Event{
-				CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.control_undeliverable",
-				AgentID: agentID, MessageID: env.GetMessageId(), Level: slog.LevelWarn,
-				Details: map[string]any{"reason": "agent not registered", "message_type": env.GetMessageType().String()},
-			})
-			return nil
+			return c, nil // not registered: finishControl logs it
 		}
-		return fmt.Errorf("look up control recipient: %w", err)
+		return c, fmt.Errorf("look up control recipient: %w", err)
 	}
 	env = proto.Clone(env).(*commonpb.Envelope)
 	env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
@@ -389,8 +425,22 @@ func (r *Router) deliverControl(ctx context.Context, agentID string, env *common
 		// already, and every stored row must be unique (§11.3: unique per transmission).
 		env.MessageId = uuid.NewString()
 	}
-	if _, err := r.st.Messages().Admit(ctx, store.AdmitRequest{Envelope: env, RecipientID: agentID, Lane: commonpb.CommunicationClass_PRIVILEGED}); err != nil {
-		return fmt.Errorf("deliver control envelope to %s: %w", agentID, err)
+	c.admit = &store.AdmitRequest{Envelope: env, RecipientID: agentID, Lane: commonpb.CommunicationClass_PRIVILEGED}
+	return c, nil
+}
+
+// finishControl completes a delivery prepared by prepareControl once its admission, if any,
+// was made: a scheduler ACK goes to the inbox, and an agent that is not registered is logged.
+func (r *Router) finishControl(ctx context.Context, c control) error {
+	switch {
+	case c.toScheduler:
+		return r.toSchedulerAck(ctx, c.env)
+	case c.admit == nil:
+		r.sink.Record(ctx, observe.Event{
+			CorrelationID: c.env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.control_undeliverable",
+			AgentID: c.agentID, MessageID: c.env.GetMessageId(), Level: slog.LevelWarn,
+			Details: map[string]any{"reason": "agent not registered", "message_type": c.env.GetMessageType().String()},
+		})
 	}
 	return nil
 }
@@ -407,37 +457,50 @@ func (r *Router) Notify(ctx context.Context, agentID string, env *commonpb.Envel
 // ConfirmDelivery handles RouterService.AckDelivery: it confirms the stream row, which frees
 // its buffer slot, and moves a tracked message from SENT to RECEIVED (the consumer has it)
 // or, for a permanent failure, to FAILED — telling the producer in both cases.
+//
+// The confirmation, the move to RECEIVED and the producer's ACK RECEIVED are one store step
+// (MessagePlane.ConfirmAndAdvance): written in one transaction, or not at all.
 func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64, messageID string, permanentFailure bool) (bool, error) {
-	d, ok, err := r.st.Messages().Confirm(ctx, agentID, seq, messageID)
-	if err != nil || !ok {
-		return ok, err
+	note := "delivery confirmed by " + agentID
+	var ack control // the producer's ACK RECEIVED, as the plan that was written prepared it
+	res, err := r.st.Messages().ConfirmAndAdvance(ctx, agentID, seq, messageID, func(rec store.MessageRecord) (*store.Step, error) {
+		ack = control{}
+		// SENT → RECEIVED is the only legal move to RECEIVED: if the consumer's own ACK got
+		// there first, or the message timed out, nothing changes.
+		if permanentFailure || !followsDelivery(rec.Envelope) ||
+			!protocol.MessageTransitionLegal(rec.State, commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED) {
+			return nil, nil
+		}
+		c, err := r.prepareControl(ctx, rec.ProducerID, nackEnvelope(rec.CorrelationID, rec.MessageID, commonpb.AckStage_RECEIVED, 0, note))
+		if err != nil {
+			return nil, err
+		}
+		ack = c
+		return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Note: note, FollowUp: c.admit}, nil
+	})
+	if err != nil || !res.Confirmed {
+		return res.Confirmed, err
 	}
-	if d.Envelope.GetMessageType() == commonpb.MessageType_ACKNOWLEDGEMENT ||
-		(d.Envelope.GetProducerId() == protocol.SchedulerID && d.Envelope.GetMessageType() != commonpb.MessageType_CONTROL) {
+	if !res.Tracked || !followsDelivery(res.Record.Envelope) {
 		return true, nil // control traffic is not tracked; the scheduler's CONTROL messages are (see SendControl)
 	}
 	if permanentFailure {
-		rec, err := r.st.Messages().GetMessage(ctx, d.Envelope.GetMessageId())
-		if errors.Is(err, store.ErrNotFound) {
-			return true, nil
-		}
-		if err != nil {
-			return true, fmt.Errorf("look up confirmed message: %w", err)
-		}
-		return true, r.consumerFailed(ctx, rec, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.ErrorCode_INTERNAL_ERROR,
+		return true, r.consumerFailed(ctx, res.Record, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.ErrorCode_INTERNAL_ERROR,
 			"consumer "+agentID+" reported a permanent delivery failure", agentID)
 	}
-	// SENT → RECEIVED is the only legal move to RECEIVED: if the consumer's own ACK got there
-	// first, or the message timed out, nothing changes.
-	note := "delivery confirmed by " + agentID
-	after, applied, err := r.advance(ctx, d.Envelope.GetMessageId(), commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, 0, note, agentID)
-	if errors.Is(err, store.ErrNotFound) {
+	if !res.Applied {
 		return true, nil
 	}
-	if err != nil || !applied {
-		return true, err
-	}
-	return true, r.nack(ctx, after.ProducerID, after.CorrelationID, after.MessageID, commonpb.AckStage_RECEIVED, 0, note)
+	r.recordTransition(ctx, res.Record, commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, 0, note, agentID)
+	return true, r.finishControl(ctx, ack)
+}
+
+// followsDelivery reports whether a delivered message's lifecycle follows its delivery
+// confirmation: not for control traffic (ACKs, the scheduler's notifications), which is not
+// tracked, but for the scheduler's CONTROL messages, which are (see SendControl).
+func followsDelivery(env *commonpb.Envelope) bool {
+	return env.GetMessageType() != commonpb.MessageType_ACKNOWLEDGEMENT &&
+		(env.GetProducerId() != protocol.SchedulerID || env.GetMessageType() == commonpb.MessageType_CONTROL)
 }
 
 // consumerFailed applies a consumer's terminal failure of a message, tells the producer and

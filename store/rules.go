@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -79,4 +80,36 @@ func BufferFullNote(recipient string, capacity int) string {
 // AckTimeoutNote is the note of a message that timed out (§11).
 func AckTimeoutNote(timeout time.Duration) string {
 	return fmt.Sprintf("no acknowledgement within %s", timeout)
+}
+
+// ErrInvalidFollowUp reports a Step.FollowUp that is not control traffic.
+var ErrInvalidFollowUp = errors.New("store: a step's follow-up must be an untracked admission without capacity or idempotency key, with a message_id and a recipient")
+
+// ValidFollowUp checks a Step's follow-up admission (nil is valid: there is none).
+func (s *Step) ValidFollowUp() error {
+	f := s.FollowUp
+	if f == nil {
+		return nil
+	}
+	if f.Track || f.Capacity != 0 || f.Dedup != nil || f.Envelope.GetMessageId() == "" || f.RecipientID == "" {
+		return ErrInvalidFollowUp
+	}
+	return nil
+}
+
+// PlanStep calls plan with rec and returns the step to write: nil when plan has none, or when
+// its step goes to rec's current state (it would change nothing). An invalid follow-up is an
+// error. Both stores decide with it.
+func PlanStep(plan PlanFunc, rec MessageRecord) (*Step, error) {
+	if plan == nil {
+		return nil, nil
+	}
+	step, err := plan(rec)
+	if err != nil || step == nil || step.To == rec.State {
+		return nil, err
+	}
+	if err := step.ValidFollowUp(); err != nil {
+		return nil, err
+	}
+	return step, nil
 }

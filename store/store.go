@@ -287,6 +287,54 @@ type Transition struct {
 // and the write are atomic.
 type LegalFunc func(from, to commonpb.EnvelopeState) bool
 
+// Step is a lifecycle transition that a caller planned from a message's record (see PlanFunc),
+// together with the control traffic that goes with it.
+type Step struct {
+	// To is the state to move to; a step to the message's current state applies nothing.
+	To commonpb.EnvelopeState
+	// ErrorCode accompanies terminal error states.
+	ErrorCode commonpb.ErrorCode
+	// Note explains the change (and, for a completion, is the idempotency cache's result).
+	Note string
+	// FollowUp, when set, is admitted in the same transaction as the transition and only if
+	// the transition applies: the router's ACK forward or RECEIVED ACK to the producer. It is
+	// control traffic (Track, Capacity and Dedup must be zero), so it is never refused for a
+	// full buffer; a message_id already known fails the whole call with ErrDuplicateMessage
+	// and changes nothing.
+	FollowUp *AdmitRequest
+}
+
+// PlanFunc decides, from a tracked message's current record, the Step to apply to it, or nil
+// for none; an error aborts the call before anything is written. The store calls it outside
+// its locks and transactions, so it may read the store (the router looks up the registry in
+// it). The step is written only if the message's state is still the one plan saw; when it
+// changed meanwhile, plan is called again with the newer record. So plan may be called more
+// than once and must have no side effects: the caller acts on the result instead.
+type PlanFunc func(rec MessageRecord) (*Step, error)
+
+// StepResult is what AdvanceWith, or ConfirmAndAdvance for a tracked message, did.
+type StepResult struct {
+	// Record is the message's record after the call: after the step when it applied, else as
+	// plan last saw it.
+	Record MessageRecord
+	// Applied reports whether a step was applied.
+	Applied bool
+	// FollowUpSeq is the delivery seq of the step's follow-up admission; 0 when none.
+	FollowUpSeq int64
+}
+
+// ConfirmResult is what ConfirmAndAdvance did.
+type ConfirmResult struct {
+	// Delivery is the confirmed row; Confirmed is false (and nothing changed) when there was
+	// no row to confirm, as with Confirm.
+	Delivery  Delivery
+	Confirmed bool
+	// Tracked reports that the row's message is tracked: plan was consulted and StepResult
+	// describes the message.
+	Tracked bool
+	StepResult
+}
+
 // MessagePlane is the routed message plane: inbound buffers, delivery confirmation and the
 // message lifecycle. Every method is safe for concurrent use by many frontends sharing one
 // store.
@@ -325,6 +373,23 @@ type MessagePlane interface {
 	// record after the call and whether the transition was applied; an illegal or no-op
 	// transition returns the unchanged record and false. Unknown messages give ErrNotFound.
 	Advance(ctx context.Context, t Transition, legal LegalFunc) (MessageRecord, bool, error)
+
+	// AdvanceWith applies to a tracked message the Step that plan makes of its record, with
+	// the step's follow-up admission and the idempotency entry's update (as Advance) in one
+	// transaction. Unknown messages give ErrNotFound; a nil step, or a step to the current
+	// state, applies nothing. See PlanFunc for when plan is called.
+	AdvanceWith(ctx context.Context, messageID string, plan PlanFunc) (StepResult, error)
+
+	// ConfirmAndAdvance is Confirm and AdvanceWith in one transaction: it confirms the row
+	// (agentID, seq) and, when the row's message is tracked, applies the Step that plan makes
+	// of the message's record, with its follow-up admission. The confirmation, the transition
+	// and the follow-up are written together or not at all, and only while the message's state
+	// is still the one plan saw (see PlanFunc). A row whose message is not tracked (control
+	// traffic) is confirmed without calling plan. Confirmed is false, and nothing changes, in
+	// the cases Confirm reports false, including a concurrent confirmation that got there
+	// first (plan may have been called by then); a plan error aborts the call and leaves the
+	// row unconfirmed.
+	ConfirmAndAdvance(ctx context.Context, agentID string, seq int64, messageID string, plan PlanFunc) (ConfirmResult, error)
 
 	// Expire is the sweep every frontend runs (several may share the store; each message is
 	// returned to exactly one caller). It moves tracked messages still SENT and admitted at or

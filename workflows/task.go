@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -295,7 +296,7 @@ func (t *taskRun) escalate(ctx workflow.Context, res activities.AdmitTaskResult)
 		Context: hitlsignals.Context{
 			Facts: []string{title, res.Reason, "scope of " + t.in.TaskID + ": " + t.in.Scope,
 				"other task " + res.OtherTaskID + " runs on agent " + res.OtherAgentID},
-			Inference: map[string]string{"confidence": fmt.Sprintf("%.2f", res.Confidence), "overlaps": fmt.Sprint(res.Overlaps)},
+			Inference: map[string]string{"confidence": fmt.Sprintf("%.2f", res.Confidence), "overlaps": strings.Join(res.Overlaps, "; ")},
 		},
 		ProposedActions: actions, Priority: t.in.Priority, Timeout: t.in.HITLTimeout,
 	})

@@ -398,3 +398,179 @@ func sortPending(ps []store.PendingResponse) {
 		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.RequestMessageID, b.RequestMessageID))
 	})
 }
+
+// ---------------------------------------------------------------------------------------------
+// Planned steps
+
+// AdvanceWith implements store.MessagePlane. plan runs without s.mu held; the step is written
+// under s.mu only if the message's state is still the one plan saw, else plan runs again.
+func (m *messagePlane) AdvanceWith(ctx context.Context, messageID string, plan store.PlanFunc) (store.StepResult, error) {
+	s := m.s()
+	for {
+		if err := ctx.Err(); err != nil {
+			return store.StepResult{}, err
+		}
+		s.mu.Lock()
+		row, ok := s.messages[messageID]
+		if !ok || !row.tracked {
+			s.mu.Unlock()
+			return store.StepResult{}, fmt.Errorf("memory: advance %q: %w", messageID, store.ErrNotFound)
+		}
+		rec, err := row.toRecord(messageID)
+		s.mu.Unlock()
+		if err != nil {
+			return store.StepResult{}, err
+		}
+		step, err := store.PlanStep(plan, rec)
+		if err != nil {
+			return store.StepResult{}, err
+		}
+		if step == nil {
+			return store.StepResult{Record: rec}, nil
+		}
+		follow, err := encodeFollowUp(step)
+		if err != nil {
+			return store.StepResult{}, err
+		}
+		s.mu.Lock()
+		if row.state != rec.State {
+			s.mu.Unlock()
+			continue // changed since plan saw it: plan again
+		}
+		res, err := s.applyStep(messageID, row, step, follow, now())
+		s.mu.Unlock()
+		return res, err
+	}
+}
+
+// ConfirmAndAdvance implements store.MessagePlane. plan runs without s.mu held; the
+// confirmation and the step are written together under s.mu only if the row is still
+// unconfirmed and the message's state is still the one plan saw, else plan runs again.
+func (m *messagePlane) ConfirmAndAdvance(ctx context.Context, agentID string, seq int64, messageID string, plan store.PlanFunc) (store.ConfirmResult, error) {
+	s := m.s()
+	for {
+		if err := ctx.Err(); err != nil {
+			return store.ConfirmResult{}, err
+		}
+		s.mu.Lock()
+		d, ok := s.deliveries[seq]
+		if !ok || !d.confirmedAt.IsZero() || d.agentID != agentID || (messageID != "" && d.messageID != messageID) {
+			s.mu.Unlock()
+			return store.ConfirmResult{}, nil
+		}
+		row := s.messages[d.messageID]
+		if row == nil || !row.tracked {
+			// Control traffic: nothing to plan.
+			s.confirmRow(d, now())
+			del, err := d.toDelivery()
+			s.mu.Unlock()
+			if err != nil {
+				return store.ConfirmResult{}, err
+			}
+			return store.ConfirmResult{Delivery: del, Confirmed: true}, nil
+		}
+		rec, err := row.toRecord(d.messageID)
+		s.mu.Unlock()
+		if err != nil {
+			return store.ConfirmResult{}, err
+		}
+		step, err := store.PlanStep(plan, rec)
+		if err != nil {
+			return store.ConfirmResult{}, err
+		}
+		follow, err := encodeFollowUp(step)
+		if err != nil {
+			return store.ConfirmResult{}, err
+		}
+		s.mu.Lock()
+		if s.deliveries[seq] != d || !d.confirmedAt.IsZero() {
+			s.mu.Unlock()
+			return store.ConfirmResult{}, nil // confirmed (or resumed past) meanwhile
+		}
+		if row.state != rec.State {
+			s.mu.Unlock()
+			continue // changed since plan saw it: plan again
+		}
+		res := store.ConfirmResult{Confirmed: true, Tracked: true, StepResult: store.StepResult{Record: rec}}
+		if step != nil {
+			// The step goes first: a duplicate follow-up must leave the row unconfirmed too.
+			if res.StepResult, err = s.applyStep(d.messageID, row, step, follow, now()); err != nil {
+				s.mu.Unlock()
+				return store.ConfirmResult{}, err
+			}
+		}
+		s.confirmRow(d, now())
+		res.Delivery, err = d.toDelivery()
+		s.mu.Unlock()
+		if err != nil {
+			return store.ConfirmResult{}, err
+		}
+		return res, nil
+	}
+}
+
+// encodeFollowUp marshals the envelope of a step's follow-up admission (nil when there is
+// none) before the store lock is taken.
+func encodeFollowUp(step *store.Step) ([]byte, error) {
+	if step == nil || step.FollowUp == nil {
+		return nil, nil
+	}
+	return marshalEnvelope(step.FollowUp.Envelope)
+}
+
+// applyStep writes a planned step and its follow-up; the caller holds s.mu and has checked
+// that the message is still in the state the step was planned for. A duplicate follow-up
+// message_id changes nothing.
+func (s *Store) applyStep(id string, row *messageRow, step *store.Step, follow []byte, at time.Time) (store.StepResult, error) {
+	f := step.FollowUp
+	if f != nil {
+		if _, dup := s.messages[f.Envelope.GetMessageId()]; dup {
+			return store.StepResult{}, fmt.Errorf("memory: follow-up %q: %w", f.Envelope.GetMessageId(), store.ErrDuplicateMessage)
+		}
+	}
+	s.setState(id, row, step.To, step.ErrorCode, step.Note, at)
+	s.followEntry(id, row, step.To, step.ErrorCode, step.Note, at)
+	rec, err := row.toRecord(id)
+	if err != nil {
+		return store.StepResult{}, err
+	}
+	res := store.StepResult{Record: rec, Applied: true}
+	if f != nil {
+		res.FollowUpSeq = s.enqueueControl(f, follow, at)
+	}
+	return res, nil
+}
+
+// enqueueControl admits control traffic (untracked, no capacity limit) the way Admit does; the
+// caller holds s.mu and has checked that the message_id is new.
+func (s *Store) enqueueControl(req *store.AdmitRequest, envBytes []byte, t time.Time) int64 {
+	env := req.Envelope
+	id := env.GetMessageId()
+	s.seq++
+	row := &messageRow{
+		recipient: req.RecipientID,
+		producer:  env.GetProducerId(),
+		corrID:    env.GetCorrelationId(),
+		msgType:   env.GetMessageType(),
+		state:     commonpb.EnvelopeState_ENVELOPE_STATE_SENT,
+		envelope:  envBytes,
+		createdAt: t,
+		updatedAt: t,
+		expiresAt: normTime(req.ExpiresAt),
+		seq:       s.seq,
+	}
+	s.messages[id] = row
+	d := &deliveryRow{
+		seq:        s.seq,
+		agentID:    req.RecipientID,
+		messageID:  id,
+		envelope:   envBytes,
+		enqueuedAt: t,
+		lane:       int32(store.LaneRank(req.Lane)),
+		expiresAt:  row.expiresAt,
+	}
+	s.deliveries[d.seq] = d
+	s.pending[req.RecipientID] = append(s.pending[req.RecipientID], d.seq)
+	s.hub.Wake(req.RecipientID)
+	return d.seq
+}

@@ -438,20 +438,19 @@ SELECT false, ` + messageColumns + ` FROM messages
 WHERE message_id = $1 AND tracked AND NOT EXISTS (SELECT 1 FROM upd)`
 }
 
-var (
-	// advancePlainSQL: the transition does not concern the idempotency entry.
-	advancePlainSQL = advanceSQL("")
-	// advanceTimedOutSQL: TIMED_OUT of the entry's latest attempt makes the entry retrying.
-	advanceTimedOutSQL = advanceSQL(`,
+// The idempotency entry's part of a transition, a CTE following upd (the updated message row).
+const (
+	// entTimedOutSQL: TIMED_OUT of the entry's latest attempt makes the entry retrying.
+	entTimedOutSQL = `,
 ent AS (
 	UPDATE idempotency_entries AS i SET status = 'retrying', updated_at = now()
 	FROM upd
 	WHERE upd.dedup_key <> '' AND i.producer_id = upd.dedup_producer AND i.key = upd.dedup_key
 	  AND i.status <> 'terminal' AND i.latest_message_id = upd.message_id
-)`)
-	// advanceCompletedSQL: a completion makes a not yet terminal entry terminal with this
+)`
+	// entCompletedSQL: a completion makes a not yet terminal entry terminal with this
 	// message's outcome (the transition's note is the cached result).
-	advanceCompletedSQL = advanceSQL(`,
+	entCompletedSQL = `,
 ent AS (
 	UPDATE idempotency_entries AS i SET status = 'terminal', original_message_id = upd.message_id,
 		terminal_state = upd.state, error_code = upd.error_code, result = upd.note,
@@ -459,7 +458,27 @@ ent AS (
 	FROM upd
 	WHERE upd.dedup_key <> '' AND i.producer_id = upd.dedup_producer AND i.key = upd.dedup_key
 	  AND i.status <> 'terminal'
-)`)
+)`
+)
+
+// entSQLFor returns the entry CTE a transition to the state needs ("" for none).
+func entSQLFor(to commonpb.EnvelopeState) string {
+	switch {
+	case to == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT:
+		return entTimedOutSQL
+	case store.IsCompletion(to):
+		return entCompletedSQL
+	}
+	return ""
+}
+
+var (
+	// advancePlainSQL: the transition does not concern the idempotency entry.
+	advancePlainSQL = advanceSQL("")
+	// advanceTimedOutSQL: TIMED_OUT of the entry's latest attempt makes the entry retrying.
+	advanceTimedOutSQL = advanceSQL(entTimedOutSQL)
+	// advanceCompletedSQL: a completion makes a not yet terminal entry terminal.
+	advanceCompletedSQL = advanceSQL(entCompletedSQL)
 )
 
 // GetMessage implements store.MessagePlane.
@@ -534,6 +553,277 @@ func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal st
 				return fail(err)
 			}
 		}
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// Planned steps (AdvanceWith, ConfirmAndAdvance)
+
+// stepSQL builds the write of AdvanceWith and ConfirmAndAdvance: one statement, so one round
+// trip and one commit, that confirms the delivery row (when asked), applies the planned
+// transition with the idempotency entry's update (entSQL, as Advance), and admits the step's
+// follow-up — all of it, or nothing.
+//
+// lk locks the message row if its state is still the one plan saw ($5); row_ then locks the
+// delivery row if it is still unconfirmed (message before delivery, the order Expire locks
+// them in). In READ COMMITTED a row lock waits for a concurrent writer and re-checks the
+// condition on the newest version, so ok_ tells whether everything the step was planned on
+// still holds; conf and upd write only then. fmsg and fdel admit the follow-up as Admit admits
+// untracked control traffic (a known message_id fails the statement on messages_pkey, which
+// undoes all of it), and the final SELECT notifies the follow-up's recipient (delivered at
+// commit) and reports. Parameters:
+//
+//	$1 message_id  $2 to  $3 error code  $4 note  $5 the state plan saw  $6 apply the transition
+//	$7 seq to confirm (0: none)  $8 its agent_id
+//	$9 follow-up message_id ('': none)  $10 producer_id  $11 recipient_id  $12 correlation_id
+//	$13 message_type  $14 envelope  $15 lane  $16 expires_at  $17 notify channel
+func stepSQL(entSQL string) string {
+	return enumSQL(`
+WITH
+lk AS (
+	SELECT message_id FROM messages
+	WHERE message_id = $1 AND tracked AND state = $5
+	FOR UPDATE
+),
+row_ AS (
+	SELECT seq FROM deliveries
+	WHERE $7::bigint > 0 AND seq = $7 AND agent_id = $8 AND message_id = $1 AND confirmed_at IS NULL
+	  AND EXISTS (SELECT 1 FROM lk)
+	FOR UPDATE
+),
+ok_ AS (
+	SELECT EXISTS (SELECT 1 FROM lk) AND ($7::bigint = 0 OR EXISTS (SELECT 1 FROM row_)) AS ok
+),
+conf AS (
+	UPDATE deliveries AS d SET confirmed_at = now(), leased_until = NULL
+	FROM row_
+	WHERE d.seq = row_.seq AND (SELECT ok FROM ok_)
+	RETURNING d.seq
+),
+upd AS (
+	UPDATE messages AS m SET state = $2, error_code = $3, note = $4, updated_at = now()
+	FROM lk
+	WHERE m.message_id = lk.message_id AND $6::boolean AND (SELECT ok FROM ok_)
+	RETURNING ` + prefixed("m", messageColumns) + `
+)` + entSQL + `,
+fmsg AS (
+	INSERT INTO messages (message_id, tracked, producer_id, recipient_id, correlation_id, message_type,
+	                      state, error_code, note, envelope, expires_at, dedup_producer, dedup_key)
+	SELECT $9, false, $10, $11, $12, $13, {SENT}, 0, '', $14, $16, '', '' FROM upd WHERE $9 <> ''
+	RETURNING message_id
+),
+fdel AS (
+	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at)
+	SELECT $11, $9, $14, $15, $16 FROM fmsg
+	RETURNING seq
+)
+SELECT EXISTS (SELECT 1 FROM lk), EXISTS (SELECT 1 FROM conf), u.message_id IS NOT NULL,
+	(SELECT seq FROM fdel), (SELECT pg_notify($17, $11)::text FROM fdel),
+	` + nullableColumns("u") + `
+FROM (SELECT 1) AS one LEFT JOIN upd AS u ON true`)
+}
+
+var (
+	stepPlainSQL     = stepSQL("")
+	stepTimedOutSQL  = stepSQL(entTimedOutSQL)
+	stepCompletedSQL = stepSQL(entCompletedSQL)
+)
+
+// nullableColumns selects messageColumns of an outer-joined alias that may be all NULL, with
+// placeholders wherever a NULL would not scan (the caller ignores them then).
+func nullableColumns(alias string) string {
+	a := alias + "."
+	return `COALESCE(` + a + `message_id, ''), COALESCE(` + a + `producer_id, ''), COALESCE(` + a + `recipient_id, ''),
+	COALESCE(` + a + `correlation_id, ''), COALESCE(` + a + `message_type, 0), COALESCE(` + a + `state, 0),
+	COALESCE(` + a + `error_code, 0), COALESCE(` + a + `note, ''), COALESCE(` + a + `envelope, ''::bytea),
+	COALESCE(` + a + `created_at, now()), COALESCE(` + a + `updated_at, now()), COALESCE(` + a + `dedup_key, ''),
+	` + a + `expires_at, COALESCE(` + a + `dedup_producer, '')`
+}
+
+// stepOutcome is what one execution of stepSQL reported.
+type stepOutcome struct {
+	// unchanged: the message was still in the state plan saw (else nothing was written).
+	unchanged bool
+	// confirmed: the delivery row was confirmed.
+	confirmed bool
+	// applied: the transition was applied; rec is the record after it.
+	applied bool
+	rec     store.MessageRecord
+	// followSeq is the follow-up's delivery seq, 0 when none.
+	followSeq int64
+}
+
+// writeStep runs stepSQL once for a step planned on state from (nil step: only the
+// confirmation, still conditional on from) and, for seq > 0, the confirmation of (agentID, seq).
+func (m *messagePlane) writeStep(ctx context.Context, messageID string, from commonpb.EnvelopeState, step *store.Step, seq int64, agentID string) (stepOutcome, error) {
+	var (
+		sql  = stepPlainSQL
+		to   int32
+		code int32
+		note string
+		f    store.AdmitRequest
+		env  []byte
+	)
+	if step != nil {
+		switch entSQLFor(step.To) {
+		case entTimedOutSQL:
+			sql = stepTimedOutSQL
+		case entCompletedSQL:
+			sql = stepCompletedSQL
+		}
+		to, code, note = int32(step.To), int32(step.ErrorCode), step.Note
+		if step.FollowUp != nil {
+			f = *step.FollowUp
+			var err error
+			if env, err = proto.Marshal(f.Envelope); err != nil {
+				return stepOutcome{}, fmt.Errorf("marshal follow-up envelope: %w", err)
+			}
+		}
+	}
+	var (
+		out      stepOutcome
+		followID = f.Envelope.GetMessageId()
+		fseq     *int64
+		notified *string
+		ms       messageScan
+	)
+	dest := append([]any{&out.unchanged, &out.confirmed, &out.applied, &fseq, &notified}, ms.dest()...)
+	err := m.s().pool.QueryRow(ctx, sql, messageID, to, code, note, int32(from), step != nil, seq, agentID,
+		followID, f.Envelope.GetProducerId(), f.RecipientID, f.Envelope.GetCorrelationId(), int32(f.Envelope.GetMessageType()),
+		env, int16(store.LaneRank(f.Lane)), nullTime(f.ExpiresAt), NotifyChannel).Scan(dest...)
+	if isDuplicateMessage(err) {
+		return stepOutcome{}, fmt.Errorf("follow-up %q: %w", followID, store.ErrDuplicateMessage)
+	}
+	if err != nil {
+		return stepOutcome{}, err
+	}
+	if out.applied {
+		if out.rec, err = ms.record(); err != nil {
+			return stepOutcome{}, err
+		}
+	}
+	if fseq != nil {
+		out.followSeq = *fseq
+		// Local subscribers are woken at once, as in Admit.
+		m.s().hub.Wake(f.RecipientID)
+	}
+	return out, nil
+}
+
+// AdvanceWith implements store.MessagePlane: a read, plan (no transaction open), and the
+// conditional write stepSQL — two round trips and one commit; plan runs again if the state
+// changed in between.
+func (m *messagePlane) AdvanceWith(ctx context.Context, messageID string, plan store.PlanFunc) (store.StepResult, error) {
+	fail := func(err error) (store.StepResult, error) {
+		return store.StepResult{}, fmt.Errorf("postgres: advance %q: %w", messageID, notFound(err))
+	}
+	rec, err := m.getMessage(ctx, messageID)
+	if err != nil {
+		return fail(err)
+	}
+	for {
+		step, err := store.PlanStep(plan, rec)
+		if err != nil {
+			return store.StepResult{}, err
+		}
+		if step == nil {
+			return store.StepResult{Record: rec}, nil
+		}
+		out, err := m.writeStep(ctx, messageID, rec.State, step, 0, "")
+		if err != nil {
+			return fail(err)
+		}
+		if out.applied {
+			return store.StepResult{Record: out.rec, Applied: true, FollowUpSeq: out.followSeq}, nil
+		}
+		if rec, err = m.getMessage(ctx, messageID); err != nil {
+			return fail(err)
+		}
+	}
+}
+
+// peekSQL starts ConfirmAndAdvance: it confirms the row at once when its message is not
+// tracked (control traffic: nothing to plan), and otherwise only reads the row and the
+// message's record for plan. A row that is not in the buffer yields no result row; $3 = ''
+// matches any message_id. Parameters: $1 seq, $2 agent_id, $3 message_id.
+var peekSQL = `
+WITH
+d AS (
+	SELECT seq, agent_id, envelope, enqueued_at, attempts, message_id FROM deliveries
+	WHERE seq = $1 AND agent_id = $2 AND confirmed_at IS NULL AND ($3 = '' OR message_id = $3)
+),
+t AS (
+	SELECT ` + messageColumns + ` FROM messages
+	WHERE message_id = (SELECT message_id FROM d) AND tracked
+),
+conf AS (
+	UPDATE deliveries SET confirmed_at = now(), leased_until = NULL
+	WHERE seq = $1 AND agent_id = $2 AND confirmed_at IS NULL AND ($3 = '' OR message_id = $3)
+	  AND NOT EXISTS (SELECT 1 FROM t)
+	RETURNING seq
+)
+SELECT d.seq, d.agent_id, d.envelope, d.enqueued_at, d.attempts, d.message_id,
+	EXISTS (SELECT 1 FROM conf), t.message_id IS NOT NULL,
+	` + nullableColumns("t") + `
+FROM d LEFT JOIN t ON true`
+
+// ConfirmAndAdvance implements store.MessagePlane. A row of control traffic is confirmed by
+// peekSQL alone (one round trip, as Confirm). For a tracked message: peekSQL reads, plan runs
+// (no transaction open), and stepSQL writes the confirmation, the transition and the
+// follow-up in one statement — two round trips and one commit; plan runs again if the
+// message's state changed in between.
+func (m *messagePlane) ConfirmAndAdvance(ctx context.Context, agentID string, seq int64, messageID string, plan store.PlanFunc) (store.ConfirmResult, error) {
+	fail := func(err error) (store.ConfirmResult, error) {
+		return store.ConfirmResult{}, fmt.Errorf("postgres: confirm %s/%d: %w", agentID, seq, err)
+	}
+	for {
+		var (
+			d                  store.Delivery
+			envBytes           []byte
+			rowMessageID       string
+			confirmed, tracked bool
+			ms                 messageScan
+		)
+		dest := append([]any{&d.Seq, &d.AgentID, &envBytes, &d.EnqueuedAt, &d.Attempts, &rowMessageID, &confirmed, &tracked}, ms.dest()...)
+		err := m.s().pool.QueryRow(ctx, peekSQL, seq, agentID, messageID).Scan(dest...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.ConfirmResult{}, nil
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if !tracked && !confirmed {
+			return store.ConfirmResult{}, nil // confirmed by someone else meanwhile
+		}
+		if d, err = finishDelivery(d, envBytes); err != nil {
+			return fail(err)
+		}
+		if confirmed {
+			return store.ConfirmResult{Delivery: d, Confirmed: true}, nil
+		}
+		rec, err := ms.record()
+		if err != nil {
+			return fail(err)
+		}
+		step, err := store.PlanStep(plan, rec)
+		if err != nil {
+			return store.ConfirmResult{}, err
+		}
+		out, err := m.writeStep(ctx, rowMessageID, rec.State, step, seq, agentID)
+		if err != nil {
+			return fail(err)
+		}
+		if !out.unchanged {
+			continue // the message moved on since plan saw it: plan again
+		}
+		if !out.confirmed {
+			return store.ConfirmResult{}, nil // confirmed by someone else meanwhile
+		}
+		res := store.ConfirmResult{Delivery: d, Confirmed: true, Tracked: true, StepResult: store.StepResult{Record: rec}}
+		if out.applied {
+			res.StepResult = store.StepResult{Record: out.rec, Applied: true, FollowUpSeq: out.followSeq}
+		}
+		return res, nil
 	}
 }
 
