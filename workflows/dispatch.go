@@ -322,6 +322,11 @@ func (p *dispatcher) onRunAck(ctx workflow.Context, r *RunningTask, a ControlAck
 		p.event(ctx, r.TaskID, TaskEvent{State: TaskRunning, Reason: "the agent received the RUN"})
 		return nil
 	case commonpb.AckStage_FULFILLED:
+		if !r.Received {
+			// The delivery confirmation (RECEIVED) and the FULFILLED ACK travel separately and
+			// a fast task's FULFILLED can arrive first; the task did run.
+			p.event(ctx, r.TaskID, TaskEvent{State: TaskRunning, Reason: "implied by the agent's FULFILLED ACK"})
+		}
 		return p.finish(ctx, r, TaskEvent{State: TaskCompleted, Result: a.Note, Reason: "the agent fulfilled the RUN"})
 	}
 	code := a.ErrorCode
