@@ -33,12 +33,20 @@ func taskStatus(t testing.TB, sys *system, taskID string) (workflows.TaskStatus,
 // waitTask waits until a task reaches state and returns its status.
 func waitTask(t testing.TB, sys *system, taskID, state string) workflows.TaskStatus {
 	t.Helper()
-	var st workflows.TaskStatus
-	require.Eventually(t, func() bool {
-		var err error
-		st, err = taskStatus(t, sys, taskID)
-		return err == nil && st.State == state
-	}, 30*time.Second, 20*time.Millisecond, "task %s never reached %s (last %+v)", taskID, state, st)
+	var (
+		st      workflows.TaskStatus
+		lastErr error
+	)
+	ok := assert.Eventually(t, func() bool {
+		s, err := taskStatus(t, sys, taskID)
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		st = s
+		return st.State == state
+	}, 30*time.Second, 20*time.Millisecond)
+	require.True(t, ok, "task %s never reached %s (last %+v, last error %v)", taskID, state, st, lastErr)
 	return st
 }
 
@@ -269,8 +277,11 @@ func TestScopeConflictGoesToHITL(t *testing.T) {
 	x, y := dialAgent(t, sys, "x"), dialAgent(t, sys, "y")
 	sc := schedulerpb.NewSchedulerServiceClient(x.Conn())
 	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
 	serve(t, x, func(ctx context.Context, run *sdk.TaskRun) ([]byte, error) { <-release; return []byte("x done"), nil })
 	serve(t, y, func(ctx context.Context, run *sdk.TaskRun) ([]byte, error) { return []byte("y done"), nil })
+	t.Cleanup(free) // before the agents stop (cleanups run last-in first-out)
 	waitState(t, sys, x.ID(), commonpb.AgentState_RUNNABLE)
 	waitState(t, sys, y.ID(), commonpb.AgentState_RUNNABLE)
 
@@ -288,7 +299,9 @@ func TestScopeConflictGoesToHITL(t *testing.T) {
 
 	// A duplicate job (same agent type, params and scope) is refused pending authorization,
 	// and a task_id is never reused.
-	dup := submit(t, sc, x.ID(), uniq(t, "dup"), 0, "repo:shop path:src/api/**")
+	dup, err := sc.SubmitTask(context.Background(), &schedulerpb.SubmitTaskRequest{AgentId: x.ID(), TaskId: uniq(t, "dup"),
+		Scope: "repo:shop path:src/api/**", Params: []byte(`{"task":"` + tx + `"}`), ContentType: "application/json"})
+	require.NoError(t, err)
 	assert.False(t, dup.GetAccepted())
 	assert.Contains(t, dup.GetReason(), "duplicate_detected")
 	again := submit(t, sc, x.ID(), tx, 0, "repo:shop path:src/api/**")
@@ -301,6 +314,6 @@ func TestScopeConflictGoesToHITL(t *testing.T) {
 	ys := waitTask(t, sys, ty, workflows.TaskCompleted)
 	assert.Equal(t, "y done", ys.Result)
 	assert.Contains(t, ys.History, workflows.TaskAwaitingHITL)
-	close(release)
+	free()
 	waitTask(t, sys, tx, workflows.TaskCompleted)
 }
