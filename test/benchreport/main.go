@@ -18,6 +18,7 @@ var baselineOf = map[string]string{
 	"RouterSendToFulfilled": "BaselineRawPostgres",
 	"RouterThroughput":      "BaselineRawPostgres",
 	"RoomDecision":          "BaselineBareTemporalRoom",
+	"PreemptRequest":        "BaselineBareTemporalSignal",
 }
 
 type result struct {

@@ -1,0 +1,146 @@
+package test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/sdk"
+)
+
+// nextControl reads deliveries until a CONTROL of the given type arrives, confirming each.
+func nextControl(b *testing.B, in *inbox, typ string) (*sdk.Delivery, protocol.Control) {
+	for {
+		select {
+		case d, ok := <-in.ch:
+			if !ok {
+				b.Fatal("stream closed")
+			}
+			if _, err := d.Confirm(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			if d.Envelope.GetMessageType() != commonpb.MessageType_CONTROL {
+				continue
+			}
+			c, perr := protocol.ParseControl(d.Envelope)
+			if perr != nil {
+				b.Fatal(perr)
+			}
+			if c.Type == typ {
+				return d, c
+			}
+		case <-time.After(30 * time.Second):
+			b.Fatalf("no CONTROL %s within 30 s", typ)
+		}
+	}
+}
+
+// BenchmarkPreemptRequest measures the scheduler's reaction time (App. D C.4): from a
+// SubmitTask of higher priority than the running task to the PREEMPT_REQUEST arriving in the
+// agent's stream. Each operation then completes the C.4 sequence (yield, urgent RUN and
+// completion, resumed RUN and completion) outside the timed span.
+func BenchmarkPreemptRequest(b *testing.B) {
+	sys := start(b, newConfig(b, "postgres"))
+	ctx := context.Background()
+	a := dialAgent(b, sys, "agent")
+	in := openInbox(&testing.T{}, a)
+	b.Cleanup(in.stream.Close)
+	require.NoError(b, a.Heartbeat(ctx, commonpb.AgentState_AGENT_STATE_UNSPECIFIED, nil))
+	sc := schedulerpb.NewSchedulerServiceClient(a.Conn())
+	submit := func(id string, prio int32) {
+		res, err := sc.SubmitTask(ctx, &schedulerpb.SubmitTaskRequest{AgentId: a.ID(), TaskId: id, Priority: prio, Scope: "resource:" + id})
+		if err != nil || !res.GetAccepted() {
+			b.Fatalf("submit %s: %v %v", id, err, res)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		low, high := uuid.NewString(), uuid.NewString()
+		b.StopTimer()
+		submit(low, 10)
+		run, _ := nextControl(b, in, protocol.ControlRun)
+		b.StartTimer()
+		t0 := time.Now()
+		submit(high, -10)
+		pre, _ := nextControl(b, in, protocol.ControlPreemptRequest)
+		lat = append(lat, time.Since(t0))
+		b.StopTimer()
+		require.NoError(b, pre.Ack(ctx, commonpb.AckStage_FULFILLED, 0, "yielded"))
+		urgent, _ := nextControl(b, in, protocol.ControlRun)
+		require.NoError(b, urgent.Ack(ctx, commonpb.AckStage_FULFILLED, 0, "done"))
+		resumed, c := nextControl(b, in, protocol.ControlRun)
+		if !c.Resume || c.TaskID != low {
+			b.Fatalf("iteration %d: expected the resumed RUN of %s, got %+v", i, low, c)
+		}
+		require.NoError(b, resumed.Ack(ctx, commonpb.AckStage_FULFILLED, 0, "done"))
+		_ = run
+		b.StartTimer()
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+// signalEcho is the bare-Temporal baseline's workflow: for each signal it runs a local
+// activity that hands the signal's value back to the benchmark.
+func signalEcho(ctx workflow.Context) error {
+	ch := workflow.GetSignalChannel(ctx, "ping")
+	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	for {
+		var n int
+		ch.Receive(ctx, &n)
+		if err := workflow.ExecuteLocalActivity(ctx, echoActivity, n).Get(ctx, nil); err != nil {
+			return err
+		}
+	}
+}
+
+var echoes = make(chan int, 1)
+
+func echoActivity(_ context.Context, n int) error {
+	echoes <- n
+	return nil
+}
+
+// BenchmarkBaselineBareTemporalSignal is the same-run baseline for BenchmarkPreemptRequest:
+// bare Temporal's signal round trip — the client signals a running workflow, which reacts
+// with a local activity that reports back to the benchmark.
+func BenchmarkBaselineBareTemporalSignal(b *testing.B) {
+	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
+	require.NoError(b, err)
+	defer c.Close()
+	tq := "bare-" + uuid.NewString()[:8]
+	w := sdkworker.New(c, tq, sdkworker.Options{})
+	w.RegisterWorkflow(signalEcho)
+	w.RegisterActivity(echoActivity)
+	require.NoError(b, w.Start())
+	defer w.Stop()
+	ctx := context.Background()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "bare-signal/" + uuid.NewString(), TaskQueue: tq}, signalEcho)
+	require.NoError(b, err)
+	defer func() { _ = c.TerminateWorkflow(ctx, run.GetID(), "", "benchmark done") }()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		if err := c.SignalWorkflow(ctx, run.GetID(), "", "ping", i); err != nil {
+			b.Fatal(err)
+		}
+		if got := <-echoes; got != i {
+			b.Fatal("echo " + strconv.Itoa(got))
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
