@@ -124,6 +124,8 @@ type Dispatch struct {
 	Running *RunningTask `json:",omitempty"`
 	// NextSeq numbers enqueues.
 	NextSeq int64 `json:",omitempty"`
+	// EventSeq numbers the task events sent to task workflows.
+	EventSeq int64 `json:",omitempty"`
 }
 
 // DispatchStatus answers AgentTasksQuery.
@@ -189,6 +191,10 @@ func (p *dispatcher) status() DispatchStatus {
 // a command of this workflow task, delivered in order, and a task workflow that is gone has
 // nothing left to learn.
 func (p *dispatcher) event(ctx workflow.Context, taskID string, ev TaskEvent) {
+	// Signals issued by one workflow task may be delivered in any order; the sequence number
+	// lets the task workflow drop an event that arrives after a later one.
+	p.d.EventSeq++
+	ev.Seq = p.d.EventSeq
 	workflow.SignalExternalWorkflow(ctx, TaskWorkflowID(taskID), "", TaskEventSignal, ev)
 }
 

@@ -2,7 +2,8 @@ package workflows_test
 
 import (
 	"context"
-	"encoding/json"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,18 +23,41 @@ type schedulerHarness struct {
 	t      *testing.T
 	env    *testsuite.TestWorkflowEnvironment
 	st     store.Store
-	events map[string][]string // task_id → states reported
+	mu     sync.Mutex
+	events map[string][]workflows.TaskEvent // task_id → events reported
 	codes  map[string]commonpb.ErrorCode
+}
+
+// states returns the states reported for a task in the scheduler's order (the mock runs
+// each external signal on its own goroutine, so arrival order is not that order).
+func (h *schedulerHarness) states(taskID string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	evs := slices.Clone(h.events[taskID])
+	slices.SortFunc(evs, func(a, b workflows.TaskEvent) int { return int(a.Seq - b.Seq) })
+	var out []string
+	for _, ev := range evs {
+		out = append(out, ev.State)
+	}
+	return out
+}
+
+func (h *schedulerHarness) code(taskID string) commonpb.ErrorCode {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.codes[taskID]
 }
 
 func newSchedulerHarness(t *testing.T) *schedulerHarness {
 	env, st := newEnv(t)
-	h := &schedulerHarness{t: t, env: env, st: st, events: map[string][]string{}, codes: map[string]commonpb.ErrorCode{}}
+	h := &schedulerHarness{t: t, env: env, st: st, events: map[string][]workflows.TaskEvent{}, codes: map[string]commonpb.ErrorCode{}}
 	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", workflows.TaskEventSignal, mock.Anything).Return(
 		func(_, workflowID, _, _ string, arg any) error {
 			ev := arg.(workflows.TaskEvent)
 			id := workflowID[len("task/"):]
-			h.events[id] = append(h.events[id], ev.State)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.events[id] = append(h.events[id], ev)
 			if ev.ErrorCode != 0 {
 				h.codes[id] = ev.ErrorCode
 			}
@@ -141,9 +165,9 @@ func TestDispatchCooperativePreemption(t *testing.T) {
 	})
 	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject", HeartbeatInterval: time.Hour})
 	require.NoError(t, h.env.GetWorkflowError())
-	require.Equal(t, []string{"SCHEDULED", "RUNNING", "SUSPENDED", "RESUMED", "RUNNING", "COMPLETED"}, h.events["low"])
-	require.Equal(t, []string{"SCHEDULED", "RUNNING", "COMPLETED"}, h.events["urgent"])
-	require.Equal(t, []string{"SCHEDULED", "RUNNING", "COMPLETED"}, h.events["same"])
+	require.Equal(t, []string{"SCHEDULED", "RUNNING", "SUSPENDED", "RESUMED", "RUNNING", "COMPLETED"}, h.states("low"))
+	require.Equal(t, []string{"SCHEDULED", "RUNNING", "COMPLETED"}, h.states("urgent"))
+	require.Equal(t, []string{"SCHEDULED", "RUNNING", "COMPLETED"}, h.states("same"))
 }
 
 // App. D C.5: the agent is inside a declared non-preemptible section; preemption is deferred
@@ -182,9 +206,9 @@ func TestDispatchForcedPreemptionAfterNonPreemptibleTimeout(t *testing.T) {
 	})
 	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject", HeartbeatInterval: time.Hour})
 	require.NoError(t, h.env.GetWorkflowError())
-	require.Equal(t, []string{"SCHEDULED", "RUNNING", "FAILED"}, h.events["long"])
-	require.Equal(t, commonpb.ErrorCode_FORCED_PREEMPTION, h.codes["long"])
-	require.Equal(t, commonpb.ErrorCode_AGENT_SHUTDOWN, h.codes["urgent"], "deregistration fails what the agent still holds")
+	require.Equal(t, []string{"SCHEDULED", "RUNNING", "FAILED"}, h.states("long"))
+	require.Equal(t, commonpb.ErrorCode_FORCED_PREEMPTION, h.code("long"))
+	require.Equal(t, commonpb.ErrorCode_AGENT_SHUTDOWN, h.code("urgent"), "deregistration fails what the agent still holds")
 }
 
 // A TERMINATE acknowledged within its grace ends the task FAILED forced_preemption without
@@ -215,8 +239,6 @@ func TestDispatchTerminateAcknowledged(t *testing.T) {
 	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject",
 		HeartbeatInterval: time.Hour, PreemptTimeout: time.Minute})
 	require.NoError(t, h.env.GetWorkflowError())
-	require.Equal(t, []string{"SCHEDULED", "RUNNING", "FAILED"}, h.events["stubborn"])
-	require.Equal(t, commonpb.ErrorCode_FORCED_PREEMPTION, h.codes["stubborn"])
+	require.Equal(t, []string{"SCHEDULED", "RUNNING", "FAILED"}, h.states("stubborn"))
+	require.Equal(t, commonpb.ErrorCode_FORCED_PREEMPTION, h.code("stubborn"))
 }
-
-var _ = json.Marshal

@@ -97,6 +97,8 @@ type TaskEvent struct {
 	Result string `json:",omitempty"`
 	// ErrorCode is the error_code of a failure.
 	ErrorCode commonpb.ErrorCode `json:",omitempty"`
+	// Seq orders the events of one agent's scheduler; zero means unordered.
+	Seq int64 `json:",omitempty"`
 }
 
 // TaskStatus answers TaskStatusQuery and is the workflow's result.
@@ -244,9 +246,15 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 	}
 	t.set(ctx, TaskQueued, "queued at agent "+t.in.AgentID)
 	t.answer(TaskAdmission{Accepted: true, Reason: "queued"})
+	var lastSeq int64
 	for !TaskTerminal(t.st.State) {
 		var ev TaskEvent
 		events.Receive(ctx, &ev)
+		if ev.Seq != 0 && ev.Seq <= lastSeq {
+			workflow.GetLogger(ctx).Info("stale task event dropped", "task_id", t.in.TaskID, "state", ev.State, "seq", ev.Seq)
+			continue
+		}
+		lastSeq = max(lastSeq, ev.Seq)
 		if ev.State == TaskSuspended {
 			t.st.Suspensions++
 		}
