@@ -5,6 +5,7 @@ package frontend
 
 import (
 	"context"
+	"github.com/sw4rm/sw4rm-temporal/activities"
 	"log/slog"
 	"strings"
 	"time"
@@ -66,6 +67,8 @@ type Config struct {
 	PreemptTimeout time.Duration
 	// TerminateGrace is TERMINATE's grace period before KILL (§7.2); zero means the default.
 	TerminateGrace time.Duration
+	// SchedulerPolicy is task admission's policy (§9), as the worker's activities have it.
+	SchedulerPolicy activities.SchedulerPolicy
 }
 
 // Server holds the collaborators shared by every service.

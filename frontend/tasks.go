@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"go.temporal.io/api/enums/v1"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -67,33 +69,129 @@ func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.Sub
 		return nil, err
 	}
 	in := workflows.TaskInput{TaskID: req.GetTaskId(), AgentID: req.GetAgentId(), Priority: req.GetPriority(),
-		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope()}
-	op := sc.s.temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope(), SubmittedAt: time.Now().UTC()}
+	var adm workflows.TaskAdmission
+	var err error
+	if sc.s.router != nil {
+		adm, err = sc.submitFast(ctx, in)
+	} else {
+		adm, err = sc.submitInWorkflow(ctx, in)
+	}
+	if err != nil {
+		var dup *duplicateTaskError
+		if errors.As(err, &dup) {
+			return &schedulerpb.SubmitTaskResponse{Accepted: false,
+				Reason: fmt.Sprintf("duplicate_detected: task_id %q was already submitted; task ids are unique", in.TaskID)}, nil
+		}
+		return nil, err
+	}
+	sc.s.sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "task.submitted",
+		AgentID: in.AgentID, Details: map[string]any{"task_id": in.TaskID, "priority": in.Priority, "accepted": adm.Accepted, "state": adm.State, "reason": adm.Reason}})
+	return &schedulerpb.SubmitTaskResponse{Accepted: adm.Accepted, Reason: adm.Reason}, nil
+}
+
+// duplicateTaskError reports a task_id that names an existing task workflow.
+type duplicateTaskError struct{}
+
+func (*duplicateTaskError) Error() string { return "task_id already used" }
+
+func (sc *schedulerService) taskStartOptions(in workflows.TaskInput) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
 		ID: workflows.TaskWorkflowID(in.TaskID), TaskQueue: sc.s.cfg.TaskQueue,
 		// A task_id names one task for good: a second submission is a duplicate (§9.2).
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		TypedSearchAttributes:    temporal.NewSearchAttributes(workflows.KindKey.ValueSet("task"), workflows.AgentIDKey.ValueSet(in.AgentID)),
-	}, workflows.TaskWorkflow, in)
+		// Without this the SDK hands back the running task's handle as if it were new.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(workflows.KindKey.ValueSet("task"), workflows.AgentIDKey.ValueSet(in.AgentID)),
+	}
+}
+
+// submitFast is SubmitTask's usual path, one workflow hop shorter than letting the task
+// workflow admit the task (which matters for preemption latency): start the task workflow,
+// admit the task here with the same activity code, queue an admitted task at the agent's
+// lifecycle workflow directly, and tell the task workflow how it went. Anything but a plain
+// admission (HITL, waiting for a limit) is handed to the task workflow, whose answer is
+// awaited as in submitInWorkflow. If this process dies half way, the task workflow admits
+// the task itself after workflows.FrontendAdmitWait, and the agent ignores a repeated
+// enqueue.
+func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInput) (workflows.TaskAdmission, error) {
+	in.FrontendAdmits = true
+	tc := sc.s.temporal
+	if _, err := tc.ExecuteWorkflow(ctx, sc.taskStartOptions(in), workflows.TaskWorkflow, in); err != nil {
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) {
+			return workflows.TaskAdmission{}, &duplicateTaskError{}
+		}
+		return workflows.TaskAdmission{}, temporalStatus(ctx, "start the task", err)
+	}
+	wid := workflows.TaskWorkflowID(in.TaskID)
+	acts := &activities.Activities{Store: sc.s.store, Router: sc.s.router, Sink: sc.s.sink, Scheduler: sc.s.cfg.SchedulerPolicy}
+	report := func(a workflows.TaskAdmitted) error {
+		if err := tc.SignalWorkflow(ctx, wid, "", workflows.TaskAdmittedSignal, a); err != nil {
+			return temporalStatus(ctx, "report the task's admission", err)
+		}
+		return nil
+	}
+	var res activities.AdmitTaskResult
+	agentType, err := acts.AgentTypeOf(ctx, in.AgentID)
+	if err == nil {
+		res, err = acts.AdmitTask(ctx, workflows.AdmitInput(in, activities.JobKey(agentType, in.Params, in.ContentType, in.Scope)))
+	}
+	switch {
+	case err != nil:
+		// Not registered, or the store failed: the workflow admits (or rejects) it itself.
+		if rerr := report(workflows.TaskAdmitted{}); rerr != nil {
+			return workflows.TaskAdmission{}, rerr
+		}
+	case res.Verdict == activities.AdmitOK:
+		err := tc.SignalWorkflow(ctx, workflows.AgentWorkflowID(in.AgentID), "", workflows.AgentTaskEnqueueSignal, workflows.QueuedTaskOf(in))
+		if err != nil {
+			if rerr := report(workflows.TaskAdmitted{EnqueueError: fmt.Sprintf("agent %s has no running lifecycle: %v", in.AgentID, err)}); rerr != nil {
+				return workflows.TaskAdmission{}, rerr
+			}
+			return workflows.TaskAdmission{Accepted: false, State: workflows.TaskRejected, Reason: fmt.Sprintf("no_route: agent %s has no running lifecycle", in.AgentID)}, nil
+		}
+		if err := report(workflows.TaskAdmitted{Enqueued: true}); err != nil {
+			return workflows.TaskAdmission{}, err
+		}
+		return workflows.TaskAdmission{Accepted: true, State: workflows.TaskQueued, Reason: "queued"}, nil
+	default:
+		if err := report(workflows.TaskAdmitted{Result: &res}); err != nil {
+			return workflows.TaskAdmission{}, err
+		}
+	}
+	h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.TaskAdmissionUpdate, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		return workflows.TaskAdmission{}, temporalStatus(ctx, "wait for the task's admission", err)
+	}
+	var adm workflows.TaskAdmission
+	if err := h.Get(ctx, &adm); err != nil {
+		return workflows.TaskAdmission{}, temporalStatus(ctx, "wait for the task's admission", err)
+	}
+	return adm, nil
+}
+
+// submitInWorkflow starts the task workflow with update-with-start and returns the answer of
+// its admission; the workflow admits the task.
+func (sc *schedulerService) submitInWorkflow(ctx context.Context, in workflows.TaskInput) (workflows.TaskAdmission, error) {
+	op := sc.s.temporal.NewWithStartWorkflowOperation(sc.taskStartOptions(in), workflows.TaskWorkflow, in)
 	h, err := sc.s.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: op,
 		UpdateOptions:          client.UpdateWorkflowOptions{UpdateName: workflows.TaskAdmissionUpdate, WaitForStage: client.WorkflowUpdateStageCompleted},
 	})
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
-		return &schedulerpb.SubmitTaskResponse{Accepted: false,
-			Reason: fmt.Sprintf("duplicate_detected: task_id %q was already submitted; task ids are unique", in.TaskID)}, nil
+		return workflows.TaskAdmission{}, &duplicateTaskError{}
 	}
 	if err != nil {
-		return nil, temporalStatus(ctx, "submit the task", err)
+		return workflows.TaskAdmission{}, temporalStatus(ctx, "submit the task", err)
 	}
 	var adm workflows.TaskAdmission
 	if err := h.Get(ctx, &adm); err != nil {
-		return nil, temporalStatus(ctx, "wait for the task's admission", err)
+		return workflows.TaskAdmission{}, temporalStatus(ctx, "wait for the task's admission", err)
 	}
-	sc.s.sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "task.submitted",
-		AgentID: in.AgentID, Details: map[string]any{"task_id": in.TaskID, "priority": in.Priority, "accepted": adm.Accepted, "state": adm.State, "reason": adm.Reason}})
-	return &schedulerpb.SubmitTaskResponse{Accepted: adm.Accepted, Reason: adm.Reason}, nil
+	return adm, nil
 }
 
 // RequestPreemption asks the agent's scheduler to preempt the running task at its next safe

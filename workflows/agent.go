@@ -65,6 +65,7 @@ const (
 	versionStateReports  = "agent-state-reports"
 	versionShutdown      = "agent-shutdown"
 	versionHeartbeats    = "agent-heartbeats"
+	versionStateLocal    = "agent-state-local-activity"
 )
 
 // AgentWorkflowID is the workflow ID of an agent's lifecycle: "agent/<agent_id>".
@@ -520,7 +521,16 @@ func (w *agentLifecycle) enter(ctx workflow.Context, to commonpb.AgentState, rea
 		return err
 	}
 	var acts *activities.Activities
-	return workflow.ExecuteActivity(ctx, acts.RecordAgentState, activities.AgentStateInput{
-		AgentID: w.in.AgentID, From: from, To: to, Reason: reason,
-	}).Get(ctx, nil)
+	rec := activities.AgentStateInput{AgentID: w.in.AgentID, From: from, To: to, Reason: reason}
+	if workflow.GetVersion(ctx, versionStateLocal, workflow.DefaultVersion, 1) >= 1 {
+		// A local activity: a task's RUN → RUNNING → COMPLETED → RUNNABLE walk records three
+		// states, and a task-queue round trip for each kept the scheduler from reacting to a
+		// preemption meanwhile.
+		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			StartToCloseTimeout: 10 * time.Second,
+			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumInterval: 10 * time.Second},
+		})
+		return workflow.ExecuteLocalActivity(lctx, acts.RecordAgentState, rec).Get(ctx, nil)
+	}
+	return workflow.ExecuteActivity(ctx, acts.RecordAgentState, rec).Get(ctx, nil)
 }

@@ -126,7 +126,13 @@ type Dispatch struct {
 	NextSeq int64 `json:",omitempty"`
 	// EventSeq numbers the task events sent to task workflows.
 	EventSeq int64 `json:",omitempty"`
+	// Done lists the most recently ended tasks, so a repeated enqueue (a task workflow's
+	// fallback after SubmitTask already queued it) never runs a task twice.
+	Done []string `json:",omitempty"`
 }
+
+// maxDone bounds Dispatch.Done.
+const maxDone = 256
 
 // DispatchStatus answers AgentTasksQuery.
 type DispatchStatus struct {
@@ -195,6 +201,12 @@ func (p *dispatcher) event(ctx workflow.Context, taskID string, ev TaskEvent) {
 	// lets the task workflow drop an event that arrives after a later one.
 	p.d.EventSeq++
 	ev.Seq = p.d.EventSeq
+	if TaskTerminal(ev.State) {
+		p.d.Done = append(p.d.Done, taskID)
+		if len(p.d.Done) > maxDone {
+			p.d.Done = slices.Delete(p.d.Done, 0, len(p.d.Done)-maxDone)
+		}
+	}
 	workflow.SignalExternalWorkflow(ctx, TaskWorkflowID(taskID), "", TaskEventSignal, ev)
 }
 
@@ -213,8 +225,9 @@ func (p *dispatcher) send(ctx workflow.Context, c protocol.Control) (string, err
 // enqueue adds a task and preempts the running one if the new task outranks it (§7.1:
 // strictly lower priority value; equal or lower priority never preempts).
 func (p *dispatcher) enqueue(ctx workflow.Context, q QueuedTask) error {
-	if r := p.d.Running; (r != nil && r.TaskID == q.TaskID) || slices.ContainsFunc(p.d.Queue, func(o QueuedTask) bool { return o.TaskID == q.TaskID }) {
-		return nil // a repeated signal
+	if r := p.d.Running; (r != nil && r.TaskID == q.TaskID) || slices.ContainsFunc(p.d.Queue, func(o QueuedTask) bool { return o.TaskID == q.TaskID }) ||
+		slices.Contains(p.d.Done, q.TaskID) {
+		return nil // a repeated enqueue
 	}
 	p.d.NextSeq++
 	q.Seq = p.d.NextSeq

@@ -24,7 +24,38 @@ const (
 	TaskEventSignal = "task-event"
 	// TaskStatusQuery returns a TaskStatus.
 	TaskStatusQuery = "task-status"
+	// TaskAdmittedSignal carries a TaskAdmitted: SubmitTask admitted the task itself (the
+	// fast path, one workflow hop shorter) and says how it went.
+	TaskAdmittedSignal = "task-admitted"
 )
+
+// FrontendAdmitWait is how long a task started with FrontendAdmits waits for
+// TaskAdmittedSignal before it runs admission itself (the frontend may have died between
+// starting the workflow and admitting the task).
+const FrontendAdmitWait = 30 * time.Second
+
+// TaskAdmitted is the payload of TaskAdmittedSignal.
+type TaskAdmitted struct {
+	// Enqueued is set when the task was admitted and queued at its agent.
+	Enqueued bool `json:",omitempty"`
+	// Result is admission's verdict when it was not AdmitOK; the workflow takes over from it
+	// (HITL, waiting). Nil, without Enqueued, means the workflow admits the task itself.
+	Result *activities.AdmitTaskResult `json:",omitempty"`
+	// EnqueueError says why the admitted task could not be queued at its agent.
+	EnqueueError string `json:",omitempty"`
+}
+
+// AdmitInput is the admission request for a task, the same from the frontend's fast path
+// and from the workflow.
+func AdmitInput(in TaskInput, jobKey string) activities.AdmitTaskInput {
+	return activities.AdmitTaskInput{TaskID: in.TaskID, AgentID: in.AgentID, Scope: in.Scope, JobKey: jobKey,
+		Description: fmt.Sprintf("task %s (priority %d) scope: %s", in.TaskID, in.Priority, in.Scope)}
+}
+
+// QueuedTaskOf is the queue entry of a task.
+func QueuedTaskOf(in TaskInput) QueuedTask {
+	return QueuedTask{TaskID: in.TaskID, Priority: in.Priority, Params: in.Params, ContentType: in.ContentType, Scope: in.Scope, SubmittedAt: in.SubmittedAt}
+}
 
 // Task states. A task is ADMITTING until admission decides, AWAITING_HITL while a human
 // decides a duplicate or a conflict, WAITING while a concurrency limit or a conservative
@@ -70,6 +101,8 @@ type TaskInput struct {
 	WaitRecheck time.Duration `json:",omitempty"`
 	// HITLTimeout bounds the HITL waits of admission; zero means the HITL default.
 	HITLTimeout time.Duration `json:",omitempty"`
+	// FrontendAdmits says SubmitTask admits the task and reports with TaskAdmittedSignal.
+	FrontendAdmits bool `json:",omitempty"`
 }
 
 // DefaultTaskRecheck is how often a held-back task re-runs admission.
@@ -178,18 +211,48 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 	})
 	var acts *activities.Activities
 
-	var agentType string
-	if err := workflow.ExecuteLocalActivity(lctx, acts.AgentTypeOf, t.in.AgentID).Get(ctx, &agentType); err != nil {
-		return t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: %v", err))
+	var first *activities.AdmitTaskResult
+	enqueued := false
+	if t.in.FrontendAdmits {
+		var adm TaskAdmitted
+		got := false
+		tctx, cancel := workflow.WithCancel(ctx)
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(workflow.GetSignalChannel(ctx, TaskAdmittedSignal), func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(ctx, &adm)
+			got = true
+		})
+		sel.AddFuture(workflow.NewTimer(tctx, FrontendAdmitWait), func(workflow.Future) {})
+		sel.Select(ctx)
+		cancel()
+		switch {
+		case !got:
+			workflow.GetLogger(ctx).Warn("no admission from SubmitTask; admitting the task here", "task_id", t.in.TaskID)
+		case adm.EnqueueError != "":
+			t.finish(ctx, lctx, true)
+			return t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, "no_route: "+adm.EnqueueError)
+		case adm.Enqueued:
+			enqueued = true
+		default:
+			first = adm.Result
+		}
 	}
-	t.jobKey = activities.JobKey(agentType, t.in.Params, t.in.ContentType, t.in.Scope)
 
 	// Admission (§9): repeat until admitted, rejected or denied.
-	admitIn := activities.AdmitTaskInput{TaskID: t.in.TaskID, AgentID: t.in.AgentID, Scope: t.in.Scope, JobKey: t.jobKey,
-		Description: fmt.Sprintf("task %s (priority %d) scope: %s", t.in.TaskID, t.in.Priority, t.in.Scope)}
-	for {
+	var admitIn activities.AdmitTaskInput
+	if !enqueued {
+		var agentType string
+		if err := workflow.ExecuteLocalActivity(lctx, acts.AgentTypeOf, t.in.AgentID).Get(ctx, &agentType); err != nil {
+			return t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: %v", err))
+		}
+		t.jobKey = activities.JobKey(agentType, t.in.Params, t.in.ContentType, t.in.Scope)
+		admitIn = AdmitInput(t.in, t.jobKey)
+	}
+	for !enqueued {
 		var res activities.AdmitTaskResult
-		if err := workflow.ExecuteLocalActivity(lctx, acts.AdmitTask, admitIn).Get(ctx, &res); err != nil {
+		if first != nil {
+			res, first = *first, nil
+		} else if err := workflow.ExecuteLocalActivity(lctx, acts.AdmitTask, admitIn).Get(ctx, &res); err != nil {
 			return t.st, err
 		}
 		switch res.Verdict {
@@ -231,18 +294,17 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 		default:
 			return t.st, fmt.Errorf("unknown admission verdict %q", res.Verdict)
 		}
-		break
+		break // admitted
 	}
 
 	// Queue at the agent, whose lifecycle workflow runs the task and reports back.
 	events := workflow.GetSignalChannel(ctx, TaskEventSignal)
-	err := workflow.SignalExternalWorkflow(ctx, AgentWorkflowID(t.in.AgentID), "", AgentTaskEnqueueSignal, QueuedTask{
-		TaskID: t.in.TaskID, Priority: t.in.Priority, Params: t.in.Params, ContentType: t.in.ContentType, Scope: t.in.Scope,
-		SubmittedAt: t.in.SubmittedAt,
-	}).Get(ctx, nil)
-	if err != nil {
-		t.finish(ctx, lctx, true)
-		return t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: agent %s has no running lifecycle: %v", t.in.AgentID, err))
+	if !enqueued {
+		err := workflow.SignalExternalWorkflow(ctx, AgentWorkflowID(t.in.AgentID), "", AgentTaskEnqueueSignal, QueuedTaskOf(t.in)).Get(ctx, nil)
+		if err != nil {
+			t.finish(ctx, lctx, true)
+			return t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: agent %s has no running lifecycle: %v", t.in.AgentID, err))
+		}
 	}
 	t.set(ctx, TaskQueued, "queued at agent "+t.in.AgentID)
 	t.answer(TaskAdmission{Accepted: true, Reason: "queued"})
