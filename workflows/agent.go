@@ -365,7 +365,7 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 		var q QueuedTask
 		c.Receive(ctx, &q)
 		if w.state == commonpb.AgentState_SHUTTING_DOWN {
-			disp.event(ctx, q.TaskID, TaskEvent{State: TaskRejected, ErrorCode: commonpb.ErrorCode_AGENT_SHUTDOWN, Reason: "agent_shutdown: agent " + w.in.AgentID + " is shutting down (§8.1)"})
+			disp.event(ctx, &q, TaskEvent{State: TaskRejected, ErrorCode: commonpb.ErrorCode_AGENT_SHUTDOWN, Reason: "agent_shutdown: agent " + w.in.AgentID + " is shutting down (§8.1)"})
 			return
 		}
 		stepErr = disp.enqueue(ctx, q)

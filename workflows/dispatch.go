@@ -68,6 +68,8 @@ type QueuedTask struct {
 	Suspended bool `json:",omitempty"`
 	// SuspendedAt is when it yielded.
 	SuspendedAt time.Time `json:",omitempty"`
+	// Events counts the events reported to the task's workflow; each carries its number.
+	Events int64 `json:",omitempty"`
 }
 
 // PreemptionRequest is the payload of AgentPreemptSignal.
@@ -124,8 +126,6 @@ type Dispatch struct {
 	Running *RunningTask `json:",omitempty"`
 	// NextSeq numbers enqueues.
 	NextSeq int64 `json:",omitempty"`
-	// EventSeq numbers the task events sent to task workflows.
-	EventSeq int64 `json:",omitempty"`
 	// Done lists the most recently ended tasks, so a repeated enqueue (a task workflow's
 	// fallback after SubmitTask already queued it) never runs a task twice.
 	Done []string `json:",omitempty"`
@@ -196,11 +196,12 @@ func (p *dispatcher) status() DispatchStatus {
 // event reports a task transition to the task's workflow. It does not wait: the signal is
 // a command of this workflow task, delivered in order, and a task workflow that is gone has
 // nothing left to learn.
-func (p *dispatcher) event(ctx workflow.Context, taskID string, ev TaskEvent) {
-	// Signals issued by one workflow task may be delivered in any order; the sequence number
-	// lets the task workflow drop an event that arrives after a later one.
-	p.d.EventSeq++
-	ev.Seq = p.d.EventSeq
+func (p *dispatcher) event(ctx workflow.Context, q *QueuedTask, ev TaskEvent) {
+	// Signals may be delivered in another order than they were sent; the task's own event
+	// number lets its workflow apply them in order.
+	q.Events++
+	ev.Seq = q.Events
+	taskID := q.TaskID
 	if TaskTerminal(ev.State) {
 		p.d.Done = append(p.d.Done, taskID)
 		if len(p.d.Done) > maxDone {
@@ -287,7 +288,7 @@ func (p *dispatcher) dispatch(ctx workflow.Context) error {
 		return p.sendFailed(ctx, err)
 	}
 	p.d.Running.RunMsgID = id
-	p.event(ctx, q.TaskID, TaskEvent{State: taskState, Reason: why})
+	p.event(ctx, &p.d.Running.QueuedTask, TaskEvent{State: taskState, Reason: why})
 	// A task that outranks this one may have arrived while it was suspended or queued.
 	if len(p.d.Queue) > 0 && p.d.Queue[0].Priority < q.Priority {
 		return p.preempt(ctx, fmt.Sprintf("task %s of priority %d outranks task %s of priority %d (§7.1)", p.d.Queue[0].TaskID, p.d.Queue[0].Priority, q.TaskID, q.Priority))
@@ -301,7 +302,7 @@ func (p *dispatcher) sendFailed(ctx workflow.Context, err error) error {
 	workflow.GetLogger(ctx).Warn("CONTROL send failed", "agent_id", p.w.in.AgentID, "error", err)
 	if r := p.d.Running; r != nil {
 		p.d.Running = nil
-		p.event(ctx, r.TaskID, TaskEvent{State: TaskFailed, ErrorCode: commonpb.ErrorCode_NO_ROUTE, Reason: "no_route: " + err.Error()})
+		p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskFailed, ErrorCode: commonpb.ErrorCode_NO_ROUTE, Reason: "no_route: " + err.Error()})
 	}
 	return p.w.transition(ctx, commonpb.AgentState_FAILED_STATE, "no_route: the scheduler cannot reach the agent")
 }
@@ -338,13 +339,13 @@ func (p *dispatcher) onRunAck(ctx workflow.Context, r *RunningTask, a ControlAck
 		if err := p.w.transition(ctx, commonpb.AgentState_RUNNING, "running task "+r.TaskID); err != nil {
 			return err
 		}
-		p.event(ctx, r.TaskID, TaskEvent{State: TaskRunning, Reason: "the agent received the RUN"})
+		p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskRunning, Reason: "the agent received the RUN"})
 		return nil
 	case commonpb.AckStage_FULFILLED:
 		if !r.Received {
 			// The delivery confirmation (RECEIVED) and the FULFILLED ACK travel separately and
 			// a fast task's FULFILLED can arrive first; the task did run.
-			p.event(ctx, r.TaskID, TaskEvent{State: TaskRunning, Reason: "implied by the agent's FULFILLED ACK"})
+			p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskRunning, Reason: "implied by the agent's FULFILLED ACK"})
 		}
 		return p.finish(ctx, r, TaskEvent{State: TaskCompleted, Result: a.Note, Reason: "the agent fulfilled the RUN"})
 	}
@@ -359,7 +360,7 @@ func (p *dispatcher) onRunAck(ctx workflow.Context, r *RunningTask, a ControlAck
 		// The agent never took the RUN (§11 ACK timeout): the task fails and so does the
 		// agent, which must recover by registering again.
 		p.d.Running = nil
-		p.event(ctx, r.TaskID, TaskEvent{State: TaskFailed, ErrorCode: commonpb.ErrorCode_ACK_TIMEOUT, Reason: "ack_timeout: the agent did not receive the RUN"})
+		p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskFailed, ErrorCode: commonpb.ErrorCode_ACK_TIMEOUT, Reason: "ack_timeout: the agent did not receive the RUN"})
 		return p.w.transition(ctx, commonpb.AgentState_FAILED_STATE, "ack_timeout: the agent did not receive the RUN of task "+r.TaskID)
 	}
 	return p.finish(ctx, r, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: protocol.CodeName(code) + ": " + a.Note})
@@ -370,7 +371,7 @@ func (p *dispatcher) onRunAck(ctx workflow.Context, r *RunningTask, a ControlAck
 func (p *dispatcher) finish(ctx workflow.Context, r *RunningTask, ev TaskEvent) error {
 	p.d.Running = nil
 	p.stopTimer()
-	p.event(ctx, r.TaskID, ev)
+	p.event(ctx, &r.QueuedTask, ev)
 	why := "task " + r.TaskID + " " + ev.State
 	for _, step := range []commonpb.AgentState{commonpb.AgentState_RUNNING, commonpb.AgentState_COMPLETED, commonpb.AgentState_RUNNABLE} {
 		switch {
@@ -397,9 +398,9 @@ func (p *dispatcher) yielded(ctx workflow.Context, r *RunningTask) error {
 	p.stopTimer()
 	q := r.QueuedTask
 	q.Suspended, q.SuspendedAt = true, workflow.Now(ctx)
+	p.event(ctx, &q, TaskEvent{State: TaskSuspended, Reason: "yielded at a safe point (§7.2)"})
 	i, _ := slices.BinarySearchFunc(p.d.Queue, q, func(a, b QueuedTask) int { return a.less(b) })
 	p.d.Queue = slices.Insert(p.d.Queue, i, q)
-	p.event(ctx, r.TaskID, TaskEvent{State: TaskSuspended, Reason: "yielded at a safe point (§7.2)"})
 	if p.w.state == commonpb.AgentState_SCHEDULED || p.w.state == commonpb.AgentState_RESUMED {
 		if err := p.w.transition(ctx, commonpb.AgentState_RUNNING, "task "+r.TaskID+" started"); err != nil {
 			return err
@@ -502,10 +503,10 @@ func (p *dispatcher) failAll(ctx workflow.Context, code commonpb.ErrorCode, reas
 	if r := p.d.Running; r != nil {
 		p.d.Running = nil
 		p.stopTimer()
-		p.event(ctx, r.TaskID, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: reason})
+		p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: reason})
 	}
-	for _, q := range p.d.Queue {
-		p.event(ctx, q.TaskID, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: reason})
+	for i := range p.d.Queue {
+		p.event(ctx, &p.d.Queue[i], TaskEvent{State: TaskFailed, ErrorCode: code, Reason: reason})
 	}
 	p.d.Queue = nil
 }
@@ -515,8 +516,8 @@ func protocolLegal(from, to commonpb.AgentState) bool { return protocol.AgentTra
 
 // failQueued ends the queued tasks (the agent will not run them).
 func (p *dispatcher) failQueued(ctx workflow.Context, code commonpb.ErrorCode, reason string) {
-	for _, q := range p.d.Queue {
-		p.event(ctx, q.TaskID, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: reason})
+	for i := range p.d.Queue {
+		p.event(ctx, &p.d.Queue[i], TaskEvent{State: TaskFailed, ErrorCode: code, Reason: reason})
 	}
 	p.d.Queue = nil
 }
@@ -532,7 +533,7 @@ func (p *dispatcher) afterStep(ctx workflow.Context) error {
 		if p.w.reason == ReasonShutdownTimeout {
 			code = commonpb.ErrorCode_AGENT_SHUTDOWN
 		}
-		p.event(ctx, r.TaskID, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: "agent failed: " + p.w.reason})
+		p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: "agent failed: " + p.w.reason})
 	}
 	return p.dispatch(ctx)
 }

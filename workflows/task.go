@@ -130,7 +130,7 @@ type TaskEvent struct {
 	Result string `json:",omitempty"`
 	// ErrorCode is the error_code of a failure.
 	ErrorCode commonpb.ErrorCode `json:",omitempty"`
-	// Seq orders the events of one agent's scheduler; zero means unordered.
+	// Seq numbers the task's events from 1; zero means unordered.
 	Seq int64 `json:",omitempty"`
 }
 
@@ -308,20 +308,37 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 	}
 	t.set(ctx, TaskQueued, "queued at agent "+t.in.AgentID)
 	t.answer(TaskAdmission{Accepted: true, Reason: "queued"})
-	var lastSeq int64
-	for !TaskTerminal(t.st.State) {
-		var ev TaskEvent
-		events.Receive(ctx, &ev)
-		if ev.Seq != 0 && ev.Seq <= lastSeq {
-			workflow.GetLogger(ctx).Info("stale task event dropped", "task_id", t.in.TaskID, "state", ev.State, "seq", ev.Seq)
-			continue
-		}
-		lastSeq = max(lastSeq, ev.Seq)
+	// Events are applied in the order the scheduler numbered them: a signal can overtake an
+	// earlier one on the way, so a later event waits for the ones before it.
+	pending := map[int64]TaskEvent{}
+	next := int64(1)
+	apply := func(ev TaskEvent) {
 		if ev.State == TaskSuspended {
 			t.st.Suspensions++
 		}
 		t.st.Result, t.st.ErrorCode = ev.Result, ev.ErrorCode
 		t.set(ctx, ev.State, ev.Reason)
+	}
+	for !TaskTerminal(t.st.State) {
+		var ev TaskEvent
+		events.Receive(ctx, &ev)
+		if ev.Seq == 0 {
+			apply(ev)
+			continue
+		}
+		if ev.Seq < next {
+			continue // a repeat
+		}
+		pending[ev.Seq] = ev
+		for !TaskTerminal(t.st.State) {
+			e, ok := pending[next]
+			if !ok {
+				break
+			}
+			delete(pending, next)
+			next++
+			apply(e)
+		}
 	}
 	t.finish(ctx, lctx, t.st.State != TaskCompleted)
 	return t.st, nil
