@@ -31,18 +31,19 @@ func (r *Router) applyAck(ctx context.Context, env *commonpb.Envelope) (*protoco
 		decision ackDecision
 		forward  control // the ACK's forward to the producer, as the plan that was written prepared it
 	)
-	res, err := r.st.Messages().AdvanceWith(ctx, ack.AckForMessageID, func(rec store.MessageRecord) (*store.Step, error) {
-		decision, forward = decideAck(rec, env, to), control{}
-		if decision != ackAdvances {
-			return nil, nil
-		}
-		c, err := r.prepareControl(ctx, rec.ProducerID, env)
-		if err != nil {
-			return nil, err
-		}
-		forward = c
-		return &store.Step{To: to, ErrorCode: ack.ErrorCode, Note: ack.Note, FollowUp: c.admit}, nil
-	})
+	res, err := r.st.Messages().AdvanceWith(ctx, store.StepRequest{MessageID: ack.AckForMessageID, Known: r.records.recall(ack.AckForMessageID),
+		Plan: func(rec store.MessageRecord) (*store.Step, error) {
+			decision, forward = decideAck(rec, env, to), control{}
+			if decision != ackAdvances {
+				return nil, nil
+			}
+			c, err := r.prepareControl(ctx, rec.ProducerID, env)
+			if err != nil {
+				return nil, err
+			}
+			forward = c
+			return &store.Step{To: to, ErrorCode: ack.ErrorCode, Note: ack.Note, FollowUp: c.admit}, nil
+		}})
 	if errors.Is(err, store.ErrNotFound) {
 		return r.reject(ctx, env, "", protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "ack_for_message_id %s names no message this router admitted", ack.AckForMessageID))
 	}
@@ -50,6 +51,7 @@ func (r *Router) applyAck(ctx context.Context, env *commonpb.Envelope) (*protoco
 		return nil, fmt.Errorf("apply ack to message %s: %w", ack.AckForMessageID, err)
 	}
 	rec := res.Record
+	r.records.remember(rec)
 	switch decision {
 	case ackWrongSender:
 		return r.reject(ctx, env, "", protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED,

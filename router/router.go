@@ -148,6 +148,7 @@ type Router struct {
 	limitersMu sync.Mutex
 	limiters   map[string]*rate.Limiter
 	agents     agentCache
+	records    recordCache
 }
 
 // New builds a router over a store.
@@ -463,7 +464,7 @@ func (r *Router) Notify(ctx context.Context, agentID string, env *commonpb.Envel
 func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64, messageID string, permanentFailure bool) (bool, error) {
 	note := "delivery confirmed by " + agentID
 	var ack control // the producer's ACK RECEIVED, as the plan that was written prepared it
-	res, err := r.st.Messages().ConfirmAndAdvance(ctx, agentID, seq, messageID, func(rec store.MessageRecord) (*store.Step, error) {
+	req := store.ConfirmRequest{AgentID: agentID, Seq: seq, MessageID: messageID, Plan: func(rec store.MessageRecord) (*store.Step, error) {
 		ack = control{}
 		// SENT → RECEIVED is the only legal move to RECEIVED: if the consumer's own ACK got
 		// there first, or the message timed out, nothing changes.
@@ -477,13 +478,18 @@ func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64,
 		}
 		ack = c
 		return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Note: note, FollowUp: c.admit}, nil
-	})
+	}}
+	if messageID != "" && !permanentFailure {
+		req.Known = r.records.recall(messageID)
+	}
+	res, err := r.st.Messages().ConfirmAndAdvance(ctx, req)
 	if err != nil || !res.Confirmed {
 		return res.Confirmed, err
 	}
 	if !res.Tracked || !followsDelivery(res.Record.Envelope) {
 		return true, nil // control traffic is not tracked; the scheduler's CONTROL messages are (see SendControl)
 	}
+	r.records.remember(res.Record)
 	if permanentFailure {
 		return true, r.consumerFailed(ctx, res.Record, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.ErrorCode_INTERNAL_ERROR,
 			"consumer "+agentID+" reported a permanent delivery failure", agentID)
@@ -553,6 +559,11 @@ func (r *Router) Stream(ctx context.Context, agentID string, resumeAfter *int64,
 		}
 		r.observeDispatch(ctx, agentID, batch)
 		for _, d := range batch {
+			if followsDelivery(d.Envelope) {
+				r.records.guess(agentID, d.Envelope)
+			}
+		}
+		for _, d := range batch {
 			if err := send(d); err != nil {
 				return err
 			}
@@ -620,4 +631,87 @@ func originalOf(rec store.MessageRecord) string {
 		return t
 	}
 	return rec.MessageID
+}
+
+// recordCache remembers, for a while, the last record of the messages this frontend streamed
+// or moved on, so that a message's next step can be planned on it without the store reading
+// the record first (store.ConfirmRequest.Known, store.StepRequest.Known). An entry is only a
+// guess — the store writes a step planned on it only if the message is still in its state,
+// and decides again on the stored record otherwise — so a stale or missing entry costs a read,
+// never a wrong decision. An entry keeps of the envelope only what the router's plans read
+// (message_id, producer, correlation, type; never the payload), ends with the message's
+// terminal state or after recordCacheTTL, and the cache is bounded like the agent cache.
+type recordCache struct {
+	mu      sync.Mutex
+	entries map[string]cachedRecord
+}
+
+type cachedRecord struct {
+	rec  store.MessageRecord
+	seen time.Time
+}
+
+const (
+	recordCacheTTL = 5 * time.Minute
+	recordCacheMax = 50_000
+)
+
+// remember stores a record the store returned, or forgets the message once it is terminal.
+func (c *recordCache) remember(rec store.MessageRecord) {
+	if protocol.MessageStateTerminal(rec.State) {
+		c.forget(rec.MessageID)
+		return
+	}
+	rec.Envelope = planFields(rec.Envelope)
+	c.put(rec, true)
+}
+
+// guess stores what a stream's delivery of a tracked message tells: its record as admitted
+// (SENT, to agentID), unless a record of the message is remembered already.
+func (c *recordCache) guess(agentID string, env *commonpb.Envelope) {
+	c.put(store.MessageRecord{
+		MessageID: env.GetMessageId(), ProducerID: env.GetProducerId(), RecipientID: agentID,
+		CorrelationID: env.GetCorrelationId(), MessageType: env.GetMessageType(),
+		State: commonpb.EnvelopeState_ENVELOPE_STATE_SENT, Envelope: planFields(env),
+	}, false)
+}
+
+// planFields copies the envelope fields the router's plans read.
+func planFields(env *commonpb.Envelope) *commonpb.Envelope {
+	return &commonpb.Envelope{MessageId: env.GetMessageId(), ProducerId: env.GetProducerId(),
+		CorrelationId: env.GetCorrelationId(), MessageType: env.GetMessageType()}
+}
+
+func (c *recordCache) put(rec store.MessageRecord, replace bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.entries[rec.MessageID]; ok && !replace {
+		return
+	}
+	if c.entries == nil || len(c.entries) >= recordCacheMax {
+		c.entries = map[string]cachedRecord{} // crude bound; a miss only costs a read
+	}
+	c.entries[rec.MessageID] = cachedRecord{rec: rec, seen: time.Now()}
+}
+
+// recall returns the remembered record of a message, or nil.
+func (c *recordCache) recall(messageID string) *store.MessageRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[messageID]
+	if !ok {
+		return nil
+	}
+	if time.Since(e.seen) > recordCacheTTL {
+		delete(c.entries, messageID)
+		return nil
+	}
+	rec := e.rec
+	return &rec
+}
+
+func (c *recordCache) forget(messageID string) {
+	c.mu.Lock()
+	delete(c.entries, messageID)
+	c.mu.Unlock()
 }

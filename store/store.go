@@ -308,9 +308,39 @@ type Step struct {
 // for none; an error aborts the call before anything is written. The store calls it outside
 // its locks and transactions, so it may read the store (the router looks up the registry in
 // it). The step is written only if the message's state is still the one plan saw; when it
-// changed meanwhile, plan is called again with the newer record. So plan may be called more
-// than once and must have no side effects: the caller acts on the result instead.
+// changed meanwhile, plan is called again with the newer record (and so it is when a Known
+// record proved out of date). So plan may be called more than once and must have no side
+// effects: the caller acts on the result instead.
 type PlanFunc func(rec MessageRecord) (*Step, error)
+
+// StepRequest asks AdvanceWith for a planned step.
+type StepRequest struct {
+	// MessageID names the tracked message.
+	MessageID string
+	// Plan decides the step.
+	Plan PlanFunc
+	// Known, when set, is the message's record as the caller last saw it (a StepResult's, or
+	// one it built from a delivered envelope); the store may then plan on it instead of
+	// reading the record first. It is only a guess: a step planned on it is written only if
+	// the message is still tracked and in Known.State, and when it is not, or Plan makes no
+	// step of it, the store reads the record and plans again. Decisions and results are
+	// those of a call without it; only the read is saved when the guess is right.
+	Known *MessageRecord
+}
+
+// ConfirmRequest asks ConfirmAndAdvance to confirm a delivery row.
+type ConfirmRequest struct {
+	// AgentID and Seq name the row.
+	AgentID string
+	Seq     int64
+	// MessageID, when set, must be the row's message_id.
+	MessageID string
+	// Plan decides the step of a tracked message.
+	Plan PlanFunc
+	// Known is as in StepRequest, for the row's message; it is used only with MessageID set
+	// to Known.MessageID.
+	Known *MessageRecord
+}
 
 // StepResult is what AdvanceWith, or ConfirmAndAdvance for a tracked message, did.
 type StepResult struct {
@@ -349,7 +379,9 @@ type MessagePlane interface {
 	// Claim hands out up to req.Limit deliverable rows of req.AgentID and leases them for
 	// req.Lease: a row is deliverable when it is unconfirmed and not leased, or its lease
 	// expired, and its message's TTL has not run out. Lanes are interleaved by req.Weights;
-	// each claimed row's Attempts is incremented.
+	// each claimed row's Attempts is incremented. Leases need not survive a crash of the store
+	// (store/postgres commits claims without waiting for the disk): a crash may forget the
+	// latest claims, whose rows are then deliverable again with Attempts as before them.
 	Claim(ctx context.Context, req ClaimRequest) ([]Delivery, error)
 
 	// ReleaseLeases makes every unconfirmed row of agentID deliverable again at once; the
@@ -374,22 +406,25 @@ type MessagePlane interface {
 	// transition returns the unchanged record and false. Unknown messages give ErrNotFound.
 	Advance(ctx context.Context, t Transition, legal LegalFunc) (MessageRecord, bool, error)
 
-	// AdvanceWith applies to a tracked message the Step that plan makes of its record, with
-	// the step's follow-up admission and the idempotency entry's update (as Advance) in one
-	// transaction. Unknown messages give ErrNotFound; a nil step, or a step to the current
-	// state, applies nothing. See PlanFunc for when plan is called.
-	AdvanceWith(ctx context.Context, messageID string, plan PlanFunc) (StepResult, error)
+	// AdvanceWith applies to a tracked message the Step that req.Plan makes of its record,
+	// with the step's follow-up admission and the idempotency entry's update (as Advance) in
+	// one transaction. Unknown messages give ErrNotFound; a nil step, or a step to the current
+	// state, applies nothing. See PlanFunc for when Plan is called.
+	AdvanceWith(ctx context.Context, req StepRequest) (StepResult, error)
 
 	// ConfirmAndAdvance is Confirm and AdvanceWith in one transaction: it confirms the row
-	// (agentID, seq) and, when the row's message is tracked, applies the Step that plan makes
+	// (AgentID, Seq) and, when the row's message is tracked, applies the Step that Plan makes
 	// of the message's record, with its follow-up admission. The confirmation, the transition
 	// and the follow-up are written together or not at all, and only while the message's state
-	// is still the one plan saw (see PlanFunc). A row whose message is not tracked (control
-	// traffic) is confirmed without calling plan. Confirmed is false, and nothing changes, in
+	// is still the one Plan saw (see PlanFunc). A row whose message is not tracked (control
+	// traffic) is confirmed without calling Plan; like a lease (see Claim), that confirmation
+	// need not survive a crash of the store, after which the row is delivered again (the
+	// confirmation of a tracked message's row is as durable as its transition). Confirmed is
+	// false, and nothing changes, in
 	// the cases Confirm reports false, including a concurrent confirmation that got there
-	// first (plan may have been called by then); a plan error aborts the call and leaves the
+	// first (Plan may have been called by then); a Plan error aborts the call and leaves the
 	// row unconfirmed.
-	ConfirmAndAdvance(ctx context.Context, agentID string, seq int64, messageID string, plan PlanFunc) (ConfirmResult, error)
+	ConfirmAndAdvance(ctx context.Context, req ConfirmRequest) (ConfirmResult, error)
 
 	// Expire is the sweep every frontend runs (several may share the store; each message is
 	// returned to exactly one caller). It moves tracked messages still SENT and admitted at or

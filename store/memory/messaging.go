@@ -402,30 +402,45 @@ func sortPending(ps []store.PendingResponse) {
 // ---------------------------------------------------------------------------------------------
 // Planned steps
 
-// AdvanceWith implements store.MessagePlane. plan runs without s.mu held; the step is written
-// under s.mu only if the message's state is still the one plan saw, else plan runs again.
-func (m *messagePlane) AdvanceWith(ctx context.Context, messageID string, plan store.PlanFunc) (store.StepResult, error) {
+// AdvanceWith implements store.MessagePlane. Plan runs without s.mu held; the step is
+// written under s.mu only if the message's state is still the one Plan saw, else Plan runs
+// again on the stored record.
+func (m *messagePlane) AdvanceWith(ctx context.Context, req store.StepRequest) (store.StepResult, error) {
 	s := m.s()
+	known := req.Known
+	if known != nil && known.MessageID != req.MessageID {
+		known = nil
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return store.StepResult{}, err
 		}
-		s.mu.Lock()
-		row, ok := s.messages[messageID]
-		if !ok || !row.tracked {
+		var rec store.MessageRecord
+		fromKnown := known != nil
+		if fromKnown {
+			rec, known = *known, nil
+		} else {
+			s.mu.Lock()
+			row, ok := s.messages[req.MessageID]
+			if !ok || !row.tracked {
+				s.mu.Unlock()
+				return store.StepResult{}, fmt.Errorf("memory: advance %q: %w", req.MessageID, store.ErrNotFound)
+			}
+			var err error
+			rec, err = row.toRecord(req.MessageID)
 			s.mu.Unlock()
-			return store.StepResult{}, fmt.Errorf("memory: advance %q: %w", messageID, store.ErrNotFound)
+			if err != nil {
+				return store.StepResult{}, err
+			}
 		}
-		rec, err := row.toRecord(messageID)
-		s.mu.Unlock()
-		if err != nil {
-			return store.StepResult{}, err
-		}
-		step, err := store.PlanStep(plan, rec)
+		step, err := store.PlanStep(req.Plan, rec)
 		if err != nil {
 			return store.StepResult{}, err
 		}
 		if step == nil {
+			if fromKnown {
+				continue // decide on the stored record, not on the caller's
+			}
 			return store.StepResult{Record: rec}, nil
 		}
 		follow, err := encodeFollowUp(step)
@@ -433,63 +448,89 @@ func (m *messagePlane) AdvanceWith(ctx context.Context, messageID string, plan s
 			return store.StepResult{}, err
 		}
 		s.mu.Lock()
-		if row.state != rec.State {
+		row, ok := s.messages[req.MessageID]
+		if !ok || !row.tracked || row.state != rec.State {
 			s.mu.Unlock()
-			continue // changed since plan saw it: plan again
+			continue // changed since Plan saw it (or never was as the caller knew it): plan again
 		}
-		res, err := s.applyStep(messageID, row, step, follow, now())
+		res, err := s.applyStep(req.MessageID, row, step, follow, now())
 		s.mu.Unlock()
 		return res, err
 	}
 }
 
-// ConfirmAndAdvance implements store.MessagePlane. plan runs without s.mu held; the
+// ConfirmAndAdvance implements store.MessagePlane. Plan runs without s.mu held; the
 // confirmation and the step are written together under s.mu only if the row is still
-// unconfirmed and the message's state is still the one plan saw, else plan runs again.
-func (m *messagePlane) ConfirmAndAdvance(ctx context.Context, agentID string, seq int64, messageID string, plan store.PlanFunc) (store.ConfirmResult, error) {
+// unconfirmed and the message's state is still the one Plan saw, else Plan runs again on the
+// stored record.
+func (m *messagePlane) ConfirmAndAdvance(ctx context.Context, req store.ConfirmRequest) (store.ConfirmResult, error) {
 	s := m.s()
+	known := req.Known
+	if known != nil && (req.MessageID == "" || known.MessageID != req.MessageID) {
+		known = nil
+	}
+	// confirmable returns the row if it can be confirmed; the caller holds s.mu.
+	confirmable := func() *deliveryRow {
+		d, ok := s.deliveries[req.Seq]
+		if !ok || !d.confirmedAt.IsZero() || d.agentID != req.AgentID || (req.MessageID != "" && d.messageID != req.MessageID) {
+			return nil
+		}
+		return d
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return store.ConfirmResult{}, err
 		}
-		s.mu.Lock()
-		d, ok := s.deliveries[seq]
-		if !ok || !d.confirmedAt.IsZero() || d.agentID != agentID || (messageID != "" && d.messageID != messageID) {
-			s.mu.Unlock()
-			return store.ConfirmResult{}, nil
-		}
-		row := s.messages[d.messageID]
-		if row == nil || !row.tracked {
-			// Control traffic: nothing to plan.
-			s.confirmRow(d, now())
-			del, err := d.toDelivery()
+		var rec store.MessageRecord
+		fromKnown := known != nil
+		if fromKnown {
+			rec, known = *known, nil
+		} else {
+			s.mu.Lock()
+			d := confirmable()
+			if d == nil {
+				s.mu.Unlock()
+				return store.ConfirmResult{}, nil
+			}
+			row := s.messages[d.messageID]
+			if row == nil || !row.tracked {
+				// Control traffic: nothing to plan.
+				s.confirmRow(d, now())
+				del, err := d.toDelivery()
+				s.mu.Unlock()
+				if err != nil {
+					return store.ConfirmResult{}, err
+				}
+				return store.ConfirmResult{Delivery: del, Confirmed: true}, nil
+			}
+			var err error
+			rec, err = row.toRecord(d.messageID)
 			s.mu.Unlock()
 			if err != nil {
 				return store.ConfirmResult{}, err
 			}
-			return store.ConfirmResult{Delivery: del, Confirmed: true}, nil
 		}
-		rec, err := row.toRecord(d.messageID)
-		s.mu.Unlock()
+		step, err := store.PlanStep(req.Plan, rec)
 		if err != nil {
 			return store.ConfirmResult{}, err
 		}
-		step, err := store.PlanStep(plan, rec)
-		if err != nil {
-			return store.ConfirmResult{}, err
+		if step == nil && fromKnown {
+			continue // decide on the stored record, not on the caller's
 		}
 		follow, err := encodeFollowUp(step)
 		if err != nil {
 			return store.ConfirmResult{}, err
 		}
 		s.mu.Lock()
-		if s.deliveries[seq] != d || !d.confirmedAt.IsZero() {
+		d := confirmable()
+		if d == nil {
 			s.mu.Unlock()
 			return store.ConfirmResult{}, nil // confirmed (or resumed past) meanwhile
 		}
-		if row.state != rec.State {
+		row := s.messages[d.messageID]
+		if row == nil || !row.tracked || d.messageID != rec.MessageID || row.state != rec.State {
 			s.mu.Unlock()
-			continue // changed since plan saw it: plan again
+			continue // changed since Plan saw it (or never was as the caller knew it): plan again
 		}
 		res := store.ConfirmResult{Confirmed: true, Tracked: true, StepResult: store.StepResult{Record: rec}}
 		if step != nil {

@@ -213,9 +213,7 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 		if seq == nil {
 			return 0, fmt.Errorf("postgres: admit %q: no delivery row", id)
 		}
-		// Local subscribers are woken at once as well, without waiting for the round trip
-		// through the listener connection (the hub coalesces the second wake-up).
-		s.hub.Wake(req.RecipientID)
+		// Subscribers in this process are woken by the notification too (see Subscribe).
 		return *seq, nil
 	case "full":
 		return 0, fmt.Errorf("postgres: admit %q to %q: %w", id, req.RecipientID, store.ErrBufferFull)
@@ -270,6 +268,14 @@ const uniqueViolation = "23505"
 // ((rank-1) / weight), then lane (PRIVILEGED first), then seq: in round r a lane of weight w
 // contributes its rows r*w+1 .. (r+1)*w, and a lane that has run out simply contributes none.
 // The first $2 of that order are leased. Leases and TTLs are judged by the database clock.
+//
+// nosync turns synchronous_commit off for the claim's own transaction: its commit does not
+// wait for the WAL flush, which would otherwise put a disk flush between every admission and
+// its delivery. A lease only keeps a row from being handed out twice while a stream holds it;
+// should a crash of PostgreSQL forget the last leases, their rows are delivered again, as
+// they are anyway when the stream reconnects (ReleaseLeases). The attempts counter may then
+// be one short (see docs/messaging.md). A later synchronous commit, such as the row's
+// confirmation, flushes the claim with it.
 var claimSQL = enumSQL(`
 WITH
 p AS (
@@ -299,12 +305,15 @@ pick AS (
 	) AS r
 	ORDER BY rnd, lane, seq
 	LIMIT $2
+),
+nosync AS (
+	SELECT set_config('synchronous_commit', 'off', true) AS on_
 )
 UPDATE deliveries AS d
 SET leased_until = now() + $3::bigint * interval '1 microsecond',
     attempts = d.attempts + 1
 FROM pick
-WHERE d.seq = pick.seq
+WHERE d.seq = pick.seq AND (SELECT on_ FROM nosync) IS NOT NULL
 RETURNING d.seq, d.agent_id, d.envelope, d.enqueued_at, d.attempts, pick.rnd, pick.lane`)
 
 // Claim implements store.MessagePlane. FOR UPDATE SKIP LOCKED lets two streams (or
@@ -365,16 +374,13 @@ func (m *messagePlane) ReleaseLeases(ctx context.Context, agentID string) error 
 		if released == 0 {
 			return nil
 		}
-		// Same transaction as the update: other processes' streams wake only once the
-		// released rows are visible to them.
+		// Same transaction as the update: streams (this process's too, see Subscribe) wake
+		// only once the released rows are visible to them.
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, agentID)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("postgres: release leases of %q: %w", agentID, err)
-	}
-	if released > 0 {
-		s.hub.Wake(agentID)
 	}
 	return nil
 }
@@ -598,7 +604,7 @@ conf AS (
 	UPDATE deliveries AS d SET confirmed_at = now(), leased_until = NULL
 	FROM row_
 	WHERE d.seq = row_.seq AND (SELECT ok FROM ok_)
-	RETURNING d.seq
+	RETURNING d.seq, d.agent_id, d.envelope, d.enqueued_at, d.attempts
 ),
 upd AS (
 	UPDATE messages AS m SET state = $2, error_code = $3, note = $4, updated_at = now()
@@ -617,10 +623,12 @@ fdel AS (
 	SELECT $11, $9, $14, $15, $16 FROM fmsg
 	RETURNING seq
 )
-SELECT EXISTS (SELECT 1 FROM lk), EXISTS (SELECT 1 FROM conf), u.message_id IS NOT NULL,
+SELECT EXISTS (SELECT 1 FROM lk), c.seq IS NOT NULL, u.message_id IS NOT NULL,
 	(SELECT seq FROM fdel), (SELECT pg_notify($17, $11)::text FROM fdel),
+	COALESCE(c.seq, 0), COALESCE(c.agent_id, ''), COALESCE(c.envelope, ''::bytea),
+	COALESCE(c.enqueued_at, now()), COALESCE(c.attempts, 0),
 	` + nullableColumns("u") + `
-FROM (SELECT 1) AS one LEFT JOIN upd AS u ON true`)
+FROM (SELECT 1) AS one LEFT JOIN conf AS c ON true LEFT JOIN upd AS u ON true`)
 }
 
 var (
@@ -644,8 +652,9 @@ func nullableColumns(alias string) string {
 type stepOutcome struct {
 	// unchanged: the message was still in the state plan saw (else nothing was written).
 	unchanged bool
-	// confirmed: the delivery row was confirmed.
+	// confirmed: the delivery row was confirmed; delivery is the row.
 	confirmed bool
+	delivery  store.Delivery
 	// applied: the transition was applied; rec is the record after it.
 	applied bool
 	rec     store.MessageRecord
@@ -685,9 +694,12 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 		followID = f.Envelope.GetMessageId()
 		fseq     *int64
 		notified *string
+		d        store.Delivery
+		envBytes []byte
 		ms       messageScan
 	)
-	dest := append([]any{&out.unchanged, &out.confirmed, &out.applied, &fseq, &notified}, ms.dest()...)
+	dest := append([]any{&out.unchanged, &out.confirmed, &out.applied, &fseq, &notified,
+		&d.Seq, &d.AgentID, &envBytes, &d.EnqueuedAt, &d.Attempts}, ms.dest()...)
 	err := m.s().pool.QueryRow(ctx, sql, messageID, to, code, note, int32(from), step != nil, seq, agentID,
 		followID, f.Envelope.GetProducerId(), f.RecipientID, f.Envelope.GetCorrelationId(), int32(f.Envelope.GetMessageType()),
 		env, int16(store.LaneRank(f.Lane)), nullTime(f.ExpiresAt), NotifyChannel).Scan(dest...)
@@ -697,6 +709,11 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 	if err != nil {
 		return stepOutcome{}, err
 	}
+	if out.confirmed {
+		if out.delivery, err = finishDelivery(d, envBytes); err != nil {
+			return stepOutcome{}, err
+		}
+	}
 	if out.applied {
 		if out.rec, err = ms.record(); err != nil {
 			return stepOutcome{}, err
@@ -704,39 +721,48 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 	}
 	if fseq != nil {
 		out.followSeq = *fseq
-		// Local subscribers are woken at once, as in Admit.
-		m.s().hub.Wake(f.RecipientID)
 	}
 	return out, nil
 }
 
-// AdvanceWith implements store.MessagePlane: a read, plan (no transaction open), and the
-// conditional write stepSQL — two round trips and one commit; plan runs again if the state
-// changed in between.
-func (m *messagePlane) AdvanceWith(ctx context.Context, messageID string, plan store.PlanFunc) (store.StepResult, error) {
+// AdvanceWith implements store.MessagePlane: a read, Plan (no transaction open), and the
+// conditional write stepSQL — two round trips and one commit, or one when req.Known is right
+// (no read); Plan runs again if the state changed in between.
+func (m *messagePlane) AdvanceWith(ctx context.Context, req store.StepRequest) (store.StepResult, error) {
 	fail := func(err error) (store.StepResult, error) {
-		return store.StepResult{}, fmt.Errorf("postgres: advance %q: %w", messageID, notFound(err))
+		return store.StepResult{}, fmt.Errorf("postgres: advance %q: %w", req.MessageID, notFound(err))
 	}
-	rec, err := m.getMessage(ctx, messageID)
-	if err != nil {
-		return fail(err)
+	var rec store.MessageRecord
+	fromKnown := req.Known != nil && req.Known.MessageID == req.MessageID
+	if fromKnown {
+		rec = *req.Known
+	} else {
+		var err error
+		if rec, err = m.getMessage(ctx, req.MessageID); err != nil {
+			return fail(err)
+		}
 	}
 	for {
-		step, err := store.PlanStep(plan, rec)
+		step, err := store.PlanStep(req.Plan, rec)
 		if err != nil {
 			return store.StepResult{}, err
 		}
-		if step == nil {
+		if step == nil && !fromKnown {
 			return store.StepResult{Record: rec}, nil
 		}
-		out, err := m.writeStep(ctx, messageID, rec.State, step, 0, "")
-		if err != nil {
-			return fail(err)
+		if step != nil {
+			out, err := m.writeStep(ctx, req.MessageID, rec.State, step, 0, "")
+			if err != nil {
+				return fail(err)
+			}
+			if out.applied {
+				return store.StepResult{Record: out.rec, Applied: true, FollowUpSeq: out.followSeq}, nil
+			}
 		}
-		if out.applied {
-			return store.StepResult{Record: out.rec, Applied: true, FollowUpSeq: out.followSeq}, nil
-		}
-		if rec, err = m.getMessage(ctx, messageID); err != nil {
+		// Changed since Plan saw it, or no decision to take on the caller's record: plan
+		// again on the stored one.
+		fromKnown = false
+		if rec, err = m.getMessage(ctx, req.MessageID); err != nil {
 			return fail(err)
 		}
 	}
@@ -744,8 +770,14 @@ func (m *messagePlane) AdvanceWith(ctx context.Context, messageID string, plan s
 
 // peekSQL starts ConfirmAndAdvance: it confirms the row at once when its message is not
 // tracked (control traffic: nothing to plan), and otherwise only reads the row and the
-// message's record for plan. A row that is not in the buffer yields no result row; $3 = ''
-// matches any message_id. Parameters: $1 seq, $2 agent_id, $3 message_id.
+// message's record for plan. A row that is not in the buffer yields no result row; an empty
+// $3 matches any message_id. Parameters: $1 seq, $2 agent_id, $3 message_id.
+//
+// The confirmation of control traffic commits without waiting for the WAL flush (nosync, as
+// Claim): it changes no message's lifecycle, and should a crash of PostgreSQL forget it, the
+// row — an ACK, a NACK or a notification, which agents already get again whenever a stream
+// ends before its confirmation — is delivered once more. A later synchronous commit flushes
+// it with it.
 var peekSQL = `
 WITH
 d AS (
@@ -756,10 +788,13 @@ t AS (
 	SELECT ` + messageColumns + ` FROM messages
 	WHERE message_id = (SELECT message_id FROM d) AND tracked
 ),
+nosync AS (
+	SELECT set_config('synchronous_commit', 'off', true) AS on_
+),
 conf AS (
 	UPDATE deliveries SET confirmed_at = now(), leased_until = NULL
 	WHERE seq = $1 AND agent_id = $2 AND confirmed_at IS NULL AND ($3 = '' OR message_id = $3)
-	  AND NOT EXISTS (SELECT 1 FROM t)
+	  AND NOT EXISTS (SELECT 1 FROM t) AND (SELECT on_ FROM nosync) IS NOT NULL
 	RETURNING seq
 )
 SELECT d.seq, d.agent_id, d.envelope, d.enqueued_at, d.attempts, d.message_id,
@@ -768,58 +803,70 @@ SELECT d.seq, d.agent_id, d.envelope, d.enqueued_at, d.attempts, d.message_id,
 FROM d LEFT JOIN t ON true`
 
 // ConfirmAndAdvance implements store.MessagePlane. A row of control traffic is confirmed by
-// peekSQL alone (one round trip, as Confirm). For a tracked message: peekSQL reads, plan runs
+// peekSQL alone (one round trip, as Confirm). For a tracked message: peekSQL reads, Plan runs
 // (no transaction open), and stepSQL writes the confirmation, the transition and the
-// follow-up in one statement — two round trips and one commit; plan runs again if the
-// message's state changed in between.
-func (m *messagePlane) ConfirmAndAdvance(ctx context.Context, agentID string, seq int64, messageID string, plan store.PlanFunc) (store.ConfirmResult, error) {
+// follow-up in one statement — two round trips and one commit, or one when req.Known is right
+// (no read); Plan runs again if the message's state changed in between.
+func (m *messagePlane) ConfirmAndAdvance(ctx context.Context, req store.ConfirmRequest) (store.ConfirmResult, error) {
 	fail := func(err error) (store.ConfirmResult, error) {
-		return store.ConfirmResult{}, fmt.Errorf("postgres: confirm %s/%d: %w", agentID, seq, err)
+		return store.ConfirmResult{}, fmt.Errorf("postgres: confirm %s/%d: %w", req.AgentID, req.Seq, err)
+	}
+	known := req.Known
+	if known != nil && (req.MessageID == "" || known.MessageID != req.MessageID) {
+		known = nil
 	}
 	for {
-		var (
-			d                  store.Delivery
-			envBytes           []byte
-			rowMessageID       string
-			confirmed, tracked bool
-			ms                 messageScan
-		)
-		dest := append([]any{&d.Seq, &d.AgentID, &envBytes, &d.EnqueuedAt, &d.Attempts, &rowMessageID, &confirmed, &tracked}, ms.dest()...)
-		err := m.s().pool.QueryRow(ctx, peekSQL, seq, agentID, messageID).Scan(dest...)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return store.ConfirmResult{}, nil
+		var rec store.MessageRecord
+		fromKnown := known != nil
+		if fromKnown {
+			rec, known = *known, nil
+		} else {
+			var (
+				d                  store.Delivery
+				envBytes           []byte
+				rowMessageID       string
+				confirmed, tracked bool
+				ms                 messageScan
+			)
+			dest := append([]any{&d.Seq, &d.AgentID, &envBytes, &d.EnqueuedAt, &d.Attempts, &rowMessageID, &confirmed, &tracked}, ms.dest()...)
+			err := m.s().pool.QueryRow(ctx, peekSQL, req.Seq, req.AgentID, req.MessageID).Scan(dest...)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return store.ConfirmResult{}, nil
+			}
+			if err != nil {
+				return fail(err)
+			}
+			if confirmed {
+				if d, err = finishDelivery(d, envBytes); err != nil {
+					return fail(err)
+				}
+				return store.ConfirmResult{Delivery: d, Confirmed: true}, nil
+			}
+			if !tracked {
+				return store.ConfirmResult{}, nil // confirmed by someone else meanwhile
+			}
+			if rec, err = ms.record(); err != nil {
+				return fail(err)
+			}
 		}
-		if err != nil {
-			return fail(err)
-		}
-		if !tracked && !confirmed {
-			return store.ConfirmResult{}, nil // confirmed by someone else meanwhile
-		}
-		if d, err = finishDelivery(d, envBytes); err != nil {
-			return fail(err)
-		}
-		if confirmed {
-			return store.ConfirmResult{Delivery: d, Confirmed: true}, nil
-		}
-		rec, err := ms.record()
-		if err != nil {
-			return fail(err)
-		}
-		step, err := store.PlanStep(plan, rec)
+		step, err := store.PlanStep(req.Plan, rec)
 		if err != nil {
 			return store.ConfirmResult{}, err
 		}
-		out, err := m.writeStep(ctx, rowMessageID, rec.State, step, seq, agentID)
+		if step == nil && fromKnown {
+			continue // decide on the stored record, not on the caller's
+		}
+		out, err := m.writeStep(ctx, rec.MessageID, rec.State, step, req.Seq, req.AgentID)
 		if err != nil {
 			return fail(err)
 		}
 		if !out.unchanged {
-			continue // the message moved on since plan saw it: plan again
+			continue // the message moved on since Plan saw it (or never was as known): plan again
 		}
 		if !out.confirmed {
 			return store.ConfirmResult{}, nil // confirmed by someone else meanwhile
 		}
-		res := store.ConfirmResult{Delivery: d, Confirmed: true, Tracked: true, StepResult: store.StepResult{Record: rec}}
+		res := store.ConfirmResult{Delivery: out.delivery, Confirmed: true, Tracked: true, StepResult: store.StepResult{Record: rec}}
 		if out.applied {
 			res.StepResult = store.StepResult{Record: out.rec, Applied: true, FollowUpSeq: out.followSeq}
 		}
@@ -827,9 +874,13 @@ func (m *messagePlane) ConfirmAndAdvance(ctx context.Context, agentID string, se
 	}
 }
 
-// Subscribe implements store.MessagePlane. Wake-ups come from this process's own Admit and
-// ReleaseLeases calls and, through the LISTEN connection, from every other process sharing the
-// database. The subscription also ends when ctx is done; the channel is never closed.
+// Subscribe implements store.MessagePlane. Wake-ups come through the LISTEN connection, from
+// the notifications that Admit, ReleaseLeases and the follow-ups of AdvanceWith and
+// ConfirmAndAdvance send at commit — this process's own as well as every other process's
+// sharing the database. This process's writes do not also wake its subscribers directly: the
+// notification would then wake each of them a second time, after the claim the first wake-up
+// caused, and every admission would cost its consumer's stream a second, empty claim. The
+// subscription also ends when ctx is done; the channel is never closed.
 func (m *messagePlane) Subscribe(ctx context.Context, agentID string) (<-chan struct{}, func()) {
 	return m.s().hub.Subscribe(ctx, agentID)
 }
