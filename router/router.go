@@ -516,11 +516,12 @@ func (r *Router) consumerFailed(ctx context.Context, rec store.MessageRecord, to
 	if err != nil || !applied {
 		return err
 	}
-	if err := r.nack(ctx, rec.ProducerID, rec.CorrelationID, rec.MessageID, protocol.StageForState(to), code, note); err != nil {
+	// Dead-letter first: a producer that hears of the failure finds the message in the DLQ.
+	if err := r.deadLetter(ctx, deadLetterInput{env: after.Envelope, route: rec.RecipientID, code: code, class: store.DLQTerminalError,
+		reason: note, state: to, firstSeen: rec.CreatedAt}); err != nil {
 		return err
 	}
-	return r.deadLetter(ctx, deadLetterInput{env: after.Envelope, route: rec.RecipientID, code: code, class: store.DLQTerminalError,
-		reason: note, state: to, firstSeen: rec.CreatedAt})
+	return r.nack(ctx, rec.ProducerID, rec.CorrelationID, rec.MessageID, protocol.StageForState(to), code, note)
 }
 
 // Stream feeds agentID's inbound buffer to send until ctx ends or send fails. On open, rows a

@@ -80,8 +80,8 @@ func (r *Router) expired(ctx context.Context, e store.ExpiredMessage) error {
 	r.sink.Record(ctx, observe.Event{CorrelationID: rec.CorrelationID, Actor: protocol.SchedulerID, Type: "message.state",
 		AgentID: rec.RecipientID, MessageID: rec.MessageID, Level: slog.LevelWarn,
 		Details: map[string]any{"state": rec.State.String(), "error_code": rec.ErrorCode.String(), "note": rec.Note, "retry_count": rec.Envelope.GetRetryCount()}})
-	if err := r.nack(ctx, rec.ProducerID, rec.CorrelationID, rec.MessageID, protocol.StageForState(rec.State), rec.ErrorCode, rec.Note); err != nil {
-		return err
+	nack := func() error {
+		return r.nack(ctx, rec.ProducerID, rec.CorrelationID, rec.MessageID, protocol.StageForState(rec.State), rec.ErrorCode, rec.Note)
 	}
 	in := deadLetterInput{env: rec.Envelope, route: rec.RecipientID, code: rec.ErrorCode, reason: rec.Note, state: rec.State, firstSeen: rec.CreatedAt}
 	switch {
@@ -91,9 +91,13 @@ func (r *Router) expired(ctx context.Context, e store.ExpiredMessage) error {
 		in.class = store.DLQRetriesExhausted
 		in.reason = fmt.Sprintf("%s; retry budget of %d exhausted", rec.Note, r.cfg.MaxRetries)
 	default:
-		return nil // the producer may retry (§11: TIMED_OUT → RETRYING)
+		return nack() // the producer may retry (§11: TIMED_OUT → RETRYING)
 	}
-	return r.deadLetter(ctx, in)
+	// Dead-letter first: a producer that hears of the failure finds the message in the DLQ.
+	if err := r.deadLetter(ctx, in); err != nil {
+		return err
+	}
+	return nack()
 }
 
 // housekeeping applies the retention windows.
