@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -318,4 +320,31 @@ func TestScopeConflictGoesToHITL(t *testing.T) {
 	assert.Contains(t, ys.History, workflows.TaskAwaitingHITL)
 	free()
 	waitTask(t, sys, tx, workflows.TaskCompleted)
+}
+
+// TestControlToSchedulerValidated: what an agent addresses to the scheduler is checked
+// (§7.2): only section declarations, with their mandatory bound, for a task the agent holds.
+func TestControlToSchedulerValidated(t *testing.T) {
+	sys := start(t, newConfig(t, "memory"))
+	a := dialAgent(t, sys, "agent")
+	require.NoError(t, a.Heartbeat(context.Background(), commonpb.AgentState_AGENT_STATE_UNSPECIFIED, nil))
+	waitState(t, sys, a.ID(), commonpb.AgentState_RUNNABLE)
+	send := func(c protocol.Control) error {
+		env, err := protocol.NewControlEnvelope(uuid.NewString(), a.ID(), c)
+		require.NoError(t, err)
+		return a.SendEnvelope(context.Background(), env, protocol.SchedulerID)
+	}
+	err := send(protocol.Control{Type: protocol.ControlRun, TaskID: "t1"})
+	require.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, sdk.CodeOf(err), "%v", err)
+	assert.Contains(t, err.Error(), "agents may send the scheduler only")
+	err = send(protocol.Control{Type: protocol.ControlNonPreemptibleBegin, TaskID: "t1"})
+	require.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, sdk.CodeOf(err), "%v", err)
+	assert.Contains(t, err.Error(), "max_duration_ms")
+	require.NoError(t, send(protocol.Control{Type: protocol.ControlNonPreemptibleBegin, TaskID: "t1", MaxDurationMS: 1000}),
+		"a well-formed declaration is accepted (and ignored by the scheduler while t1 is not running)")
+	v, err := sys.app.Temporal().QueryWorkflow(context.Background(), workflows.AgentWorkflowID(a.ID()), "", workflows.AgentTasksQuery)
+	require.NoError(t, err)
+	var d workflows.DispatchStatus
+	require.NoError(t, v.Get(&d))
+	assert.False(t, d.NonPreemptible)
 }
