@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -111,14 +112,7 @@ func (a *Activities) AgentTypeOf(ctx context.Context, agentID string) (string, e
 	if err != nil {
 		return "", err
 	}
-	return cmpOr(rec.Descriptor.GetName(), agentID), nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
+	return cmp.Or(rec.Descriptor.GetName(), agentID), nil
 }
 
 // AdmitTask decides whether a task may be queued at its agent (§9) and, if so, creates its
@@ -153,7 +147,7 @@ func (a *Activities) admitTask(ctx context.Context, in AdmitTaskInput) (AdmitTas
 	if err != nil {
 		return AdmitTaskResult{}, fmt.Errorf("look up %s: %w", in.AgentID, err)
 	}
-	agentType := cmpOr(rec.Descriptor.GetName(), in.AgentID)
+	agentType := cmp.Or(rec.Descriptor.GetName(), in.AgentID)
 	if rec.State == commonpb.AgentState_SHUTTING_DOWN {
 		// §8.1: the Scheduler MUST NOT dispatch new tasks to an agent that is shutting down.
 		return AdmitTaskResult{Verdict: AdmitReject, Code: commonpb.ErrorCode_AGENT_SHUTDOWN, AgentType: agentType,
@@ -186,7 +180,7 @@ func (a *Activities) admitTask(ctx context.Context, in AdmitTaskInput) (AdmitTas
 			if e.AgentID == in.AgentID || busy[e.AgentID] {
 				continue
 			}
-			if other, err := reg.GetAgent(ctx, e.AgentID); err == nil && cmpOr(other.Descriptor.GetName(), other.Descriptor.GetAgentId()) == agentType {
+			if other, err := reg.GetAgent(ctx, e.AgentID); err == nil && cmp.Or(other.Descriptor.GetName(), other.Descriptor.GetAgentId()) == agentType {
 				busy[e.AgentID] = true
 			}
 		}
@@ -246,7 +240,7 @@ func (a *Activities) checkConflicts(in AdmitTaskInput, agentType string, others 
 	}
 	engine := a.Scheduler.Engine
 	if engine == nil {
-		engine, _ = inference.NewRuleEngine(inference.DefaultConfidences())
+		engine = &inference.RuleEngine{} // the default table, as ReasoningProxy serves it
 	}
 	for _, e := range others {
 		if e.AgentID == in.AgentID || slices.Contains(in.AuthorizedConflicts, e.TaskID) || e.JobKey == "" {

@@ -165,6 +165,11 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 	if err != nil {
 		return workflows.TaskAdmission{}, temporalStatus(ctx, "wait for the task's admission", err)
 	}
+	return awaitAdmission(ctx, h)
+}
+
+// awaitAdmission returns the answer of a task-admission update.
+func awaitAdmission(ctx context.Context, h client.WorkflowUpdateHandle) (workflows.TaskAdmission, error) {
 	var adm workflows.TaskAdmission
 	if err := h.Get(ctx, &adm); err != nil {
 		return workflows.TaskAdmission{}, temporalStatus(ctx, "wait for the task's admission", err)
@@ -187,11 +192,7 @@ func (sc *schedulerService) submitInWorkflow(ctx context.Context, in workflows.T
 	if err != nil {
 		return workflows.TaskAdmission{}, temporalStatus(ctx, "submit the task", err)
 	}
-	var adm workflows.TaskAdmission
-	if err := h.Get(ctx, &adm); err != nil {
-		return workflows.TaskAdmission{}, temporalStatus(ctx, "wait for the task's admission", err)
-	}
-	return adm, nil
+	return awaitAdmission(ctx, h)
 }
 
 // RequestPreemption asks the agent's scheduler to preempt the running task at its next safe

@@ -102,11 +102,11 @@ func (r *Router) toSchedulerControl(ctx context.Context, env *commonpb.Envelope)
 			"agents may send the scheduler only %s and %s, not %s", protocol.ControlNonPreemptibleBegin, protocol.ControlNonPreemptibleEnd, c.Type))
 	}
 	perr, err := r.inbox.Control(ctx, env, c)
-	if err != nil || perr != nil {
-		if perr != nil {
-			return r.reject(ctx, env, protocol.SchedulerID, perr)
-		}
+	switch {
+	case err != nil:
 		return nil, err
+	case perr != nil:
+		return r.reject(ctx, env, protocol.SchedulerID, perr)
 	}
 	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "scheduler.control_received",
 		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(), Details: map[string]any{"type": c.Type, "task_id": c.TaskID, "max_duration_ms": c.MaxDurationMS}})

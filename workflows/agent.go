@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -374,7 +375,7 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 		var r PreemptionRequest
 		c.Receive(ctx, &r)
 		if run := disp.d.Running; run != nil && (r.TaskID == "" || r.TaskID == run.TaskID) {
-			stepErr = disp.preempt(ctx, cmpOr(r.Reason, "RequestPreemption"))
+			stepErr = disp.preempt(ctx, cmp.Or(r.Reason, "RequestPreemption"))
 		}
 	}
 	onAck := func(c workflow.ReceiveChannel, _ bool) {

@@ -380,7 +380,7 @@ func (p *dispatcher) finish(ctx workflow.Context, r *RunningTask, ev TaskEvent) 
 		case step == commonpb.AgentState_RUNNING && p.w.state != commonpb.AgentState_WAITING && p.w.state != commonpb.AgentState_WAITING_RESOURCES &&
 			p.w.state != commonpb.AgentState_SCHEDULED && p.w.state != commonpb.AgentState_RESUMED:
 			continue // only the in-task states pass through RUNNING
-		case !protocolLegal(p.w.state, step):
+		case !protocol.AgentTransitionLegal(p.w.state, step):
 			return p.dispatch(ctx) // e.g. SHUTTING_DOWN: the agent stays where it is
 		}
 		if err := p.w.transition(ctx, step, why); err != nil {
@@ -511,9 +511,6 @@ func (p *dispatcher) failAll(ctx workflow.Context, code commonpb.ErrorCode, reas
 	p.d.Queue = nil
 }
 
-// protocolLegal is protocol.AgentTransitionLegal, named here for the finish walk.
-func protocolLegal(from, to commonpb.AgentState) bool { return protocol.AgentTransitionLegal(from, to) }
-
 // failQueued ends the queued tasks (the agent will not run them).
 func (p *dispatcher) failQueued(ctx workflow.Context, code commonpb.ErrorCode, reason string) {
 	for i := range p.d.Queue {
@@ -537,5 +534,3 @@ func (p *dispatcher) afterStep(ctx workflow.Context) error {
 	}
 	return p.dispatch(ctx)
 }
-
-func cmpOr(a, b string) string { return cmp.Or(a, b) }

@@ -272,18 +272,7 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 	if req.Track {
 		s.sent[id] = struct{}{}
 	}
-	d := &deliveryRow{
-		seq:        s.seq,
-		agentID:    req.RecipientID,
-		messageID:  id,
-		envelope:   envBytes,
-		enqueuedAt: t,
-		lane:       int32(store.LaneRank(req.Lane)),
-		expiresAt:  row.expiresAt,
-	}
-	s.deliveries[d.seq] = d
-	// Seqs only grow, so appending keeps the buffer sorted.
-	s.pending[req.RecipientID] = append(s.pending[req.RecipientID], d.seq)
+	s.addDelivery(row, id, req.Lane, t)
 	if dedup != nil {
 		if entry == nil {
 			s.idem[idemKey{dedup.ProducerID, dedup.Key}] = &store.IdempotencyEntry{
@@ -304,7 +293,7 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 		}
 	}
 	s.hub.Wake(req.RecipientID)
-	return d.seq, nil
+	return row.seq, nil
 }
 
 // Claim implements store.MessagePlane: the deliverable rows of each lane in seq order,

@@ -601,17 +601,24 @@ func (s *Store) enqueueControl(req *store.AdmitRequest, envBytes []byte, t time.
 		seq:       s.seq,
 	}
 	s.messages[id] = row
+	s.addDelivery(row, id, req.Lane, t)
+	s.hub.Wake(req.RecipientID)
+	return row.seq
+}
+
+// addDelivery puts the delivery row of a message just stored as row (with its seq) into its
+// recipient's buffer; the caller holds s.mu.
+func (s *Store) addDelivery(row *messageRow, id string, lane commonpb.CommunicationClass, t time.Time) {
 	d := &deliveryRow{
-		seq:        s.seq,
-		agentID:    req.RecipientID,
+		seq:        row.seq,
+		agentID:    row.recipient,
 		messageID:  id,
-		envelope:   envBytes,
+		envelope:   row.envelope,
 		enqueuedAt: t,
-		lane:       int32(store.LaneRank(req.Lane)),
+		lane:       int32(store.LaneRank(lane)),
 		expiresAt:  row.expiresAt,
 	}
 	s.deliveries[d.seq] = d
-	s.pending[req.RecipientID] = append(s.pending[req.RecipientID], d.seq)
-	s.hub.Wake(req.RecipientID)
-	return d.seq
+	// Seqs only grow, so appending keeps the buffer sorted.
+	s.pending[row.recipient] = append(s.pending[row.recipient], d.seq)
 }
