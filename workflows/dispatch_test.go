@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
@@ -40,6 +41,21 @@ func (h *schedulerHarness) states(taskID string) []string {
 		out = append(out, ev.State)
 	}
 	return out
+}
+
+// requireStates asserts a task's reported states once the mock's goroutines, which may still
+// be running when the workflow has returned, have recorded them.
+func (h *schedulerHarness) requireStates(taskID string, want ...string) {
+	h.t.Helper()
+	assert.Eventually(h.t, func() bool { return slices.Equal(want, h.states(taskID)) }, 5*time.Second, time.Millisecond)
+	require.Equal(h.t, want, h.states(taskID))
+}
+
+// requireCode asserts a task's reported error code, as requireStates does its states.
+func (h *schedulerHarness) requireCode(taskID string, want commonpb.ErrorCode, msg ...any) {
+	h.t.Helper()
+	assert.Eventually(h.t, func() bool { return h.code(taskID) == want }, 5*time.Second, time.Millisecond)
+	require.Equal(h.t, want, h.code(taskID), msg...)
 }
 
 func (h *schedulerHarness) code(taskID string) commonpb.ErrorCode {
@@ -165,9 +181,9 @@ func TestDispatchCooperativePreemption(t *testing.T) {
 	})
 	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject", HeartbeatInterval: time.Hour})
 	require.NoError(t, h.env.GetWorkflowError())
-	require.Equal(t, []string{"SCHEDULED", "RUNNING", "SUSPENDED", "RESUMED", "RUNNING", "COMPLETED"}, h.states("low"))
-	require.Equal(t, []string{"SCHEDULED", "RUNNING", "COMPLETED"}, h.states("urgent"))
-	require.Equal(t, []string{"SCHEDULED", "RUNNING", "COMPLETED"}, h.states("same"))
+	h.requireStates("low", "SCHEDULED", "RUNNING", "SUSPENDED", "RESUMED", "RUNNING", "COMPLETED")
+	h.requireStates("urgent", "SCHEDULED", "RUNNING", "COMPLETED")
+	h.requireStates("same", "SCHEDULED", "RUNNING", "COMPLETED")
 }
 
 // App. D C.5: the agent is inside a declared non-preemptible section; preemption is deferred
@@ -206,9 +222,9 @@ func TestDispatchForcedPreemptionAfterNonPreemptibleTimeout(t *testing.T) {
 	})
 	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject", HeartbeatInterval: time.Hour})
 	require.NoError(t, h.env.GetWorkflowError())
-	require.Equal(t, []string{"SCHEDULED", "RUNNING", "FAILED"}, h.states("long"))
-	require.Equal(t, commonpb.ErrorCode_FORCED_PREEMPTION, h.code("long"))
-	require.Equal(t, commonpb.ErrorCode_AGENT_SHUTDOWN, h.code("urgent"), "deregistration fails what the agent still holds")
+	h.requireStates("long", "SCHEDULED", "RUNNING", "FAILED")
+	h.requireCode("long", commonpb.ErrorCode_FORCED_PREEMPTION)
+	h.requireCode("urgent", commonpb.ErrorCode_AGENT_SHUTDOWN, "deregistration fails what the agent still holds")
 }
 
 // A TERMINATE acknowledged within its grace ends the task FAILED forced_preemption without
@@ -239,6 +255,6 @@ func TestDispatchTerminateAcknowledged(t *testing.T) {
 	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject",
 		HeartbeatInterval: time.Hour, PreemptTimeout: time.Minute})
 	require.NoError(t, h.env.GetWorkflowError())
-	require.Equal(t, []string{"SCHEDULED", "RUNNING", "FAILED"}, h.states("stubborn"))
-	require.Equal(t, commonpb.ErrorCode_FORCED_PREEMPTION, h.code("stubborn"))
+	h.requireStates("stubborn", "SCHEDULED", "RUNNING", "FAILED")
+	h.requireCode("stubborn", commonpb.ErrorCode_FORCED_PREEMPTION)
 }
