@@ -16,6 +16,13 @@ SEARCH_ATTRIBUTES := --search-attribute SW4RMKind=Keyword --search-attribute SW4
                      --search-attribute SW4RMAgentState=Keyword --search-attribute SW4RMHitlPending=Bool \
                      --search-attribute SW4RMRoomID=Keyword
 
+# The dev server has one history shard, and its transfer queue (the one that hands a signalled
+# workflow's next task to matching) polls at most 20 times a second by default, which puts up
+# to 50 ms between a signal and the workflow seeing it. A scheduler that must preempt within
+# 50 ms raises that bound (docs/benchmarks.md, "Temporal's transfer queue"); the tests start
+# their dev server with the same flag.
+TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS=1000
+
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
 
 .PHONY: all build dev temporal test test-unit test-e2e bench proto lint workflowcheck clean
@@ -33,7 +40,7 @@ $(TEMPORAL):
 
 ## dev: start the Temporal dev server (UI on :8233) and `sw4rm dev` (gRPC on :50051).
 dev: $(TEMPORAL) build
-	./scripts/dev.sh "$(TEMPORAL)" "$(BIN)" $(SEARCH_ATTRIBUTES)
+	./scripts/dev.sh "$(TEMPORAL)" "$(BIN)" $(SEARCH_ATTRIBUTES) $(TEMPORAL_DEV_FLAGS)
 
 ## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it).
 test: $(TEMPORAL) workflowcheck

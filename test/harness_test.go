@@ -58,8 +58,12 @@ func TestMain(m *testing.M) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath:  cli,
-		LogLevel:      "error",
+		ExistingPath: cli,
+		LogLevel:     "error",
+		// The same tuning as `make dev` (see the Makefile's TEMPORAL_DEV_FLAGS): without it
+		// the dev server's transfer queue polls 20 times a second, and every signal waits up
+		// to 50 ms before its workflow sees it.
+		ExtraArgs:     []string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"},
 		ClientOptions: &client.Options{Namespace: "default", Logger: quietLogger()},
 		Stdout:        io.Discard,
 		Stderr:        os.Stderr,
