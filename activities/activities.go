@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"go.temporal.io/sdk/client"
 
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/observe"
@@ -32,6 +33,8 @@ type Activities struct {
 	HITL hitlsignals.Policy
 	// Scheduler is the task admission policy (§9).
 	Scheduler SchedulerPolicy
+	// Temporal signals workflows from local activities (SignalWorkflow).
+	Temporal client.Client
 }
 
 // AgentStateInput asks RecordAgentState to record a lifecycle transition.

@@ -124,10 +124,57 @@ func (a *Activities) AgentTypeOf(ctx context.Context, agentID string) (string, e
 // Every verdict is audited (§19). The reads and the Put are not one transaction, so two
 // tasks admitted in the same instant may both pass; the window is one round trip.
 func (a *Activities) AdmitTask(ctx context.Context, in AdmitTaskInput) (AdmitTaskResult, error) {
-	res, err := a.admitTask(ctx, in)
+	p, err := a.PrepareAdmission(ctx, in, nil)
 	if err != nil {
-		return res, err
+		return AdmitTaskResult{}, err
 	}
+	return p.Commit(ctx)
+}
+
+// PreparedAdmission is AdmitTask's verdict before the admitted task's activity entry exists:
+// the checks have run (they only read), and Commit creates the entry. SubmitTask prepares
+// while the task's workflow starts and commits once it has, so a refused start (a task_id
+// used before) writes nothing.
+type PreparedAdmission struct {
+	a     *Activities
+	in    AdmitTaskInput
+	res   AdmitTaskResult
+	ab    store.ActivityBuffer
+	entry *store.ActivityEntry // nil unless the checks admitted the task
+}
+
+// PrepareAdmission runs AdmitTask's checks. When jobKey is not nil it computes the task's job
+// identity from the agent's type, which the checks look up anyway (in.JobKey is then
+// ignored).
+func (a *Activities) PrepareAdmission(ctx context.Context, in AdmitTaskInput, jobKey func(agentType string) string) (*PreparedAdmission, error) {
+	p := &PreparedAdmission{a: a, in: in}
+	if err := p.check(ctx, jobKey); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Commit creates the admitted task's activity entry (a full buffer turns the admission into
+// a rejection, §10.1), audits the verdict (§19) and returns it.
+func (p *PreparedAdmission) Commit(ctx context.Context) (AdmitTaskResult, error) {
+	a, in := p.a, p.in
+	if p.entry != nil {
+		usage, err := p.ab.Put(ctx, *p.entry, a.Scheduler.ActivityLimits)
+		var full *store.ActivityFullError
+		switch {
+		case errors.As(err, &full):
+			p.res = AdmitTaskResult{Verdict: AdmitReject, Code: commonpb.ErrorCode_OVERLOADED, AgentType: p.res.AgentType,
+				Reason: fmt.Sprintf("activity_buffer_full: %v (§10.1)", err)}
+		case err != nil:
+			return AdmitTaskResult{}, fmt.Errorf("create activity entry: %w", err)
+		case usage.Warn():
+			p.res.BufferWarning = true
+			a.Sink.Record(ctx, observe.Event{Actor: protocol.SchedulerID, Type: "activity.buffer_high", AgentID: in.AgentID, Level: slog.LevelWarn,
+				Details: map[string]any{"active": usage.Active, "agent_active": usage.AgentActive, "max_active": usage.Limits.MaxActive, "max_per_agent": usage.Limits.MaxPerAgent}})
+		}
+		p.entry = nil
+	}
+	res := p.res
 	level := slog.LevelInfo
 	if res.Verdict != AdmitOK {
 		level = slog.LevelWarn
@@ -138,38 +185,48 @@ func (a *Activities) AdmitTask(ctx context.Context, in AdmitTaskInput) (AdmitTas
 	return res, nil
 }
 
-func (a *Activities) admitTask(ctx context.Context, in AdmitTaskInput) (AdmitTaskResult, error) {
+// check decides the verdict; for an admitted task it leaves the entry to create.
+func (p *PreparedAdmission) check(ctx context.Context, jobKey func(string) string) error {
+	a := p.a
 	reg := a.Store.Registry()
-	rec, err := reg.GetAgent(ctx, in.AgentID)
+	rec, err := reg.GetAgent(ctx, p.in.AgentID)
 	if errors.Is(err, store.ErrNotFound) {
-		return AdmitTaskResult{Verdict: AdmitReject, Code: commonpb.ErrorCode_NO_ROUTE, Reason: fmt.Sprintf("no_route: agent %q is not registered", in.AgentID)}, nil
+		p.res = AdmitTaskResult{Verdict: AdmitReject, Code: commonpb.ErrorCode_NO_ROUTE, Reason: fmt.Sprintf("no_route: agent %q is not registered", p.in.AgentID)}
+		return nil
 	}
 	if err != nil {
-		return AdmitTaskResult{}, fmt.Errorf("look up %s: %w", in.AgentID, err)
+		return fmt.Errorf("look up %s: %w", p.in.AgentID, err)
 	}
-	agentType := cmp.Or(rec.Descriptor.GetName(), in.AgentID)
+	agentType := cmp.Or(rec.Descriptor.GetName(), p.in.AgentID)
+	if jobKey != nil {
+		p.in.JobKey = jobKey(agentType)
+	}
+	in := p.in
 	if rec.State == commonpb.AgentState_SHUTTING_DOWN {
 		// §8.1: the Scheduler MUST NOT dispatch new tasks to an agent that is shutting down.
-		return AdmitTaskResult{Verdict: AdmitReject, Code: commonpb.ErrorCode_AGENT_SHUTDOWN, AgentType: agentType,
-			Reason: fmt.Sprintf("agent_shutdown: agent %q is shutting down and accepts no tasks (§8.1)", in.AgentID)}, nil
+		p.res = AdmitTaskResult{Verdict: AdmitReject, Code: commonpb.ErrorCode_AGENT_SHUTDOWN, AgentType: agentType,
+			Reason: fmt.Sprintf("agent_shutdown: agent %q is shutting down and accepts no tasks (§8.1)", in.AgentID)}
+		return nil
 	}
 	ab, ok := store.ActivityBufferOf(a.Store)
 	if !ok {
-		return AdmitTaskResult{}, temporal.NewNonRetryableApplicationError("the store has no activity buffer (§10)", "internal_error", nil)
+		return temporal.NewNonRetryableApplicationError("the store has no activity buffer (§10)", "internal_error", nil)
 	}
+	p.ab = ab
 	lim := a.Scheduler.ActivityLimits.Effective()
 	active, err := ab.List(ctx, store.ActivityFilter{Limit: max(lim.MaxActive, store.DefaultActivityListLimit)})
 	if err != nil {
-		return AdmitTaskResult{}, fmt.Errorf("list active tasks: %w", err)
+		return fmt.Errorf("list active tasks: %w", err)
 	}
 	others := slices.DeleteFunc(active, func(e store.ActivityEntry) bool { return e.AgentID == in.AgentID && e.TaskID == in.TaskID })
 
 	if !in.AuthorizedDuplicate {
 		for _, e := range others {
 			if e.JobKey != "" && e.JobKey == in.JobKey {
-				return AdmitTaskResult{Verdict: AdmitDuplicate, Code: commonpb.ErrorCode_DUPLICATE_DETECTED, AgentType: agentType,
+				p.res = AdmitTaskResult{Verdict: AdmitDuplicate, Code: commonpb.ErrorCode_DUPLICATE_DETECTED, AgentType: agentType,
 					OtherTaskID: e.TaskID, OtherAgentID: e.AgentID,
-					Reason: fmt.Sprintf("duplicate_detected: task %s on agent %s is the identical job (same agent type, parameters and scope, §9.2)", e.TaskID, e.AgentID)}, nil
+					Reason: fmt.Sprintf("duplicate_detected: task %s on agent %s is the identical job (same agent type, parameters and scope, §9.2)", e.TaskID, e.AgentID)}
+				return nil
 			}
 		}
 	}
@@ -185,13 +242,15 @@ func (a *Activities) admitTask(ctx context.Context, in AdmitTaskInput) (AdmitTas
 			}
 		}
 		if len(busy) >= limit {
-			return AdmitTaskResult{Verdict: AdmitConcurrency, AgentType: agentType,
-				Reason: fmt.Sprintf("queued: max_parallel_instances=%d of agent type %q reached (%d instances busy, §9.1)", limit, agentType, len(busy))}, nil
+			p.res = AdmitTaskResult{Verdict: AdmitConcurrency, AgentType: agentType,
+				Reason: fmt.Sprintf("queued: max_parallel_instances=%d of agent type %q reached (%d instances busy, §9.1)", limit, agentType, len(busy))}
+			return nil
 		}
 	}
 
 	if res, conflict := a.checkConflicts(in, agentType, others); conflict {
-		return res, nil
+		p.res = res
+		return nil
 	}
 
 	scope, _ := inference.ParseScope(in.Scope) // validated at submission; a parse failure only loses the location fields
@@ -205,21 +264,9 @@ func (a *Activities) admitTask(ctx context.Context, in AdmitTaskInput) (AdmitTas
 	if len(scope.Branches) == 1 {
 		e.Branch = scope.Branches[0]
 	}
-	usage, err := ab.Put(ctx, e, a.Scheduler.ActivityLimits)
-	var full *store.ActivityFullError
-	if errors.As(err, &full) {
-		return AdmitTaskResult{Verdict: AdmitReject, Code: commonpb.ErrorCode_OVERLOADED, AgentType: agentType,
-			Reason: fmt.Sprintf("activity_buffer_full: %v (§10.1)", err)}, nil
-	}
-	if err != nil {
-		return AdmitTaskResult{}, fmt.Errorf("create activity entry: %w", err)
-	}
-	warn := usage.Warn()
-	if warn {
-		a.Sink.Record(ctx, observe.Event{Actor: protocol.SchedulerID, Type: "activity.buffer_high", AgentID: in.AgentID, Level: slog.LevelWarn,
-			Details: map[string]any{"active": usage.Active, "agent_active": usage.AgentActive, "max_active": usage.Limits.MaxActive, "max_per_agent": usage.Limits.MaxPerAgent}})
-	}
-	return AdmitTaskResult{Verdict: AdmitOK, AgentType: agentType, BufferWarning: warn, Reason: "admitted"}, nil
+	p.entry = &e
+	p.res = AdmitTaskResult{Verdict: AdmitOK, AgentType: agentType, Reason: "admitted"}
+	return nil
 }
 
 // maxParallel returns the configured max_parallel_instances of a type, zero for none.

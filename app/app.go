@@ -343,7 +343,7 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 
 	if roles.Worker {
 		a.worker = sdkworker.New(a.temporal, cfg.TaskQueue, sdkworker.Options{})
-		worker.Register(a.worker, &activities.Activities{Store: st, Router: rt, Sink: sink, HITL: hitlPolicy, Scheduler: schedPolicy})
+		worker.Register(a.worker, &activities.Activities{Store: st, Router: rt, Sink: sink, HITL: hitlPolicy, Scheduler: schedPolicy, Temporal: a.temporal})
 		if err := a.worker.Start(); err != nil {
 			return nil, fmt.Errorf("start worker: %w", err)
 		}

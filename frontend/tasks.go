@@ -118,29 +118,40 @@ func (sc *schedulerService) taskStartOptions(in workflows.TaskInput) client.Star
 func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInput) (workflows.TaskAdmission, error) {
 	in.FrontendAdmits = true
 	tc := sc.s.temporal
-	if _, err := tc.ExecuteWorkflow(ctx, sc.taskStartOptions(in), workflows.TaskWorkflow, in); err != nil {
-		var started *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(err, &started) {
+	// The task's workflow starts while admission's checks run: neither needs the other, so
+	// the agent hears of the task after the slower of the two rather than their sum. The
+	// checks only read; the activity entry is created once the start succeeded, so a refused
+	// start (a task_id used before) leaves nothing behind.
+	started := make(chan error, 1)
+	go func() {
+		_, err := tc.ExecuteWorkflow(ctx, sc.taskStartOptions(in), workflows.TaskWorkflow, in)
+		started <- err
+	}()
+	acts := &activities.Activities{Store: sc.s.store, Router: sc.s.router, Sink: sc.s.sink, Scheduler: sc.s.cfg.SchedulerPolicy}
+	prep, err := acts.PrepareAdmission(ctx, workflows.AdmitInput(in, ""), func(agentType string) string {
+		return activities.JobKey(agentType, in.Params, in.ContentType, in.Scope)
+	})
+	if serr := <-started; serr != nil {
+		var already *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(serr, &already) {
 			return workflows.TaskAdmission{}, &duplicateTaskError{}
 		}
-		return workflows.TaskAdmission{}, temporalStatus(ctx, "start the task", err)
+		return workflows.TaskAdmission{}, temporalStatus(ctx, "start the task", serr)
+	}
+	var res activities.AdmitTaskResult
+	if err == nil {
+		res, err = prep.Commit(ctx)
 	}
 	wid := workflows.TaskWorkflowID(in.TaskID)
-	acts := &activities.Activities{Store: sc.s.store, Router: sc.s.router, Sink: sc.s.sink, Scheduler: sc.s.cfg.SchedulerPolicy}
 	report := func(a workflows.TaskAdmitted) error {
 		if err := tc.SignalWorkflow(ctx, wid, "", workflows.TaskAdmittedSignal, a); err != nil {
 			return temporalStatus(ctx, "report the task's admission", err)
 		}
 		return nil
 	}
-	var res activities.AdmitTaskResult
-	agentType, err := acts.AgentTypeOf(ctx, in.AgentID)
-	if err == nil {
-		res, err = acts.AdmitTask(ctx, workflows.AdmitInput(in, activities.JobKey(agentType, in.Params, in.ContentType, in.Scope)))
-	}
 	switch {
 	case err != nil:
-		// Not registered, or the store failed: the workflow admits (or rejects) it itself.
+		// The store failed: the workflow admits (or rejects) the task itself.
 		if rerr := report(workflows.TaskAdmitted{}); rerr != nil {
 			return workflows.TaskAdmission{}, rerr
 		}

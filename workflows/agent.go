@@ -488,6 +488,7 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 
 	if tasks {
 		disp.failAll(ctx, commonpb.ErrorCode_AGENT_SHUTDOWN, "agent_shutdown: agent "+w.in.AgentID+" deregistered: "+deregistered.Reason)
+		disp.flush(ctx)
 	}
 	if err := workflow.ExecuteActivity(ctx, acts.NotifyRegistryEvent, activities.RegistryEventInput{
 		AgentID: w.in.AgentID, Name: w.in.Name, Event: activities.AgentLeft, Reason: deregistered.Reason,

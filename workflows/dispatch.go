@@ -2,10 +2,13 @@ package workflows
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -49,6 +52,24 @@ const ReasonForcedPreemption = "forced_preemption"
 const TaskResumed = "RESUMED"
 
 const versionTasks = "agent-tasks"
+
+// versionDerivedControlIDs marks runs whose CONTROL message_ids are derived (see send).
+const versionDerivedControlIDs = "derived-control-ids"
+
+// controlIDSpace is the UUID namespace of derived CONTROL message_ids.
+var controlIDSpace = uuid.MustParse("5c1f3f9e-7b7a-4f43-9a55-0d3c2f1e8b21")
+
+// tristate is a yes/no decision that may not be taken yet.
+type tristate int8
+
+const (
+	unknown tristate = iota
+	no
+	yes
+)
+
+// versionTaskEventsLocal marks runs that report task events by local activity (see event).
+const versionTaskEventsLocal = "task-events-local-activity"
 
 // QueuedTask is the payload of AgentTaskEnqueueSignal and an entry of the agent's queue.
 type QueuedTask struct {
@@ -158,6 +179,16 @@ type dispatcher struct {
 	w  *agentLifecycle
 	d  Dispatch
 	la workflow.Context // local activity context for CONTROL sends
+	// signalLA is the local activity context for task events; local is whether this run
+	// reports them by local activity (older histories signal), decided at the first report,
+	// and pending holds the reports of the current step.
+	signalLA workflow.Context
+	local    tristate
+	// derivedIDs is whether this run derives CONTROL message_ids (see send); sent counts
+	// the CONTROL messages this run has sent.
+	derivedIDs tristate
+	sent       int
+	pending    []workflow.Future
 	// timer is the escalation timer of the running task, armed for timerAt.
 	timer       workflow.Future
 	timerAt     time.Time
@@ -177,7 +208,14 @@ func newDispatcher(ctx workflow.Context, w *agentLifecycle, d Dispatch) *dispatc
 		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumInterval: 5 * time.Second, MaximumAttempts: 5},
 	})
-	return &dispatcher{w: w, d: d, la: la}
+	signalLA := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		// A lost report would leave the task's workflow waiting for good, so the report is
+		// retried for as long as Temporal may be briefly unreachable.
+		ScheduleToCloseTimeout: 10 * time.Minute,
+		StartToCloseTimeout:    10 * time.Second,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumInterval: 5 * time.Second},
+	})
+	return &dispatcher{w: w, d: d, la: la, signalLA: signalLA}
 }
 
 func (p *dispatcher) status() DispatchStatus {
@@ -208,14 +246,61 @@ func (p *dispatcher) event(ctx workflow.Context, q *QueuedTask, ev TaskEvent) {
 			p.d.Done = slices.Delete(p.d.Done, 0, len(p.d.Done)-maxDone)
 		}
 	}
-	workflow.SignalExternalWorkflow(ctx, TaskWorkflowID(taskID), "", TaskEventSignal, ev)
+	if p.local == unknown {
+		p.local = no
+		if workflow.GetVersion(ctx, versionTaskEventsLocal, workflow.DefaultVersion, 1) >= 1 {
+			p.local = yes
+		}
+	}
+	if p.local == no {
+		workflow.SignalExternalWorkflow(ctx, TaskWorkflowID(taskID), "", TaskEventSignal, ev)
+		return
+	}
+	// A local activity, started now and awaited at the end of the step (flush): the reports
+	// of one step go out together, inside the step's workflow task, and their completions
+	// schedule no further workflow task that would delay the scheduler's next reaction.
+	// json.Marshal of this struct (no maps, no floats) is a pure function of its value;
+	// workflowcheck flags it only for the encoder cache it fills on first use.
+	arg, err := json.Marshal(ev) //workflowcheck:ignore
+	if err != nil {
+		workflow.GetLogger(ctx).Error("task event not encodable", "task_id", taskID, "error", err)
+		return
+	}
+	var acts *activities.Activities
+	p.pending = append(p.pending, workflow.ExecuteLocalActivity(p.signalLA, acts.SignalWorkflow,
+		activities.SignalInput{WorkflowID: TaskWorkflowID(taskID), Signal: TaskEventSignal, Arg: arg}))
+}
+
+// flush waits for the step's task-event reports. A report that kept failing for ten minutes
+// is logged and given up; the task's workflow keeps its last known state.
+func (p *dispatcher) flush(ctx workflow.Context) {
+	for _, f := range p.pending {
+		if err := f.Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Error("task event not delivered", "agent_id", p.w.in.AgentID, "error", err)
+		}
+	}
+	p.pending = nil
 }
 
 // send sends one CONTROL message with a fresh message_id (recorded by SideEffect, so replay
 // sends the same) and returns the id.
 func (p *dispatcher) send(ctx workflow.Context, c protocol.Control) (string, error) {
 	var id string
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&id); err != nil {
+	if p.derivedIDs == unknown {
+		p.derivedIDs = no
+		if workflow.GetVersion(ctx, versionDerivedControlIDs, workflow.DefaultVersion, 1) >= 1 {
+			p.derivedIDs = yes
+		}
+	}
+	if p.derivedIDs == yes {
+		// Derived from the run and a per-run count rather than drawn by SideEffect: when a
+		// workflow task fails after its local activities ran (a signal arriving while the
+		// run continues as new is refused as UnhandledCommand), the retried task sends the
+		// same message_ids, which the router takes as repeats, so the agent never gets a
+		// second RUN for one dispatch.
+		p.sent++
+		id = uuid.NewSHA1(controlIDSpace, []byte(workflow.GetInfo(ctx).WorkflowExecution.RunID+"/"+strconv.Itoa(p.sent))).String()
+	} else if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&id); err != nil {
 		return "", err
 	}
 	var acts *activities.Activities
@@ -532,5 +617,7 @@ func (p *dispatcher) afterStep(ctx workflow.Context) error {
 		}
 		p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: "agent failed: " + p.w.reason})
 	}
-	return p.dispatch(ctx)
+	err := p.dispatch(ctx)
+	p.flush(ctx)
+	return err
 }

@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"sync"
 	"testing"
@@ -10,8 +11,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
+	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -67,10 +71,13 @@ func (h *schedulerHarness) code(taskID string) commonpb.ErrorCode {
 func newSchedulerHarness(t *testing.T) *schedulerHarness {
 	env, st := newEnv(t)
 	h := &schedulerHarness{t: t, env: env, st: st, events: map[string][]workflows.TaskEvent{}, codes: map[string]commonpb.ErrorCode{}}
-	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", workflows.TaskEventSignal, mock.Anything).Return(
-		func(_, workflowID, _, _ string, arg any) error {
-			ev := arg.(workflows.TaskEvent)
-			id := workflowID[len("task/"):]
+	var acts *activities.Activities
+	env.OnActivity(acts.SignalWorkflow, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.SignalInput) error {
+			require.Equal(t, workflows.TaskEventSignal, in.Signal)
+			var ev workflows.TaskEvent
+			require.NoError(t, json.Unmarshal(in.Arg, &ev))
+			id := in.WorkflowID[len("task/"):]
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.events[id] = append(h.events[id], ev)
@@ -257,4 +264,39 @@ func TestDispatchTerminateAcknowledged(t *testing.T) {
 	require.NoError(t, h.env.GetWorkflowError())
 	h.requireStates("stubborn", "SCHEDULED", "RUNNING", "FAILED")
 	h.requireCode("stubborn", commonpb.ErrorCode_FORCED_PREEMPTION)
+}
+
+// A long-lived agent continues as new carrying its running
+// task, its queue and the pending preemption into the next run.
+func TestDispatchContinueAsNewCarriesTasks(t *testing.T) {
+	h := newSchedulerHarness(t)
+	step := func(at time.Duration, f func()) { h.env.RegisterDelayedCallback(f, at) }
+	step(time.Second, func() { h.env.SignalWorkflow(workflows.AgentReadySignal, workflows.AgentReady{Via: "stream"}) })
+	step(2*time.Second, func() { h.enqueue("low", 5, 1) })
+	step(3*time.Second, func() {
+		run := onlyControl(t, h.controls(), protocol.ControlRun, "low")
+		h.ack(run.id, commonpb.AckStage_RECEIVED, 0, "")
+		h.enqueue("later", 5, 2)
+	})
+	step(4*time.Second, func() {
+		h.env.SetContinueAsNewSuggested(true)
+		h.enqueue("urgent", -10, 3)
+	})
+	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject", HeartbeatInterval: time.Hour})
+	err := h.env.GetWorkflowError()
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, err, &can)
+	var next workflows.AgentLifecycleInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	require.Equal(t, commonpb.AgentState_RUNNING, next.State)
+	require.NotNil(t, next.Dispatch.Running)
+	require.Equal(t, "low", next.Dispatch.Running.TaskID)
+	require.NotEmpty(t, next.Dispatch.Running.PreemptMsgID, "the urgent task's PREEMPT_REQUEST went out before the run ended")
+	var queued []string
+	for _, q := range next.Dispatch.Queue {
+		queued = append(queued, q.TaskID)
+	}
+	require.Equal(t, []string{"urgent", "later"}, queued)
+	onlyControl(t, h.controls(), protocol.ControlPreemptRequest, "low")
+	h.requireStates("low", "SCHEDULED", "RUNNING")
 }
