@@ -65,8 +65,11 @@ func TestMain(m *testing.M) {
 		// to 50 ms before its workflow sees it.
 		ExtraArgs:     []string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"},
 		ClientOptions: &client.Options{Namespace: "default", Logger: quietLogger()},
-		Stdout:        io.Discard,
-		Stderr:        os.Stderr,
+		// The dev server logs at error level when a test's sw4rm stops mid-request; on the
+		// terminal those lines would split `go test -bench` result lines, which benchreport
+		// parses. SW4RM_TEST_LOG=1 shows them.
+		Stdout: io.Discard,
+		Stderr: devServerLog(),
 	})
 	cancel()
 	if err != nil {
@@ -77,6 +80,15 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	_ = srv.Stop()
 	os.Exit(code)
+}
+
+// devServerLog is where the Temporal dev server's output goes: nowhere unless
+// SW4RM_TEST_LOG=1.
+func devServerLog() io.Writer {
+	if os.Getenv("SW4RM_TEST_LOG") == "1" {
+		return os.Stderr
+	}
+	return io.Discard
 }
 
 // quietLogger keeps the SDK's and sw4rm's logs out of test output unless SW4RM_TEST_LOG=1.
