@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,30 +295,41 @@ func BenchmarkRouterThroughput(b *testing.B) {
 					_ = d.Ack(ctx, commonpb.AckStage_FULFILLED, 0, "")
 				}
 			})
-			fulfilled := make(chan struct{}, 1024)
+			// A: up to `window` messages in flight, sent concurrently as a producer streaming
+			// work would (SendMessage calls share one HTTP/2 connection); a permit comes back
+			// with each FULFILLED ACK.
+			const window = 8
+			permits := make(chan struct{}, window)
+			var done atomic.Int64
+			all := make(chan struct{})
 			handle(aStream, func(d *sdk.Delivery) {
 				_, _ = d.Confirm(ctx)
 				if p, ok := d.AckPayload(); ok && p.Stage == commonpb.AckStage_FULFILLED {
-					fulfilled <- struct{}{}
+					<-permits
+					if done.Add(1) == int64(b.N) {
+						close(all)
+					}
 				}
 			})
-			const window = 8
 			payload := []byte(`{"task_type":"CreateTicket"}`)
-			inFlight := 0
+			sendErr := make(chan error, 1)
 			b.ResetTimer()
 			t0 := time.Now()
-			for sent := 0; sent < b.N; sent++ {
-				for inFlight >= window {
-					<-fulfilled
-					inFlight--
-				}
-				if _, err := a.Send(ctx, sdk.Message{To: bb.ID(), Payload: payload}); err != nil {
-					b.Fatal(err)
-				}
-				inFlight++
+			for range b.N {
+				permits <- struct{}{}
+				go func() {
+					if _, err := a.Send(ctx, sdk.Message{To: bb.ID(), Payload: payload}); err != nil {
+						select {
+						case sendErr <- err:
+						default:
+						}
+					}
+				}()
 			}
-			for ; inFlight > 0; inFlight-- {
-				<-fulfilled
+			select {
+			case <-all:
+			case err := <-sendErr:
+				b.Fatal(err)
 			}
 			elapsed := time.Since(t0)
 			b.StopTimer()
