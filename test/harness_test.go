@@ -8,20 +8,24 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/sw4rm/sw4rm-temporal/app"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres/pgtest"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // temporalAddr is the dev server's frontend, shared by every test in the package.
@@ -63,7 +67,7 @@ func TestMain(m *testing.M) {
 		// The same tuning as `make dev` (see the Makefile's TEMPORAL_DEV_FLAGS): without it
 		// the dev server's transfer queue polls 20 times a second, and every signal waits up
 		// to 50 ms before its workflow sees it.
-		ExtraArgs:     []string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"},
+		ExtraArgs:     devServerArgs(),
 		ClientOptions: &client.Options{Namespace: "default", Logger: quietLogger()},
 		// The dev server logs at error level when a test's sw4rm stops mid-request; on the
 		// terminal those lines would split `go test -bench` result lines, which benchreport
@@ -80,6 +84,22 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	_ = srv.Stop()
 	os.Exit(code)
+}
+
+// devServerArgs are the dev server's extra flags, as `make dev` passes them: the transfer
+// queue's poll bound, and sw4rm's search attributes registered up front, so that the many
+// systems the tests start only list them (sw4rm adds missing ones itself otherwise).
+func devServerArgs() []string {
+	args := []string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"}
+	attrs := workflows.SearchAttributes()
+	for _, name := range slices.Sorted(maps.Keys(attrs)) {
+		typ := "Keyword"
+		if attrs[name] == enums.INDEXED_VALUE_TYPE_BOOL {
+			typ = "Bool"
+		}
+		args = append(args, "--search-attribute", name+"="+typ)
+	}
+	return args
 }
 
 // devServerLog is where the Temporal dev server's output goes: nowhere unless

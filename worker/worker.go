@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
@@ -38,6 +39,37 @@ func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 // are missing, so workflows can be started with them and filtered in the Temporal UI. It is
 // idempotent and safe to run from every process at start.
 func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	// A Temporal server that is starting, or a busy dev server, may fail these calls for a
+	// moment (Unavailable, or an interrupted query surfacing as Internal); sw4rm starting a
+	// few seconds later beats sw4rm not starting.
+	delay := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := ensureSearchAttributes(ctx, c, namespace)
+		if err == nil || attempt == searchAttributeAttempts || !transient(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// searchAttributeAttempts bounds EnsureSearchAttributes' retries (about 15 s in all).
+const searchAttributeAttempts = 10
+
+// transient reports whether a Temporal error may go away by itself.
+func transient(err error) bool {
+	var unavailable *serviceerror.Unavailable
+	var internal *serviceerror.Internal
+	var deadline *serviceerror.DeadlineExceeded
+	var busy *serviceerror.ResourceExhausted
+	return errors.As(err, &unavailable) || errors.As(err, &internal) || errors.As(err, &deadline) || errors.As(err, &busy)
+}
+
+func ensureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
 	existing, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
 		return fmt.Errorf("list search attributes: %w", err)
