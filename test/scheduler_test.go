@@ -308,9 +308,15 @@ func TestScopeConflictGoesToHITL(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, dup.GetAccepted())
 	assert.Contains(t, dup.GetReason(), "duplicate_detected")
-	again := submit(t, sc, x.ID(), tx, 0, "repo:shop path:src/api/**")
+	again := submit(t, sc, x.ID(), tx, 7, "repo:elsewhere")
 	assert.False(t, again.GetAccepted())
 	assert.Contains(t, again.GetReason(), "already submitted")
+	// The refused resubmission left the running task's activity entry as it was (§10).
+	poll, err := sc.PollActivityBuffer(context.Background(), &schedulerpb.PollActivityBufferRequest{AgentId: x.ID()})
+	require.NoError(t, err)
+	require.Len(t, poll.GetEntries(), 1)
+	assert.Equal(t, tx, poll.GetEntries()[0].GetTaskId())
+	assert.Contains(t, poll.GetEntries()[0].GetDescription(), "(priority 0) scope: repo:shop path:src/api/**")
 
 	// carol may decide CONFLICT invocations; she approves with a raw Temporal signal.
 	require.NoError(t, sys.app.Temporal().SignalWorkflow(context.Background(), hitlsignals.WorkflowID(st.HitlIDs[0]), "", hitlsignals.DecisionSignal,
