@@ -59,6 +59,12 @@ const versionDerivedControlIDs = "derived-control-ids"
 // controlIDSpace is the UUID namespace of derived CONTROL message_ids.
 var controlIDSpace = uuid.MustParse("5c1f3f9e-7b7a-4f43-9a55-0d3c2f1e8b21")
 
+// ControlMessageID is the message_id of the n-th CONTROL message (from 1) a lifecycle run
+// sends: a UUIDv5 of the run ID and n, the same every time the run's history is replayed.
+func ControlMessageID(runID string, n int) string {
+	return uuid.NewSHA1(controlIDSpace, []byte(runID+"/"+strconv.Itoa(n))).String()
+}
+
 // tristate is a yes/no decision that may not be taken yet.
 type tristate int8
 
@@ -299,7 +305,7 @@ func (p *dispatcher) send(ctx workflow.Context, c protocol.Control) (string, err
 		// same message_ids, which the router takes as repeats, so the agent never gets a
 		// second RUN for one dispatch.
 		p.sent++
-		id = uuid.NewSHA1(controlIDSpace, []byte(workflow.GetInfo(ctx).WorkflowExecution.RunID+"/"+strconv.Itoa(p.sent))).String()
+		id = ControlMessageID(workflow.GetInfo(ctx).WorkflowExecution.RunID, p.sent)
 	} else if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&id); err != nil {
 		return "", err
 	}

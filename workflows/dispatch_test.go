@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -31,6 +32,15 @@ type schedulerHarness struct {
 	mu     sync.Mutex
 	events map[string][]workflows.TaskEvent // task_id → events reported
 	codes  map[string]commonpb.ErrorCode
+	run    string // the lifecycle's run ID, as its task reports saw it
+}
+
+// runID is the lifecycle run's ID (known once it reported a task event).
+func (h *schedulerHarness) runID() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.NotEmpty(h.t, h.run)
+	return h.run
 }
 
 // states returns the states reported for a task in the scheduler's order (the mock runs
@@ -73,13 +83,14 @@ func newSchedulerHarness(t *testing.T) *schedulerHarness {
 	h := &schedulerHarness{t: t, env: env, st: st, events: map[string][]workflows.TaskEvent{}, codes: map[string]commonpb.ErrorCode{}}
 	var acts *activities.Activities
 	env.OnActivity(acts.SignalWorkflow, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.SignalInput) error {
+		func(ctx context.Context, in activities.SignalInput) error {
 			require.Equal(t, workflows.TaskEventSignal, in.Signal)
 			var ev workflows.TaskEvent
 			require.NoError(t, json.Unmarshal(in.Arg, &ev))
 			id := in.WorkflowID[len("task/"):]
 			h.mu.Lock()
 			defer h.mu.Unlock()
+			h.run = activity.GetInfo(ctx).WorkflowExecution.RunID
 			h.events[id] = append(h.events[id], ev)
 			if ev.ErrorCode != 0 {
 				h.codes[id] = ev.ErrorCode
@@ -297,6 +308,11 @@ func TestDispatchContinueAsNewCarriesTasks(t *testing.T) {
 		queued = append(queued, q.TaskID)
 	}
 	require.Equal(t, []string{"urgent", "later"}, queued)
-	onlyControl(t, h.controls(), protocol.ControlPreemptRequest, "low")
+	pre := onlyControl(t, h.controls(), protocol.ControlPreemptRequest, "low")
 	h.requireStates("low", "SCHEDULED", "RUNNING")
+	// CONTROL message_ids follow from the run and the send count, so a workflow task retried
+	// after its local activities ran sends the same ids and the router drops the repeats.
+	runID := h.runID()
+	require.Equal(t, next.Dispatch.Running.RunMsgID, workflows.ControlMessageID(runID, 1))
+	require.Equal(t, pre.id, workflows.ControlMessageID(runID, 2))
 }
