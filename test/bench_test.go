@@ -29,18 +29,8 @@ import (
 func BenchmarkRouterSendToFulfilled(b *testing.B) {
 	for _, kind := range storeKinds {
 		b.Run(kind, func(b *testing.B) {
-			sys := start(b, newConfig(b, kind))
 			ctx := context.Background()
-			a := dialAgent(b, sys, "a")
-			require.NoError(b, a.Heartbeat(ctx, commonpb.AgentState_RUNNABLE, nil))
-			waitState(b, sys, a.ID(), commonpb.AgentState_RUNNABLE)
-			bb := dialAgent(b, sys, "b")
-			aStream, err := a.Receive(ctx)
-			require.NoError(b, err)
-			defer aStream.Close()
-			bStream, err := bb.Receive(ctx)
-			require.NoError(b, err)
-			defer bStream.Close()
+			a, bb, aStream, bStream := routerPair(b, kind)
 
 			// B: confirm and fulfil everything it gets, noting when each message arrived so the
 			// send→deliver latency can be reported apart from the whole round trip.
@@ -100,6 +90,25 @@ func BenchmarkRouterSendToFulfilled(b *testing.B) {
 			b.ReportMetric(float64(deliver[min(len(deliver)-1, len(deliver)*99/100)].Microseconds())/1000, "deliver-p99-ms")
 		})
 	}
+}
+
+// routerPair starts sw4rm with the given store and two agents, A (RUNNABLE) and B, each with
+// its stream open, for the router benchmarks.
+func routerPair(b *testing.B, kind string) (a, bb *sdk.Agent, aStream, bStream *sdk.Stream) {
+	ctx := context.Background()
+	sys := start(b, newConfig(b, kind))
+	a = dialAgent(b, sys, "a")
+	require.NoError(b, a.Heartbeat(ctx, commonpb.AgentState_RUNNABLE, nil))
+	waitState(b, sys, a.ID(), commonpb.AgentState_RUNNABLE)
+	bb = dialAgent(b, sys, "b")
+	var err error
+	aStream, err = a.Receive(ctx)
+	require.NoError(b, err)
+	b.Cleanup(aStream.Close)
+	bStream, err = bb.Receive(ctx)
+	require.NoError(b, err)
+	b.Cleanup(bStream.Close)
+	return a, bb, aStream, bStream
 }
 
 // BenchmarkBaselineRawPostgres is the floor the PostgreSQL store is compared with in the same
@@ -255,18 +264,8 @@ func dialBench(b *testing.B, sys *system) *grpc.ClientConn {
 func BenchmarkRouterThroughput(b *testing.B) {
 	for _, kind := range storeKinds {
 		b.Run(kind, func(b *testing.B) {
-			sys := start(b, newConfig(b, kind))
 			ctx := context.Background()
-			a := dialAgent(b, sys, "a")
-			require.NoError(b, a.Heartbeat(ctx, commonpb.AgentState_RUNNABLE, nil))
-			waitState(b, sys, a.ID(), commonpb.AgentState_RUNNABLE)
-			bb := dialAgent(b, sys, "b")
-			aStream, err := a.Receive(ctx)
-			require.NoError(b, err)
-			defer aStream.Close()
-			bStream, err := bb.Receive(ctx)
-			require.NoError(b, err)
-			defer bStream.Close()
+			a, bb, aStream, bStream := routerPair(b, kind)
 			// Both agents handle their deliveries with a few workers, as an agent with
 			// independent work items would; the stream itself is read by one goroutine.
 			handle := func(s *sdk.Stream, fn func(*sdk.Delivery)) {

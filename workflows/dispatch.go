@@ -74,6 +74,18 @@ const (
 	yes
 )
 
+// decide returns whether this run takes the change changeID, asking GetVersion the first
+// time and remembering the answer, so the version marker sits where the change first acts.
+func (t *tristate) decide(ctx workflow.Context, changeID string) bool {
+	if *t == unknown {
+		*t = no
+		if workflow.GetVersion(ctx, changeID, workflow.DefaultVersion, 1) >= 1 {
+			*t = yes
+		}
+	}
+	return *t == yes
+}
+
 // versionTaskEventsLocal marks runs that report task events by local activity (see event).
 const versionTaskEventsLocal = "task-events-local-activity"
 
@@ -252,13 +264,7 @@ func (p *dispatcher) event(ctx workflow.Context, q *QueuedTask, ev TaskEvent) {
 			p.d.Done = slices.Delete(p.d.Done, 0, len(p.d.Done)-maxDone)
 		}
 	}
-	if p.local == unknown {
-		p.local = no
-		if workflow.GetVersion(ctx, versionTaskEventsLocal, workflow.DefaultVersion, 1) >= 1 {
-			p.local = yes
-		}
-	}
-	if p.local == no {
+	if !p.local.decide(ctx, versionTaskEventsLocal) {
 		workflow.SignalExternalWorkflow(ctx, TaskWorkflowID(taskID), "", TaskEventSignal, ev)
 		return
 	}
@@ -292,13 +298,7 @@ func (p *dispatcher) flush(ctx workflow.Context) {
 // sends the same) and returns the id.
 func (p *dispatcher) send(ctx workflow.Context, c protocol.Control) (string, error) {
 	var id string
-	if p.derivedIDs == unknown {
-		p.derivedIDs = no
-		if workflow.GetVersion(ctx, versionDerivedControlIDs, workflow.DefaultVersion, 1) >= 1 {
-			p.derivedIDs = yes
-		}
-	}
-	if p.derivedIDs == yes {
+	if p.derivedIDs.decide(ctx, versionDerivedControlIDs) {
 		// Derived from the run and a per-run count rather than drawn by SideEffect: when a
 		// workflow task fails after its local activities ran (a signal arriving while the
 		// run continues as new is refused as UnhandledCommand), the retried task sends the

@@ -222,18 +222,7 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 		return 0, fmt.Errorf("memory: admit %q: %w", id, store.ErrDuplicateMessage)
 	}
 	t := now()
-	row := &messageRow{
-		tracked:   req.Track,
-		recipient: req.RecipientID,
-		producer:  env.GetProducerId(),
-		corrID:    env.GetCorrelationId(),
-		msgType:   env.GetMessageType(),
-		state:     commonpb.EnvelopeState_ENVELOPE_STATE_SENT,
-		envelope:  envBytes,
-		createdAt: t,
-		updatedAt: t,
-		expiresAt: normTime(req.ExpiresAt),
-	}
+	row := newMessageRow(&req, envBytes, t)
 	// reject records a tracked message as REJECTED (never a silent drop) without enqueuing it.
 	reject := func(code commonpb.ErrorCode, note string) {
 		if !req.Track {

@@ -582,13 +582,11 @@ func (s *Store) applyStep(id string, row *messageRow, step *store.Step, follow [
 	return res, nil
 }
 
-// enqueueControl admits control traffic (untracked, no capacity limit) the way Admit does; the
-// caller holds s.mu and has checked that the message_id is new.
-func (s *Store) enqueueControl(req *store.AdmitRequest, envBytes []byte, t time.Time) int64 {
+// newMessageRow is an admitted message's row in state SENT.
+func newMessageRow(req *store.AdmitRequest, envBytes []byte, t time.Time) *messageRow {
 	env := req.Envelope
-	id := env.GetMessageId()
-	s.seq++
-	row := &messageRow{
+	return &messageRow{
+		tracked:   req.Track,
 		recipient: req.RecipientID,
 		producer:  env.GetProducerId(),
 		corrID:    env.GetCorrelationId(),
@@ -598,8 +596,17 @@ func (s *Store) enqueueControl(req *store.AdmitRequest, envBytes []byte, t time.
 		createdAt: t,
 		updatedAt: t,
 		expiresAt: normTime(req.ExpiresAt),
-		seq:       s.seq,
 	}
+}
+
+// enqueueControl admits control traffic (untracked — Step.FollowUp never sets Track — and no
+// capacity limit) the way Admit does; the caller holds s.mu and has checked that the
+// message_id is new.
+func (s *Store) enqueueControl(req *store.AdmitRequest, envBytes []byte, t time.Time) int64 {
+	id := req.Envelope.GetMessageId()
+	s.seq++
+	row := newMessageRow(req, envBytes, t)
+	row.seq = s.seq
 	s.messages[id] = row
 	s.addDelivery(row, id, req.Lane, t)
 	s.hub.Wake(req.RecipientID)
