@@ -262,6 +262,8 @@ type App struct {
 	httpLis   net.Listener
 	stopOnce  sync.Once
 	stopSweep context.CancelFunc
+	// sweepDone closes when the router's Run has returned (its last writes are made).
+	sweepDone chan struct{}
 	metrics   *metrics.Router
 	sink      *observe.Sink
 	router    *router.Router
@@ -364,8 +366,11 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		// The router's timers (ACK timeouts, TTLs, response deadlines, retention) run in every
 		// frontend; the store hands each expired item to exactly one of them.
 		sweepCtx, stopSweep := context.WithCancel(context.Background())
-		a.stopSweep = stopSweep
-		go rt.Run(sweepCtx)
+		a.stopSweep, a.sweepDone = stopSweep, make(chan struct{})
+		go func() {
+			defer close(a.sweepDone)
+			rt.Run(sweepCtx)
+		}()
 		fe := frontend.New(st, rt, a.temporal, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout,
 			HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatMisses: cfg.HeartbeatMisses, HITLPolicy: hitlPolicy, HITLTimeout: cfg.HITLTimeout,
 			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout, PreemptTimeout: cfg.PreemptTimeout, TerminateGrace: cfg.TerminateGrace, SchedulerPolicy: schedPolicy})
@@ -429,9 +434,6 @@ func (a *App) Store() store.Store { return a.store }
 func (a *App) Stop() { a.stopOnce.Do(a.stop) }
 
 func (a *App) stop() {
-	if a.stopSweep != nil {
-		a.stopSweep()
-	}
 	if a.grpc != nil {
 		stopped := make(chan struct{})
 		go func() { a.grpc.GracefulStop(); close(stopped) }()
@@ -440,6 +442,11 @@ func (a *App) stop() {
 		case <-time.After(2 * time.Second):
 			a.grpc.Stop() // open StreamIncoming calls never end on their own
 		}
+	}
+	if a.stopSweep != nil {
+		// After the gRPC server: the router writes the confirmations it answered last.
+		a.stopSweep()
+		<-a.sweepDone
 	}
 	if a.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -149,6 +150,9 @@ type Router struct {
 	limiters   map[string]*rate.Limiter
 	agents     agentCache
 	records    recordCache
+	confirms   controlConfirms
+	// streams numbers the streams Stream serves, for confirms.
+	streams atomic.Uint64
 }
 
 // New builds a router over a store.
@@ -462,6 +466,11 @@ func (r *Router) Notify(ctx context.Context, agentID string, env *commonpb.Envel
 // The confirmation, the move to RECEIVED and the producer's ACK RECEIVED are one store step
 // (MessagePlane.ConfirmAndAdvance): written in one transaction, or not at all.
 func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64, messageID string, permanentFailure bool) (bool, error) {
+	if permanentFailure {
+		r.confirms.drop(agentID, seq)
+	} else if handled, recorded := r.confirms.take(agentID, seq, messageID); handled {
+		return recorded, nil // control traffic this frontend delivered: written behind
+	}
 	note := "delivery confirmed by " + agentID
 	var ack control // the producer's ACK RECEIVED, as the plan that was written prepared it
 	req := store.ConfirmRequest{AgentID: agentID, Seq: seq, MessageID: messageID, Plan: func(rec store.MessageRecord) (*store.Step, error) {
@@ -545,9 +554,13 @@ func (r *Router) Stream(ctx context.Context, agentID string, resumeAfter *int64,
 			return fmt.Errorf("resume: %w", err)
 		}
 	}
+	// Confirmations answered but not yet written must not be undone by the release.
+	r.confirms.flush(ctx, msgs)
 	if err := msgs.ReleaseLeases(ctx, agentID); err != nil {
 		return fmt.Errorf("release leases: %w", err)
 	}
+	stream := r.streams.Add(1)
+	defer r.confirms.forget(stream)
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
 	for {
@@ -562,6 +575,8 @@ func (r *Router) Stream(ctx context.Context, agentID string, resumeAfter *int64,
 		for _, d := range batch {
 			if followsDelivery(d.Envelope) {
 				r.records.guess(agentID, d.Envelope)
+			} else {
+				r.confirms.track(stream, agentID, d)
 			}
 		}
 		for _, d := range batch {

@@ -21,8 +21,15 @@ const housekeepingEvery = time.Minute
 // Run enforces the router's timers until ctx ends: ACK timeouts (§11), TTL expiry, response
 // deadlines (004 §1) and the retention of stream rows, idempotency entries and dead letters.
 // Every frontend runs it; the store hands each expired item to exactly one of them, so the
-// timeouts hold with any number of frontends sharing the store.
+// timeouts hold with any number of frontends sharing the store. It also runs the writer of
+// control-traffic confirmations (see controlConfirms), which defers them only while Run runs.
 func (r *Router) Run(ctx context.Context) {
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		r.confirms.run(ctx, r.st.Messages())
+	}()
+	defer func() { <-written }() // Run returns once the last confirmations are written
 	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()
 	lastHousekeeping := time.Time{}

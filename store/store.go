@@ -287,6 +287,16 @@ type Transition struct {
 // and the write are atomic.
 type LegalFunc func(from, to commonpb.EnvelopeState) bool
 
+// DeliveryRef names one row of an agent's inbound buffer, as AckDelivery does.
+type DeliveryRef struct {
+	// AgentID owns the buffer.
+	AgentID string
+	// Seq is the row's StreamItem.seq.
+	Seq int64
+	// MessageID, when not empty, must match the row's message_id.
+	MessageID string
+}
+
 // Step is a lifecycle transition that a caller planned from a message's record (see PlanFunc),
 // together with the control traffic that goes with it.
 type Step struct {
@@ -394,6 +404,14 @@ type MessagePlane interface {
 	// and true, or false (and no error) for an unknown seq, an already-confirmed seq, another
 	// agent's seq or a mismatched message_id.
 	Confirm(ctx context.Context, agentID string, seq int64, messageID string) (Delivery, bool, error)
+
+	// ConfirmBatch confirms, as Confirm does, each listed row that is still unconfirmed and
+	// matches its agent (and message_id, when given), skipping the others, and returns how
+	// many it confirmed. It is meant for control traffic, whose confirmation the router
+	// answers from the stream's own record and writes behind (router.Stream): like Claim's
+	// leases, these confirmations need not survive a crash of the store, since a forgotten
+	// one only makes its row deliverable again.
+	ConfirmBatch(ctx context.Context, rows []DeliveryRef) (int, error)
 
 	// Depth returns how many unconfirmed rows agentID holds.
 	Depth(ctx context.Context, agentID string) (int, error)

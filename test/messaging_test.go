@@ -267,3 +267,60 @@ func assertMalformedRejected(t *testing.T, sys *system, producer, recipient stri
 	assert.Contains(t, resp.GetReason(), "no_route:")
 	assert.Contains(t, resp.GetReason(), protocol.RecipientMetadataKey)
 }
+
+// TestControlConfirmationsWrittenBehind covers AckDelivery of control traffic (here the
+// forwarded ACKs a producer receives), which the frontend answers from its stream's record
+// and writes to the store behind the answer: the answers are the wire contract's — recorded
+// once, not for a mismatched message_id nor a second time — the confirmation reaches the
+// store, a reconnecting stream does not hand back what was confirmed, and what was delivered
+// but not confirmed is delivered again.
+func TestControlConfirmationsWrittenBehind(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			a := dialAgent(t, sys, "a")
+			aIn := openInbox(t, a)
+			waitState(t, sys, a.ID(), commonpb.AgentState_RUNNABLE)
+			b := dialAgent(t, sys, "b")
+			bIn := openInbox(t, b)
+			aIn.next(t, true, registryEvent(activities.AgentJoined, b.ID()))
+
+			sent, err := a.Send(ctx, sdk.Message{To: b.ID(), Payload: []byte(`{"n":1}`)})
+			require.NoError(t, err)
+			bIn.next(t, true, func(d *sdk.Delivery) bool { return d.Envelope.GetMessageId() == sent.GetMessageId() })
+			received := aIn.next(t, false, ackFor(sent.GetMessageId(), commonpb.AckStage_RECEIVED))
+			router := routerpb.NewRouterServiceClient(a.Conn())
+			ack := func(messageID string) bool {
+				t.Helper()
+				resp, err := router.AckDelivery(ctx, &routerpb.DeliveryAckRequest{AgentId: a.ID(), Seq: received.Seq, MessageId: messageID})
+				require.NoError(t, err)
+				return resp.GetRecorded()
+			}
+			assert.False(t, ack(uuid.NewString()), "a mismatched message_id is not recorded")
+			assert.True(t, ack(received.Envelope.GetMessageId()))
+			assert.False(t, ack(received.Envelope.GetMessageId()), "a second confirmation is not recorded")
+			assert.False(t, ack(""), "nor a third, without message_id")
+			require.Eventually(t, func() bool {
+				n, err := sys.app.Store().Messages().Depth(ctx, a.ID())
+				return err == nil && n == 0
+			}, 10*time.Second, 20*time.Millisecond, "the confirmation reaches the store")
+
+			// B fulfils; A gets the forwarded ACK but does not confirm it, then reconnects:
+			// the unconfirmed row comes again, the confirmed one does not.
+			require.NoError(t, b.Ack(ctx, sent, commonpb.AckStage_FULFILLED, 0, ""))
+			fulfilled := aIn.next(t, false, ackFor(sent.GetMessageId(), commonpb.AckStage_FULFILLED))
+			aIn.stream.Close()
+			again := openInbox(t, a)
+			redelivered := again.next(t, false, func(*sdk.Delivery) bool { return true })
+			assert.Equal(t, fulfilled.Seq, redelivered.Seq, "the first row on the new stream is the unconfirmed FULFILLED ACK, not the confirmed RECEIVED one")
+			ok, err := redelivered.Confirm(ctx)
+			require.NoError(t, err)
+			assert.True(t, ok)
+			ok, err = fulfilled.Confirm(ctx)
+			require.NoError(t, err)
+			assert.False(t, ok, "confirmed through the new stream already")
+		})
+	}
+}

@@ -381,6 +381,26 @@ func (m *messagePlane) Confirm(ctx context.Context, agentID string, seq int64, m
 	return del, true, nil
 }
 
+// ConfirmBatch implements store.MessagePlane.
+func (m *messagePlane) ConfirmBatch(ctx context.Context, rows []store.DeliveryRef) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, n := now(), 0
+	for _, r := range rows {
+		d, ok := s.deliveries[r.Seq]
+		if !ok || !d.confirmedAt.IsZero() || d.agentID != r.AgentID || (r.MessageID != "" && d.messageID != r.MessageID) {
+			continue
+		}
+		s.confirmRow(d, at)
+		n++
+	}
+	return n, nil
+}
+
 // confirmRow marks an unconfirmed row confirmed and takes it out of its agent's buffer. The
 // row stays (for Prune) until its retention ends.
 func (s *Store) confirmRow(d *deliveryRow, t time.Time) {

@@ -406,6 +406,45 @@ func (m *messagePlane) Confirm(ctx context.Context, agentID string, seq int64, m
 	return d, true, nil
 }
 
+// confirmBatchSQL confirms the listed rows that are still unconfirmed. lk locks them in seq
+// order, so that two batches (from two frontends) sharing rows cannot deadlock, and in READ
+// COMMITTED a row confirmed meanwhile is re-checked after the lock and left out. The commit
+// does not wait for the WAL flush (nosync, as Claim): see store.MessagePlane.ConfirmBatch.
+// Parameters: $1 seqs, $2 agent_ids, $3 message_ids ('' matches any).
+const confirmBatchSQL = `
+WITH
+nosync AS (
+	SELECT set_config('synchronous_commit', 'off', true) AS on_
+),
+r AS (
+	SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[]) AS r(seq, agent_id, message_id)
+),
+lk AS (
+	SELECT d.seq FROM deliveries AS d JOIN r ON d.seq = r.seq
+	WHERE d.agent_id = r.agent_id AND (r.message_id = '' OR d.message_id = r.message_id) AND d.confirmed_at IS NULL
+	ORDER BY d.seq
+	FOR UPDATE OF d
+)
+UPDATE deliveries AS d SET confirmed_at = now(), leased_until = NULL
+FROM lk
+WHERE d.seq = lk.seq AND (SELECT on_ FROM nosync) IS NOT NULL`
+
+// ConfirmBatch implements store.MessagePlane in one statement.
+func (m *messagePlane) ConfirmBatch(ctx context.Context, rows []store.DeliveryRef) (int, error) {
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	seqs, agents, ids := make([]int64, len(rows)), make([]string, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		seqs[i], agents[i], ids[i] = r.Seq, r.AgentID, r.MessageID
+	}
+	tag, err := m.s().pool.Exec(ctx, confirmBatchSQL, seqs, agents, ids)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: confirm %d rows: %w", len(rows), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // Depth implements store.MessagePlane.
 func (m *messagePlane) Depth(ctx context.Context, agentID string) (int, error) {
 	var n int

@@ -533,6 +533,42 @@ func runMessages(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.True(t, confirm("carol", carolSeq, "m2"))
 	})
 
+	t.Run("ConfirmBatch", func(t *testing.T) {
+		mp := newStore(t).Messages()
+		ctx := t.Context()
+		b1 := admit(t, mp, "m1", "bob", 0, true)
+		b2 := admit(t, mp, "m2", "bob", 0, true)
+		b3 := admit(t, mp, "m3", "bob", 0, true)
+		c1 := admit(t, mp, "m4", "carol", 0, true)
+		_, ok, err := mp.Confirm(ctx, "bob", b3, "")
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		n, err := mp.ConfirmBatch(ctx, []store.DeliveryRef{
+			{AgentID: "bob", Seq: b1},                    // confirmed
+			{AgentID: "bob", Seq: b2, MessageID: "m1"},   // mismatched message_id: skipped
+			{AgentID: "bob", Seq: b3},                    // already confirmed: skipped
+			{AgentID: "bob", Seq: c1, MessageID: "m4"},   // another agent's seq: skipped
+			{AgentID: "bob", Seq: c1 + 1000},             // unknown seq: skipped
+			{AgentID: "carol", Seq: c1, MessageID: "m4"}, // confirmed
+		})
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		require.Equal(t, 1, depth(t, mp, "bob"), "only m2 is left in bob's buffer")
+		require.Equal(t, 0, depth(t, mp, "carol"))
+		require.Equal(t, []string{"m2"}, messageIDs(claim(t, mp, "bob", 10, time.Hour)), "confirmed rows are not delivered again")
+		_, ok, err = mp.Confirm(ctx, "bob", b1, "")
+		require.NoError(t, err)
+		require.False(t, ok, "a batch-confirmed row is confirmed")
+
+		n, err = mp.ConfirmBatch(ctx, []store.DeliveryRef{{AgentID: "bob", Seq: b1}, {AgentID: "bob", Seq: b2}, {AgentID: "bob", Seq: b2}})
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "a row listed twice is confirmed once")
+		n, err = mp.ConfirmBatch(ctx, nil)
+		require.NoError(t, err)
+		require.Zero(t, n)
+	})
+
 	t.Run("LeaseBlocksReclaimUntilExpiry", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		admit(t, mp, "m1", "bob", 0, true)
