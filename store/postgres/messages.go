@@ -410,7 +410,7 @@ func (m *messagePlane) Confirm(ctx context.Context, agentID string, seq int64, m
 // order, so that two batches (from two frontends) sharing rows cannot deadlock, and in READ
 // COMMITTED a row confirmed meanwhile is re-checked after the lock and left out. The commit
 // does not wait for the WAL flush (nosync, as Claim): see store.MessagePlane.ConfirmBatch.
-// Parameters: $1 seqs, $2 agent_ids, $3 message_ids ('' matches any).
+// Parameters: $1 seqs, $2 agent_ids, $3 message_ids (an empty one matches any).
 const confirmBatchSQL = `
 WITH
 nosync AS (
