@@ -56,8 +56,8 @@ type controlRow struct {
 	confirmed bool
 }
 
-// key is a row's map key: agent and seq (the message_id is checked separately).
-func key(agentID string, seq int64) store.DeliveryRef {
+// deliveryKey is a row's map key: agent and seq (the message_id is checked separately).
+func deliveryKey(agentID string, seq int64) store.DeliveryRef {
 	return store.DeliveryRef{AgentID: agentID, Seq: seq}
 }
 
@@ -69,7 +69,7 @@ func (c *controlConfirms) track(stream uint64, agentID string, d store.Delivery)
 	if !c.active {
 		return
 	}
-	k := key(agentID, d.Seq)
+	k := deliveryKey(agentID, d.Seq)
 	if row, ok := c.rows[k]; ok {
 		if !row.confirmed {
 			row.stream = stream
@@ -84,7 +84,7 @@ func (c *controlConfirms) track(stream uint64, agentID string, d store.Delivery)
 func (c *controlConfirms) take(agentID string, seq int64, messageID string) (handled, recorded bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	row, ok := c.rows[key(agentID, seq)]
+	row, ok := c.rows[deliveryKey(agentID, seq)]
 	if !c.active || !ok {
 		return false, false
 	}
@@ -92,7 +92,7 @@ func (c *controlConfirms) take(agentID string, seq int64, messageID string) (han
 		return true, false
 	}
 	row.confirmed = true
-	c.pending = append(c.pending, key(agentID, seq))
+	c.pending = append(c.pending, deliveryKey(agentID, seq))
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -105,8 +105,8 @@ func (c *controlConfirms) take(agentID string, seq int64, messageID string) (han
 func (c *controlConfirms) drop(agentID string, seq int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if row, ok := c.rows[key(agentID, seq)]; ok && !row.confirmed {
-		delete(c.rows, key(agentID, seq))
+	if row, ok := c.rows[deliveryKey(agentID, seq)]; ok && !row.confirmed {
+		delete(c.rows, deliveryKey(agentID, seq))
 	}
 }
 

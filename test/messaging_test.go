@@ -102,6 +102,20 @@ func dialAgent(t testing.TB, sys *system, name string) *sdk.Agent {
 	return a
 }
 
+// twoAgents registers agents A and B with their streams open. A is RUNNABLE before B
+// registers, so B starts with an empty buffer, and A has confirmed the notification that B
+// joined (§14).
+func twoAgents(t *testing.T, sys *system) (a, b *sdk.Agent, aIn, bIn *inbox) {
+	t.Helper()
+	a = dialAgent(t, sys, "a")
+	aIn = openInbox(t, a)
+	waitState(t, sys, a.ID(), commonpb.AgentState_RUNNABLE)
+	b = dialAgent(t, sys, "b")
+	bIn = openInbox(t, b)
+	aIn.next(t, true, registryEvent(activities.AgentJoined, b.ID()))
+	return a, b, aIn, bIn
+}
+
 // TestTwoAgentsExchangeAndAcknowledge is the foundation scenario on both stores: two SDK
 // agents register, A sends to B, B receives, confirms and acknowledges, A's message reaches
 // FULFILLED and A sees every ACK; the 11th message to B's full buffer is rejected with
@@ -113,16 +127,7 @@ func TestTwoAgentsExchangeAndAcknowledge(t *testing.T) {
 			t.Parallel()
 			sys := start(t, newConfig(t, kind))
 			ctx := context.Background()
-			a := dialAgent(t, sys, "a")
-			aIn := openInbox(t, a)
-			// A is RUNNABLE only after its join was announced, so B, registered next, starts
-			// with an empty buffer and the capacity count below is exact.
-			waitState(t, sys, a.ID(), commonpb.AgentState_RUNNABLE)
-			b := dialAgent(t, sys, "b")
-			bIn := openInbox(t, b)
-
-			// §14: A learns that B joined.
-			aIn.next(t, true, registryEvent(activities.AgentJoined, b.ID()))
+			a, b, aIn, bIn := twoAgents(t, sys)
 
 			// C.1: deliver, RECEIVED, FULFILLED, and the ACKs reach the producer.
 			payload, _ := json.Marshal(map[string]string{"task_type": "CreateTicket", "title": "Fix header overlap"})
@@ -280,12 +285,7 @@ func TestControlConfirmationsWrittenBehind(t *testing.T) {
 			t.Parallel()
 			sys := start(t, newConfig(t, kind))
 			ctx := context.Background()
-			a := dialAgent(t, sys, "a")
-			aIn := openInbox(t, a)
-			waitState(t, sys, a.ID(), commonpb.AgentState_RUNNABLE)
-			b := dialAgent(t, sys, "b")
-			bIn := openInbox(t, b)
-			aIn.next(t, true, registryEvent(activities.AgentJoined, b.ID()))
+			a, b, aIn, bIn := twoAgents(t, sys)
 
 			sent, err := a.Send(ctx, sdk.Message{To: b.ID(), Payload: []byte(`{"n":1}`)})
 			require.NoError(t, err)

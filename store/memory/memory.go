@@ -369,8 +369,8 @@ func (m *messagePlane) Confirm(ctx context.Context, agentID string, seq int64, m
 	s := m.s()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d, ok := s.deliveries[seq]
-	if !ok || !d.confirmedAt.IsZero() || d.agentID != agentID || (messageID != "" && d.messageID != messageID) {
+	d := s.unconfirmed(agentID, seq, messageID)
+	if d == nil {
 		return store.Delivery{}, false, nil
 	}
 	s.confirmRow(d, now())
@@ -391,14 +391,24 @@ func (m *messagePlane) ConfirmBatch(ctx context.Context, rows []store.DeliveryRe
 	defer s.mu.Unlock()
 	at, n := now(), 0
 	for _, r := range rows {
-		d, ok := s.deliveries[r.Seq]
-		if !ok || !d.confirmedAt.IsZero() || d.agentID != r.AgentID || (r.MessageID != "" && d.messageID != r.MessageID) {
+		d := s.unconfirmed(r.AgentID, r.Seq, r.MessageID)
+		if d == nil {
 			continue
 		}
 		s.confirmRow(d, at)
 		n++
 	}
 	return n, nil
+}
+
+// unconfirmed returns agentID's unconfirmed row seq, or nil when there is none or its
+// message_id does not match a non-empty messageID; the caller holds s.mu.
+func (s *Store) unconfirmed(agentID string, seq int64, messageID string) *deliveryRow {
+	d, ok := s.deliveries[seq]
+	if !ok || !d.confirmedAt.IsZero() || d.agentID != agentID || (messageID != "" && d.messageID != messageID) {
+		return nil
+	}
+	return d
 }
 
 // confirmRow marks an unconfirmed row confirmed and takes it out of its agent's buffer. The

@@ -469,14 +469,6 @@ func (m *messagePlane) ConfirmAndAdvance(ctx context.Context, req store.ConfirmR
 	if known != nil && (req.MessageID == "" || known.MessageID != req.MessageID) {
 		known = nil
 	}
-	// confirmable returns the row if it can be confirmed; the caller holds s.mu.
-	confirmable := func() *deliveryRow {
-		d, ok := s.deliveries[req.Seq]
-		if !ok || !d.confirmedAt.IsZero() || d.agentID != req.AgentID || (req.MessageID != "" && d.messageID != req.MessageID) {
-			return nil
-		}
-		return d
-	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return store.ConfirmResult{}, err
@@ -487,7 +479,7 @@ func (m *messagePlane) ConfirmAndAdvance(ctx context.Context, req store.ConfirmR
 			rec, known = *known, nil
 		} else {
 			s.mu.Lock()
-			d := confirmable()
+			d := s.unconfirmed(req.AgentID, req.Seq, req.MessageID)
 			if d == nil {
 				s.mu.Unlock()
 				return store.ConfirmResult{}, nil
@@ -522,7 +514,7 @@ func (m *messagePlane) ConfirmAndAdvance(ctx context.Context, req store.ConfirmR
 			return store.ConfirmResult{}, err
 		}
 		s.mu.Lock()
-		d := confirmable()
+		d := s.unconfirmed(req.AgentID, req.Seq, req.MessageID)
 		if d == nil {
 			s.mu.Unlock()
 			return store.ConfirmResult{}, nil // confirmed (or resumed past) meanwhile

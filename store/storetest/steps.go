@@ -314,13 +314,7 @@ func runAdvanceWith(t *testing.T, newStore func(t *testing.T) store.Store) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				// Legal only from SENT, as SENT → RECEIVED is in the router.
-				res, err := mp.AdvanceWith(t.Context(), store.StepRequest{MessageID: "m1", Plan: func(rec store.MessageRecord) (*store.Step, error) {
-					if rec.State != stSent {
-						return nil, nil
-					}
-					return &store.Step{To: stReceived, FollowUp: followUp(fmt.Sprintf("f%d", i))}, nil
-				}})
+				res, err := mp.AdvanceWith(t.Context(), store.StepRequest{MessageID: "m1", Plan: receiveFromSent(fmt.Sprintf("f%d", i))})
 				if err != nil {
 					t.Error(err)
 					return
@@ -609,12 +603,7 @@ func runConfirmAndAdvance(t *testing.T, newStore func(t *testing.T) store.Store)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := mp.ConfirmAndAdvance(t.Context(), store.ConfirmRequest{AgentID: "bob", Seq: seq, MessageID: "m1", Plan: func(rec store.MessageRecord) (*store.Step, error) {
-					if rec.State != stSent {
-						return nil, nil
-					}
-					return &store.Step{To: stReceived, FollowUp: followUp(fmt.Sprintf("f%d", i))}, nil
-				}})
+				res, err := mp.ConfirmAndAdvance(t.Context(), store.ConfirmRequest{AgentID: "bob", Seq: seq, MessageID: "m1", Plan: receiveFromSent(fmt.Sprintf("f%d", i))})
 				if err != nil {
 					t.Error(err)
 					return
@@ -633,4 +622,15 @@ func runConfirmAndAdvance(t *testing.T, newStore func(t *testing.T) store.Store)
 		require.Len(t, claim(t, mp, "alice", 100, time.Minute), 1, "one follow-up")
 		require.Equal(t, stReceived, getMessage(t, mp, "m1").State)
 	})
+}
+
+// receiveFromSent plans SENT → RECEIVED with a follow-up named followUpID, and nothing from
+// any other state: legal only from SENT, as in the router.
+func receiveFromSent(followUpID string) store.PlanFunc {
+	return func(rec store.MessageRecord) (*store.Step, error) {
+		if rec.State != stSent {
+			return nil, nil
+		}
+		return &store.Step{To: stReceived, FollowUp: followUp(followUpID)}, nil
+	}
 }
