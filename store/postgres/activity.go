@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -165,31 +163,17 @@ func (a *activityBuffer) List(ctx context.Context, f store.ActivityFilter) ([]st
 	if err := store.ValidateActivityFilter(f); err != nil {
 		return nil, fmt.Errorf("postgres: list activity: %w", err)
 	}
-	var (
-		conds []string
-		args  []any
-	)
-	add := func(col, v string) {
-		if v != "" {
-			args = append(args, v)
-			conds = append(conds, col+" = $"+strconv.Itoa(len(args)))
+	var q listQuery
+	for _, c := range []struct{ cond, v string }{
+		{"agent_id = ?", f.AgentID}, {"repo_id = ?", f.RepoID}, {"worktree_id = ?", f.WorktreeID}, {"task_id = ?", f.TaskID},
+	} {
+		if c.v != "" {
+			q.add(c.cond, c.v)
 		}
 	}
-	add("agent_id", f.AgentID)
-	add("repo_id", f.RepoID)
-	add("worktree_id", f.WorktreeID)
-	add("task_id", f.TaskID)
-	where := ""
-	if len(conds) > 0 {
-		where = "WHERE " + strings.Join(conds, " AND ")
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = store.DefaultActivityListLimit
-	}
-	args = append(args, limit)
-	rows, err := a.s().pool.Query(ctx, `SELECT `+activityColumns+` FROM activity_entries `+where+
-		` ORDER BY created_at, id LIMIT $`+strconv.Itoa(len(args)), args...)
+	limit := q.limit(f.Limit, store.DefaultActivityListLimit)
+	rows, err := a.s().pool.Query(ctx, `SELECT `+activityColumns+` FROM activity_entries `+q.where()+
+		` ORDER BY created_at, id LIMIT `+limit, q.args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list activity: %w", err)
 	}

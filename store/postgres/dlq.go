@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,51 +97,36 @@ func (d *dlq) GetDeadLetter(ctx context.Context, id int64) (store.DLQEntry, erro
 
 // ListDeadLetters implements store.DLQ: matching entries in ID order, the newest Limit of them.
 func (d *dlq) ListDeadLetters(ctx context.Context, f store.DLQFilter) ([]store.DLQEntry, error) {
-	var (
-		conds []string
-		args  []any
-	)
-	add := func(cond string, arg any) {
-		args = append(args, arg)
-		conds = append(conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
-	}
+	var q listQuery
 	if !f.Since.IsZero() {
-		add("failed_at >= ?", f.Since)
+		q.add("failed_at >= ?", f.Since)
 	}
 	if !f.Until.IsZero() {
-		add("failed_at < ?", f.Until)
+		q.add("failed_at < ?", f.Until)
 	}
 	if f.Class != "" {
-		add("class = ?", f.Class)
+		q.add("class = ?", f.Class)
 	}
 	if f.ErrorCode != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
-		add("error_code = ?", int32(f.ErrorCode))
+		q.add("error_code = ?", int32(f.ErrorCode))
 	}
 	if f.RecipientID != "" {
-		add("recipient_id = ?", f.RecipientID)
+		q.add("recipient_id = ?", f.RecipientID)
 	}
 	if f.ProducerID != "" {
-		add("producer_id = ?", f.ProducerID)
+		q.add("producer_id = ?", f.ProducerID)
 	}
 	if !f.IncludeRequeued {
-		conds = append(conds, "requeued_at IS NULL")
+		q.addConst("requeued_at IS NULL")
 	}
-	where := ""
-	if len(conds) > 0 {
-		where = "WHERE " + strings.Join(conds, " AND ")
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = defaultDLQLimit
-	}
-	args = append(args, limit)
+	limit := q.limit(f.Limit, defaultDLQLimit)
 	// The inner query picks the newest matches, the outer one restores oldest-first order.
 	rows, err := d.s().pool.Query(ctx, `
 		SELECT * FROM (
-			SELECT `+dlqColumns+` FROM dead_letters `+where+`
+			SELECT `+dlqColumns+` FROM dead_letters `+q.where()+`
 			ORDER BY id DESC
-			LIMIT $`+strconv.Itoa(len(args))+`
-		) AS newest ORDER BY id`, args...)
+			LIMIT `+limit+`
+		) AS newest ORDER BY id`, q.args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list dead letters: %w", err)
 	}

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -118,37 +116,22 @@ func (h *hitl) GetInvocation(ctx context.Context, invocationID string) (store.HI
 
 // ListInvocations implements store.HITL.
 func (h *hitl) ListInvocations(ctx context.Context, f store.HITLFilter) ([]store.HITLRecord, error) {
-	var (
-		conds []string
-		args  []any
-	)
-	add := func(cond string, arg any) {
-		args = append(args, arg)
-		conds = append(conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
-	}
+	var q listQuery
 	if f.Status != "" {
-		add("status = ?", f.Status)
+		q.add("status = ?", f.Status)
 	}
 	if f.ReasonType != "" {
-		add("reason_type = ?", f.ReasonType)
+		q.add("reason_type = ?", f.ReasonType)
 	}
-	where := ""
-	if len(conds) > 0 {
-		where = "WHERE " + strings.Join(conds, " AND ")
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = defaultHITLLimit
-	}
-	args = append(args, limit)
+	limit := q.limit(f.Limit, defaultHITLLimit)
 	// The inner query picks the newest matches, the outer one restores oldest-first order.
 	// COLLATE "C" breaks ties in byte order, as Go's string comparison (and store/memory) does.
 	rows, err := h.s().pool.Query(ctx, `
 		SELECT * FROM (
-			SELECT `+hitlColumns+` FROM hitl_invocations `+where+`
+			SELECT `+hitlColumns+` FROM hitl_invocations `+q.where()+`
 			ORDER BY created_at DESC, invocation_id COLLATE "C" DESC
-			LIMIT $`+strconv.Itoa(len(args))+`
-		) AS newest ORDER BY created_at, invocation_id COLLATE "C"`, args...)
+			LIMIT `+limit+`
+		) AS newest ORDER BY created_at, invocation_id COLLATE "C"`, q.args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list invocations: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -278,4 +279,38 @@ func nullBytes(b []byte) []byte {
 		return nil
 	}
 	return b
+}
+
+// listQuery collects the optional conditions of a List call and numbers their parameters, so
+// each List builds its WHERE clause and LIMIT the same way.
+type listQuery struct {
+	conds []string
+	args  []any
+}
+
+// add appends a condition whose one "?" stands for arg.
+func (q *listQuery) add(cond string, arg any) {
+	q.args = append(q.args, arg)
+	q.conds = append(q.conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(q.args))))
+}
+
+// addConst appends a condition without a parameter.
+func (q *listQuery) addConst(cond string) { q.conds = append(q.conds, cond) }
+
+// where is the WHERE clause of the conditions, empty when there are none.
+func (q *listQuery) where() string {
+	if len(q.conds) == 0 {
+		return ""
+	}
+	return "WHERE " + strings.Join(q.conds, " AND ")
+}
+
+// limit appends the row limit (def when n is not positive) as the last parameter and returns
+// its placeholder.
+func (q *listQuery) limit(n, def int) string {
+	if n <= 0 {
+		n = def
+	}
+	q.args = append(q.args, n)
+	return "$" + strconv.Itoa(len(q.args))
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -218,47 +217,32 @@ func (a *auditLog) AppendBatch(ctx context.Context, events []store.Event) error 
 
 // List implements store.AuditLog.
 func (a *auditLog) List(ctx context.Context, f store.AuditFilter) ([]store.Event, error) {
-	var (
-		conds []string
-		args  []any
-	)
-	add := func(cond string, arg any) {
-		args = append(args, arg)
-		conds = append(conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
-	}
+	var q listQuery
 	if f.CorrelationID != "" {
-		add("correlation_id = ?", f.CorrelationID)
+		q.add("correlation_id = ?", f.CorrelationID)
 	}
 	if f.AgentID != "" {
-		add("agent_id = ?", f.AgentID)
+		q.add("agent_id = ?", f.AgentID)
 	}
 	if f.MessageID != "" {
-		add("message_id = ?", f.MessageID)
+		q.add("message_id = ?", f.MessageID)
 	}
 	if f.TypePrefix != "" {
 		// LIKE with the wildcards escaped, so the text_pattern_ops index serves the prefix.
-		add(`type LIKE ? ESCAPE '\'`, escapeLike(f.TypePrefix)+"%")
+		q.add(`type LIKE ? ESCAPE '\'`, escapeLike(f.TypePrefix)+"%")
 	}
 	if !f.Since.IsZero() {
-		add("time >= ?", f.Since)
+		q.add("time >= ?", f.Since)
 	}
-	where := ""
-	if len(conds) > 0 {
-		where = "WHERE " + strings.Join(conds, " AND ")
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = defaultAuditLimit
-	}
-	args = append(args, limit)
+	limit := q.limit(f.Limit, defaultAuditLimit)
 	// The inner query picks the newest matches, the outer one restores oldest-first order.
 	rows, err := a.s().pool.Query(ctx, `
 		SELECT id, time, correlation_id, actor, type, agent_id, message_id, details FROM (
 			SELECT id, time, correlation_id, actor, type, agent_id, message_id, details::text AS details
-			FROM audit_events `+where+`
+			FROM audit_events `+q.where()+`
 			ORDER BY id DESC
-			LIMIT $`+strconv.Itoa(len(args))+`
-		) AS newest ORDER BY id`, args...)
+			LIMIT `+limit+`
+		) AS newest ORDER BY id`, q.args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list events: %w", err)
 	}
