@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -475,41 +474,12 @@ func runDLQ(t *testing.T, newStore func(t *testing.T) store.Store) {
 		ctx := t.Context()
 		e, err := q.PutDeadLetter(ctx, deadLetter("m1", time.Now()))
 		require.NoError(t, err)
-		const n = 16
-		var (
-			wg        sync.WaitGroup
-			mu        sync.Mutex
-			winners   []int
-			refused   int
-			otherErrs []error
-		)
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				err := q.MarkRequeued(ctx, e.ID, fmt.Sprintf("m1-r%d", i), time.Now())
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err == nil:
-					winners = append(winners, i)
-				case errors.Is(err, store.ErrAlreadyRequeued):
-					refused++
-				default:
-					otherErrs = append(otherErrs, err)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		require.Empty(t, otherErrs)
-		require.Len(t, winners, 1, "exactly one requeue wins")
-		require.Equal(t, n-1, refused)
+		winner := oneWins(t, 16, store.ErrAlreadyRequeued, func(i int) error {
+			return q.MarkRequeued(ctx, e.ID, fmt.Sprintf("m1-r%d", i), time.Now())
+		})
 		got, err := q.GetDeadLetter(ctx, e.ID)
 		require.NoError(t, err)
-		require.Equal(t, fmt.Sprintf("m1-r%d", winners[0]), got.RequeuedAs, "the winner's message_id is stored")
+		require.Equal(t, fmt.Sprintf("m1-r%d", winner), got.RequeuedAs, "the winner's message_id is stored")
 	})
 
 	t.Run("Purge", func(t *testing.T) {

@@ -336,38 +336,14 @@ func runExpire(t *testing.T, newStore func(t *testing.T) store.Store) {
 			admitReq(t, mp, dedupReq(fmt.Sprintf("m%d", i), fmt.Sprintf("agent%d", i%3), fmt.Sprintf("k%d", i)))
 		}
 		time.Sleep(20 * time.Millisecond)
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			seen = map[string]int{}
-			errs []error
-		)
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					xs, err := mp.Expire(ctx, time.Millisecond, 3)
-					mu.Lock()
-					if err != nil {
-						errs = append(errs, err)
-					}
-					for _, x := range xs {
-						seen[x.Record.MessageID]++
-					}
-					mu.Unlock()
-					if err != nil || len(xs) == 0 {
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		require.Empty(t, errs)
-		require.Len(t, seen, n)
-		for id, times := range seen {
-			require.Equal(t, 1, times, "%s returned %d times", id, times)
-		}
+		drainOnce(t, 8, n, func() ([]string, error) {
+			xs, err := mp.Expire(ctx, time.Millisecond, 3)
+			ids := make([]string, len(xs))
+			for i, x := range xs {
+				ids[i] = x.Record.MessageID
+			}
+			return ids, err
+		})
 		for i := range n {
 			require.Equal(t, store.OpRetrying, entry(t, mp, fmt.Sprintf("k%d", i)).Status)
 		}
@@ -1155,37 +1131,13 @@ func runPendingResponses(t *testing.T, newStore func(t *testing.T) store.Store) 
 				RequestMessageID: fmt.Sprintf("r%d", i), ProducerID: "alice", Deadline: time.Now().Add(-time.Second),
 			}))
 		}
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			seen = map[string]int{}
-			errs []error
-		)
-		for range 6 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					ps, err := mp.ExpirePendingResponses(ctx, 2)
-					mu.Lock()
-					if err != nil {
-						errs = append(errs, err)
-					}
-					for _, p := range ps {
-						seen[p.RequestMessageID]++
-					}
-					mu.Unlock()
-					if err != nil || len(ps) == 0 {
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		require.Empty(t, errs)
-		require.Len(t, seen, n)
-		for id, times := range seen {
-			require.Equal(t, 1, times, "%s expired %d times", id, times)
-		}
+		drainOnce(t, 6, n, func() ([]string, error) {
+			ps, err := mp.ExpirePendingResponses(ctx, 2)
+			ids := make([]string, len(ps))
+			for i, p := range ps {
+				ids[i] = p.RequestMessageID
+			}
+			return ids, err
+		})
 	})
 }

@@ -640,38 +640,14 @@ func runMessages(t *testing.T, newStore func(t *testing.T) store.Store) {
 		for i := range n {
 			admit(t, mp, fmt.Sprintf("m%d", i), "bob", 0, false)
 		}
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			seen = map[int64]int{}
-			errs []error
-		)
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					ds, err := mp.Claim(ctx, store.ClaimRequest{AgentID: "bob", Limit: 3, Lease: time.Hour})
-					mu.Lock()
-					if err != nil {
-						errs = append(errs, err)
-					}
-					for _, d := range ds {
-						seen[d.Seq]++
-					}
-					mu.Unlock()
-					if err != nil || len(ds) == 0 {
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		require.Empty(t, errs)
-		require.Len(t, seen, n)
-		for seq, times := range seen {
-			require.Equal(t, 1, times, "seq %d claimed %d times", seq, times)
-		}
+		drainOnce(t, 8, n, func() ([]int64, error) {
+			ds, err := mp.Claim(ctx, store.ClaimRequest{AgentID: "bob", Limit: 3, Lease: time.Hour})
+			seqs := make([]int64, len(ds))
+			for i, d := range ds {
+				seqs[i] = d.Seq
+			}
+			return seqs, err
+		})
 	})
 
 	t.Run("Depth", func(t *testing.T) {
@@ -1652,42 +1628,13 @@ func runHITL(t *testing.T, newStore func(t *testing.T) store.Store) {
 		h := newStore(t).HITL()
 		ctx := t.Context()
 		require.NoError(t, h.PutInvocation(ctx, hitlRecord("i1", "SECURITY_APPROVAL", time.Now())))
-		const n = 16
-		var (
-			wg        sync.WaitGroup
-			mu        sync.Mutex
-			winners   []int
-			refused   int
-			otherErrs []error
-		)
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				err := h.CompleteInvocation(ctx, "i1", []byte(fmt.Sprintf(`{"by":%d}`, i)), time.Now())
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err == nil:
-					winners = append(winners, i)
-				case errors.Is(err, store.ErrAlreadyDecided):
-					refused++
-				default:
-					otherErrs = append(otherErrs, err)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		require.Empty(t, otherErrs)
-		require.Len(t, winners, 1, "exactly one completion wins")
-		require.Equal(t, n-1, refused)
+		winner := oneWins(t, 16, store.ErrAlreadyDecided, func(i int) error {
+			return h.CompleteInvocation(ctx, "i1", []byte(fmt.Sprintf(`{"by":%d}`, i)), time.Now())
+		})
 		got, err := h.GetInvocation(ctx, "i1")
 		require.NoError(t, err)
 		require.Equal(t, store.HITLDecided, got.Status)
-		require.Equal(t, fmt.Sprintf(`{"by":%d}`, winners[0]), string(got.Outcome), "the winner's outcome is stored")
+		require.Equal(t, fmt.Sprintf(`{"by":%d}`, winner), string(got.Outcome), "the winner's outcome is stored")
 	})
 
 	t.Run("ConcurrentIdempotentCompletes", func(t *testing.T) {
