@@ -51,35 +51,43 @@ func drainOnce[K comparable](t *testing.T, workers, n int, take func() ([]K, err
 func oneWins(t *testing.T, n int, refused error, call func(i int) error) int {
 	t.Helper()
 	var (
-		wg        sync.WaitGroup
 		mu        sync.Mutex
 		winners   []int
 		refusals  int
 		otherErrs []error
 	)
+	atOnce(n, func(i int) {
+		err := call(i)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			winners = append(winners, i)
+		case errors.Is(err, refused):
+			refusals++
+		default:
+			otherErrs = append(otherErrs, err)
+		}
+	})
+	require.Empty(t, otherErrs)
+	require.Len(t, winners, 1, "exactly one call wins")
+	require.Equal(t, n-1, refusals)
+	return winners[0]
+}
+
+// atOnce runs call(i) for every i below n, each in its own goroutine, all released at the same
+// instant, and waits for them.
+func atOnce(n int, call func(i int)) {
+	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			err := call(i)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				winners = append(winners, i)
-			case errors.Is(err, refused):
-				refusals++
-			default:
-				otherErrs = append(otherErrs, err)
-			}
+			call(i)
 		}()
 	}
 	close(start)
 	wg.Wait()
-	require.Empty(t, otherErrs)
-	require.Len(t, winners, 1, "exactly one call wins")
-	require.Equal(t, n-1, refusals)
-	return winners[0]
 }

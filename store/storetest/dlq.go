@@ -3,7 +3,6 @@ package storetest
 import (
 	"bytes"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -239,24 +238,15 @@ func runDLQ(t *testing.T, newStore func(t *testing.T) store.Store) {
 		ctx := t.Context()
 		const n = 16
 		var (
-			wg   sync.WaitGroup
 			ids  [n]int64
 			errs [n]error
 		)
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				e := deadLetter("m1", time.Now())
-				e.Reason = fmt.Sprintf("put %d", i)
-				got, err := q.PutDeadLetter(ctx, e)
-				ids[i], errs[i] = got.ID, err
-			}()
-		}
-		close(start)
-		wg.Wait()
+		atOnce(n, func(i int) {
+			e := deadLetter("m1", time.Now())
+			e.Reason = fmt.Sprintf("put %d", i)
+			got, err := q.PutDeadLetter(ctx, e)
+			ids[i], errs[i] = got.ID, err
+		})
 		for i := range n {
 			require.NoError(t, errs[i], "put %d", i)
 			require.Equal(t, ids[0], ids[i], "put %d got another entry", i)

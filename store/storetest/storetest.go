@@ -1643,18 +1643,9 @@ func runHITL(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, h.PutInvocation(ctx, hitlRecord("i1", "SECURITY_APPROVAL", time.Now())))
 		const n = 16
 		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				errs[i] = h.CompleteInvocation(ctx, "i1", []byte(`{"decision":"approve"}`), time.Now())
-			}()
-		}
-		close(start)
-		wg.Wait()
+		atOnce(n, func(i int) {
+			errs[i] = h.CompleteInvocation(ctx, "i1", []byte(`{"decision":"approve"}`), time.Now())
+		})
 		for i, err := range errs {
 			require.NoError(t, err, "completion %d: retries with the same outcome all succeed", i)
 		}
