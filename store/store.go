@@ -45,6 +45,8 @@ type Store interface {
 	HITL() HITL
 	// DLQ returns the dead-letter queue.
 	DLQ() DLQ
+	// Outbox returns the handoffs to Temporal that are not delivered yet.
+	Outbox() Outbox
 	// Kind names the implementation ("memory" or "postgres") for logs.
 	Kind() string
 	// Close releases connections and stops background work.
@@ -312,6 +314,10 @@ type Step struct {
 	// full buffer; a message_id already known fails the whole call with ErrDuplicateMessage
 	// and changes nothing.
 	FollowUp *AdmitRequest
+	// Handoff, when set, is written to the Outbox in the same transaction as the transition
+	// and only if it applies, leased for HandoffLease (the caller's in-line attempt): the
+	// ACK of a scheduler's CONTROL message, on its way to the agent's lifecycle workflow.
+	Handoff *Handoff
 }
 
 // PlanFunc decides, from a tracked message's current record, the Step to apply to it, or nil
@@ -520,8 +526,10 @@ type AgentRecord struct {
 // Registry is the agent registry projection; the lifecycle workflow owns the state machine,
 // this is what routing and discovery read.
 type Registry interface {
-	// PutAgent inserts or replaces an agent record (registration and re-registration).
-	PutAgent(ctx context.Context, rec AgentRecord) error
+	// PutAgent inserts or replaces an agent record (registration and re-registration) and
+	// writes handoffs (the start of its lifecycle workflow) to the Outbox in the same
+	// transaction, leased for HandoffLease.
+	PutAgent(ctx context.Context, rec AgentRecord, handoffs ...Handoff) error
 	// GetAgent returns one agent, or ErrNotFound.
 	GetAgent(ctx context.Context, agentID string) (AgentRecord, error)
 	// ListAgents returns every registered agent ordered by agent_id.

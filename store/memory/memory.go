@@ -65,6 +65,11 @@ type Store struct {
 	// slices (copied on the way in and out).
 	hitl map[string]*store.HITLRecord
 
+	// handoffs holds the undelivered handoffs to Temporal by ID (see outbox.go);
+	// handoffOrder numbers them in insertion order.
+	handoffs     map[string]*handoffRow
+	handoffOrder int64
+
 	// hub fans wake-ups out to Subscribe channels. It has its own lock and never blocks, so
 	// it is safe to wake it while s.mu is held.
 	hub *hub.Hub
@@ -125,6 +130,7 @@ func New() *Store {
 		responses:  make(map[string]*store.PendingResponse),
 		agents:     make(map[string]*agentRow),
 		hitl:       make(map[string]*store.HITLRecord),
+		handoffs:   make(map[string]*handoffRow),
 		hub:        hub.New(),
 		dlq:        newDLQState(),
 	}
@@ -537,7 +543,7 @@ type registry Store
 func (r *registry) s() *Store { return (*Store)(r) }
 
 // PutAgent implements store.Registry.
-func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord) error {
+func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord, handoffs ...store.Handoff) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -563,6 +569,10 @@ func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.agents[id] = row
+	at := now()
+	for _, h := range handoffs {
+		s.addHandoffLocked(h, store.HandoffLease, at)
+	}
 	return nil
 }
 

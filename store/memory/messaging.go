@@ -571,6 +571,9 @@ func (s *Store) applyStep(id string, row *messageRow, step *store.Step, follow [
 	if f != nil {
 		res.FollowUpSeq = s.enqueueControl(f, follow, at)
 	}
+	if step.Handoff != nil {
+		s.addHandoffLocked(*step.Handoff, store.HandoffLease, at)
+	}
 	return res, nil
 }
 

@@ -615,13 +615,15 @@ func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal st
 // condition on the newest version, so ok_ tells whether everything the step was planned on
 // still holds; conf and upd write only then. fmsg and fdel admit the follow-up as Admit admits
 // untracked control traffic (a known message_id fails the statement on messages_pkey, which
-// undoes all of it), and the final SELECT notifies the follow-up's recipient (delivered at
+// undoes all of it), ho writes the step's handoff to the outbox (a data-modifying CTE runs
+// whether or not the SELECT reads it), and the final SELECT notifies the follow-up's recipient (delivered at
 // commit) and reports. Parameters:
 //
 //	$1 message_id  $2 to  $3 error code  $4 note  $5 the state plan saw  $6 apply the transition
 //	$7 seq to confirm (0: none)  $8 its agent_id
 //	$9 follow-up message_id ('': none)  $10 producer_id  $11 recipient_id  $12 correlation_id
 //	$13 message_type  $14 envelope  $15 lane  $16 expires_at  $17 notify channel
+//	$18 handoff id ('': none)  $19 kind  $20 workflow_id  $21 payload  $22 lease in seconds
 func stepSQL(entSQL string) string {
 	return enumSQL(`
 WITH
@@ -661,6 +663,11 @@ fdel AS (
 	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at)
 	SELECT $11, $9, $14, $15, $16 FROM fmsg
 	RETURNING seq
+),
+ho AS (
+	INSERT INTO handoffs (id, kind, workflow_id, payload, lease_until)
+	SELECT $18, $19, $20, $21, now() + make_interval(secs => $22) FROM upd WHERE $18 <> ''
+	ON CONFLICT (id) DO NOTHING
 )
 SELECT EXISTS (SELECT 1 FROM lk), c.seq IS NOT NULL, u.message_id IS NOT NULL,
 	(SELECT seq FROM fdel), (SELECT pg_notify($17, $11)::text FROM fdel),
@@ -711,8 +718,12 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 		note string
 		f    store.AdmitRequest
 		env  []byte
+		h    store.Handoff
 	)
 	if step != nil {
+		if step.Handoff != nil {
+			h = *step.Handoff
+		}
 		switch entSQLFor(step.To) {
 		case entTimedOutSQL:
 			sql = stepTimedOutSQL
@@ -741,7 +752,8 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 		&d.Seq, &d.AgentID, &envBytes, &d.EnqueuedAt, &d.Attempts}, ms.dest()...)
 	err := m.s().pool.QueryRow(ctx, sql, messageID, to, code, note, int32(from), step != nil, seq, agentID,
 		followID, f.Envelope.GetProducerId(), f.RecipientID, f.Envelope.GetCorrelationId(), int32(f.Envelope.GetMessageType()),
-		env, int16(store.LaneRank(f.Lane)), nullTime(f.ExpiresAt), NotifyChannel).Scan(dest...)
+		env, int16(store.LaneRank(f.Lane)), nullTime(f.ExpiresAt), NotifyChannel,
+		h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), store.HandoffLease.Seconds()).Scan(dest...)
 	if isDuplicateMessage(err) {
 		return stepOutcome{}, fmt.Errorf("follow-up %q: %w", followID, store.ErrDuplicateMessage)
 	}

@@ -27,7 +27,7 @@ type registry Store
 func (r *registry) s() *Store { return (*Store)(r) }
 
 // PutAgent implements store.Registry.
-func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord) error {
+func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord, handoffs ...store.Handoff) error {
 	id := rec.Descriptor.GetAgentId()
 	if id == "" {
 		return errors.New("postgres: put agent: descriptor with an agent_id is required")
@@ -40,13 +40,18 @@ func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord) error {
 	if err != nil {
 		return fmt.Errorf("postgres: put agent %q: %w", id, err)
 	}
-	if _, err := r.s().pool.Exec(ctx, `
+	// The record and its handoffs commit together, or neither does.
+	b := &pgx.Batch{}
+	b.Queue(`
 		INSERT INTO agents (agent_id, descriptor, state, health, registered_at, last_heartbeat)
 		VALUES ($1, $2, $3, $4, COALESCE($5, now()), $6)
 		ON CONFLICT (agent_id) DO UPDATE SET
 			descriptor = EXCLUDED.descriptor, state = EXCLUDED.state, health = EXCLUDED.health,
 			registered_at = EXCLUDED.registered_at, last_heartbeat = EXCLUDED.last_heartbeat`,
-		id, desc, int32(rec.State), health, nullTime(rec.RegisteredAt), nullTime(rec.LastHeartbeat)); err != nil {
+		id, desc, int32(rec.State), health, nullTime(rec.RegisteredAt), nullTime(rec.LastHeartbeat))
+	queueHandoffs(b, handoffs, store.HandoffLease)
+	err = pgx.BeginFunc(ctx, r.s().pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+	if err != nil {
 		return fmt.Errorf("postgres: put agent %q: %w", id, err)
 	}
 	return nil

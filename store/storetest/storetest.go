@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("HITL", func(t *testing.T) { runHITL(t, newStore) })
 	t.Run("DLQ", func(t *testing.T) { runDLQ(t, newStore) })
 	t.Run("AuditBatch", func(t *testing.T) { runAuditBatch(t, newStore) })
+	t.Run("Outbox", func(t *testing.T) { runOutbox(t, newStore) })
 }
 
 // Envelope returns a fully populated test envelope with the given message_id.

@@ -1,0 +1,182 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// This file tests the Outbox: handoffs to Temporal written with the state they report, leased
+// to their writer, claimed by relays, retried and completed.
+
+// longLease keeps a handoff from being claimable for the whole test.
+const longLease = time.Hour
+
+func handoff(id string) store.Handoff {
+	return store.Handoff{ID: id, Kind: "test.signal", WorkflowID: "wf/" + id, Payload: []byte(`{"id":"` + id + `"}`)}
+}
+
+func handoffIDs(hs []store.Handoff) []string {
+	ids := make([]string, len(hs))
+	for i, h := range hs {
+		ids[i] = h.ID
+	}
+	return ids
+}
+
+func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("LeasedToTheWriterThenClaimedOnce", func(t *testing.T) {
+		ctx := t.Context()
+		ob := newStore(t).Outbox()
+		require.NoError(t, ob.AddHandoffs(ctx, []store.Handoff{handoff("held")}, longLease))
+		require.NoError(t, ob.AddHandoffs(ctx, []store.Handoff{handoff("h1"), handoff("h2")}, 0))
+		got, err := ob.ClaimHandoffs(ctx, longLease, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{"h1", "h2"}, handoffIDs(got), "only handoffs whose lease passed, oldest first")
+		require.Equal(t, "test.signal", got[0].Kind)
+		require.Equal(t, "wf/h1", got[0].WorkflowID)
+		require.JSONEq(t, `{"id":"h1"}`, string(got[0].Payload))
+		require.False(t, got[0].CreatedAt.IsZero())
+		again, err := ob.ClaimHandoffs(ctx, longLease, 10)
+		require.NoError(t, err)
+		require.Empty(t, again, "a claim leases what it returns")
+		pending, err := ob.PendingHandoffs(ctx, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{"held", "h1", "h2"}, handoffIDs(pending), "pending lists leased handoffs too")
+	})
+	t.Run("RetryCountsAndBacksOff", func(t *testing.T) {
+		ctx := t.Context()
+		ob := newStore(t).Outbox()
+		require.NoError(t, ob.AddHandoffs(ctx, []store.Handoff{handoff("r")}, 0))
+		require.NoError(t, ob.RetryHandoff(ctx, "r", longLease, "temporal unreachable"))
+		got, err := ob.ClaimHandoffs(ctx, longLease, 10)
+		require.NoError(t, err)
+		require.Empty(t, got, "a retry waits out its delay")
+		require.NoError(t, ob.RetryHandoff(ctx, "r", 0, "still unreachable"))
+		got, err = ob.ClaimHandoffs(ctx, longLease, 10)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		require.Equal(t, 2, got[0].Attempts)
+		require.Equal(t, "still unreachable", got[0].LastError)
+		require.NoError(t, ob.RetryHandoff(ctx, "unknown", 0, "x"), "an unknown id is ignored")
+	})
+	t.Run("CompleteRemoves", func(t *testing.T) {
+		ctx := t.Context()
+		ob := newStore(t).Outbox()
+		require.NoError(t, ob.AddHandoffs(ctx, []store.Handoff{handoff("c1"), handoff("c2"), handoff("c1")}, 0))
+		require.NoError(t, ob.CompleteHandoffs(ctx, []string{"c1", "unknown"}))
+		pending, err := ob.PendingHandoffs(ctx, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{"c2"}, handoffIDs(pending), "a repeated id is stored once; completed ones are gone")
+	})
+	t.Run("ConcurrentRelaysClaimDisjointly", func(t *testing.T) {
+		ctx := t.Context()
+		ob := newStore(t).Outbox()
+		var hs []store.Handoff
+		for i := range 40 {
+			hs = append(hs, handoff(fmt.Sprintf("c%02d", i)))
+		}
+		require.NoError(t, ob.AddHandoffs(ctx, hs, 0))
+		var (
+			mu   sync.Mutex
+			seen = map[string]int{}
+			wg   sync.WaitGroup
+		)
+		for range 4 {
+			wg.Go(func() {
+				for {
+					got, err := ob.ClaimHandoffs(ctx, longLease, 3)
+					if err != nil || len(got) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, h := range got {
+						seen[h.ID]++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		require.Len(t, seen, 40)
+		for id, n := range seen {
+			require.Equal(t, 1, n, "%s claimed once", id)
+		}
+	})
+	t.Run("WrittenWithAnAppliedStepOnly", func(t *testing.T) {
+		ctx := t.Context()
+		s := newStore(t)
+		mp, ob := s.Messages(), s.Outbox()
+		admit(t, mp, "m-step", "bob", 0, true)
+		h := handoff("with-step")
+		plan := func(rec store.MessageRecord) (*store.Step, error) {
+			if rec.State != commonpb.EnvelopeState_ENVELOPE_STATE_SENT {
+				return nil, nil
+			}
+			return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Handoff: &h}, nil
+		}
+		res, err := mp.AdvanceWith(ctx, store.StepRequest{MessageID: "m-step", Plan: plan})
+		require.NoError(t, err)
+		require.True(t, res.Applied)
+		res, err = mp.AdvanceWith(ctx, store.StepRequest{MessageID: "m-step", Plan: plan})
+		require.NoError(t, err)
+		require.False(t, res.Applied)
+		pending, err := ob.PendingHandoffs(ctx, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{"with-step"}, handoffIDs(pending), "written once, with the step that applied")
+		got, err := ob.ClaimHandoffs(ctx, longLease, 10)
+		require.NoError(t, err)
+		require.Empty(t, got, "leased to the writer for its in-line attempt")
+
+		// A step that fails (its follow-up's message_id is taken) writes no handoff either.
+		admit(t, mp, "m-dup", "bob", 0, true)
+		admit(t, mp, "taken", "alice", 0, false)
+		h2 := handoff("with-failed-step")
+		_, err = mp.AdvanceWith(ctx, store.StepRequest{MessageID: "m-dup", Plan: func(store.MessageRecord) (*store.Step, error) {
+			return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, FollowUp: followUp("taken"), Handoff: &h2}, nil
+		}})
+		require.ErrorIs(t, err, store.ErrDuplicateMessage)
+		pending, err = ob.PendingHandoffs(ctx, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{"with-step"}, handoffIDs(pending))
+	})
+	t.Run("WrittenWithAConfirmedStep", func(t *testing.T) {
+		ctx := t.Context()
+		s := newStore(t)
+		mp, ob := s.Messages(), s.Outbox()
+		seq := admit(t, mp, "m-conf", "bob", 0, true)
+		claim(t, mp, "bob", 10, time.Minute)
+		h := handoff("with-confirm")
+		res, err := mp.ConfirmAndAdvance(ctx, store.ConfirmRequest{AgentID: "bob", Seq: seq, MessageID: "m-conf",
+			Plan: func(store.MessageRecord) (*store.Step, error) {
+				return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Handoff: &h}, nil
+			}})
+		require.NoError(t, err)
+		require.True(t, res.Confirmed)
+		require.True(t, res.Applied)
+		pending, err := ob.PendingHandoffs(ctx, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{"with-confirm"}, handoffIDs(pending))
+	})
+	t.Run("WrittenWithARegistration", func(t *testing.T) {
+		ctx := t.Context()
+		s := newStore(t)
+		desc := &registrypb.AgentDescriptor{AgentId: "reg-1", Name: "reg"}
+		require.NoError(t, s.Registry().PutAgent(ctx, store.AgentRecord{Descriptor: desc}, handoff("start-reg-1")))
+		_, err := s.Registry().GetAgent(ctx, "reg-1")
+		require.NoError(t, err)
+		pending, err := s.Outbox().PendingHandoffs(ctx, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{"start-reg-1"}, handoffIDs(pending))
+		got, err := s.Outbox().ClaimHandoffs(ctx, longLease, 10)
+		require.NoError(t, err)
+		require.Empty(t, got, "leased to the registering frontend for its in-line attempt")
+	})
+}
