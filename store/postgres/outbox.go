@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"slices"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
