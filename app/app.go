@@ -28,6 +28,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/metrics"
 	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -267,6 +268,10 @@ type App struct {
 	metrics   *metrics.Router
 	sink      *observe.Sink
 	router    *router.Router
+	relay     *outbox.Relay
+	stopRelay context.CancelFunc
+	// relayDone closes when the outbox relay's Run has returned.
+	relayDone chan struct{}
 }
 
 // OpenStore opens the store the configuration names: PostgreSQL when DatabaseURL is set
@@ -337,9 +342,19 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	a.router = rt
 	a.metrics = metrics.New(st, rt.Config().BufferCapacity)
 	rt.SetMetrics(a.metrics)
+	// Handoffs to Temporal that store writes promised (the outbox): every process relays
+	// them, so what one process wrote reaches Temporal even if that process dies.
+	a.relay = outbox.New(st.Outbox(), outbox.Config{}, log, sink)
+	frontend.RegisterHandoffs(a.relay, a.temporal, st, cfg.TaskQueue)
+	relayCtx, stopRelay := context.WithCancel(context.Background())
+	a.stopRelay, a.relayDone = stopRelay, make(chan struct{})
+	go func() {
+		defer close(a.relayDone)
+		a.relay.Run(relayCtx)
+	}()
 	// ACKs of the scheduler's CONTROL messages, and the sections agents declare, go to the
 	// agents' lifecycle workflows (§7).
-	rt.SetSchedulerInbox(frontend.NewSchedulerInbox(a.temporal))
+	rt.SetSchedulerInbox(frontend.NewSchedulerInbox(a.temporal, a.relay))
 	log.Info("sw4rm starting", "temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue,
 		"store", st.Kind(), "server", roles.Server, "worker", roles.Worker)
 
@@ -371,7 +386,7 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 			defer close(a.sweepDone)
 			rt.Run(sweepCtx)
 		}()
-		fe := frontend.New(st, rt, a.temporal, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout,
+		fe := frontend.New(st, rt, a.temporal, a.relay, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout,
 			HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatMisses: cfg.HeartbeatMisses, HITLPolicy: hitlPolicy, HITLTimeout: cfg.HITLTimeout,
 			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout, PreemptTimeout: cfg.PreemptTimeout, TerminateGrace: cfg.TerminateGrace, SchedulerPolicy: schedPolicy})
 		fe.Register(a.grpc)
@@ -452,6 +467,10 @@ func (a *App) stop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = a.http.Shutdown(ctx)
 		cancel()
+	}
+	if a.stopRelay != nil {
+		a.stopRelay()
+		<-a.relayDone
 	}
 	if a.worker != nil {
 		a.worker.Stop()

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -46,30 +44,32 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
 	}
-	if err := r.s.store.Registry().PutAgent(ctx, rec); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: registry write failed: %v", err)
-	}
-	r.s.router.ForgetAgent(id)
-	opts := client.StartWorkflowOptions{
-		ID:        workflows.AgentWorkflowID(id),
-		TaskQueue: r.s.cfg.TaskQueue,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.KindKey.ValueSet("agent"),
-			workflows.AgentIDKey.ValueSet(id),
-			workflows.AgentStateKey.ValueSet(commonpb.AgentState_INITIALIZING.String()),
-		),
-	}
 	in := workflows.AgentLifecycleInput{AgentID: id, Name: d.GetName(), Capabilities: d.GetCapabilities(), InitTimeout: r.s.cfg.AgentInitTimeout,
 		HeartbeatInterval: r.s.cfg.HeartbeatInterval, HeartbeatMisses: r.s.cfg.HeartbeatMisses,
 		PreemptTimeout: r.s.cfg.PreemptTimeout, TerminateGrace: r.s.cfg.TerminateGrace}
-	run, err := r.s.temporal.SignalWithStartWorkflow(ctx, opts.ID, workflows.AgentRegisterSignal,
-		workflows.AgentRegistration{Name: d.GetName(), Capabilities: d.GetCapabilities()}, opts, workflows.AgentLifecycle, in)
+	// The registry record and the start of the lifecycle are one store write: the start
+	// travels as a handoff in the record's transaction, so no registered agent is ever left
+	// without its lifecycle, whatever fails next (docs/reliability.md).
+	start, err := newHandoff(workflows.HandoffAgentRegister, workflows.AgentWorkflowID(id), workflows.AgentRegisterHandoff{
+		Input: in, Registration: workflows.AgentRegistration{Name: d.GetName(), Capabilities: d.GetCapabilities()}})
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: could not start the lifecycle workflow of %s (is Temporal reachable?): %v", id, err)
+		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
 	}
-	r.s.sink.Record(ctx, observe.Event{CorrelationID: opts.ID, Actor: id, Type: "registry.registered", AgentID: id,
-		Details: map[string]any{"name": d.GetName(), "communication_class": d.GetCommunicationClass().String(), "modalities": d.GetModalitiesSupported(), "run_id": run.GetRunID()}})
-	return &registrypb.RegisterAgentResponse{Accepted: true}, nil
+	if err := r.s.store.Registry().PutAgent(ctx, rec, start); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: registry write failed: %v", err)
+	}
+	r.s.router.ForgetAgent(id)
+	details := map[string]any{"name": d.GetName(), "communication_class": d.GetCommunicationClass().String(), "modalities": d.GetModalitiesSupported(), "lifecycle": "started"}
+	resp := &registrypb.RegisterAgentResponse{Accepted: true}
+	if err := r.s.relay.Deliver(ctx, start); err != nil {
+		// Registered all the same: the relay starts the lifecycle once Temporal takes it, and
+		// the agent's next heartbeat or stream then shows its readiness.
+		r.s.log.Warn("agent registered; its lifecycle starts when Temporal is reachable", "agent_id", id, "error", err)
+		details["lifecycle"], details["lifecycle_error"] = "pending", err.Error()
+		resp.Reason = "registered; the lifecycle workflow " + workflows.AgentWorkflowID(id) + " starts as soon as Temporal is reachable"
+	}
+	r.s.sink.Record(ctx, observe.Event{CorrelationID: workflows.AgentWorkflowID(id), Actor: id, Type: "registry.registered", AgentID: id, Details: details})
+	return resp, nil
 }
 
 // Heartbeat records liveness (§14); the first one also shows readiness to a still

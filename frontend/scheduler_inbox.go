@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/router"
@@ -17,32 +18,36 @@ import (
 
 // SchedulerInbox translates what agents send the scheduler through the message plane onto
 // their lifecycle workflows, which schedule their tasks (§7): ACKs of the scheduler's CONTROL
-// messages become AgentControlAckSignal, non-preemptible section declarations become
-// AgentControlSignal. Install it with router.SetSchedulerInbox in every process whose router
-// receives agents' ACKs (the frontend) or times messages out (the sweep).
+// messages become AgentControlAckSignal — through the outbox, as handoffs the router writes
+// with the ACK — and non-preemptible section declarations become AgentControlSignal. Install
+// it with router.SetSchedulerInbox in every process whose router receives agents' ACKs (the
+// frontend) or times messages out (the sweep).
 type SchedulerInbox struct {
 	temporal client.Client
+	relay    *outbox.Relay
 }
 
 var _ router.SchedulerInbox = (*SchedulerInbox)(nil)
 
-// NewSchedulerInbox builds the inbox over a Temporal client.
-func NewSchedulerInbox(tc client.Client) *SchedulerInbox { return &SchedulerInbox{temporal: tc} }
+// NewSchedulerInbox builds the inbox over a Temporal client and the relay that delivers its
+// handoffs (with RegisterHandoffs installed).
+func NewSchedulerInbox(tc client.Client, relay *outbox.Relay) *SchedulerInbox {
+	return &SchedulerInbox{temporal: tc, relay: relay}
+}
 
-// Acknowledged signals the agent's lifecycle workflow with the ACK of its CONTROL message. An
-// agent whose lifecycle has ended has nothing left to schedule: the ACK is dropped (the
-// router has already recorded it).
-func (in *SchedulerInbox) Acknowledged(ctx context.Context, msg store.MessageRecord, ack protocol.AckPayload) error {
-	err := in.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(msg.RecipientID), "", workflows.AgentControlAckSignal,
-		workflows.ControlAck{MessageID: msg.MessageID, Stage: ack.Stage, ErrorCode: ack.ErrorCode, Note: ack.Note})
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("signal the scheduler of %s: %w", msg.RecipientID, err)
-	}
-	return nil
+// AckHandoff returns the handoff that signals the lifecycle of msg's recipient with the ACK
+// of its CONTROL message. An agent whose lifecycle has ended by the time it is delivered has
+// nothing left to schedule: the handoff is then dropped (the router has recorded the ACK).
+func (in *SchedulerInbox) AckHandoff(msg store.MessageRecord, ack protocol.AckPayload) (store.Handoff, error) {
+	return newHandoff(workflows.HandoffAgentControlAck, workflows.AgentWorkflowID(msg.RecipientID), workflows.AgentControlAckHandoff{
+		AgentID: msg.RecipientID,
+		Ack:     workflows.ControlAck{MessageID: msg.MessageID, Stage: ack.Stage, ErrorCode: ack.ErrorCode, Note: ack.Note},
+	})
+}
+
+// Deliver makes the in-line attempt of handoffs the router wrote.
+func (in *SchedulerInbox) Deliver(ctx context.Context, hs ...store.Handoff) error {
+	return in.relay.Deliver(ctx, hs...)
 }
 
 // Control signals the sending agent's lifecycle workflow with a non-preemptible section's

@@ -25,7 +25,7 @@ func newSchedulerTestService(t *testing.T) (*schedulerService, *memory.Store) {
 	st := memory.New()
 	t.Cleanup(st.Close)
 	log := slog.New(slog.DiscardHandler)
-	srv := New(st, nil, nil, observe.New(log, st.Audit()), log, Config{})
+	srv := New(st, nil, nil, nil, observe.New(log, st.Audit()), log, Config{})
 	return &schedulerService{s: srv}, st
 }
 
@@ -151,7 +151,7 @@ type noActivityStore struct{ store.Store }
 func TestActivityWithoutBuffer(t *testing.T) {
 	st := memory.New()
 	t.Cleanup(st.Close)
-	sc := &schedulerService{s: New(noActivityStore{st}, nil, nil, nil, slog.New(slog.DiscardHandler), Config{})}
+	sc := &schedulerService{s: New(noActivityStore{st}, nil, nil, nil, nil, slog.New(slog.DiscardHandler), Config{})}
 	_, err := sc.PollActivityBuffer(t.Context(), &schedulerpb.PollActivityBufferRequest{})
 	requireSchedulerCode(t, err, codes.Unimplemented, "the activity buffer")
 	_, err = sc.PurgeActivity(t.Context(), &schedulerpb.PurgeActivityRequest{AgentId: "a", TaskIds: []string{"t"}})

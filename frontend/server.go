@@ -20,6 +20,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
@@ -79,11 +80,13 @@ type Server struct {
 	sink     *observe.Sink
 	log      *slog.Logger
 	cfg      Config
+	// relay makes the in-line attempt of the handoffs the services write (see RegisterHandoffs).
+	relay *outbox.Relay
 }
 
-// New builds the frontend.
-func New(st store.Store, r *router.Router, tc client.Client, sink *observe.Sink, log *slog.Logger, cfg Config) *Server {
-	return &Server{store: st, router: r, temporal: tc, sink: sink, log: log, cfg: cfg}
+// New builds the frontend; relay delivers the handoffs its services write to the store.
+func New(st store.Store, r *router.Router, tc client.Client, relay *outbox.Relay, sink *observe.Sink, log *slog.Logger, cfg Config) *Server {
+	return &Server{store: st, router: r, temporal: tc, relay: relay, sink: sink, log: log, cfg: cfg}
 }
 
 // Register serves every canonical SW4RM service on g, plus grpc.health.v1 and server

@@ -406,6 +406,9 @@ type control struct {
 	admit *store.AdmitRequest
 	// toScheduler marks an ACK for the scheduler, handed to its inbox instead.
 	toScheduler bool
+	// handoff carries a toScheduler ACK to the agent's lifecycle workflow; written with the
+	// step the ACK reports (see withSchedulerHandoff), nil when the ACK came without one.
+	handoff *store.Handoff
 }
 
 // prepareControl decides how deliverControl delivers env to agentID. It only reads (the
@@ -438,6 +441,8 @@ func (r *Router) prepareControl(ctx context.Context, agentID string, env *common
 // was made: a scheduler ACK goes to the inbox, and an agent that is not registered is logged.
 func (r *Router) finishControl(ctx context.Context, c control) error {
 	switch {
+	case c.toScheduler && c.handoff != nil:
+		r.deliverHandoff(ctx, *c.handoff)
 	case c.toScheduler:
 		return r.toSchedulerAck(ctx, c.env)
 	case c.admit == nil:
@@ -481,12 +486,16 @@ func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64,
 			!protocol.MessageTransitionLegal(rec.State, commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED) {
 			return nil, nil
 		}
-		c, err := r.prepareControl(ctx, rec.ProducerID, nackEnvelope(rec.CorrelationID, rec.MessageID, commonpb.AckStage_RECEIVED, 0, note))
+		received := nackEnvelope(rec.CorrelationID, rec.MessageID, commonpb.AckStage_RECEIVED, 0, note)
+		c, err := r.prepareControl(ctx, rec.ProducerID, received)
 		if err != nil {
 			return nil, err
 		}
+		if c, err = r.withSchedulerHandoff(c, rec, protocol.AckPayload{AckForMessageID: rec.MessageID, Stage: commonpb.AckStage_RECEIVED, Note: note}); err != nil {
+			return nil, err
+		}
 		ack = c
-		return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Note: note, FollowUp: c.admit}, nil
+		return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Note: note, FollowUp: c.admit, Handoff: c.handoff}, nil
 	}}
 	if messageID != "" && !permanentFailure {
 		req.Known = r.records.recall(messageID)

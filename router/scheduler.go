@@ -17,12 +17,17 @@ import (
 // SchedulerInbox receives what reaches the scheduler through the message plane (§7): the ACKs
 // and NACKs of the CONTROL messages it sent with SendControl, and the CONTROL messages agents
 // address to it (recipient protocol.SchedulerID), such as the declaration of a
-// non-preemptible section. The scheduler's state lives in Temporal workflows, so an inbox
-// typically signals the agent's workflow.
+// non-preemptible section. The scheduler's state lives in Temporal workflows, so an ACK
+// travels on as a store.Handoff: the router writes it in the transaction that applies the
+// ACK, so a stored ACK always reaches the agent's workflow, Temporal reachable or not
+// (docs/reliability.md).
 type SchedulerInbox interface {
-	// Acknowledged is called with an ACK or NACK of msg, a CONTROL message the scheduler sent
-	// to msg.RecipientID.
-	Acknowledged(ctx context.Context, msg store.MessageRecord, ack protocol.AckPayload) error
+	// AckHandoff returns the handoff that carries an ACK or NACK of msg — a CONTROL message
+	// the scheduler sent to msg.RecipientID — to the scheduler.
+	AckHandoff(msg store.MessageRecord, ack protocol.AckPayload) (store.Handoff, error)
+	// Deliver makes the in-line first attempt of handoffs the router has just written; a
+	// failure leaves them to the outbox relay.
+	Deliver(ctx context.Context, hs ...store.Handoff) error
 	// Control handles a CONTROL envelope an agent addressed to the scheduler; a protocol
 	// refusal comes back as a *protocol.Error, a failure to hand it on as an error.
 	Control(ctx context.Context, env *commonpb.Envelope, c protocol.Control) (*protocol.Error, error)
@@ -65,7 +70,9 @@ func (r *Router) SendControl(ctx context.Context, agentID string, env *commonpb.
 }
 
 // toSchedulerAck hands an ACK or NACK addressed to the scheduler (the producer of the
-// acknowledged message) to the inbox.
+// acknowledged message) to the inbox when no store step carried it: the sweep's NACKs of
+// CONTROL messages that timed out. Its handoff is written on its own, right after the
+// transition it reports.
 func (r *Router) toSchedulerAck(ctx context.Context, env *commonpb.Envelope) error {
 	ack, perr := protocol.ParseAck(env)
 	if perr != nil {
@@ -78,13 +85,55 @@ func (r *Router) toSchedulerAck(ctx context.Context, env *commonpb.Envelope) err
 	if err != nil {
 		return fmt.Errorf("look up the scheduler's message: %w", err)
 	}
-	if r.inbox == nil || rec.Envelope.GetMessageType() != commonpb.MessageType_CONTROL {
-		r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.control_undeliverable",
-			AgentID: protocol.SchedulerID, MessageID: ack.AckForMessageID, Level: slog.LevelWarn,
-			Details: map[string]any{"reason": "no scheduler inbox in this process", "ack_stage": ack.Stage.String()}})
+	c, err := r.withSchedulerHandoff(control{agentID: protocol.SchedulerID, env: env, toScheduler: true}, rec, ack)
+	if err != nil {
+		return err
+	}
+	if c.handoff == nil {
+		r.controlUndeliverable(ctx, env, ack)
 		return nil
 	}
-	return r.inbox.Acknowledged(ctx, rec, ack)
+	if err := r.st.Outbox().AddHandoffs(ctx, []store.Handoff{*c.handoff}, store.HandoffLease); err != nil {
+		return fmt.Errorf("hand the scheduler's ACK to Temporal: %w", err)
+	}
+	r.deliverHandoff(ctx, *c.handoff)
+	return nil
+}
+
+// withSchedulerHandoff adds to c, an ACK for the scheduler, the handoff that carries it to
+// the lifecycle workflow of msg's recipient, when msg is one of the scheduler's CONTROL
+// messages and this process has the scheduler's inbox. Other ACKs addressed to the scheduler
+// (of its notifications and heartbeats) concern nobody.
+func (r *Router) withSchedulerHandoff(c control, msg store.MessageRecord, ack protocol.AckPayload) (control, error) {
+	if !c.toScheduler || r.inbox == nil || msg.ProducerID != protocol.SchedulerID || msg.Envelope.GetMessageType() != commonpb.MessageType_CONTROL {
+		return c, nil
+	}
+	h, err := r.inbox.AckHandoff(msg, ack)
+	if err != nil {
+		return c, fmt.Errorf("prepare the scheduler's handoff: %w", err)
+	}
+	c.handoff = &h
+	return c, nil
+}
+
+// deliverHandoff makes the in-line attempt of a handoff the router wrote. A failure is not
+// the caller's: the handoff is stored, and the relay delivers it once Temporal takes it.
+func (r *Router) deliverHandoff(ctx context.Context, h store.Handoff) {
+	if err := r.inbox.Deliver(ctx, h); err != nil {
+		slog.Default().Warn("scheduler ACK stored; its delivery to Temporal is retried by the outbox relay",
+			"handoff_id", h.ID, "workflow_id", h.WorkflowID, "error", err)
+	}
+}
+
+// controlUndeliverable records an ACK for the scheduler that no inbox takes.
+func (r *Router) controlUndeliverable(ctx context.Context, env *commonpb.Envelope, ack protocol.AckPayload) {
+	reason := "no scheduler inbox in this process"
+	if r.inbox != nil {
+		reason = "not an ACK of a CONTROL message"
+	}
+	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.control_undeliverable",
+		AgentID: protocol.SchedulerID, MessageID: ack.AckForMessageID, Level: slog.LevelWarn,
+		Details: map[string]any{"reason": reason, "ack_stage": ack.Stage.String()}})
 }
 
 // toSchedulerControl hands a CONTROL envelope an agent addressed to the scheduler to the

@@ -1,0 +1,260 @@
+package test
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/sdk"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// cutProxy is a TCP proxy to an address that a test can cut and restore: while cut, every
+// connection through it is closed and new ones are refused, as when the network to Temporal
+// fails, without touching the dev server the other tests share.
+type cutProxy struct {
+	target string
+	ln     net.Listener
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]struct{}
+}
+
+// newCutProxy starts a proxy to target that stops with the test.
+func newCutProxy(t testing.TB, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &cutProxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	go p.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.Cut()
+	})
+	return p
+}
+
+// Addr is the proxy's address.
+func (p *cutProxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+		if err != nil {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		go p.pipe(c, up)
+		go p.pipe(up, c)
+	}
+}
+
+func (p *cutProxy) pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// Cut closes every connection and refuses new ones until Restore.
+func (p *cutProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+}
+
+// Restore lets connections through again.
+func (p *cutProxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}
+
+// startBehindProxy starts sw4rm whose only way to Temporal is a cuttable proxy, and a
+// Temporal client of the test's own that reaches the dev server directly (to watch the
+// workflows while sw4rm cannot).
+func startBehindProxy(t *testing.T, kind string) (*system, *cutProxy, client.Client) {
+	t.Helper()
+	proxy := newCutProxy(t, temporalAddr)
+	cfg := newConfig(t, kind)
+	cfg.TemporalAddress = proxy.Addr()
+	sys := start(t, cfg)
+	direct, err := client.Dial(client.Options{HostPort: temporalAddr, Namespace: "default", Logger: quietLogger()})
+	require.NoError(t, err)
+	t.Cleanup(direct.Close)
+	return sys, proxy, direct
+}
+
+// directTaskState queries a task's state through c.
+func directTaskState(c client.Client, taskID string) (workflows.TaskStatus, error) {
+	v, err := c.QueryWorkflow(context.Background(), workflows.TaskWorkflowID(taskID), "", workflows.TaskStatusQuery)
+	if err != nil {
+		return workflows.TaskStatus{}, err
+	}
+	var st workflows.TaskStatus
+	return st, v.Get(&st)
+}
+
+func waitDirectTask(t *testing.T, c client.Client, taskID, state string, within time.Duration) workflows.TaskStatus {
+	t.Helper()
+	var (
+		st      workflows.TaskStatus
+		lastErr error
+	)
+	require.Eventually(t, func() bool {
+		s, err := directTaskState(c, taskID)
+		st, lastErr = s, err
+		return err == nil && s.State == state
+	}, within, 50*time.Millisecond, "task %s never reached %s (last %+v, error %v)", taskID, state, st, lastErr)
+	return st
+}
+
+// TestTaskFinishedDuringTemporalOutageCompletes is issue 13's first defect: an agent's ACK
+// FULFILLED that reaches the store while Temporal is unreachable must still complete the
+// task once Temporal is back, the agent must be told the truth (the ACK was taken), and the
+// agent's next task must run. Before the outbox, the ACK was stored, the signal to the
+// lifecycle failed, the agent was told Unavailable, its retry was ignored as a repeat, and
+// the task stayed RUNNING forever with every later task QUEUED behind it.
+func TestTaskFinishedDuringTemporalOutageCompletes(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys, proxy, direct := startBehindProxy(t, kind)
+			b := dialAgent(t, sys, "b")
+			sc := schedulerpb.NewSchedulerServiceClient(b.Conn())
+			first, second := uniq(t, "first"), uniq(t, "second")
+			release := make(chan struct{})
+			var (
+				ackErrsMu sync.Mutex
+				ackErrs   []string
+			)
+			ctx, cancel := context.WithCancel(context.Background())
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				_ = b.Serve(ctx, func(ctx context.Context, run *sdk.TaskRun) ([]byte, error) {
+					if run.Task().ID == first {
+						select {
+						case <-release:
+						case <-ctx.Done():
+							return nil, ctx.Err()
+						}
+					}
+					return []byte("done " + run.Task().ID), nil
+				}, &sdk.ServeOptions{Logf: func(format string, args ...any) {
+					ackErrsMu.Lock()
+					defer ackErrsMu.Unlock()
+					ackErrs = append(ackErrs, format)
+				}})
+			}()
+			t.Cleanup(func() { cancel(); <-served })
+			waitState(t, sys, b.ID(), commonpb.AgentState_RUNNABLE)
+			require.True(t, submit(t, sc, b.ID(), first, 0, "repo:app path:src/first/**").GetAccepted())
+			waitDirectTask(t, direct, first, workflows.TaskRunning, 30*time.Second)
+
+			proxy.Cut() // Temporal becomes unreachable for sw4rm (server and worker alike)
+			close(release)
+			// The agent's ACK FULFILLED reaches the store while Temporal is away.
+			require.Eventually(t, func() bool {
+				evs, err := sys.app.Store().Audit().List(context.Background(), store.AuditFilter{AgentID: b.ID(), TypePrefix: "message.state"})
+				for _, e := range evs {
+					if err == nil && e.Actor == b.ID() && strings.Contains(string(e.Details), "ENVELOPE_STATE_FULFILLED") {
+						return true
+					}
+				}
+				return false
+			}, 30*time.Second, 50*time.Millisecond, "the ACK FULFILLED never reached the store")
+			// Stay cut past the Temporal client's 10 s RPC timeout: a signal sent while the ACK
+			// is handled then fails for good, and only a durable hand-off can deliver it.
+			time.Sleep(12 * time.Second)
+			proxy.Restore()
+
+			done := waitDirectTask(t, direct, first, workflows.TaskCompleted, 60*time.Second)
+			require.Equal(t, "done "+first, done.Result)
+			require.True(t, submit(t, sc, b.ID(), second, 0, "repo:app path:src/second/**").GetAccepted())
+			waitDirectTask(t, direct, second, workflows.TaskCompleted, 30*time.Second)
+			ackErrsMu.Lock()
+			defer ackErrsMu.Unlock()
+			require.Empty(t, ackErrs, "the agent is told its ACK was taken, not that it failed")
+		})
+	}
+}
+
+// TestRegisterDuringTemporalOutage is issue 13's sixth defect: a registration taken while
+// Temporal is unreachable is answered truthfully (registered; the lifecycle starts later),
+// and once Temporal is back the agent has its lifecycle workflow and becomes RUNNABLE —
+// never an agent in the registry with no lifecycle.
+func TestRegisterDuringTemporalOutage(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys, proxy, direct := startBehindProxy(t, kind)
+			proxy.Cut()
+			a, err := sdk.Dial(sys.app.GRPCAddr(), uniq(t, "late"))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = a.Close() })
+			rc := registrypb.NewRegistryServiceClient(a.Conn())
+			res, err := rc.RegisterAgent(context.Background(), &registrypb.RegisterAgentRequest{Agent: &registrypb.AgentDescriptor{
+				AgentId: a.ID(), Name: "late", Description: "registers while Temporal is away", Capabilities: []string{"test"},
+				CommunicationClass: commonpb.CommunicationClass_STANDARD, ModalitiesSupported: []string{"application/json"},
+			}})
+			require.NoError(t, err, "the registration is stored; the lifecycle's start is a durable handoff")
+			require.True(t, res.GetAccepted())
+			require.Contains(t, res.GetReason(), "starts as soon as Temporal is reachable")
+			pending, err := sys.app.Store().Outbox().PendingHandoffs(context.Background(), 10)
+			require.NoError(t, err)
+			require.Len(t, pending, 1)
+			require.Equal(t, workflows.HandoffAgentRegister, pending[0].Kind)
+
+			proxy.Restore()
+			require.Eventually(t, func() bool {
+				_, err := direct.DescribeWorkflowExecution(context.Background(), workflows.AgentWorkflowID(a.ID()), "")
+				return err == nil
+			}, 60*time.Second, 100*time.Millisecond, "the relay never started the lifecycle")
+			require.Eventually(t, func() bool {
+				if err := a.Heartbeat(context.Background(), commonpb.AgentState_RUNNABLE, nil); err != nil {
+					return false
+				}
+				v, err := direct.QueryWorkflow(context.Background(), workflows.AgentWorkflowID(a.ID()), "", workflows.AgentStatusQuery)
+				var st workflows.AgentStatus
+				return err == nil && v.Get(&st) == nil && st.State == commonpb.AgentState_RUNNABLE.String()
+			}, 30*time.Second, 200*time.Millisecond)
+			require.Eventually(t, func() bool {
+				hs, err := sys.app.Store().Outbox().PendingHandoffs(context.Background(), 10)
+				return err == nil && len(hs) == 0
+			}, 10*time.Second, 50*time.Millisecond, "a delivered handoff is removed")
+		})
+	}
+}
