@@ -420,9 +420,11 @@ func nackEnvelope(correlationID, messageID string, stage commonpb.AckStage, code
 }
 
 // deliverControl puts router control traffic (ACK forwards, NACKs, notifications) into an
-// agent's buffer. It bypasses the capacity check on purpose: a full buffer must not swallow
-// the NACK that tells its owner about a rejection, and this traffic is bounded by what the
-// agent itself sent. Control traffic rides the PRIVILEGED lane: it is small and unblocks the
+// agent's buffer. It is admitted without a capacity, so it neither meets the capacity check
+// nor takes a slot (§13: the capacity is about data): a full buffer must not swallow the NACK
+// that tells its owner about a rejection, a consumer that has not confirmed its ACKs yet can
+// still take a full buffer of data, and this traffic is bounded by what the agent itself
+// sent. Control traffic rides the PRIVILEGED lane: it is small and unblocks the
 // agent's own work. An agent that is not registered (any more) gets nothing, which is logged.
 // ACKs addressed to the scheduler go to its inbox instead (see toSchedulerAck).
 func (r *Router) deliverControl(ctx context.Context, agentID string, env *commonpb.Envelope) error {
