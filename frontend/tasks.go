@@ -20,6 +20,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
+	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -63,18 +64,23 @@ func (sc *schedulerService) validateTask(req *schedulerpb.SubmitTaskRequest) err
 // its admission (§9): accepted (queued at the agent by priority, then FIFO), accepted but held
 // by max_parallel_instances or a conflict awaiting HITL (the reason says so), or not accepted
 // (unknown agent, shutting down, duplicate job awaiting HITL authorization, or a task_id
-// already used: task_ids are unique).
+// already used: task_ids are unique). A task for an agent that is not registered is refused
+// with no_route before anything is started, so the task_id stays free for a later
+// submission.
 func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.SubmitTaskRequest) (*schedulerpb.SubmitTaskResponse, error) {
 	if err := sc.validateTask(req); err != nil {
 		return nil, err
 	}
 	in := workflows.TaskInput{TaskID: req.GetTaskId(), AgentID: req.GetAgentId(), Priority: req.GetPriority(),
 		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope(), SubmittedAt: time.Now().UTC()}
-	var adm workflows.TaskAdmission
-	var err error
-	if sc.s.router != nil {
+	adm, err := sc.registered(ctx, in.AgentID)
+	switch {
+	case err != nil:
+	case !adm.Accepted:
+		// Nothing started: a retry is a new submission, not a duplicate of this one.
+	case sc.s.router != nil:
 		adm, err = sc.submitFast(ctx, in)
-	} else {
+	default:
 		adm, err = sc.submitInWorkflow(ctx, in)
 	}
 	if err != nil {
@@ -88,6 +94,30 @@ func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.Sub
 	sc.s.sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "task.submitted",
 		AgentID: in.AgentID, Details: map[string]any{"task_id": in.TaskID, "priority": in.Priority, "accepted": adm.Accepted, "state": adm.State, "reason": adm.Reason}})
 	return &schedulerpb.SubmitTaskResponse{Accepted: adm.Accepted, Reason: adm.Reason}, nil
+}
+
+// registered checks that agentID is registered before a task workflow is started for it:
+// accepted when it is, else the no_route refusal (docs/scheduler.md). Routing's registry
+// cache answers when there is a router; it caches only agents it found, so a registration is
+// seen at once, and an agent deregistered meanwhile is refused by admission itself.
+func (sc *schedulerService) registered(ctx context.Context, agentID string) (workflows.TaskAdmission, error) {
+	var err error
+	if sc.s.router != nil {
+		_, err = sc.s.router.Agent(ctx, agentID)
+	} else {
+		_, err = sc.s.store.Registry().GetAgent(ctx, agentID)
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return workflows.TaskAdmission{Accepted: false, State: workflows.TaskRejected,
+			Reason: fmt.Sprintf("no_route: agent %q is not registered; register it (RegistryService.RegisterAgent) and submit the task again", agentID)}, nil
+	case err != nil:
+		if ctx.Err() != nil {
+			return workflows.TaskAdmission{}, status.FromContextError(ctx.Err()).Err()
+		}
+		return workflows.TaskAdmission{}, status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
+	}
+	return workflows.TaskAdmission{Accepted: true}, nil
 }
 
 // duplicateTaskError reports a task_id that names an existing task workflow.
@@ -167,6 +197,13 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 			return workflows.TaskAdmission{}, err
 		}
 		return workflows.TaskAdmission{Accepted: true, State: workflows.TaskQueued, Reason: "queued"}, nil
+	case res.Verdict == activities.AdmitReject:
+		// The answer is known here; the workflow, told the same verdict, rejects the task and
+		// closes, and an update sent to it now could find it closed.
+		if err := report(workflows.TaskAdmitted{Result: &res}); err != nil {
+			return workflows.TaskAdmission{}, err
+		}
+		return workflows.TaskAdmission{Accepted: false, State: workflows.TaskRejected, Reason: res.Reason}, nil
 	default:
 		if err := report(workflows.TaskAdmitted{Result: &res}); err != nil {
 			return workflows.TaskAdmission{}, err
@@ -174,18 +211,39 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 	}
 	h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.TaskAdmissionUpdate, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
-		return workflows.TaskAdmission{}, temporalStatus(ctx, "wait for the task's admission", err)
+		return closedAdmission(ctx, tc, wid, err)
 	}
-	return awaitAdmission(ctx, h)
+	return awaitAdmission(ctx, tc, wid, h)
 }
 
 // awaitAdmission returns the answer of a task-admission update.
-func awaitAdmission(ctx context.Context, h client.WorkflowUpdateHandle) (workflows.TaskAdmission, error) {
+func awaitAdmission(ctx context.Context, tc client.Client, wid string, h client.WorkflowUpdateHandle) (workflows.TaskAdmission, error) {
 	var adm workflows.TaskAdmission
 	if err := h.Get(ctx, &adm); err != nil {
-		return workflows.TaskAdmission{}, temporalStatus(ctx, "wait for the task's admission", err)
+		return closedAdmission(ctx, tc, wid, err)
 	}
 	return adm, nil
+}
+
+// closedAdmission answers SubmitTask when the task-admission update failed with updateErr.
+// A task workflow that rejects the task (an agent deregistered meanwhile, say) closes at
+// once, and an update it had not completed, or one that arrives after, fails ("workflow
+// update was aborted by closing workflow"): the task's answer is then its result, which holds
+// the rejection. Only a task that is still running, or unreadable, leaves the failure, as
+// Unavailable.
+func closedAdmission(ctx context.Context, tc client.Client, wid string, updateErr error) (workflows.TaskAdmission, error) {
+	if ctx.Err() != nil {
+		return workflows.TaskAdmission{}, status.FromContextError(ctx.Err()).Err()
+	}
+	d, err := tc.DescribeWorkflowExecution(ctx, wid, "")
+	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+		return workflows.TaskAdmission{}, temporalStatus(ctx, "wait for the task's admission", updateErr)
+	}
+	var st workflows.TaskStatus
+	if err := tc.GetWorkflow(ctx, wid, d.GetWorkflowExecutionInfo().GetExecution().GetRunId()).Get(ctx, &st); err != nil {
+		return workflows.TaskAdmission{}, temporalStatus(ctx, "read the task's outcome", err)
+	}
+	return workflows.TaskAdmission{Accepted: st.State != workflows.TaskRejected, State: st.State, Reason: st.Reason}, nil
 }
 
 // submitInWorkflow starts the task workflow with update-with-start and returns the answer of
@@ -201,9 +259,9 @@ func (sc *schedulerService) submitInWorkflow(ctx context.Context, in workflows.T
 		return workflows.TaskAdmission{}, &duplicateTaskError{}
 	}
 	if err != nil {
-		return workflows.TaskAdmission{}, temporalStatus(ctx, "submit the task", err)
+		return closedAdmission(ctx, sc.s.temporal, sc.taskStartOptions(in).ID, err)
 	}
-	return awaitAdmission(ctx, h)
+	return awaitAdmission(ctx, sc.s.temporal, sc.taskStartOptions(in).ID, h)
 }
 
 // RequestPreemption asks the agent's scheduler to preempt the running task at its next safe

@@ -63,3 +63,10 @@ func (r *Router) ForgetAgent(agentID string) { r.agents.forget(agentID) }
 func (r *Router) agent(ctx context.Context, id string) (store.AgentRecord, error) {
 	return r.agents.get(ctx, r.st.Registry(), id)
 }
+
+// Agent returns an agent's registry record as routing sees it: through the same cache, so a
+// registration is seen at once and a deregistration elsewhere within agentCacheTTL.
+// ErrNotFound (wrapped) means the agent is not registered.
+func (r *Router) Agent(ctx context.Context, id string) (store.AgentRecord, error) {
+	return r.agent(ctx, id)
+}

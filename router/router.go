@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -240,8 +241,7 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 		return r.reject(ctx, env, route.Recipient, protocol.Errorf(commonpb.ErrorCode_BUFFER_FULL,
 			"inbound buffer capacity (%d) exceeded for agent=%s (§13)", r.cfg.BufferCapacity, route.Recipient))
 	case errors.Is(err, store.ErrDuplicateMessage):
-		return r.reject(ctx, env, route.Recipient, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED,
-			"message_id %s was already admitted; a retry needs a new message_id (§11.3)", env.GetMessageId()))
+		return r.answerResent(ctx, env, route.Recipient)
 	case err != nil:
 		return nil, fmt.Errorf("admit message: %w", err)
 	}
@@ -268,6 +268,49 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 		}
 	}
 	return nil, nil
+}
+
+// answerResent answers a message_id its producer sends again — typically because it lost the
+// first answer (a frontend or the store failed after the admission or rejection was written)
+// — with the message's recorded state, and never executes it twice (§11.3: a message_id names
+// one transmission). A message in flight or FULFILLED is accepted, as it was; one that is
+// REJECTED (at admission: buffer_full, already_in_progress, duplicate_detected; or by its
+// consumer), FAILED or TIMED_OUT is refused with its recorded error_code and note, and its
+// producer is NACKed again with them, since that NACK may be what the producer lost (a
+// repeated NACK changes nothing, §11.1). A message_id that names no tracked message of
+// this producer (control traffic, another producer's message) is refused as a duplicate
+// without saying more.
+func (r *Router) answerResent(ctx context.Context, env *commonpb.Envelope, route string) (*protocol.Error, error) {
+	id := env.GetMessageId()
+	rec, err := r.st.Messages().GetMessage(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && rec.ProducerID != env.GetProducerId()) {
+		return r.reject(ctx, env, route, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED,
+			"message_id %s is already used by another message; every message needs a new message_id (§11.3)", id))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up the re-sent message: %w", err)
+	}
+	details := map[string]any{"state": rec.State.String()}
+	if rec.ErrorCode != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
+		details["error_code"] = rec.ErrorCode.String()
+	}
+	r.sink.Record(ctx, observe.Event{CorrelationID: rec.CorrelationID, Actor: env.GetProducerId(), Type: "message.resent",
+		AgentID: rec.RecipientID, MessageID: id, Details: details})
+	switch rec.State {
+	case commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT:
+	default:
+		return nil, nil // in flight or FULFILLED: accepted, the first answer
+	}
+	code := rec.ErrorCode
+	if code == commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
+		code = commonpb.ErrorCode_INTERNAL_ERROR // as a NACK without a code is recorded
+	}
+	perr := protocol.Errorf(code, "message_id %s was sent before and is %s: %s; a retry needs a new message_id (§11.3)",
+		id, strings.TrimPrefix(rec.State.String(), "ENVELOPE_STATE_"), rec.Note)
+	if err := r.nack(ctx, rec.ProducerID, rec.CorrelationID, id, protocol.StageForState(rec.State), code, perr.Msg); err != nil {
+		return nil, err
+	}
+	return perr, nil
 }
 
 // laneFor returns the lane of a producer's messages: its registered communication class,
@@ -377,9 +420,11 @@ func nackEnvelope(correlationID, messageID string, stage commonpb.AckStage, code
 }
 
 // deliverControl puts router control traffic (ACK forwards, NACKs, notifications) into an
-// agent's buffer. It bypasses the capacity check on purpose: a full buffer must not swallow
-// the NACK that tells its owner about a rejection, and this traffic is bounded by what the
-// agent itself sent. Control traffic rides the PRIVILEGED lane: it is small and unblocks the
+// agent's buffer. It is admitted without a capacity, so it neither meets the capacity check
+// nor takes a slot (§13: the capacity is about data): a full buffer must not swallow the NACK
+// that tells its owner about a rejection, a consumer that has not confirmed its ACKs yet can
+// still take a full buffer of data, and this traffic is bounded by what the agent itself
+// sent. Control traffic rides the PRIVILEGED lane: it is small and unblocks the
 // agent's own work. An agent that is not registered (any more) gets nothing, which is logged.
 // ACKs addressed to the scheduler go to its inbox instead (see toSchedulerAck).
 func (r *Router) deliverControl(ctx context.Context, agentID string, env *commonpb.Envelope) error {

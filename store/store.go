@@ -91,9 +91,12 @@ type AdmitRequest struct {
 	// RecipientID is the agent whose buffer receives the envelope.
 	RecipientID string
 	// Capacity is the buffer limit to enforce: the admission fails with ErrBufferFull when the
-	// recipient already holds Capacity unconfirmed deliveries. Zero means no limit; the router
-	// uses that for its own control traffic (ACK forwards, NACKs, registry notifications), which
-	// must never be dropped and is bounded by what the recipient itself sent.
+	// recipient already holds Capacity unconfirmed rows that were themselves admitted with a
+	// capacity (data). Zero means no limit, and the row then neither takes a slot nor counts
+	// against a later admission's (§13: the capacity is about data); the router uses that for
+	// its own control traffic (ACK forwards, NACKs, registry notifications, the scheduler's
+	// CONTROL messages), which must never be dropped and is bounded by what the recipient
+	// itself sent or was given to run.
 	Capacity int
 	// Track creates a MessageRecord in state SENT so the message's lifecycle can be advanced by
 	// ACKs. Control traffic that nobody acknowledges (ACK forwards, NACKs) is not tracked.
@@ -386,7 +389,8 @@ type ConfirmResult struct {
 // store.
 type MessagePlane interface {
 	// Admit stores the envelope and appends it to the recipient's buffer atomically. It
-	// returns the new delivery seq. With Capacity > 0 and the buffer full it returns
+	// returns the new delivery seq. With Capacity > 0 and the buffer full of data (see
+	// AdmitRequest.Capacity; Depth counts control rows too) it returns
 	// ErrBufferFull and, if Track is set, records the message as REJECTED with BUFFER_FULL so
 	// the rejection is visible (§13: never a silent drop). A message_id that was already
 	// admitted or recorded returns ErrDuplicateMessage and changes nothing.
@@ -419,7 +423,7 @@ type MessagePlane interface {
 	// one only makes its row deliverable again.
 	ConfirmBatch(ctx context.Context, rows []DeliveryRef) (int, error)
 
-	// Depth returns how many unconfirmed rows agentID holds.
+	// Depth returns how many unconfirmed rows agentID holds, control traffic included.
 	Depth(ctx context.Context, agentID string) (int, error)
 
 	// GetMessage returns a tracked message's record, or ErrNotFound.

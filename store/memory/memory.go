@@ -44,6 +44,9 @@ type Store struct {
 	deliveries map[int64]*deliveryRow
 	// pending lists each agent's unconfirmed seqs in increasing order (the inbound buffer).
 	pending map[string][]int64
+	// data counts each agent's unconfirmed rows admitted with a capacity: what the capacity
+	// limits (§13), without the control traffic pending also holds.
+	data map[string]int
 	// sent holds the ids of tracked messages in state SENT: the candidates of Expire.
 	sent map[string]struct{}
 	// idem is the idempotency cache by (producer, key).
@@ -106,6 +109,8 @@ type deliveryRow struct {
 	lane        int32     // store.LaneRank of the row's communication class
 	expiresAt   time.Time // zero: no TTL
 	confirmedAt time.Time // zero while the row is in the buffer
+	// counted marks a row admitted with a capacity (data), which takes a slot of it.
+	counted bool
 }
 
 type agentRow struct {
@@ -124,6 +129,7 @@ func New() *Store {
 		messages:   make(map[string]*messageRow),
 		deliveries: make(map[int64]*deliveryRow),
 		pending:    make(map[string][]int64),
+		data:       make(map[string]int),
 		sent:       make(map[string]struct{}),
 		idem:       make(map[idemKey]*store.IdempotencyEntry),
 		horizons:   make(map[string]int64),
@@ -255,7 +261,7 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 			entry = e // retrying: this is the next attempt
 		}
 	}
-	if req.Capacity > 0 && len(s.pending[req.RecipientID]) >= req.Capacity {
+	if req.Capacity > 0 && s.data[req.RecipientID] >= req.Capacity {
 		// §13: never a silent drop — the rejection stays visible through GetMessage. The
 		// idempotency cache is left as it was.
 		reject(commonpb.ErrorCode_BUFFER_FULL, store.BufferFullNote(req.RecipientID, req.Capacity))
@@ -267,7 +273,7 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 	if req.Track {
 		s.sent[id] = struct{}{}
 	}
-	s.addDelivery(row, id, req.Lane, t)
+	s.addDelivery(row, id, req.Lane, req.Capacity > 0, t)
 	if dedup != nil {
 		if entry == nil {
 			s.idem[idemKey{dedup.ProducerID, dedup.Key}] = &store.IdempotencyEntry{
@@ -436,6 +442,11 @@ func (s *Store) unqueue(d *deliveryRow) {
 	s.pending[d.agentID] = slices.DeleteFunc(s.pending[d.agentID], func(x int64) bool { return x == d.seq })
 	if len(s.pending[d.agentID]) == 0 {
 		delete(s.pending, d.agentID)
+	}
+	if d.counted {
+		if s.data[d.agentID]--; s.data[d.agentID] <= 0 {
+			delete(s.data, d.agentID)
+		}
 	}
 }
 

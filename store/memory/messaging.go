@@ -603,14 +603,15 @@ func (s *Store) enqueueControl(req *store.AdmitRequest, envBytes []byte, t time.
 	row := newMessageRow(req, envBytes, t)
 	row.seq = s.seq
 	s.messages[id] = row
-	s.addDelivery(row, id, req.Lane, t)
+	s.addDelivery(row, id, req.Lane, false, t)
 	s.hub.Wake(req.RecipientID)
 	return row.seq
 }
 
 // addDelivery puts the delivery row of a message just stored as row (with its seq) into its
-// recipient's buffer; the caller holds s.mu.
-func (s *Store) addDelivery(row *messageRow, id string, lane commonpb.CommunicationClass, t time.Time) {
+// recipient's buffer; counted says it takes a slot of the buffer's capacity (data, not
+// control traffic). The caller holds s.mu.
+func (s *Store) addDelivery(row *messageRow, id string, lane commonpb.CommunicationClass, counted bool, t time.Time) {
 	d := &deliveryRow{
 		seq:        row.seq,
 		agentID:    row.recipient,
@@ -619,8 +620,12 @@ func (s *Store) addDelivery(row *messageRow, id string, lane commonpb.Communicat
 		enqueuedAt: t,
 		lane:       int32(store.LaneRank(lane)),
 		expiresAt:  row.expiresAt,
+		counted:    counted,
 	}
 	s.deliveries[d.seq] = d
+	if counted {
+		s.data[row.recipient]++
+	}
 	// Seqs only grow, so appending keeps the buffer sorted.
 	s.pending[row.recipient] = append(s.pending[row.recipient], d.seq)
 }

@@ -49,7 +49,9 @@ func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
 //	$11 dedup producer  $12 dedup key ('' : no idempotency)  $13 window (µs)
 //	$14 buffer-full note  $15 notify channel
 //
-// full_ counts the buffer (at most capacity rows). ent is the idempotency decision under the
+// full_ counts the buffer's data rows (at most capacity of them, through
+// deliveries_capacity_idx): rows admitted without a capacity, the router's control traffic,
+// neither count nor are counted (§13), and del marks the row it inserts accordingly. ent is the idempotency decision under the
 // entry's row lock: INSERT ... ON CONFLICT DO UPDATE locks the row, waiting for a concurrent
 // admission of the same key to finish, and returns its newest version; an entry out of the
 // window is replaced as if absent, a retrying one continues with this attempt, any other is
@@ -69,7 +71,7 @@ WITH
 full_ AS (
 	SELECT $10::int > 0 AND (
 		SELECT count(*) FROM (
-			SELECT 1 FROM deliveries WHERE agent_id = $4 AND confirmed_at IS NULL LIMIT $10::int
+			SELECT 1 FROM deliveries WHERE agent_id = $4 AND confirmed_at IS NULL AND counted LIMIT $10::int
 		) AS p) >= $10::int AS is_full
 ),
 ent AS (
@@ -138,8 +140,8 @@ msg AS (
 	RETURNING state
 ),
 del AS (
-	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at)
-	SELECT $4, $1, $7, $8, $9 FROM msg WHERE msg.state = {SENT}
+	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at, counted)
+	SELECT $4, $1, $7, $8, $9, $10::int > 0 FROM msg WHERE msg.state = {SENT}
 	RETURNING seq
 )
 SELECT d.decision,

@@ -269,10 +269,59 @@ func runMessages(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 		require.Equal(t, 25, depth(t, mp, "bob"))
 		// Control traffic (Capacity 0) gets in even when a limited admit would not.
-		_, err := mp.Admit(t.Context(), store.AdmitRequest{Envelope: Envelope("limited"), RecipientID: "bob", Capacity: 25})
+		admit(t, mp, "data", "bob", 1, true)
+		_, err := mp.Admit(t.Context(), store.AdmitRequest{Envelope: Envelope("limited"), RecipientID: "bob", Capacity: 1})
 		require.ErrorIs(t, err, store.ErrBufferFull)
 		admit(t, mp, "control", "bob", 0, false)
-		require.Equal(t, 26, depth(t, mp, "bob"))
+		require.Equal(t, 27, depth(t, mp, "bob"))
+	})
+
+	t.Run("ControlTrafficOutsideCapacity", func(t *testing.T) {
+		// §13: the capacity is about data. Rows admitted without a capacity (the router's
+		// ACK forwards, NACKs and notifications; the scheduler's CONTROL messages) neither
+		// take a slot nor free one when confirmed, in whatever lane they ride.
+		mp := newStore(t).Messages()
+		ctx := t.Context()
+		const capacity = 3
+		var control []int64
+		for i := range 5 {
+			control = append(control, admitReq(t, mp, store.AdmitRequest{Envelope: Envelope(fmt.Sprintf("c%d", i)), RecipientID: "bob",
+				Track: i == 4, Lane: commonpb.CommunicationClass_PRIVILEGED}))
+		}
+		data := []int64{admitReq(t, mp, store.AdmitRequest{Envelope: Envelope("d0"), RecipientID: "bob", Capacity: capacity, Track: true,
+			Lane: commonpb.CommunicationClass_PRIVILEGED})}
+		for i := 1; i < capacity; i++ {
+			data = append(data, admit(t, mp, fmt.Sprintf("d%d", i), "bob", capacity, i%2 == 0))
+		}
+		_, err := mp.Admit(ctx, store.AdmitRequest{Envelope: Envelope("over"), RecipientID: "bob", Capacity: capacity, Track: true})
+		require.ErrorIs(t, err, store.ErrBufferFull, "the capacity counts the data rows")
+		require.Equal(t, capacity+len(control), depth(t, mp, "bob"), "the depth counts every unconfirmed row")
+
+		// A step's follow-up is control traffic too: bob's ACK of a message he sent carol.
+		admit(t, mp, "to-carol", "carol", 0, true)
+		f := followUp("ack-to-bob")
+		f.RecipientID = "bob"
+		res, err := mp.AdvanceWith(ctx, store.StepRequest{MessageID: "to-carol", Plan: stepTo(commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, "", f).plan})
+		require.NoError(t, err)
+		require.True(t, res.Applied)
+		control = append(control, res.FollowUpSeq)
+
+		// Control rows keep coming into the full buffer, and confirming them frees no slot.
+		admit(t, mp, "c5", "bob", 0, false)
+		for _, seq := range control {
+			_, ok, err := mp.Confirm(ctx, "bob", seq, "")
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+		_, err = mp.Admit(ctx, store.AdmitRequest{Envelope: Envelope("still-over"), RecipientID: "bob", Capacity: capacity})
+		require.ErrorIs(t, err, store.ErrBufferFull)
+		// Confirming a data row does.
+		_, ok, err := mp.Confirm(ctx, "bob", data[0], "d0")
+		require.NoError(t, err)
+		require.True(t, ok)
+		admit(t, mp, "d3", "bob", capacity, true)
+		_, err = mp.Admit(ctx, store.AdmitRequest{Envelope: Envelope("over-again"), RecipientID: "bob", Capacity: capacity})
+		require.ErrorIs(t, err, store.ErrBufferFull)
 	})
 
 	t.Run("ConcurrentAdmitsNeverExceedCapacity", func(t *testing.T) {

@@ -1,0 +1,49 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/common/v1"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/mocks"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// TestClosedAdmission: when the task-admission update fails because the task workflow closed
+// (it rejected the task on its own), SubmitTask answers with the task's result — a refusal,
+// not Unavailable; a task that is still running leaves the update's failure, as Unavailable.
+func TestClosedAdmission(t *testing.T) {
+	const wid = "task/t1"
+	aborted := errors.New("workflow update was aborted by closing workflow")
+	describe := func(st enums.WorkflowExecutionStatus) *workflowservice.DescribeWorkflowExecutionResponse {
+		return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflow.WorkflowExecutionInfo{
+			Execution: &common.WorkflowExecution{WorkflowId: wid, RunId: "run1"}, Status: st}}
+	}
+
+	tc := &mocks.Client{}
+	run := &mocks.WorkflowRun{}
+	tc.On("DescribeWorkflowExecution", mock.Anything, wid, "").Return(describe(enums.WORKFLOW_EXECUTION_STATUS_COMPLETED), nil).Once()
+	tc.On("GetWorkflow", mock.Anything, wid, "run1").Return(run).Once()
+	run.On("Get", mock.Anything, mock.Anything).Run(func(args mock.Arguments) {
+		*args.Get(1).(*workflows.TaskStatus) = workflows.TaskStatus{State: workflows.TaskRejected, Reason: `no_route: agent "a" is not registered`}
+	}).Return(nil).Once()
+	adm, err := closedAdmission(t.Context(), tc, wid, aborted)
+	require.NoError(t, err)
+	require.Equal(t, workflows.TaskAdmission{Accepted: false, State: workflows.TaskRejected, Reason: `no_route: agent "a" is not registered`}, adm)
+
+	tc.On("DescribeWorkflowExecution", mock.Anything, wid, "").Return(describe(enums.WORKFLOW_EXECUTION_STATUS_RUNNING), nil).Once()
+	_, err = closedAdmission(context.Background(), tc, wid, aborted)
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	require.ErrorContains(t, err, aborted.Error())
+	tc.AssertExpectations(t)
+	run.AssertExpectations(t)
+}
