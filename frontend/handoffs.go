@@ -16,8 +16,8 @@ import (
 )
 
 // RegisterHandoffs installs on rel the handlers of the handoffs the frontend writes: the
-// start of an agent's lifecycle after its registration, and the ACKs of the scheduler's
-// CONTROL messages. Every process that runs a relay registers them, so any process can
+// start of an agent's lifecycle after its registration, its end after its deregistration,
+// and the ACKs of the scheduler's CONTROL messages. Every process that runs a relay registers them, so any process can
 // deliver what another wrote.
 func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQueue string) {
 	rel.Handle(workflows.HandoffAgentControlAck, func(ctx context.Context, h store.Handoff) error {
@@ -29,6 +29,18 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQ
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
 			return nil // the lifecycle has ended: nothing is left to schedule
+		}
+		return err
+	})
+	rel.Handle(workflows.HandoffAgentDeregister, func(ctx context.Context, h store.Handoff) error {
+		var p workflows.AgentDeregisterHandoff
+		if err := json.Unmarshal(h.Payload, &p); err != nil {
+			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
+		}
+		err := tc.SignalWorkflow(ctx, workflows.AgentWorkflowID(p.AgentID), "", workflows.AgentDeregisterSignal, p.Deregistration)
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return nil // no lifecycle left to end
 		}
 		return err
 	})

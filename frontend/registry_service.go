@@ -110,29 +110,39 @@ func (r *registryService) Heartbeat(ctx context.Context, req *registrypb.Heartbe
 }
 
 // DeregisterAgent removes the agent from routing at once and ends its lifecycle workflow,
-// which announces the leave to the other agents (§14: deregistration is explicit).
+// which announces the leave to the other agents (§14: deregistration is explicit). The end of
+// the lifecycle is a handoff written with the removal, so it happens even if Temporal is
+// unreachable now (docs/architecture.md, "Hand-offs to Temporal").
 func (r *registryService) DeregisterAgent(ctx context.Context, req *registrypb.DeregisterAgentRequest) (*registrypb.DeregisterAgentResponse, error) {
 	id := req.GetAgentId()
 	if perr := protocol.ValidateAgentID(id); perr != nil {
 		return nil, status.Error(codes.InvalidArgument, perr.Error())
 	}
-	removed, err := r.s.store.Registry().DeleteAgent(ctx, id)
+	dereg := workflows.AgentDeregistration{Reason: req.GetReason()}
+	end, err := newHandoff(workflows.HandoffAgentDeregister, workflows.AgentWorkflowID(id), workflows.AgentDeregisterHandoff{AgentID: id, Deregistration: dereg})
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
+	}
+	removed, err := r.s.store.Registry().DeleteAgent(ctx, id, end)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "internal_error: registry write failed: %v", err)
 	}
 	r.s.router.ForgetAgent(id)
-	err = r.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(id), "", workflows.AgentDeregisterSignal, workflows.AgentDeregistration{Reason: req.GetReason()})
-	var nf *serviceerror.NotFound
-	switch {
-	case err != nil && errors.As(err, &nf):
-		if !removed {
-			return nil, status.Errorf(codes.NotFound, "agent %q is not registered", id)
+	if removed {
+		if err := r.s.relay.Deliver(ctx, end); err != nil {
+			r.s.log.Warn("agent deregistered; its lifecycle ends when Temporal is reachable", "agent_id", id, "error", err)
 		}
-		// Registered without a running lifecycle (it already ended): nothing more to stop.
-	case err != nil:
-		// The agent is out of routing already; a retry finds no registry row but still
-		// reaches the workflow (the case above), so retrying is safe.
-		return nil, status.Errorf(codes.Unavailable, "internal_error: agent %s removed from routing but its lifecycle workflow could not be signalled; retry DeregisterAgent: %v", id, err)
+	} else {
+		// Not in the registry: a lifecycle may still run (its projection was removed by an
+		// earlier call), so end it directly; none at all means the agent is unknown.
+		err = r.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(id), "", workflows.AgentDeregisterSignal, dereg)
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+			return nil, status.Errorf(codes.NotFound, "agent %q is not registered", id)
+		case err != nil:
+			return nil, status.Errorf(codes.Unavailable, "internal_error: agent %s is not in the registry and its lifecycle workflow could not be reached; retry DeregisterAgent: %v", id, err)
+		}
 	}
 	r.s.sink.Record(ctx, observe.Event{CorrelationID: workflows.AgentWorkflowID(id), Actor: id, Type: "registry.deregistered", AgentID: id,
 		Details: map[string]any{"reason": req.GetReason()}})

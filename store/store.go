@@ -538,8 +538,10 @@ type Registry interface {
 	GetAgent(ctx context.Context, agentID string) (AgentRecord, error)
 	// ListAgents returns every registered agent ordered by agent_id.
 	ListAgents(ctx context.Context) ([]AgentRecord, error)
-	// DeleteAgent removes an agent; it reports whether one was removed.
-	DeleteAgent(ctx context.Context, agentID string) (bool, error)
+	// DeleteAgent removes an agent; it reports whether one was removed. Only when one was, it
+	// writes handoffs (the end of its lifecycle workflow) to the Outbox in the same
+	// transaction, leased for HandoffLease.
+	DeleteAgent(ctx context.Context, agentID string, handoffs ...Handoff) (bool, error)
 	// RecordHeartbeat stores a heartbeat's time and health map, or returns ErrNotFound.
 	RecordHeartbeat(ctx context.Context, agentID string, health map[string]string, at time.Time) error
 	// SetAgentState records the lifecycle state, or returns ErrNotFound.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -255,6 +256,33 @@ func TestRegisterDuringTemporalOutage(t *testing.T) {
 				hs, err := sys.app.Store().Outbox().PendingHandoffs(context.Background(), 10)
 				return err == nil && len(hs) == 0
 			}, 10*time.Second, 50*time.Millisecond, "a delivered handoff is removed")
+		})
+	}
+}
+
+// TestDeregisterDuringTemporalOutage: a deregistration taken while Temporal is unreachable
+// removes the agent from routing at once, is answered ok, and ends the lifecycle workflow
+// once Temporal is back — never a lifecycle left running for an agent nobody can reach.
+func TestDeregisterDuringTemporalOutage(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys, proxy, direct := startBehindProxy(t, kind)
+			a := dialAgent(t, sys, "leaving")
+			require.NoError(t, a.Heartbeat(context.Background(), commonpb.AgentState_RUNNABLE, nil))
+			waitState(t, sys, a.ID(), commonpb.AgentState_RUNNABLE)
+			proxy.Cut()
+			res, err := registrypb.NewRegistryServiceClient(a.Conn()).DeregisterAgent(context.Background(),
+				&registrypb.DeregisterAgentRequest{AgentId: a.ID(), Reason: "done for the day"})
+			require.NoError(t, err)
+			require.True(t, res.GetOk())
+			_, err = sys.app.Store().Registry().GetAgent(context.Background(), a.ID())
+			require.ErrorIs(t, err, store.ErrNotFound, "out of routing at once")
+			proxy.Restore()
+			require.Eventually(t, func() bool {
+				d, err := direct.DescribeWorkflowExecution(context.Background(), workflows.AgentWorkflowID(a.ID()), "")
+				return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED
+			}, 60*time.Second, 100*time.Millisecond, "the lifecycle never ended")
 		})
 	}
 }

@@ -20,6 +20,9 @@ const (
 	// ACK of one of the scheduler's CONTROL messages was stored. Payload:
 	// AgentControlAckHandoff.
 	HandoffAgentControlAck = "agent.control_ack"
+	// HandoffAgentDeregister signals agent/<agent_id> with AgentDeregisterSignal after the
+	// agent was removed from the registry. Payload: AgentDeregisterHandoff.
+	HandoffAgentDeregister = "agent.deregister"
 )
 
 // AgentRegisterHandoff is the payload of a HandoffAgentRegister handoff.
@@ -36,6 +39,14 @@ type AgentControlAckHandoff struct {
 	AgentID string
 	// Ack is the AgentControlAckSignal's payload.
 	Ack ControlAck
+}
+
+// AgentDeregisterHandoff is the payload of a HandoffAgentDeregister handoff.
+type AgentDeregisterHandoff struct {
+	// AgentID names the lifecycle, agent/<agent_id>.
+	AgentID string
+	// Deregistration is the AgentDeregisterSignal's payload.
+	Deregistration AgentDeregistration
 }
 
 // AgentStartOptions are the start options of workflow agent/<agentID> on taskQueue: its ID

@@ -623,7 +623,7 @@ func (r *registry) ListAgents(ctx context.Context) ([]store.AgentRecord, error) 
 }
 
 // DeleteAgent implements store.Registry.
-func (r *registry) DeleteAgent(ctx context.Context, agentID string) (bool, error) {
+func (r *registry) DeleteAgent(ctx context.Context, agentID string, handoffs ...store.Handoff) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -631,8 +631,15 @@ func (r *registry) DeleteAgent(ctx context.Context, agentID string) (bool, error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, ok := s.agents[agentID]
+	if !ok {
+		return false, nil
+	}
 	delete(s.agents, agentID)
-	return ok, nil
+	at := now()
+	for _, h := range handoffs {
+		s.addHandoffLocked(h, store.HandoffLease, at)
+	}
+	return true, nil
 }
 
 // RecordHeartbeat implements store.Registry.

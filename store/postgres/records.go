@@ -88,12 +88,23 @@ func (r *registry) ListAgents(ctx context.Context) ([]store.AgentRecord, error) 
 }
 
 // DeleteAgent implements store.Registry.
-func (r *registry) DeleteAgent(ctx context.Context, agentID string) (bool, error) {
-	tag, err := r.s().pool.Exec(ctx, `DELETE FROM agents WHERE agent_id = $1`, agentID)
+func (r *registry) DeleteAgent(ctx context.Context, agentID string, handoffs ...store.Handoff) (bool, error) {
+	var removed bool
+	err := pgx.BeginFunc(ctx, r.s().pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM agents WHERE agent_id = $1`, agentID)
+		if err != nil || tag.RowsAffected() == 0 || len(handoffs) == 0 {
+			removed = err == nil && tag.RowsAffected() > 0
+			return err
+		}
+		removed = true
+		b := &pgx.Batch{}
+		queueHandoffs(b, handoffs, store.HandoffLease)
+		return tx.SendBatch(ctx, b).Close()
+	})
 	if err != nil {
 		return false, fmt.Errorf("postgres: delete agent %q: %w", agentID, err)
 	}
-	return tag.RowsAffected() > 0, nil
+	return removed, nil
 }
 
 // RecordHeartbeat implements store.Registry.

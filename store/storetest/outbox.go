@@ -179,4 +179,19 @@ func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Empty(t, got, "leased to the registering frontend for its in-line attempt")
 	})
+	t.Run("WrittenWithADeregistration", func(t *testing.T) {
+		ctx := t.Context()
+		s := newStore(t)
+		desc := &registrypb.AgentDescriptor{AgentId: "dereg-1", Name: "dereg"}
+		require.NoError(t, s.Registry().PutAgent(ctx, store.AgentRecord{Descriptor: desc}))
+		removed, err := s.Registry().DeleteAgent(ctx, "dereg-1", handoff("end-dereg-1"))
+		require.NoError(t, err)
+		require.True(t, removed)
+		removed, err = s.Registry().DeleteAgent(ctx, "dereg-1", handoff("end-again"))
+		require.NoError(t, err)
+		require.False(t, removed)
+		pending, err := s.Outbox().PendingHandoffs(ctx, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{"end-dereg-1"}, handoffIDs(pending), "only a removal writes its handoff")
+	})
 }
