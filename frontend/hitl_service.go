@@ -348,24 +348,36 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 	err = hitlsignals.SendDecision(ctx, h.s.temporal, d)
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		// The run finished between our read and the signal: report what it decided.
-		if rec, gerr := h.waitDecided(ctx, d.InvocationID); gerr == nil {
-			return alreadyDecided(rec, d)
-		}
-		return nil, status.Errorf(codes.FailedPrecondition, "invocation %s is no longer waiting", d.InvocationID)
+		return h.notWaiting(ctx, d, err)
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: could not deliver the decision: %v", err)
+		return nil, status.Errorf(codes.Unavailable, "internal_error: could not deliver the decision (is Temporal reachable?): %v; repeating the same decision is safe", err)
 	}
 	rec, err = h.waitDecided(ctx, d.InvocationID)
 	if err != nil {
-		return nil, status.Errorf(codes.DeadlineExceeded, "the decision was delivered but its outcome is not recorded yet; check with sw4rm hitl history %s", d.InvocationID)
+		return nil, status.Errorf(codes.DeadlineExceeded, "the decision was delivered but its outcome is not recorded yet; repeating the same decision returns it, or check with sw4rm hitl history %s", d.InvocationID)
 	}
 	resp, err := alreadyDecided(rec, d)
 	if resp != nil {
 		resp.AlreadyDecided = false // this call's decision is the one applied
 	}
 	return resp, err
+}
+
+// notWaiting answers a decision whose signal found no running workflow. Either the run
+// finished between our read and the signal — then the outcome is reported — or Temporal,
+// restarting, does not find a workflow that is still waiting: then the operator must retry,
+// not be told that the invocation is over.
+func (h *hitlAdminService) notWaiting(ctx context.Context, d hitlsignals.Decision, signalErr error) (*hitladminpb.DecideResponse, error) {
+	desc, err := h.s.temporal.DescribeWorkflowExecution(ctx, hitlsignals.WorkflowID(d.InvocationID), "")
+	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: Temporal did not find the workflow of invocation %s (%v), which is still waiting; repeat the decision when Temporal is reachable", d.InvocationID, signalErr)
+	}
+	if rec, err := h.waitDecided(ctx, d.InvocationID); err == nil {
+		return alreadyDecided(rec, d)
+	}
+	return nil, status.Errorf(codes.FailedPrecondition, "invocation %s is no longer waiting (its workflow is %s)", d.InvocationID,
+		strings.ToLower(strings.TrimPrefix(desc.GetWorkflowExecutionInfo().GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")))
 }
 
 // alreadyDecided answers a decision on a decided invocation: the outcome when it is the same

@@ -17,6 +17,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -197,6 +198,48 @@ func TestHitlDecideRetryAfterTemporalOutage(t *testing.T) {
 			recs, err := srv.Store().HITL().ListInvocations(context.Background(), store.HITLFilter{})
 			require.NoError(t, err)
 			assert.Len(t, recs, 3, "no retry raised an invocation of its own")
+		})
+	}
+}
+
+// TestHitlAdminDecideDuringTemporalRestart: an operator decides through HitlAdminService while
+// Temporal, restarting, answers that the invocation's workflow is not found. The invocation
+// is still waiting, so the operator is told to retry (Unavailable) — not that it is "no
+// longer waiting" — and the same decision, repeated once Temporal is back, is applied.
+func TestHitlAdminDecideDuringTemporalRestart(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			proxy := newTemporalProxy(t)
+			srv, wrk := startBehindProxy(t, hitlConfig(t, kind), proxy)
+			conn := dialRaw(t, &system{app: srv})
+			h := hitlCaller{t: t, c: hitlpb.NewHitlServiceClient(conn), srv: srv, wrk: wrk}
+			admin := hitladminpb.NewHitlAdminServiceClient(conn)
+			key := uniq(t, "admin")
+			req := &hitlpb.HitlInvocation{ReasonType: commonpb.HitlReasonType_TASK_ESCALATION, ProposedActions: []string{"approve", "deny"}}
+			res := h.inBackground(key, req)
+			id := h.pending()
+
+			proxy.cut(func(string) *status.Status {
+				return status.New(codes.NotFound, "workflow execution not found (the server is restarting)")
+			})
+			ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer alice-token"), 30*time.Second)
+			defer cancel()
+			decision := &hitladminpb.DecideRequest{InvocationId: id, Decision: "approve", Rationale: "approved across the restart"}
+			_, err := admin.Decide(ctx, decision)
+			st := status.Convert(err)
+			assert.Equal(t, codes.Unavailable, st.Code(), "the invocation is still waiting: %s", st.Message())
+			rec, err := srv.Store().HITL().GetInvocation(context.Background(), id)
+			require.NoError(t, err)
+			assert.Equal(t, store.HITLPending, rec.Status)
+
+			proxy.restore()
+			resp, err := admin.Decide(ctx, decision)
+			require.NoError(t, err)
+			assert.False(t, resp.GetAlreadyDecided())
+			assert.Contains(t, resp.GetOutcomeJson(), "approved across the restart")
+			// The requester's own wait was cut too; as told, it retries with its key.
+			h.lostWait(h.await(res, "after Temporal went away"), id)
+			h.approved(h.decide(key, req, 20*time.Second), id, "approved across the restart", "the requester's retry")
 		})
 	}
 }
