@@ -82,7 +82,12 @@ func (r *Router) sweep(ctx context.Context, ackTimeouts bool) error {
 		ackTimeout = noAckTimeout
 	}
 	for {
-		expired, err := r.st.Messages().Expire(ctx, ackTimeout, sweepBatch)
+		// A database that is unreachable rather than refusing makes the call hang; it must
+		// fail, so that Run counts the outage, rather than complete once the database is back
+		// with ACK timeouts decided before the outage began.
+		ectx, cancel := context.WithTimeout(ctx, max(r.cfg.AckTimeout/2, time.Second))
+		expired, err := r.st.Messages().Expire(ectx, ackTimeout, sweepBatch)
+		cancel()
 		if err != nil {
 			return err
 		}

@@ -27,26 +27,43 @@ var errOutage = errors.New("dial tcp 127.0.0.1:5432: connect: connection refused
 type flakyStore struct {
 	store.Store
 	down atomic.Bool
+	// hang, while set, makes Expire wait — as on a database that is unreachable rather
+	// than refusing — until it is cleared (then the call goes through) or the call's ctx ends.
+	hang atomic.Pointer[chan struct{}]
 }
 
 func (f *flakyStore) Messages() store.MessagePlane {
-	return flakyPlane{MessagePlane: f.Store.Messages(), down: &f.down}
+	return flakyPlane{MessagePlane: f.Store.Messages(), f: f}
+}
+
+// hangUntil makes Expire calls hang until the returned function is called.
+func (f *flakyStore) hangUntil() (release func()) {
+	ch := make(chan struct{})
+	f.hang.Store(&ch)
+	return func() { f.hang.Store(nil); close(ch) }
 }
 
 type flakyPlane struct {
 	store.MessagePlane
-	down *atomic.Bool
+	f *flakyStore
 }
 
 func (p flakyPlane) Expire(ctx context.Context, ackTimeout time.Duration, limit int) ([]store.ExpiredMessage, error) {
-	if p.down.Load() {
+	if p.f.down.Load() {
 		return nil, errOutage
+	}
+	if ch := p.f.hang.Load(); ch != nil {
+		select {
+		case <-*ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	return p.MessagePlane.Expire(ctx, ackTimeout, limit)
 }
 
 func (p flakyPlane) ExpirePendingResponses(ctx context.Context, limit int) ([]store.PendingResponse, error) {
-	if p.down.Load() {
+	if p.f.down.Load() {
 		return nil, errOutage
 	}
 	return p.MessagePlane.ExpirePendingResponses(ctx, limit)
@@ -154,4 +171,29 @@ func TestAckTimeoutDiscountsFrontendRestart(t *testing.T) {
 		return stateOf(t, st, id) == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT
 	}, 5*time.Second, 10*time.Millisecond, "an unconfirmed message still times out")
 	assert.GreaterOrEqual(t, time.Since(started), ackTimeout)
+}
+
+// TestAckTimeoutDiscountsHangingDatabase: a database that is unreachable rather than refusing
+// makes the sweep's call hang instead of fail. The outage must count all the same: when the
+// database is back, the call does not go through with ACK timeouts decided before the outage.
+func TestAckTimeoutDiscountsHangingDatabase(t *testing.T) {
+	const ackTimeout = time.Second
+	st := memory.New()
+	t.Cleanup(st.Close)
+	fs := &flakyStore{Store: st}
+	r := sweepFixture(t, fs, ackTimeout)
+	runSweeps(t, r)
+	time.Sleep(ackTimeout) // the plane has been up for a full ACK timeout
+
+	id := sendToC(t, r, 0)
+	release := fs.hangUntil()
+	time.Sleep(3 * ackTimeout)
+	release()
+	back := time.Now()
+	time.Sleep(ackTimeout / 3)
+	assert.Equal(t, commonpb.EnvelopeState_ENVELOPE_STATE_SENT, stateOf(t, st, id), "the outage does not count against the consumer")
+	require.Eventually(t, func() bool {
+		return stateOf(t, st, id) == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT
+	}, 5*time.Second, 10*time.Millisecond, "an unconfirmed message still times out")
+	assert.GreaterOrEqual(t, time.Since(back), ackTimeout)
 }
