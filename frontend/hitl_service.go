@@ -2,14 +2,20 @@ package frontend
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -29,6 +35,22 @@ import (
 // it raised, before it blocks, so the caller can point an operator at it.
 const InvocationIDHeader = "sw4rm-hitl-invocation-id"
 
+// IdempotencyKeyMetadataKey is the request metadata with which a caller of HitlService.Decide
+// makes its retries safe: every call with the same key names the same invocation, so a retry
+// after an error waits for — or at once returns — that invocation's outcome instead of
+// raising another (docs/hitl.md). The canonical request has no field for it (§5.1).
+const IdempotencyKeyMetadataKey = "sw4rm-idempotency-key"
+
+// maxIdempotencyKey bounds the key, as §11.2 tokens are bounded in practice.
+const maxIdempotencyKey = 256
+
+// keyedInvocations is the UUID namespace of invocation ids derived from idempotency keys.
+var keyedInvocations = uuid.MustParse("6f1c3e0a-5b8d-4d2e-9a67-0c4f3b2d1e95")
+
+// questionMemo is the memo field of a hitl/ workflow raised by HitlService.Decide that holds
+// the digest of the question, so a retry under the same key can be checked against it.
+const questionMemo = "sw4rm_question_sha256"
+
 // hitlService serves the canonical sw4rm.hitl.HitlService (§15).
 type hitlService struct {
 	hitlpb.UnimplementedHitlServiceServer
@@ -41,14 +63,26 @@ type hitlService struct {
 // configured HITL timeout. The context bytes are read as the §15.1 context JSON
 // ({"facts":[...],"diffs":[...],"risk_notes":[...],"prior_attempts":[...],"inference":{...}})
 // when they are one, else kept raw.
+//
+// With the metadata IdempotencyKeyMetadataKey the invocation id is derived from the key, and
+// a call whose invocation exists attaches to it: it returns the outcome when it is decided
+// (from the store's projection, so even while Temporal is unreachable) and otherwise waits
+// for it. A key already used for a different question is refused.
 func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*hitlpb.HitlDecision, error) {
 	reason := req.GetReasonType()
 	if reason == commonpb.HitlReasonType_HITL_REASON_UNSPECIFIED || commonpb.HitlReasonType_name[int32(reason)] == "" {
 		return nil, status.Errorf(codes.InvalidArgument, "validation_error: reason_type must be one of the eight §15 reason types, got %d", int32(reason))
 	}
+	key, err := idempotencyKey(ctx)
+	if err != nil {
+		return nil, err
+	}
 	inv := hitlsignals.Invocation{
 		InvocationID: uuid.NewString(), ReasonType: reason.String(), ProposedActions: req.GetProposedActions(),
 		Priority: req.GetPriority(), Timeout: h.s.cfg.HITLTimeout, RequestedBy: "grpc",
+	}
+	if key != "" {
+		inv.InvocationID = uuid.NewSHA1(keyedInvocations, []byte(key)).String()
 	}
 	if raw := req.GetContext(); len(raw) > 0 {
 		var c hitlsignals.Context
@@ -67,23 +101,144 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 	if err := inv.Validate(); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
 	}
-	run, err := h.s.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+	question := questionDigest(inv)
+	_ = grpc.SendHeader(ctx, metadata.Pairs(InvocationIDHeader, inv.InvocationID))
+	retry := retryAdvice(key, inv.InvocationID)
+	checked := false // whether the question was compared with the existing invocation's
+	if key != "" {
+		// A retry whose invocation is decided is answered from the projection: it needs no
+		// Temporal, which may be the very thing the first call lost.
+		if rec, err := h.s.store.HITL().GetInvocation(ctx, inv.InvocationID); err == nil {
+			var prev hitlsignals.Invocation
+			if err := json.Unmarshal(rec.Invocation, &prev); err == nil {
+				if questionDigest(prev) != question {
+					return nil, keyReused(key, inv.InvocationID)
+				}
+				checked = true
+			}
+			if rec.Status == store.HITLDecided {
+				return decisionOf(inv.InvocationID, rec.Outcome)
+			}
+		}
+	}
+	opts := client.StartWorkflowOptions{
 		ID: hitlsignals.WorkflowID(inv.InvocationID), TaskQueue: h.s.cfg.TaskQueue,
 		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.KindKey.ValueSet("hitl"), workflows.HitlPendingKey.ValueSet(true)),
-	}, hitlsignals.WorkflowType, workflows.HitlWaitInput{Invocation: inv})
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: could not start the HITL workflow (is Temporal reachable?): %v", err)
+		Memo:                  map[string]any{questionMemo: question},
 	}
-	_ = grpc.SendHeader(ctx, metadata.Pairs(InvocationIDHeader, inv.InvocationID))
+	if key != "" {
+		// Attach to the invocation the key names, running or completed, instead of raising a
+		// second one: ExecuteWorkflow then returns the existing run.
+		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
+		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
+	}
+	run, err := h.s.temporal.ExecuteWorkflow(ctx, opts, hitlsignals.WorkflowType, workflows.HitlWaitInput{Invocation: inv})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.Errorf(status.FromContextError(ctx.Err()).Code(), "the caller stopped waiting while invocation %s was being raised; %s", inv.InvocationID, retry)
+		}
+		return nil, status.Errorf(codes.Unavailable, "internal_error: could not raise HITL invocation %s (is Temporal reachable?): %v; %s", inv.InvocationID, err, retry)
+	}
+	if key != "" && !checked {
+		same, err := h.sameQuestion(ctx, inv.InvocationID, question)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "internal_error: could not read HITL invocation %s: %v; %s", inv.InvocationID, err, retry)
+		}
+		if !same {
+			return nil, keyReused(key, inv.InvocationID)
+		}
+	}
 	var out hitlsignals.Outcome
 	if err := run.Get(ctx, &out); err != nil {
-		if ctx.Err() != nil {
-			return nil, status.Errorf(codes.DeadlineExceeded, "the caller stopped waiting; invocation %s stays open until its deadline", inv.InvocationID)
-		}
-		return nil, status.Errorf(codes.Internal, "internal_error: HITL invocation %s failed: %v", inv.InvocationID, err)
+		return nil, waitError(ctx, err, inv.InvocationID, retry)
 	}
 	payload, _ := json.Marshal(out)
 	return &hitlpb.HitlDecision{Action: string(out.Decision), DecisionPayload: payload, Rationale: out.Rationale}, nil
+}
+
+// idempotencyKey reads the caller's IdempotencyKeyMetadataKey, empty when there is none.
+func idempotencyKey(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(IdempotencyKeyMetadataKey)
+	if len(v) == 0 {
+		return "", nil
+	}
+	key := strings.TrimSpace(v[0])
+	if key == "" || len(key) > maxIdempotencyKey || strings.ContainsFunc(key, unicode.IsControl) {
+		return "", status.Errorf(codes.InvalidArgument, "validation_error: metadata %s must be 1 to %d characters without control characters", IdempotencyKeyMetadataKey, maxIdempotencyKey)
+	}
+	return key, nil
+}
+
+// retryAdvice tells the caller what calling again does.
+func retryAdvice(key, id string) string {
+	if key != "" {
+		return fmt.Sprintf("retrying with the same %s metadata returns invocation %s, waiting for its outcome if it is still open", IdempotencyKeyMetadataKey, id)
+	}
+	return fmt.Sprintf("invocation %s may be open or decided (sw4rm hitl history %s); a retry without %s metadata raises a new invocation — set it to make retries return the same one", id, id, IdempotencyKeyMetadataKey)
+}
+
+// questionDigest is what makes two calls the same question: everything the caller asked
+// except the deadline, which each attempt derives from its own call deadline.
+func questionDigest(inv hitlsignals.Invocation) string {
+	b, _ := json.Marshal(struct {
+		ReasonType      string              `json:"reason_type"`
+		Context         hitlsignals.Context `json:"context"`
+		ProposedActions []string            `json:"proposed_actions,omitempty"`
+		Priority        int32               `json:"priority"`
+	}{inv.ReasonType, inv.Context, inv.ProposedActions, inv.Priority})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// keyReused refuses a key already used for a different question (as a reused message_id is
+// refused, §11.2).
+func keyReused(key, id string) error {
+	return status.Errorf(codes.AlreadyExists, "duplicate_detected: %s %q already names invocation %s, raised for a different question; use a new key for a new question",
+		IdempotencyKeyMetadataKey, key, id)
+}
+
+// sameQuestion reports whether the running or completed hitl/ workflow was raised for this
+// question. A workflow without the memo (raised by a workflow, not by Decide) never is.
+func (h *hitlService) sameQuestion(ctx context.Context, id, question string) (bool, error) {
+	desc, err := h.s.temporal.DescribeWorkflowExecution(ctx, hitlsignals.WorkflowID(id), "")
+	if err != nil {
+		return false, err
+	}
+	var prev string
+	if p := desc.GetWorkflowExecutionInfo().GetMemo().GetFields()[questionMemo]; p != nil {
+		_ = converter.GetDefaultDataConverter().FromPayload(p, &prev)
+	}
+	return prev == question, nil
+}
+
+// decisionOf answers Decide with an outcome recorded in the store.
+func decisionOf(id string, outcome []byte) (*hitlpb.HitlDecision, error) {
+	var o hitlsignals.Outcome
+	if err := json.Unmarshal(outcome, &o); err != nil {
+		return nil, status.Errorf(codes.Internal, "internal_error: stored outcome of %s is unreadable: %v", id, err)
+	}
+	return &hitlpb.HitlDecision{Action: string(o.Decision), DecisionPayload: outcome, Rationale: o.Rationale}, nil
+}
+
+// waitError maps an error from waiting on a hitl/ run. Only the run's own failure is final;
+// anything else — Temporal unreachable or restarting, its deadline, "workflow not found"
+// while it reloads — says nothing about the invocation, which is open or already decided,
+// so the caller is told to retry (with the key, the retry returns this invocation).
+func waitError(ctx context.Context, err error, id, retry string) error {
+	if ctx.Err() != nil {
+		return status.Errorf(status.FromContextError(ctx.Err()).Code(), "the caller stopped waiting; invocation %s stays open until its deadline; %s", id, retry)
+	}
+	var failed *temporal.WorkflowExecutionError
+	if !errors.As(err, &failed) {
+		return status.Errorf(codes.Unavailable, "internal_error: lost the wait for HITL invocation %s (%v); %s", id, err, retry)
+	}
+	var terminated *temporal.TerminatedError
+	var canceled *temporal.CanceledError
+	if errors.As(err, &terminated) || errors.As(err, &canceled) {
+		return status.Errorf(codes.Aborted, "HITL invocation %s was ended by an operator before any decision: %v", id, err)
+	}
+	return status.Errorf(codes.Internal, "internal_error: HITL invocation %s failed: %v", id, err)
 }
 
 // hitlAdminService serves the extension sw4rmext.hitl.v1.HitlAdminService: listing,
@@ -193,24 +348,36 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 	err = hitlsignals.SendDecision(ctx, h.s.temporal, d)
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		// The run finished between our read and the signal: report what it decided.
-		if rec, gerr := h.waitDecided(ctx, d.InvocationID); gerr == nil {
-			return alreadyDecided(rec, d)
-		}
-		return nil, status.Errorf(codes.FailedPrecondition, "invocation %s is no longer waiting", d.InvocationID)
+		return h.notWaiting(ctx, d, err)
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: could not deliver the decision: %v", err)
+		return nil, status.Errorf(codes.Unavailable, "internal_error: could not deliver the decision (is Temporal reachable?): %v; repeating the same decision is safe", err)
 	}
 	rec, err = h.waitDecided(ctx, d.InvocationID)
 	if err != nil {
-		return nil, status.Errorf(codes.DeadlineExceeded, "the decision was delivered but its outcome is not recorded yet; check with sw4rm hitl history %s", d.InvocationID)
+		return nil, status.Errorf(codes.DeadlineExceeded, "the decision was delivered but its outcome is not recorded yet; repeating the same decision returns it, or check with sw4rm hitl history %s", d.InvocationID)
 	}
 	resp, err := alreadyDecided(rec, d)
 	if resp != nil {
 		resp.AlreadyDecided = false // this call's decision is the one applied
 	}
 	return resp, err
+}
+
+// notWaiting answers a decision whose signal found no running workflow. Either the run
+// finished between our read and the signal — then the outcome is reported — or Temporal,
+// restarting, does not find a workflow that is still waiting: then the operator must retry,
+// not be told that the invocation is over.
+func (h *hitlAdminService) notWaiting(ctx context.Context, d hitlsignals.Decision, signalErr error) (*hitladminpb.DecideResponse, error) {
+	desc, err := h.s.temporal.DescribeWorkflowExecution(ctx, hitlsignals.WorkflowID(d.InvocationID), "")
+	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: Temporal did not find the workflow of invocation %s (%v), which is still waiting; repeat the decision when Temporal is reachable", d.InvocationID, signalErr)
+	}
+	if rec, err := h.waitDecided(ctx, d.InvocationID); err == nil {
+		return alreadyDecided(rec, d)
+	}
+	return nil, status.Errorf(codes.FailedPrecondition, "invocation %s is no longer waiting (its workflow is %s)", d.InvocationID,
+		strings.ToLower(strings.TrimPrefix(desc.GetWorkflowExecutionInfo().GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")))
 }
 
 // alreadyDecided answers a decision on a decided invocation: the outcome when it is the same

@@ -33,14 +33,32 @@ func (r *Router) Run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()
 	lastHousekeeping := time.Time{}
+	// up is since when this sweeper has reached the store without a failure: from the start
+	// of the process, then from the first successful sweep after a failed one. The time before
+	// — a frontend restarting, a database outage — was time the plane was down, which must not
+	// count against consumers (§11: the ACK timeout is 10 s to RECEIVED; a consumer cannot
+	// confirm while the plane is down). So ACK timeouts apply only once the sweeper has been up
+	// for a full ACK timeout: a message admitted before an outage then gets at least the ACK
+	// timeout after it, consumers reconnect and confirm what they received, and what they
+	// never received is delivered instead of withdrawn.
+	up := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if err := r.SweepOnce(ctx); err != nil && ctx.Err() == nil {
-			slog.Default().Warn("router sweep failed", "error", err)
+		err := r.sweep(ctx, !up.IsZero() && time.Since(up) >= r.cfg.AckTimeout)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if !up.IsZero() {
+				slog.Default().Warn("router sweep failed; ACK timeouts wait until the store has been reachable for an ACK timeout again",
+					"error", err, "ack_timeout", r.cfg.AckTimeout.String())
+			}
+			up = time.Time{}
+		case err == nil && up.IsZero():
+			up = time.Now()
+			slog.Default().Info("router sweep recovered; ACK timeouts resume after an ACK timeout", "ack_timeout", r.cfg.AckTimeout.String())
 		}
 		if time.Since(lastHousekeeping) > housekeepingEvery {
 			lastHousekeeping = time.Now()
@@ -49,10 +67,27 @@ func (r *Router) Run(ctx context.Context) {
 	}
 }
 
-// SweepOnce runs one sweep step; Run calls it periodically.
-func (r *Router) SweepOnce(ctx context.Context) error {
+// noAckTimeout is an ACK timeout no message reaches: Expire given it applies TTLs only.
+const noAckTimeout = 100 * 365 * 24 * time.Hour
+
+// SweepOnce runs one sweep step, ACK timeouts included; Run runs the steps, holding ACK
+// timeouts back while the plane has not been up for an ACK timeout.
+func (r *Router) SweepOnce(ctx context.Context) error { return r.sweep(ctx, true) }
+
+// sweep runs one sweep step. Without ackTimeouts it still applies TTLs — deadlines the
+// producer set, which an outage does not extend — and response deadlines.
+func (r *Router) sweep(ctx context.Context, ackTimeouts bool) error {
+	ackTimeout := r.cfg.AckTimeout
+	if !ackTimeouts {
+		ackTimeout = noAckTimeout
+	}
 	for {
-		expired, err := r.st.Messages().Expire(ctx, r.cfg.AckTimeout, sweepBatch)
+		// A database that is unreachable rather than refusing makes the call hang; it must
+		// fail, so that Run counts the outage, rather than complete once the database is back
+		// with ACK timeouts decided before the outage began.
+		ectx, cancel := context.WithTimeout(ctx, max(r.cfg.AckTimeout/2, time.Second))
+		expired, err := r.st.Messages().Expire(ectx, ackTimeout, sweepBatch)
+		cancel()
 		if err != nil {
 			return err
 		}

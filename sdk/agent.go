@@ -35,6 +35,7 @@ type Agent struct {
 	router   routerpb.RouterServiceClient
 	registry registrypb.RegistryServiceClient
 	seq      atomic.Uint64
+	retry    *retrier
 }
 
 // Dial connects to the server at addr (host:port) as the agent agentID. Without options it
@@ -54,6 +55,7 @@ func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
 		id: agentID, conn: conn,
 		router:   routerpb.NewRouterServiceClient(conn),
 		registry: registrypb.NewRegistryServiceClient(conn),
+		retry:    newRetrier(),
 	}
 	// sequence_number must be monotonic per producer (§11) and the server deduplicates by
 	// (producer_id, sequence_number) for messages without a token (§11.2): starting from the
@@ -164,7 +166,9 @@ type Message struct {
 }
 
 // Send sends a message and returns the envelope as sent (with its message_id). A protocol
-// rejection (buffer_full, no_route, validation_error, ...) is a *RejectedError.
+// rejection (buffer_full, no_route, validation_error, ...) is a *RejectedError. A message
+// with an IdempotencyToken that times out is sent again by the agent itself (see
+// SetMaxRetries).
 func (a *Agent) Send(ctx context.Context, m Message) (*commonpb.Envelope, error) {
 	env := &commonpb.Envelope{
 		MessageId: uuid.NewString(), ProducerId: a.id, CorrelationId: m.CorrelationID,
@@ -197,7 +201,15 @@ func (a *Agent) Send(ctx context.Context, m Message) (*commonpb.Envelope, error)
 		}
 		env.ContentType = mime.FormatMediaType(mt, params)
 	}
-	return env, a.SendEnvelope(ctx, env, m.To)
+	if m.ResponseTimeout == 0 {
+		// Tracked before it is sent: its ACK RECEIVED may arrive before SendMessage returns.
+		a.retry.track(env, m.To)
+	}
+	if err := a.SendEnvelope(ctx, env, m.To); err != nil {
+		a.retry.forget(env.GetMessageId())
+		return env, err
+	}
+	return env, nil
 }
 
 // SendEnvelope sends a caller-built envelope to the agent to ("" for ACKs, which the server
@@ -232,8 +244,15 @@ type Delivery struct {
 	// Envelope is the message.
 	Envelope *commonpb.Envelope
 	// Seq is its stream position, used to confirm it.
-	Seq   int64
-	agent *Agent
+	Seq int64
+	// Retry is set when this delivery is the TIMED_OUT NACK of a message the agent sent with
+	// an idempotency token and the agent sent it again (see Agent.SetMaxRetries): the retry,
+	// with the same token, a new message_id and retry_count+1 (§11.2). Its ACKs name the new
+	// message_id.
+	Retry *commonpb.Envelope
+	// RetryErr is why sending Retry failed, nil when it was sent.
+	RetryErr error
+	agent    *Agent
 }
 
 // Confirm tells the router the delivery arrived (RouterService.AckDelivery), which frees its
@@ -287,6 +306,7 @@ func (d *Delivery) DecodeJSON(v any) error { return json.Unmarshal(d.Envelope.Ge
 type Stream struct {
 	agent  *Agent
 	stream grpc.ServerStreamingClient[routerpb.StreamItem]
+	ctx    context.Context
 	cancel context.CancelFunc
 }
 
@@ -310,10 +330,12 @@ func (a *Agent) receive(ctx context.Context) (*Stream, error) {
 		cancel()
 		return nil, fmt.Errorf("sw4rm: open stream: %w", err)
 	}
-	return &Stream{agent: a, stream: s, cancel: cancel}, nil
+	return &Stream{agent: a, stream: s, ctx: ctx, cancel: cancel}, nil
 }
 
-// Next blocks for the next delivery; io.EOF when the server closed the stream.
+// Next blocks for the next delivery; io.EOF when the server closed the stream. When the
+// delivery is the TIMED_OUT NACK of a message to retry, Next sends the retry before it
+// returns (see Agent.SetMaxRetries and Delivery.Retry).
 func (s *Stream) Next() (*Delivery, error) {
 	item, err := s.stream.Recv()
 	if err != nil {
@@ -322,7 +344,11 @@ func (s *Stream) Next() (*Delivery, error) {
 		}
 		return nil, err
 	}
-	return &Delivery{Envelope: item.GetMsg(), Seq: item.GetSeq(), agent: s.agent}, nil
+	d := &Delivery{Envelope: item.GetMsg(), Seq: item.GetSeq(), agent: s.agent}
+	if p, ok := d.AckPayload(); ok {
+		d.Retry, d.RetryErr = s.agent.retry.onAck(s.ctx, s.agent, d.Envelope.GetProducerId(), p)
+	}
+	return d, nil
 }
 
 // Close ends the stream; unconfirmed deliveries are redelivered on the next one.

@@ -49,6 +49,8 @@ type fakeServer struct {
 	sent       []sentMsg
 	heartbeats []*registrypb.HeartbeatRequest
 	deregs     []*registrypb.DeregisterAgentRequest
+	// refuse, when set, gives the reason to reject a message with ("" admits it).
+	refuse func(*commonpb.Envelope) string
 }
 
 type sentMsg struct {
@@ -104,7 +106,16 @@ func (f *fakeServer) SendMessage(ctx context.Context, req *routerpb.SendMessageR
 	if v := md.Get(protocol.RecipientMetadataKey); len(v) > 0 {
 		to = v[0]
 	}
-	f.record(func() { f.sent = append(f.sent, sentMsg{to: to, env: req.GetMsg()}) })
+	var reason string
+	f.record(func() {
+		f.sent = append(f.sent, sentMsg{to: to, env: req.GetMsg()})
+		if f.refuse != nil {
+			reason = f.refuse(req.GetMsg())
+		}
+	})
+	if reason != "" {
+		return &routerpb.SendMessageResponse{Accepted: false, Reason: reason}, nil
+	}
 	return &routerpb.SendMessageResponse{Accepted: true}, nil
 }
 
@@ -232,7 +243,8 @@ type harness struct {
 	logs  []string
 }
 
-func startServe(t *testing.T, h TaskHandler, opts *ServeOptions) *harness {
+// dialFake starts a fakeServer and dials it as testAgentID.
+func dialFake(t *testing.T) (*fakeServer, *Agent) {
 	t.Helper()
 	f := newFakeServer()
 	lis := bufconn.Listen(1 << 20)
@@ -247,7 +259,12 @@ func startServe(t *testing.T, h TaskHandler, opts *ServeOptions) *harness {
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = agent.Close() })
+	return f, agent
+}
 
+func startServe(t *testing.T, h TaskHandler, opts *ServeOptions) *harness {
+	t.Helper()
+	f, agent := dialFake(t)
 	hs := &harness{t: t, f: f, agent: agent, done: make(chan struct{})}
 	o := ServeOptions{}
 	if opts != nil {

@@ -75,10 +75,10 @@ func TestSequenceC1(t *testing.T) {
 }
 
 // TestSequenceC2 replays App. D C.2: m1 (token T) is delivered but not acknowledged in time;
-// A gets NACK ack_timeout and retries as m2 (same token, retry_count 1), which is delivered;
-// B's late ACK RECEIVED for m1 leaves m1 TIMED_OUT; B's late FULFILLED for m1 reconciles
-// token T to the earliest completion, and A gets DUPLICATE_DETECTED for m2 naming m1. A third
-// attempt is answered from the cache without delivery.
+// A gets NACK ack_timeout and its SDK retries as m2 (same token, retry_count 1), which is
+// delivered; B's late ACK RECEIVED for m1 leaves m1 TIMED_OUT; B's late FULFILLED for m1
+// reconciles token T to the earliest completion, and A gets DUPLICATE_DETECTED for m2 naming
+// m1. A third attempt is answered from the cache without delivery.
 func TestSequenceC2(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
@@ -100,9 +100,10 @@ func TestSequenceC2(t *testing.T) {
 			np, _ := nack.AckPayload()
 			assert.Equal(t, commonpb.ErrorCode_ACK_TIMEOUT, np.ErrorCode)
 
-			// A retries: new message_id, same token, retry_count+1.
-			m2, err := a.Send(ctx, sdk.Message{To: b.ID(), CorrelationID: "wf123", IdempotencyToken: token, Payload: payload, RetryCount: 1})
-			require.NoError(t, err, "a retry of a timed-out operation is admitted")
+			// A's SDK retries on reading the NACK: new message_id, same token, retry_count+1.
+			require.NoError(t, nack.RetryErr, "a retry of a timed-out operation is admitted")
+			m2 := nack.Retry
+			require.NotNil(t, m2, "the SDK retried")
 			d2 := bIn.next(t, false, func(d *sdk.Delivery) bool { return d.Envelope.GetMessageId() == m2.GetMessageId() })
 			assert.Equal(t, token, d2.Envelope.GetIdempotencyToken(), "B can see it is the same operation")
 			assert.Equal(t, uint32(1), d2.Envelope.GetRetryCount())
