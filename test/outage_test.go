@@ -2,8 +2,6 @@ package test
 
 import (
 	"context"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
@@ -21,96 +21,19 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
-// cutProxy is a TCP proxy to an address that a test can cut and restore: while cut, every
-// connection through it is closed and new ones are refused, as when the network to Temporal
-// fails, without touching the dev server the other tests share.
-type cutProxy struct {
-	target string
-	ln     net.Listener
-
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
+// unreachable answers every call as a Temporal that cannot be reached.
+func unreachable(string) *status.Status {
+	return status.New(codes.Unavailable, "connection refused (Temporal is unreachable)")
 }
 
-// newCutProxy starts a proxy to target that stops with the test.
-func newCutProxy(t testing.TB, target string) *cutProxy {
+// startAllBehindProxy starts sw4rm (server and worker) whose only way to Temporal is a
+// proxy the test can cut, and a Temporal client of the test's own that reaches the dev
+// server directly (to watch the workflows while sw4rm cannot).
+func startAllBehindProxy(t *testing.T, kind string) (*system, *temporalProxy, client.Client) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &cutProxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
-	go p.serve()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.Cut()
-	})
-	return p
-}
-
-// Addr is the proxy's address.
-func (p *cutProxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *cutProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			_ = c.Close()
-			continue
-		}
-		up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-		if err != nil {
-			p.mu.Unlock()
-			_ = c.Close()
-			continue
-		}
-		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		go p.pipe(c, up)
-		go p.pipe(up, c)
-	}
-}
-
-func (p *cutProxy) pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
-	_ = dst.Close()
-	_ = src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
-}
-
-// Cut closes every connection and refuses new ones until Restore.
-func (p *cutProxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	clear(p.conns)
-}
-
-// Restore lets connections through again.
-func (p *cutProxy) Restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
-}
-
-// startBehindProxy starts sw4rm whose only way to Temporal is a cuttable proxy, and a
-// Temporal client of the test's own that reaches the dev server directly (to watch the
-// workflows while sw4rm cannot).
-func startBehindProxy(t *testing.T, kind string) (*system, *cutProxy, client.Client) {
-	t.Helper()
-	proxy := newCutProxy(t, temporalAddr)
+	proxy := newTemporalProxy(t)
 	cfg := newConfig(t, kind)
-	cfg.TemporalAddress = proxy.Addr()
+	cfg.TemporalAddress = proxy.addr
 	sys := start(t, cfg)
 	direct, err := client.Dial(client.Options{HostPort: temporalAddr, Namespace: "default", Logger: quietLogger()})
 	require.NoError(t, err)
@@ -152,7 +75,7 @@ func TestTaskFinishedDuringTemporalOutageCompletes(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			sys, proxy, direct := startBehindProxy(t, kind)
+			sys, proxy, direct := startAllBehindProxy(t, kind)
 			b := dialAgent(t, sys, "b")
 			sc := schedulerpb.NewSchedulerServiceClient(b.Conn())
 			first, second := uniq(t, "first"), uniq(t, "second")
@@ -185,7 +108,7 @@ func TestTaskFinishedDuringTemporalOutageCompletes(t *testing.T) {
 			require.True(t, submit(t, sc, b.ID(), first, 0, "repo:app path:src/first/**").GetAccepted())
 			waitDirectTask(t, direct, first, workflows.TaskRunning, 30*time.Second)
 
-			proxy.Cut() // Temporal becomes unreachable for sw4rm (server and worker alike)
+			proxy.cut(unreachable) // Temporal becomes unreachable for sw4rm (server and worker alike)
 			close(release)
 			// The agent's ACK FULFILLED reaches the store while Temporal is away.
 			require.Eventually(t, func() bool {
@@ -200,7 +123,7 @@ func TestTaskFinishedDuringTemporalOutageCompletes(t *testing.T) {
 			// Stay cut past the Temporal client's 10 s RPC timeout: a signal sent while the ACK
 			// is handled then fails for good, and only a durable hand-off can deliver it.
 			time.Sleep(12 * time.Second)
-			proxy.Restore()
+			proxy.restore()
 
 			done := waitDirectTask(t, direct, first, workflows.TaskCompleted, 60*time.Second)
 			require.Equal(t, "done "+first, done.Result)
@@ -221,8 +144,8 @@ func TestRegisterDuringTemporalOutage(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			sys, proxy, direct := startBehindProxy(t, kind)
-			proxy.Cut()
+			sys, proxy, direct := startAllBehindProxy(t, kind)
+			proxy.cut(unreachable)
 			a, err := sdk.Dial(sys.app.GRPCAddr(), uniq(t, "late"))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = a.Close() })
@@ -239,7 +162,7 @@ func TestRegisterDuringTemporalOutage(t *testing.T) {
 			require.Len(t, pending, 1)
 			require.Equal(t, workflows.HandoffAgentRegister, pending[0].Kind)
 
-			proxy.Restore()
+			proxy.restore()
 			require.Eventually(t, func() bool {
 				_, err := direct.DescribeWorkflowExecution(context.Background(), workflows.AgentWorkflowID(a.ID()), "")
 				return err == nil
@@ -267,18 +190,18 @@ func TestDeregisterDuringTemporalOutage(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			sys, proxy, direct := startBehindProxy(t, kind)
+			sys, proxy, direct := startAllBehindProxy(t, kind)
 			a := dialAgent(t, sys, "leaving")
 			require.NoError(t, a.Heartbeat(context.Background(), commonpb.AgentState_RUNNABLE, nil))
 			waitState(t, sys, a.ID(), commonpb.AgentState_RUNNABLE)
-			proxy.Cut()
+			proxy.cut(unreachable)
 			res, err := registrypb.NewRegistryServiceClient(a.Conn()).DeregisterAgent(context.Background(),
 				&registrypb.DeregisterAgentRequest{AgentId: a.ID(), Reason: "done for the day"})
 			require.NoError(t, err)
 			require.True(t, res.GetOk())
 			_, err = sys.app.Store().Registry().GetAgent(context.Background(), a.ID())
 			require.ErrorIs(t, err, store.ErrNotFound, "out of routing at once")
-			proxy.Restore()
+			proxy.restore()
 			require.Eventually(t, func() bool {
 				d, err := direct.DescribeWorkflowExecution(context.Background(), workflows.AgentWorkflowID(a.ID()), "")
 				return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED
