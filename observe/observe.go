@@ -6,6 +6,7 @@ package observe
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -41,6 +42,9 @@ type Sink struct {
 	// wait for an audit row (§13 latency), but the rows keep their order and are never dropped.
 	queue  chan store.Event
 	done   chan struct{}
+	// closing is closed when Close starts, so that a writer waiting for an unavailable
+	// store gives up after closeGrace instead of holding shutdown.
+	closing chan struct{}
 	once   sync.Once
 	mu     sync.RWMutex // guards closed and sending on queue against Close
 	closed bool
@@ -69,13 +73,14 @@ func NewAsync(log *slog.Logger, audit store.AuditLog, size int) *Sink {
 	}
 	s.queue = make(chan store.Event, size)
 	s.done = make(chan struct{})
+	s.closing = make(chan struct{})
 	go func() {
 		defer close(s.done)
 		batcher, canBatch := audit.(store.BatchAuditLog)
 		batch := make([]store.Event, 0, 256)
 		for e := range s.queue {
 			if !canBatch {
-				s.append(context.Background(), e)
+				s.appendRetrying(e)
 				continue
 			}
 			// Collect what arrives within auditLinger, so that a busy router's events share
@@ -96,12 +101,12 @@ func NewAsync(log *slog.Logger, audit store.AuditLog, size int) *Sink {
 				}
 			}
 			linger.Stop()
-			if err := batcher.AppendBatch(context.Background(), batch); err != nil {
+			if err := s.untilAvailable(func() error { return batcher.AppendBatch(context.Background(), batch) }); err != nil {
 				// One bad event must not cost the others: retry them one by one (each failure
 				// is logged by append).
 				s.log.Warn("audit batch append failed; appending one by one", slog.Int("events", len(batch)), slog.Any("error", err))
 				for _, e := range batch {
-					s.append(context.Background(), e)
+					s.appendRetrying(e)
 				}
 			}
 		}
@@ -115,12 +120,57 @@ func (s *Sink) Close() {
 		return
 	}
 	s.once.Do(func() {
+		close(s.closing)
 		s.mu.Lock()
 		s.closed = true
 		close(s.queue)
 		s.mu.Unlock()
 		<-s.done
 	})
+}
+
+// untilAvailable runs write until it succeeds or fails for another reason than the store's
+// unavailability (store.ErrUnavailable): a database restarting must not cost the audit rows
+// of what committed just before it went away (§19: every transition is logged). Retries back
+// off from 100 ms to 5 s; once Close was called they stop after closeGrace.
+func (s *Sink) untilAvailable(write func() error) error {
+	delay := 100 * time.Millisecond
+	var closingSince time.Time
+	for {
+		err := write()
+		if err == nil || !errors.Is(err, store.ErrUnavailable) {
+			return err
+		}
+		select {
+		case <-s.closing:
+			if closingSince.IsZero() {
+				closingSince = time.Now()
+			} else if time.Since(closingSince) > closeGrace {
+				return err
+			}
+		default:
+		}
+		s.log.Warn("audit store unavailable; retrying", slog.Duration("retry_in", delay), slog.Any("error", err))
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-s.closing:
+			t.Stop()
+			time.Sleep(min(delay, 200*time.Millisecond)) // keep retrying briefly while closing
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// closeGrace bounds how long Close waits for an unavailable audit store.
+const closeGrace = 5 * time.Second
+
+// appendRetrying appends one event from the writer goroutine, waiting out an unavailable
+// store; the callers of Record never wait like this.
+func (s *Sink) appendRetrying(e store.Event) {
+	if err := s.untilAvailable(func() error { _, err := s.audit.Append(context.Background(), e); return err }); err != nil {
+		s.log.Warn("audit append failed", slog.String("event", e.Type), slog.Any("error", err))
+	}
 }
 
 func (s *Sink) append(ctx context.Context, e store.Event) {

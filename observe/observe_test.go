@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 
@@ -96,4 +97,51 @@ func TestSyncSinkWritesToTheStore(t *testing.T) {
 	require.Equal(t, "t.x", evs[0].Type)
 	require.JSONEq(t, `{"k":"v"}`, string(evs[0].Details))
 	require.False(t, evs[0].Time.IsZero())
+}
+
+// outageLog is an audit log whose store is unavailable for the first `down` calls.
+type outageLog struct {
+	batchLog
+	down int
+}
+
+func (o *outageLog) AppendBatch(ctx context.Context, es []store.Event) error {
+	o.mu.Lock()
+	if o.down > 0 {
+		o.down--
+		o.mu.Unlock()
+		return fmt.Errorf("append: %w: connection refused", store.ErrUnavailable)
+	}
+	o.mu.Unlock()
+	return o.batchLog.AppendBatch(ctx, es)
+}
+
+func (o *outageLog) Append(ctx context.Context, e store.Event) (store.Event, error) {
+	o.mu.Lock()
+	if o.down > 0 {
+		o.down--
+		o.mu.Unlock()
+		return store.Event{}, fmt.Errorf("append: %w: connection refused", store.ErrUnavailable)
+	}
+	o.mu.Unlock()
+	return o.batchLog.Append(ctx, e)
+}
+
+// TestAsyncSinkWaitsOutAnUnavailableStore: events recorded just before the database went
+// away are written once it is back, in order, none lost (§19) — issue 13's missing
+// message.admitted row after a PostgreSQL crash.
+func TestAsyncSinkWaitsOutAnUnavailableStore(t *testing.T) {
+	log := &outageLog{down: 3}
+	sink := observe.NewAsync(slog.New(slog.DiscardHandler), log, 64)
+	var want []string
+	for i := range 10 {
+		typ := fmt.Sprintf("e.%02d", i)
+		want = append(want, typ)
+		sink.Record(context.Background(), observe.Event{Type: typ})
+	}
+	sink.Close()
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	require.Equal(t, want, types(log.events))
+	require.Zero(t, log.down, "the writer retried through the outage")
 }

@@ -29,6 +29,11 @@ var (
 	ErrInvalidPosition = errors.New("store: resume position beyond the stream")
 	// ErrDuplicateArtifact reports that an artifact with the same (negotiation_id, kind, version) exists.
 	ErrDuplicateArtifact = errors.New("store: duplicate artifact version")
+	// ErrUnavailable marks a failure of the store itself — unreachable, restarting, the
+	// connection lost — as opposed to a refusal of what was written: the same write may
+	// succeed once the store is back. Implementations wrap such errors with it where a
+	// caller retries (the audit log's writer does).
+	ErrUnavailable = errors.New("store: unavailable")
 )
 
 // Store bundles the interfaces that the frontend, the activities and the CLI use.

@@ -197,7 +197,7 @@ func (a *auditLog) Append(ctx context.Context, e store.Event) (store.Event, erro
 		nullTime(e.Time), e.CorrelationID, e.Actor, e.Type, e.AgentID, e.MessageID, jsonText(e.Details),
 	).Scan(&e.ID, &e.Time)
 	if err != nil {
-		return store.Event{}, fmt.Errorf("postgres: append event %q: %w", e.Type, err)
+		return store.Event{}, fmt.Errorf("postgres: append event %q: %w", e.Type, unavailable(err))
 	}
 	e.Time = e.Time.UTC()
 	e.Details = cloneBytes(e.Details)
@@ -226,7 +226,7 @@ func (a *auditLog) AppendBatch(ctx context.Context, events []store.Event) error 
 			WITH ORDINALITY AS e(t, c, ac, ty, ag, m, d, ord)
 		ORDER BY ord`, times, corr, actors, types, agents, msgs, details)
 	if err != nil {
-		return fmt.Errorf("postgres: append %d events: %w", len(events), err)
+		return fmt.Errorf("postgres: append %d events: %w", len(events), unavailable(err))
 	}
 	return nil
 }
