@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc"
@@ -121,11 +120,8 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 			}
 		}
 	}
-	opts := client.StartWorkflowOptions{
-		ID: hitlsignals.WorkflowID(inv.InvocationID), TaskQueue: h.s.cfg.TaskQueue,
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.KindKey.ValueSet("hitl"), workflows.HitlPendingKey.ValueSet(true)),
-		Memo:                  map[string]any{questionMemo: question},
-	}
+	opts := workflows.HitlStartOptions(inv.InvocationID, h.s.cfg.TaskQueue)
+	opts.Memo = map[string]any{questionMemo: question}
 	if key != "" {
 		// Attach to the invocation the key names, running or completed, instead of raising a
 		// second one: ExecuteWorkflow then returns the existing run.

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -81,12 +80,7 @@ func (r *roomService) SubmitProposal(ctx context.Context, req *negotiationroompb
 	} else if status.Code(err) != codes.NotFound {
 		return nil, err
 	}
-	_, err := r.s.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: id, TaskQueue: r.s.cfg.TaskQueue,
-		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		TypedSearchAttributes:    temporal.NewSearchAttributes(workflows.KindKey.ValueSet("room"), workflows.RoomIDKey.ValueSet(p.GetNegotiationRoomId())),
-	}, workflows.RoomCoordinator, workflows.RoomInput{Proposal: p, Version: version, Policy: r.s.cfg.RoomPolicy, Timeout: r.s.cfg.RoomTimeout, HITLTimeout: r.s.cfg.HITLTimeout})
+	_, err := r.s.temporal.ExecuteWorkflow(ctx, workflows.RoomStartOptions(p.GetNegotiationRoomId(), p.GetArtifactId(), r.s.cfg.TaskQueue), workflows.RoomCoordinator, workflows.RoomInput{Proposal: p, Version: version, Policy: r.s.cfg.RoomPolicy, Timeout: r.s.cfg.RoomTimeout, HITLTimeout: r.s.cfg.HITLTimeout})
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return nil, status.Errorf(codes.AlreadyExists, "artifact %q is already under review", p.GetArtifactId())

@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -126,15 +125,7 @@ type duplicateTaskError struct{}
 func (*duplicateTaskError) Error() string { return "task_id already used" }
 
 func (sc *schedulerService) taskStartOptions(in workflows.TaskInput) client.StartWorkflowOptions {
-	return client.StartWorkflowOptions{
-		ID: workflows.TaskWorkflowID(in.TaskID), TaskQueue: sc.s.cfg.TaskQueue,
-		// A task_id names one task for good: a second submission is a duplicate (§9.2).
-		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		// Without this the SDK hands back the running task's handle as if it were new.
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes:                    temporal.NewSearchAttributes(workflows.KindKey.ValueSet("task"), workflows.AgentIDKey.ValueSet(in.AgentID)),
-	}
+	return workflows.TaskStartOptions(in, sc.s.cfg.TaskQueue)
 }
 
 // submitFast is SubmitTask's usual path, one workflow hop shorter than letting the task

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -40,7 +41,7 @@ func RequestHITL(ctx workflow.Context, inv hitlsignals.Invocation) (hitlsignals.
 	}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            hitlsignals.WorkflowID(inv.InvocationID),
-		TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet("hitl"), HitlPendingKey.ValueSet(true)),
+		TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet(KindHITL), HitlPendingKey.ValueSet(true)),
 	})
 	var out hitlsignals.Outcome
 	err := workflow.ExecuteChildWorkflow(cctx, HitlWait, HitlWaitInput{Invocation: inv}).Get(ctx, &out)
@@ -98,7 +99,7 @@ func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
 	}).Get(ctx, &w.policy); err != nil {
 		return hitlsignals.Outcome{}, err
 	}
-	if err := workflow.UpsertTypedSearchAttributes(ctx, KindKey.ValueSet("hitl"), HitlPendingKey.ValueSet(true)); err != nil {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, KindKey.ValueSet(KindHITL), HitlPendingKey.ValueSet(true)); err != nil {
 		return hitlsignals.Outcome{}, err
 	}
 
@@ -261,4 +262,16 @@ func via(v string) string {
 		return "signal"
 	}
 	return v
+}
+
+// KindHITL is the SW4RMKind search-attribute value of HITL waits.
+const KindHITL = "hitl"
+
+// HitlStartOptions are the start options of workflow hitl/<invocation_id> raised on its own
+// (HitlService.Decide) on taskQueue.
+func HitlStartOptions(invocationID, taskQueue string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID: hitlsignals.WorkflowID(invocationID), TaskQueue: taskQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet(KindHITL), HitlPendingKey.ValueSet(true)),
+	}
 }

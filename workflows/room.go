@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -252,4 +254,19 @@ func (w *roomCoordinator) policy() voting.Policy {
 		p.Version = def.Version
 	}
 	return p
+}
+
+// KindRoom is the SW4RMKind search-attribute value of negotiation room coordinators.
+const KindRoom = "room"
+
+// RoomStartOptions are the start options of the coordinator room/<room_id>/<artifact_id> on
+// taskQueue. A decided artifact's ID may run again (its revision after
+// REVISION_REQUESTED); a running one may not.
+func RoomStartOptions(roomID, artifactID, taskQueue string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID: RoomWorkflowID(roomID, artifactID), TaskQueue: taskQueue,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		TypedSearchAttributes:    temporal.NewSearchAttributes(KindKey.ValueSet(KindRoom), RoomIDKey.ValueSet(roomID)),
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -407,5 +409,21 @@ func (t *taskRun) waitFor(ctx, lctx workflow.Context, taskID string, every time.
 		if err := workflow.Sleep(ctx, every); err != nil {
 			return err
 		}
+	}
+}
+
+// KindTask is the SW4RMKind search-attribute value of task runs.
+const KindTask = "task"
+
+// TaskStartOptions are the start options of workflow task/<task_id> on taskQueue. A task_id
+// names one task for good: a second submission fails as a duplicate (§9.2).
+func TaskStartOptions(in TaskInput, taskQueue string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID: TaskWorkflowID(in.TaskID), TaskQueue: taskQueue,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		// Without this the SDK hands back the running task's handle as if it were new.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(KindKey.ValueSet(KindTask), AgentIDKey.ValueSet(in.AgentID)),
 	}
 }
