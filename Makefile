@@ -10,11 +10,9 @@ WORKFLOWCHECK_VERSION ?= v0.6.0
 WORKFLOWCHECK    := $(TOOLS_BIN)/workflowcheck
 BIN              := bin/sw4rm
 
-# Custom search attributes, registered at dev-server start (sw4rm also registers any missing
-# ones itself on start, for clusters that were not started this way).
-SEARCH_ATTRIBUTES := --search-attribute SW4RMKind=Keyword --search-attribute SW4RMAgentID=Keyword \
-                     --search-attribute SW4RMAgentState=Keyword --search-attribute SW4RMHitlPending=Bool \
-                     --search-attribute SW4RMRoomID=Keyword
+# Custom search attributes are registered at dev-server start from the list the code keeps
+# (`sw4rm search-attributes` prints workflows.SearchAttributes() as flags); sw4rm also
+# registers any missing ones itself on start, for clusters that were not started this way.
 
 # The dev server has one history shard, and its transfer queue (the one that hands a signalled
 # workflow's next task to matching) polls at most 20 times a second by default, which puts up
@@ -40,7 +38,7 @@ $(TEMPORAL):
 
 ## dev: start the Temporal dev server (UI on :8233) and `sw4rm dev` (gRPC on :50051).
 dev: $(TEMPORAL) build
-	./scripts/dev.sh "$(TEMPORAL)" "$(BIN)" $(SEARCH_ATTRIBUTES) $(TEMPORAL_DEV_FLAGS)
+	./scripts/dev.sh "$(TEMPORAL)" "$(BIN)" $$("$(BIN)" search-attributes) $(TEMPORAL_DEV_FLAGS)
 
 ## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it).
 test: $(TEMPORAL) workflowcheck

@@ -151,5 +151,6 @@ func newRoot() *cobra.Command {
 	root.AddCommand(serverCmds...)
 	root.AddCommand(newHitlCmd())
 	root.AddCommand(newDLQCmd())
+	root.AddCommand(newSearchAttributesCmd())
 	return root
 }
