@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"time"
 
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -199,6 +200,32 @@ type agentLifecycle struct {
 	grace time.Duration
 	// hb is the heartbeat monitor's state.
 	hb activities.HeartbeatState
+
+	// What one run keeps between the steps of its loop (see run).
+	logger log.Logger
+	// tasks and heartbeats say whether this run schedules tasks and heartbeats the agent
+	// (both behind GetVersion, for histories recorded before them).
+	tasks, heartbeats bool
+	disp              *dispatcher
+	// deregistered ends the loop; stepErr, set by a handler, fails the run.
+	deregistered *AgentDeregistration
+	stepErr      error
+	// initTimer bounds INITIALIZING (§8.3).
+	initTimeout     time.Duration
+	initTimer       workflow.Future
+	cancelInitTimer workflow.CancelFunc
+	// stateTimer bounds one entry into another timed state (§8.3).
+	stateTimer       workflow.Future
+	cancelStateTimer workflow.CancelFunc
+	timerState       commonpb.AgentState
+	timerSince       time.Time
+	timerTimeout     time.Duration
+	timerCode        string
+	// The heartbeat monitor (§14): one timer and one activity per interval.
+	hbInterval       time.Duration
+	hbMisses         int
+	hbTimer, hbCheck workflow.Future
+	hbCtx            workflow.Context
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -225,7 +252,7 @@ func (w *agentLifecycle) stateTimeout(s commonpb.AgentState) (time.Duration, str
 }
 
 func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error) {
-	logger := workflow.GetLogger(ctx)
+	w.logger = workflow.GetLogger(ctx)
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
@@ -236,272 +263,321 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 	}); err != nil {
 		return AgentLifecycleResult{}, err
 	}
-	var acts *activities.Activities
-
-	if w.in.State == commonpb.AgentState_AGENT_STATE_UNSPECIFIED {
-		// A fresh registration: record it and announce the join (§14).
-		if err := w.enter(ctx, commonpb.AgentState_INITIALIZING, "registered"); err != nil {
-			return AgentLifecycleResult{}, err
-		}
-		if err := workflow.ExecuteActivity(ctx, acts.NotifyRegistryEvent, activities.RegistryEventInput{
-			AgentID: w.in.AgentID, Name: w.in.Name, Capabilities: w.in.Capabilities, Event: activities.AgentJoined,
-			EventID: workflow.GetInfo(ctx).WorkflowExecution.RunID,
-		}).Get(ctx, nil); err != nil {
-			return AgentLifecycleResult{}, err
-		}
-	} else {
-		w.state, w.since, w.reason = w.in.State, w.in.Since, w.in.Reason
-	}
-
-	registerCh := workflow.GetSignalChannel(ctx, AgentRegisterSignal)
-	readyCh := workflow.GetSignalChannel(ctx, AgentReadySignal)
-	deregisterCh := workflow.GetSignalChannel(ctx, AgentDeregisterSignal)
-	reportCh := workflow.GetSignalChannel(ctx, AgentStateReportSignal)
-	shutdownCh := workflow.GetSignalChannel(ctx, AgentShutdownSignal)
-
-	initTimeout := w.in.InitTimeout
-	if initTimeout <= 0 {
-		initTimeout = DefaultInitTimeout
-	}
-	var initTimer workflow.Future
-	var cancelInitTimer workflow.CancelFunc
-	if w.state == commonpb.AgentState_INITIALIZING {
-		remaining := initTimeout - workflow.Now(ctx).Sub(w.since)
-		var timerCtx workflow.Context
-		timerCtx, cancelInitTimer = workflow.WithCancel(ctx)
-		initTimer = workflow.NewTimer(timerCtx, max(remaining, time.Millisecond))
-	}
-
-	// The timer of the other timed states (§8.3), armed for one entry into a state.
-	var stateTimer workflow.Future
-	var cancelStateTimer workflow.CancelFunc
-	var timerState commonpb.AgentState
-	var timerSince time.Time
-	var timerTimeout time.Duration
-	var timerCode string
-
-	// The heartbeat monitor (§14): one timer and one activity per interval.
-	heartbeats := workflow.GetVersion(ctx, versionHeartbeats, workflow.DefaultVersion, 1) >= 1
-	hbInterval := orDefault(w.in.HeartbeatInterval, DefaultHeartbeatInterval)
-	hbMisses := w.in.HeartbeatMisses
-	if hbMisses <= 0 {
-		hbMisses = DefaultHeartbeatMisses
-	}
-	var hbTimer, hbCheck workflow.Future
-	// A failed check is skipped, not retried forever: the next interval checks again.
-	hbCtx := workflow.WithRetryPolicy(ctx, temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3})
-
-	// The scheduler for this agent's tasks (§7): enqueue, preempt, CONTROL ACKs, sections.
-	tasks := workflow.GetVersion(ctx, versionTasks, workflow.DefaultVersion, 1) >= 1
-	disp := newDispatcher(ctx, w, w.in.Dispatch)
-	if err := workflow.SetQueryHandler(ctx, AgentTasksQuery, func() (DispatchStatus, error) { return disp.status(), nil }); err != nil {
+	if err := w.begin(ctx); err != nil {
 		return AgentLifecycleResult{}, err
 	}
-	enqueueCh := workflow.GetSignalChannel(ctx, AgentTaskEnqueueSignal)
-	preemptCh := workflow.GetSignalChannel(ctx, AgentPreemptSignal)
-	ackCh := workflow.GetSignalChannel(ctx, AgentControlAckSignal)
-	controlCh := workflow.GetSignalChannel(ctx, AgentControlSignal)
-
-	var deregistered *AgentDeregistration
-	var stepErr error
-	onReady := func(c workflow.ReceiveChannel, _ bool) {
-		var r AgentReady
-		c.Receive(ctx, &r)
-		if w.state == commonpb.AgentState_INITIALIZING {
-			stepErr = w.transition(ctx, commonpb.AgentState_RUNNABLE, "ready via "+r.Via)
-		}
-	}
-	onRegister := func(c workflow.ReceiveChannel, _ bool) {
-		var r AgentRegistration
-		c.Receive(ctx, &r)
-		w.in.Name, w.in.Capabilities = r.Name, r.Capabilities
-		if w.state == commonpb.AgentState_FAILED_STATE {
-			// Re-registration after a failure is the agent's recovery (§8.1 RECOVERING).
-			if stepErr = w.transition(ctx, commonpb.AgentState_RECOVERING, "re-registered after failure"); stepErr == nil {
-				stepErr = w.transition(ctx, commonpb.AgentState_RUNNABLE, "recovered by re-registration")
-			}
-		}
-	}
-	onDeregister := func(c workflow.ReceiveChannel, _ bool) {
-		var d AgentDeregistration
-		c.Receive(ctx, &d)
-		deregistered = &d
-	}
-	onReport := func(c workflow.ReceiveChannel, _ bool) {
-		var r AgentStateReport
-		c.Receive(ctx, &r)
-		if workflow.GetVersion(ctx, versionStateReports, workflow.DefaultVersion, 1) == workflow.DefaultVersion || r.State == w.state {
-			return
-		}
-		from := w.state
-		if stepErr = w.transition(ctx, r.State, "reported via "+r.Via); stepErr == nil && from != w.state && w.state == commonpb.AgentState_SHUTTING_DOWN {
-			w.grace = 0 // a shutdown the agent reports itself has the default grace
-		}
-	}
-	onShutdown := func(c workflow.ReceiveChannel, _ bool) {
-		var s AgentShutdown
-		c.Receive(ctx, &s)
-		if workflow.GetVersion(ctx, versionShutdown, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-			return
-		}
-		if !protocol.AgentTransitionLegal(w.state, commonpb.AgentState_SHUTTING_DOWN) {
-			logger.Warn("shutdown request refused", "agent_id", w.in.AgentID, "state", w.state.String(), "reason", s.Reason)
-			return
-		}
-		w.grace = orDefault(s.GracePeriod, DefaultShutdownGrace)
-		reason := "shutdown requested"
-		if s.Reason != "" {
-			reason += ": " + s.Reason
-		}
-		if stepErr = w.transition(ctx, commonpb.AgentState_SHUTTING_DOWN, reason); stepErr == nil && tasks {
-			// §8.4: no task is dispatched during the grace period; the queued ones fail, the
-			// running one may finish. The agent is told, so it can wind down and deregister.
-			disp.failQueued(ctx, commonpb.ErrorCode_AGENT_SHUTDOWN, "agent_shutdown: agent "+w.in.AgentID+" is shutting down (§8.4)")
-			if _, err := disp.send(ctx, protocol.Control{Type: protocol.ControlShutdown, GraceMS: w.grace.Milliseconds(), Reason: reason}); err != nil {
-				logger.Warn("could not tell the agent to shut down", "agent_id", w.in.AgentID, "error", err)
-			}
-		}
-	}
-	onEnqueue := func(c workflow.ReceiveChannel, _ bool) {
-		var q QueuedTask
-		c.Receive(ctx, &q)
-		if w.state == commonpb.AgentState_SHUTTING_DOWN {
-			disp.event(ctx, &q, TaskEvent{State: TaskRejected, ErrorCode: commonpb.ErrorCode_AGENT_SHUTDOWN, Reason: "agent_shutdown: agent " + w.in.AgentID + " is shutting down (§8.1)"})
-			return
-		}
-		stepErr = disp.enqueue(ctx, q)
-	}
-	onPreempt := func(c workflow.ReceiveChannel, _ bool) {
-		var r PreemptionRequest
-		c.Receive(ctx, &r)
-		if run := disp.d.Running; run != nil && (r.TaskID == "" || r.TaskID == run.TaskID) {
-			stepErr = disp.preempt(ctx, cmp.Or(r.Reason, "RequestPreemption"))
-		}
-	}
-	onAck := func(c workflow.ReceiveChannel, _ bool) {
-		var a ControlAck
-		c.Receive(ctx, &a)
-		stepErr = disp.onAck(ctx, a)
-	}
-	onControl := func(c workflow.ReceiveChannel, _ bool) {
-		var a AgentControl
-		c.Receive(ctx, &a)
-		stepErr = disp.onControl(ctx, a)
+	ch := w.channels(ctx)
+	w.armInitTimer(ctx)
+	// The heartbeat monitor (§14). A failed check is skipped, not retried forever: the next
+	// interval checks again.
+	w.heartbeats = workflow.GetVersion(ctx, versionHeartbeats, workflow.DefaultVersion, 1) >= 1
+	w.hbInterval = orDefault(w.in.HeartbeatInterval, DefaultHeartbeatInterval)
+	w.hbMisses = cmp.Or(max(w.in.HeartbeatMisses, 0), DefaultHeartbeatMisses)
+	w.hbCtx = workflow.WithRetryPolicy(ctx, temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3})
+	// The scheduler for this agent's tasks (§7): enqueue, preempt, CONTROL ACKs, sections.
+	w.tasks = workflow.GetVersion(ctx, versionTasks, workflow.DefaultVersion, 1) >= 1
+	w.disp = newDispatcher(ctx, w, w.in.Dispatch)
+	if err := workflow.SetQueryHandler(ctx, AgentTasksQuery, func() (DispatchStatus, error) { return w.disp.status(), nil }); err != nil {
+		return AgentLifecycleResult{}, err
 	}
 
-	for deregistered == nil {
-		if d, code := w.stateTimeout(w.state); d > 0 && (stateTimer == nil || timerState != w.state || !timerSince.Equal(w.since)) &&
-			workflow.GetVersion(ctx, versionStateTimeouts, workflow.DefaultVersion, 1) >= 1 {
-			var timerCtx workflow.Context
-			timerCtx, cancelStateTimer = workflow.WithCancel(ctx)
-			stateTimer = workflow.NewTimer(timerCtx, max(d-workflow.Now(ctx).Sub(w.since), time.Millisecond))
-			timerState, timerSince, timerTimeout, timerCode = w.state, w.since, d, code
-		}
-		if heartbeats && hbTimer == nil && hbCheck == nil {
-			hbTimer = workflow.NewTimer(ctx, hbInterval)
-		}
-
-		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(readyCh, onReady)
-		sel.AddReceive(registerCh, onRegister)
-		sel.AddReceive(deregisterCh, onDeregister)
-		sel.AddReceive(reportCh, onReport)
-		sel.AddReceive(shutdownCh, onShutdown)
-		if tasks {
-			sel.AddReceive(enqueueCh, onEnqueue)
-			sel.AddReceive(preemptCh, onPreempt)
-			sel.AddReceive(ackCh, onAck)
-			sel.AddReceive(controlCh, onControl)
-			disp.armTimer(ctx)
-			if disp.timer != nil {
-				sel.AddFuture(disp.timer, func(f workflow.Future) {
-					if f.Get(ctx, nil) == nil {
-						stepErr = disp.onTimer(ctx)
-					}
-				})
-			}
-		}
-		if initTimer != nil && w.state == commonpb.AgentState_INITIALIZING {
-			sel.AddFuture(initTimer, func(f workflow.Future) {
-				if f.Get(ctx, nil) != nil {
-					return // cancelled
-				}
-				logger.Warn("agent never became ready; init_timeout", "agent_id", w.in.AgentID, "timeout", initTimeout)
-				stepErr = w.transition(ctx, commonpb.AgentState_FAILED_STATE, ReasonInitTimeout)
-			})
-		}
-		if stateTimer != nil {
-			sel.AddFuture(stateTimer, func(f workflow.Future) {
-				stateTimer = nil
-				if f.Get(ctx, nil) != nil || w.state != timerState || !w.since.Equal(timerSince) {
-					return // cancelled, or the state was left meanwhile
-				}
-				// §8.3: every timeout-triggered transition is logged (and recorded with its code).
-				logger.Warn("agent state timed out", "agent_id", w.in.AgentID, "state", timerState.String(), "timeout", timerTimeout, "error_code", timerCode)
-				stepErr = w.transition(ctx, commonpb.AgentState_FAILED_STATE, timerCode)
-			})
-		}
-		if hbTimer != nil {
-			sel.AddFuture(hbTimer, func(f workflow.Future) {
-				hbTimer = nil
-				hbCheck = workflow.ExecuteActivity(hbCtx, acts.CheckHeartbeat, activities.HeartbeatCheckInput{
-					AgentID: w.in.AgentID, State: w.hb, MaxMisses: hbMisses, Interval: hbInterval,
-				})
-			})
-		}
-		if hbCheck != nil {
-			sel.AddFuture(hbCheck, func(f workflow.Future) {
-				hbCheck = nil
-				var next activities.HeartbeatState
-				if err := f.Get(ctx, &next); err != nil {
-					logger.Warn("heartbeat check failed", "agent_id", w.in.AgentID, "error", err)
-					return
-				}
-				w.hb = next
-			})
-		}
+	for w.deregistered == nil {
+		sel := w.selector(ctx, ch)
 		sel.Select(ctx)
-		if stepErr == nil && tasks {
-			stepErr = disp.afterStep(ctx)
+		if w.stepErr == nil && w.tasks {
+			w.stepErr = w.disp.afterStep(ctx)
 		}
-		if stepErr != nil {
-			return AgentLifecycleResult{}, stepErr
+		if w.stepErr != nil {
+			return AgentLifecycleResult{}, w.stepErr
 		}
-		if w.state != commonpb.AgentState_INITIALIZING && cancelInitTimer != nil {
-			cancelInitTimer()
-			cancelInitTimer, initTimer = nil, nil
-		}
-		if stateTimer != nil && (timerState != w.state || !timerSince.Equal(w.since)) {
-			cancelStateTimer()
-			stateTimer = nil
-		}
-		if deregistered == nil && !sel.HasPending() && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		w.disarmTimers()
+		if w.deregistered == nil && !sel.HasPending() && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			// Long-lived agents accumulate history; start afresh with the state carried over.
 			// Pending signals are handled first (HasPending) so none is lost across the boundary.
 			next := w.in
 			next.State, next.Since = w.state, w.since
 			next.Reason, next.Grace, next.Heartbeat = w.reason, w.grace, w.hb
-			next.Dispatch = disp.d
+			next.Dispatch = w.disp.d
 			return AgentLifecycleResult{}, workflow.NewContinueAsNewError(ctx, AgentLifecycle, next)
 		}
 	}
+	return w.end(ctx)
+}
 
-	if tasks {
-		disp.failAll(ctx, commonpb.ErrorCode_AGENT_SHUTDOWN, "agent_shutdown: agent "+w.in.AgentID+" deregistered: "+deregistered.Reason)
-		disp.flush(ctx)
+// begin records a fresh registration and announces the join (§14), or takes up the state a
+// continue-as-new carried over.
+func (w *agentLifecycle) begin(ctx workflow.Context) error {
+	if w.in.State != commonpb.AgentState_AGENT_STATE_UNSPECIFIED {
+		w.state, w.since, w.reason = w.in.State, w.in.Since, w.in.Reason
+		return nil
+	}
+	if err := w.enter(ctx, commonpb.AgentState_INITIALIZING, "registered"); err != nil {
+		return err
+	}
+	var acts *activities.Activities
+	return workflow.ExecuteActivity(ctx, acts.NotifyRegistryEvent, activities.RegistryEventInput{
+		AgentID: w.in.AgentID, Name: w.in.Name, Capabilities: w.in.Capabilities, Event: activities.AgentJoined,
+		EventID: workflow.GetInfo(ctx).WorkflowExecution.RunID,
+	}).Get(ctx, nil)
+}
+
+// lifecycleChannels are the signal channels of one run.
+type lifecycleChannels struct {
+	register, ready, deregister, report, shutdown workflow.ReceiveChannel
+	enqueue, preempt, ack, control                workflow.ReceiveChannel
+}
+
+func (w *agentLifecycle) channels(ctx workflow.Context) lifecycleChannels {
+	return lifecycleChannels{
+		register:   workflow.GetSignalChannel(ctx, AgentRegisterSignal),
+		ready:      workflow.GetSignalChannel(ctx, AgentReadySignal),
+		deregister: workflow.GetSignalChannel(ctx, AgentDeregisterSignal),
+		report:     workflow.GetSignalChannel(ctx, AgentStateReportSignal),
+		shutdown:   workflow.GetSignalChannel(ctx, AgentShutdownSignal),
+		enqueue:    workflow.GetSignalChannel(ctx, AgentTaskEnqueueSignal),
+		preempt:    workflow.GetSignalChannel(ctx, AgentPreemptSignal),
+		ack:        workflow.GetSignalChannel(ctx, AgentControlAckSignal),
+		control:    workflow.GetSignalChannel(ctx, AgentControlSignal),
+	}
+}
+
+// armInitTimer starts the INITIALIZING timer (§8.3) for what is left of it.
+func (w *agentLifecycle) armInitTimer(ctx workflow.Context) {
+	w.initTimeout = orDefault(w.in.InitTimeout, DefaultInitTimeout)
+	if w.state != commonpb.AgentState_INITIALIZING {
+		return
+	}
+	remaining := w.initTimeout - workflow.Now(ctx).Sub(w.since)
+	var timerCtx workflow.Context
+	timerCtx, w.cancelInitTimer = workflow.WithCancel(ctx)
+	w.initTimer = workflow.NewTimer(timerCtx, max(remaining, time.Millisecond))
+}
+
+// selector arms the timers the current state needs and returns one step's selector over
+// every signal and timer.
+func (w *agentLifecycle) selector(ctx workflow.Context, ch lifecycleChannels) workflow.Selector {
+	if d, code := w.stateTimeout(w.state); d > 0 && (w.stateTimer == nil || w.timerState != w.state || !w.timerSince.Equal(w.since)) &&
+		workflow.GetVersion(ctx, versionStateTimeouts, workflow.DefaultVersion, 1) >= 1 {
+		var timerCtx workflow.Context
+		timerCtx, w.cancelStateTimer = workflow.WithCancel(ctx)
+		w.stateTimer = workflow.NewTimer(timerCtx, max(d-workflow.Now(ctx).Sub(w.since), time.Millisecond))
+		w.timerState, w.timerSince, w.timerTimeout, w.timerCode = w.state, w.since, d, code
+	}
+	if w.heartbeats && w.hbTimer == nil && w.hbCheck == nil {
+		w.hbTimer = workflow.NewTimer(ctx, w.hbInterval)
+	}
+	on := func(handle func(workflow.Context, workflow.ReceiveChannel)) func(workflow.ReceiveChannel, bool) {
+		return func(c workflow.ReceiveChannel, _ bool) { handle(ctx, c) }
+	}
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(ch.ready, on(w.onReady))
+	sel.AddReceive(ch.register, on(w.onRegister))
+	sel.AddReceive(ch.deregister, on(w.onDeregister))
+	sel.AddReceive(ch.report, on(w.onReport))
+	sel.AddReceive(ch.shutdown, on(w.onShutdown))
+	if w.tasks {
+		sel.AddReceive(ch.enqueue, on(w.onEnqueue))
+		sel.AddReceive(ch.preempt, on(w.onPreempt))
+		sel.AddReceive(ch.ack, on(w.onAck))
+		sel.AddReceive(ch.control, on(w.onControl))
+		w.disp.armTimer(ctx)
+		if w.disp.timer != nil {
+			sel.AddFuture(w.disp.timer, func(f workflow.Future) {
+				if f.Get(ctx, nil) == nil {
+					w.stepErr = w.disp.onTimer(ctx)
+				}
+			})
+		}
+	}
+	if w.initTimer != nil && w.state == commonpb.AgentState_INITIALIZING {
+		sel.AddFuture(w.initTimer, func(f workflow.Future) { w.onInitTimeout(ctx, f) })
+	}
+	if w.stateTimer != nil {
+		sel.AddFuture(w.stateTimer, func(f workflow.Future) { w.onStateTimeout(ctx, f) })
+	}
+	if w.hbTimer != nil {
+		sel.AddFuture(w.hbTimer, func(workflow.Future) { w.checkHeartbeat() })
+	}
+	if w.hbCheck != nil {
+		sel.AddFuture(w.hbCheck, func(f workflow.Future) { w.onHeartbeatChecked(ctx, f) })
+	}
+	return sel
+}
+
+// disarmTimers cancels the timers of states the last step left.
+func (w *agentLifecycle) disarmTimers() {
+	if w.state != commonpb.AgentState_INITIALIZING && w.cancelInitTimer != nil {
+		w.cancelInitTimer()
+		w.cancelInitTimer, w.initTimer = nil, nil
+	}
+	if w.stateTimer != nil && (w.timerState != w.state || !w.timerSince.Equal(w.since)) {
+		w.cancelStateTimer()
+		w.stateTimer = nil
+	}
+}
+
+// onReady applies AgentReadySignal: INITIALIZING → RUNNABLE.
+func (w *agentLifecycle) onReady(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var r AgentReady
+	c.Receive(ctx, &r)
+	if w.state == commonpb.AgentState_INITIALIZING {
+		w.stepErr = w.transition(ctx, commonpb.AgentState_RUNNABLE, "ready via "+r.Via)
+	}
+}
+
+// onRegister applies AgentRegisterSignal: new name and capabilities, and recovery after a
+// failure (§8.1 RECOVERING).
+func (w *agentLifecycle) onRegister(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var r AgentRegistration
+	c.Receive(ctx, &r)
+	w.in.Name, w.in.Capabilities = r.Name, r.Capabilities
+	if w.state == commonpb.AgentState_FAILED_STATE {
+		if w.stepErr = w.transition(ctx, commonpb.AgentState_RECOVERING, "re-registered after failure"); w.stepErr == nil {
+			w.stepErr = w.transition(ctx, commonpb.AgentState_RUNNABLE, "recovered by re-registration")
+		}
+	}
+}
+
+// onDeregister applies AgentDeregisterSignal: the loop ends.
+func (w *agentLifecycle) onDeregister(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var d AgentDeregistration
+	c.Receive(ctx, &d)
+	w.deregistered = &d
+}
+
+// onReport applies AgentStateReportSignal: a state the agent reports, along legal edges only.
+func (w *agentLifecycle) onReport(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var r AgentStateReport
+	c.Receive(ctx, &r)
+	if workflow.GetVersion(ctx, versionStateReports, workflow.DefaultVersion, 1) == workflow.DefaultVersion || r.State == w.state {
+		return
+	}
+	from := w.state
+	if w.stepErr = w.transition(ctx, r.State, "reported via "+r.Via); w.stepErr == nil && from != w.state && w.state == commonpb.AgentState_SHUTTING_DOWN {
+		w.grace = 0 // a shutdown the agent reports itself has the default grace
+	}
+}
+
+// onShutdown applies AgentShutdownSignal (§8.4).
+func (w *agentLifecycle) onShutdown(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var s AgentShutdown
+	c.Receive(ctx, &s)
+	if workflow.GetVersion(ctx, versionShutdown, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	if !protocol.AgentTransitionLegal(w.state, commonpb.AgentState_SHUTTING_DOWN) {
+		w.logger.Warn("shutdown request refused", "agent_id", w.in.AgentID, "state", w.state.String(), "reason", s.Reason)
+		return
+	}
+	w.grace = orDefault(s.GracePeriod, DefaultShutdownGrace)
+	reason := "shutdown requested"
+	if s.Reason != "" {
+		reason += ": " + s.Reason
+	}
+	if w.stepErr = w.transition(ctx, commonpb.AgentState_SHUTTING_DOWN, reason); w.stepErr == nil && w.tasks {
+		// §8.4: no task is dispatched during the grace period; the queued ones fail, the
+		// running one may finish. The agent is told, so it can wind down and deregister.
+		w.disp.failQueued(ctx, commonpb.ErrorCode_AGENT_SHUTDOWN, "agent_shutdown: agent "+w.in.AgentID+" is shutting down (§8.4)")
+		if _, err := w.disp.send(ctx, protocol.Control{Type: protocol.ControlShutdown, GraceMS: w.grace.Milliseconds(), Reason: reason}); err != nil {
+			w.logger.Warn("could not tell the agent to shut down", "agent_id", w.in.AgentID, "error", err)
+		}
+	}
+}
+
+// onEnqueue applies AgentTaskEnqueueSignal: an admitted task joins the queue (§7.1).
+func (w *agentLifecycle) onEnqueue(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var q QueuedTask
+	c.Receive(ctx, &q)
+	if w.state == commonpb.AgentState_SHUTTING_DOWN {
+		w.disp.event(ctx, &q, TaskEvent{State: TaskRejected, ErrorCode: commonpb.ErrorCode_AGENT_SHUTDOWN, Reason: "agent_shutdown: agent " + w.in.AgentID + " is shutting down (§8.1)"})
+		return
+	}
+	w.stepErr = w.disp.enqueue(ctx, q)
+}
+
+// onPreempt applies AgentPreemptSignal (§7.2).
+func (w *agentLifecycle) onPreempt(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var r PreemptionRequest
+	c.Receive(ctx, &r)
+	if run := w.disp.d.Running; run != nil && (r.TaskID == "" || r.TaskID == run.TaskID) {
+		w.stepErr = w.disp.preempt(ctx, cmp.Or(r.Reason, "RequestPreemption"))
+	}
+}
+
+// onAck applies AgentControlAckSignal: an ACK of one of the scheduler's CONTROL messages.
+func (w *agentLifecycle) onAck(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var a ControlAck
+	c.Receive(ctx, &a)
+	w.stepErr = w.disp.onAck(ctx, a)
+}
+
+// onControl applies AgentControlSignal: a non-preemptible section's BEGIN or END (§7.2).
+func (w *agentLifecycle) onControl(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var a AgentControl
+	c.Receive(ctx, &a)
+	w.stepErr = w.disp.onControl(ctx, a)
+}
+
+// onInitTimeout fails an agent that never became ready (§8.3 init_timeout).
+func (w *agentLifecycle) onInitTimeout(ctx workflow.Context, f workflow.Future) {
+	if f.Get(ctx, nil) != nil {
+		return // cancelled
+	}
+	w.logger.Warn("agent never became ready; init_timeout", "agent_id", w.in.AgentID, "timeout", w.initTimeout)
+	w.stepErr = w.transition(ctx, commonpb.AgentState_FAILED_STATE, ReasonInitTimeout)
+}
+
+// onStateTimeout fails an agent that stayed too long in a timed state (§8.3).
+func (w *agentLifecycle) onStateTimeout(ctx workflow.Context, f workflow.Future) {
+	w.stateTimer = nil
+	if f.Get(ctx, nil) != nil || w.state != w.timerState || !w.since.Equal(w.timerSince) {
+		return // cancelled, or the state was left meanwhile
+	}
+	// §8.3: every timeout-triggered transition is logged (and recorded with its code).
+	w.logger.Warn("agent state timed out", "agent_id", w.in.AgentID, "state", w.timerState.String(), "timeout", w.timerTimeout, "error_code", w.timerCode)
+	w.stepErr = w.transition(ctx, commonpb.AgentState_FAILED_STATE, w.timerCode)
+}
+
+// checkHeartbeat starts one interval's heartbeat check (§14).
+func (w *agentLifecycle) checkHeartbeat() {
+	var acts *activities.Activities
+	w.hbTimer = nil
+	w.hbCheck = workflow.ExecuteActivity(w.hbCtx, acts.CheckHeartbeat, activities.HeartbeatCheckInput{
+		AgentID: w.in.AgentID, State: w.hb, MaxMisses: w.hbMisses, Interval: w.hbInterval,
+	})
+}
+
+// onHeartbeatChecked takes the monitor's new state from a finished check.
+func (w *agentLifecycle) onHeartbeatChecked(ctx workflow.Context, f workflow.Future) {
+	w.hbCheck = nil
+	var next activities.HeartbeatState
+	if err := f.Get(ctx, &next); err != nil {
+		w.logger.Warn("heartbeat check failed", "agent_id", w.in.AgentID, "error", err)
+		return
+	}
+	w.hb = next
+}
+
+// end fails what is left of the agent's tasks, announces the leave (§14) and records the
+// final state.
+func (w *agentLifecycle) end(ctx workflow.Context) (AgentLifecycleResult, error) {
+	var acts *activities.Activities
+	if w.tasks {
+		w.disp.failAll(ctx, commonpb.ErrorCode_AGENT_SHUTDOWN, "agent_shutdown: agent "+w.in.AgentID+" deregistered: "+w.deregistered.Reason)
+		w.disp.flush(ctx)
 	}
 	if err := workflow.ExecuteActivity(ctx, acts.NotifyRegistryEvent, activities.RegistryEventInput{
-		AgentID: w.in.AgentID, Name: w.in.Name, Event: activities.AgentLeft, Reason: deregistered.Reason,
+		AgentID: w.in.AgentID, Name: w.in.Name, Event: activities.AgentLeft, Reason: w.deregistered.Reason,
 		EventID: workflow.GetInfo(ctx).WorkflowExecution.RunID + "/leave",
 	}).Get(ctx, nil); err != nil {
 		return AgentLifecycleResult{}, err
 	}
 	if err := workflow.ExecuteActivity(ctx, acts.RecordAgentState, activities.AgentStateInput{
-		AgentID: w.in.AgentID, From: w.state, To: w.state, Reason: "deregistered: " + deregistered.Reason, Final: true,
+		AgentID: w.in.AgentID, From: w.state, To: w.state, Reason: "deregistered: " + w.deregistered.Reason, Final: true,
 	}).Get(ctx, nil); err != nil {
 		return AgentLifecycleResult{}, err
 	}
-	return AgentLifecycleResult{FinalState: w.state.String(), Reason: deregistered.Reason}, nil
+	return AgentLifecycleResult{FinalState: w.state.String(), Reason: w.deregistered.Reason}, nil
 }
 
 // transition moves to a new state if the lifecycle table allows it; an illegal request is

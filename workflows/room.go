@@ -73,7 +73,12 @@ type RoomState struct {
 // version and is sent to the producer.
 func RoomCoordinator(ctx workflow.Context, in RoomInput) (*negotiationroompb.NegotiationDecision, error) {
 	w := &roomCoordinator{in: in}
-	return w.run(ctx)
+	d, err := w.run(ctx)
+	// A vote being applied finishes, and its critic gets the answer, before the room closes.
+	if aerr := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); aerr != nil && err == nil {
+		err = aerr
+	}
+	return d, err
 }
 
 type roomCoordinator struct {

@@ -166,7 +166,19 @@ type TaskStatus struct {
 // reports every transition here, and finally the activity entry's completion.
 func TaskWorkflow(ctx workflow.Context, in TaskInput) (TaskStatus, error) {
 	t := &taskRun{in: in, st: TaskStatus{TaskID: in.TaskID, AgentID: in.AgentID, Priority: in.Priority}}
-	return t.run(ctx)
+	st, err := t.run(ctx)
+	// A SubmitTask waiting on TaskAdmissionUpdate gets its answer before the run closes,
+	// never "update aborted by closing workflow": a run that ends before admission answered
+	// answers with how it ended.
+	if err != nil {
+		t.answer(TaskAdmission{Accepted: false, Reason: "internal_error: the task ended before its admission: " + err.Error()})
+	} else {
+		t.answer(TaskAdmission{Accepted: TaskTerminal(st.State) && st.State != TaskRejected, Reason: st.Reason})
+	}
+	if aerr := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); aerr != nil && err == nil {
+		err = aerr
+	}
+	return st, err
 }
 
 type taskRun struct {
