@@ -218,27 +218,17 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 	if t.in.SubmittedAt.IsZero() {
 		t.in.SubmittedAt = workflow.Now(ctx)
 	}
-	recheck := orDefault(t.in.WaitRecheck, DefaultTaskRecheck)
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumInterval: 10 * time.Second},
 	})
-	var acts *activities.Activities
 
-	var first *activities.AdmitTaskResult
-	enqueued := false
+	var (
+		first    *activities.AdmitTaskResult
+		enqueued bool
+	)
 	if t.in.FrontendAdmits {
-		var adm TaskAdmitted
-		got := false
-		tctx, cancel := workflow.WithCancel(ctx)
-		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(workflow.GetSignalChannel(ctx, TaskAdmittedSignal), func(c workflow.ReceiveChannel, _ bool) {
-			c.Receive(ctx, &adm)
-			got = true
-		})
-		sel.AddFuture(workflow.NewTimer(tctx, FrontendAdmitWait), func(workflow.Future) {})
-		sel.Select(ctx)
-		cancel()
+		adm, got := t.awaitFrontendAdmission(ctx)
 		switch {
 		case !got:
 			workflow.GetLogger(ctx).Warn("no admission from SubmitTask; admitting the task here", "task_id", t.in.TaskID)
@@ -251,69 +241,11 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 			first = adm.Result
 		}
 	}
-
-	// Admission (§9): repeat until admitted, rejected or denied.
-	var admitIn activities.AdmitTaskInput
 	if !enqueued {
-		var agentType string
-		if err := workflow.ExecuteLocalActivity(lctx, acts.AgentTypeOf, t.in.AgentID).Get(ctx, &agentType); err != nil {
-			return t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: %v", err))
-		}
-		t.jobKey = activities.JobKey(agentType, t.in.Params, t.in.ContentType, t.in.Scope)
-		admitIn = AdmitInput(t.in, t.jobKey)
-	}
-	for !enqueued {
-		var res activities.AdmitTaskResult
-		if first != nil {
-			res, first = *first, nil
-		} else if err := workflow.ExecuteLocalActivity(lctx, acts.AdmitTask, admitIn).Get(ctx, &res); err != nil {
+		if done, err := t.admit(ctx, lctx, first); done || err != nil {
 			return t.st, err
 		}
-		switch res.Verdict {
-		case activities.AdmitOK:
-		case activities.AdmitReject:
-			return t.reject(ctx, res.Code, res.Reason)
-		case activities.AdmitDuplicate, activities.AdmitConflict:
-			approved, err := t.escalate(ctx, res)
-			if err != nil {
-				return t.st, err
-			}
-			if !approved {
-				if res.Verdict == activities.AdmitDuplicate {
-					return t.reject(ctx, commonpb.ErrorCode_DUPLICATE_DETECTED, "duplicate_detected: HITL did not authorize the identical job: "+t.st.Reason)
-				}
-				// C.6 QUEUE_TASKS: a denied parallel run is serialized behind the other task.
-				t.set(ctx, TaskWaiting, "HITL denied parallel execution; waiting for task "+res.OtherTaskID+" to finish")
-				admitIn.AuthorizedConflicts = slices.DeleteFunc(admitIn.AuthorizedConflicts, func(s string) bool { return s == res.OtherTaskID })
-				if err := t.waitFor(ctx, lctx, res.OtherTaskID, recheck); err != nil {
-					return t.st, err
-				}
-				continue
-			}
-			if res.Verdict == activities.AdmitDuplicate {
-				admitIn.AuthorizedDuplicate = true
-			} else {
-				admitIn.AuthorizedConflicts = append(admitIn.AuthorizedConflicts, res.OtherTaskID)
-			}
-			continue
-		case activities.AdmitConcurrency, activities.AdmitSerialize:
-			if t.st.State != TaskWaiting {
-				t.set(ctx, TaskWaiting, res.Reason)
-			}
-			t.answer(TaskAdmission{Accepted: true, Reason: res.Reason})
-			if err := workflow.Sleep(ctx, recheck); err != nil {
-				return t.st, err
-			}
-			continue
-		default:
-			return t.st, fmt.Errorf("unknown admission verdict %q", res.Verdict)
-		}
-		break // admitted
-	}
-
-	// Queue at the agent, whose lifecycle workflow runs the task and reports back.
-	events := workflow.GetSignalChannel(ctx, TaskEventSignal)
-	if !enqueued {
+		// Queue at the agent, whose lifecycle workflow runs the task and reports back.
 		err := workflow.SignalExternalWorkflow(ctx, AgentWorkflowID(t.in.AgentID), "", AgentTaskEnqueueSignal, QueuedTaskOf(t.in)).Get(ctx, nil)
 		if err != nil {
 			t.finish(ctx, lctx, true)
@@ -322,22 +254,101 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 	}
 	t.set(ctx, TaskQueued, "queued at agent "+t.in.AgentID)
 	t.answer(TaskAdmission{Accepted: true, Reason: "queued"})
-	// Events are applied in the order the scheduler numbered them: a signal can overtake an
-	// earlier one on the way, so a later event waits for the ones before it.
+	t.follow(ctx)
+	t.finish(ctx, lctx, t.st.State != TaskCompleted)
+	return t.st, nil
+}
+
+// awaitFrontendAdmission waits up to FrontendAdmitWait for the admission SubmitTask's fast
+// path made (TaskAdmittedSignal); got is false when none came (the frontend died).
+func (t *taskRun) awaitFrontendAdmission(ctx workflow.Context) (adm TaskAdmitted, got bool) {
+	tctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(workflow.GetSignalChannel(ctx, TaskAdmittedSignal), func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(ctx, &adm)
+		got = true
+	})
+	sel.AddFuture(workflow.NewTimer(tctx, FrontendAdmitWait), func(workflow.Future) {})
+	sel.Select(ctx)
+	return adm, got
+}
+
+// admit runs admission (§9) until the task is admitted, rejected or denied, starting from
+// first when the frontend already made the first attempt; done reports that the task ended
+// (rejected) instead of being admitted.
+func (t *taskRun) admit(ctx, lctx workflow.Context, first *activities.AdmitTaskResult) (done bool, err error) {
+	var acts *activities.Activities
+	recheck := orDefault(t.in.WaitRecheck, DefaultTaskRecheck)
+	var agentType string
+	if err := workflow.ExecuteLocalActivity(lctx, acts.AgentTypeOf, t.in.AgentID).Get(ctx, &agentType); err != nil {
+		_, err = t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: %v", err))
+		return true, err
+	}
+	t.jobKey = activities.JobKey(agentType, t.in.Params, t.in.ContentType, t.in.Scope)
+	admitIn := AdmitInput(t.in, t.jobKey)
+	for {
+		var res activities.AdmitTaskResult
+		if first != nil {
+			res, first = *first, nil
+		} else if err := workflow.ExecuteLocalActivity(lctx, acts.AdmitTask, admitIn).Get(ctx, &res); err != nil {
+			return true, err
+		}
+		switch res.Verdict {
+		case activities.AdmitOK:
+			return false, nil
+		case activities.AdmitReject:
+			_, err := t.reject(ctx, res.Code, res.Reason)
+			return true, err
+		case activities.AdmitDuplicate, activities.AdmitConflict:
+			approved, err := t.escalate(ctx, res)
+			if err != nil {
+				return true, err
+			}
+			if !approved {
+				if res.Verdict == activities.AdmitDuplicate {
+					_, err := t.reject(ctx, commonpb.ErrorCode_DUPLICATE_DETECTED, "duplicate_detected: HITL did not authorize the identical job: "+t.st.Reason)
+					return true, err
+				}
+				// C.6 QUEUE_TASKS: a denied parallel run is serialized behind the other task.
+				t.set(ctx, TaskWaiting, "HITL denied parallel execution; waiting for task "+res.OtherTaskID+" to finish")
+				admitIn.AuthorizedConflicts = slices.DeleteFunc(admitIn.AuthorizedConflicts, func(s string) bool { return s == res.OtherTaskID })
+				if err := t.waitFor(ctx, lctx, res.OtherTaskID, recheck); err != nil {
+					return true, err
+				}
+				continue
+			}
+			if res.Verdict == activities.AdmitDuplicate {
+				admitIn.AuthorizedDuplicate = true
+			} else {
+				admitIn.AuthorizedConflicts = append(admitIn.AuthorizedConflicts, res.OtherTaskID)
+			}
+		case activities.AdmitConcurrency, activities.AdmitSerialize:
+			if t.st.State != TaskWaiting {
+				t.set(ctx, TaskWaiting, res.Reason)
+			}
+			t.answer(TaskAdmission{Accepted: true, Reason: res.Reason})
+			if err := workflow.Sleep(ctx, recheck); err != nil {
+				return true, err
+			}
+		default:
+			return true, fmt.Errorf("unknown admission verdict %q", res.Verdict)
+		}
+	}
+}
+
+// follow applies the lifecycle's task events until the task ends. Events are applied in the
+// order the scheduler numbered them: a signal can overtake an earlier one on the way, so a
+// later event waits for the ones before it.
+func (t *taskRun) follow(ctx workflow.Context) {
+	events := workflow.GetSignalChannel(ctx, TaskEventSignal)
 	pending := map[int64]TaskEvent{}
 	next := int64(1)
-	apply := func(ev TaskEvent) {
-		if ev.State == TaskSuspended {
-			t.st.Suspensions++
-		}
-		t.st.Result, t.st.ErrorCode = ev.Result, ev.ErrorCode
-		t.set(ctx, ev.State, ev.Reason)
-	}
 	for !TaskTerminal(t.st.State) {
 		var ev TaskEvent
 		events.Receive(ctx, &ev)
 		if ev.Seq == 0 {
-			apply(ev)
+			t.apply(ctx, ev)
 			continue
 		}
 		if ev.Seq < next {
@@ -351,11 +362,18 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 			}
 			delete(pending, next)
 			next++
-			apply(e)
+			t.apply(ctx, e)
 		}
 	}
-	t.finish(ctx, lctx, t.st.State != TaskCompleted)
-	return t.st, nil
+}
+
+// apply records one task event.
+func (t *taskRun) apply(ctx workflow.Context, ev TaskEvent) {
+	if ev.State == TaskSuspended {
+		t.st.Suspensions++
+	}
+	t.st.Result, t.st.ErrorCode = ev.Result, ev.ErrorCode
+	t.set(ctx, ev.State, ev.Reason)
 }
 
 // finish closes the activity entry (§10: removed on completion).
