@@ -3,8 +3,8 @@ package proto_test
 // Contract tests for the generated SW4RM protobuf code. They read the
 // descriptors registered by the generated packages (protoregistry) and compare
 // them with the canonical wire contract, first against a hand-written table of
-// spot checks and then, when available, against every line of
-// shared/spec/wire-contract.md.
+// spot checks and then against every line of
+// proto/testdata/wire-contract.md, the repository's copy of the project's wire contract.
 
 import (
 	"bufio"
@@ -44,14 +44,34 @@ const (
 	wantMethods  = 57
 )
 
-// contractPath is where the canonical contract lives relative to this
-// directory (/work/main/proto -> /work/shared/spec). SW4RM_WIRE_CONTRACT
-// overrides it.
+// contractPath is the wire contract the published SDKs speak: the repository's copy in
+// testdata (so the test runs in any clone), or SW4RM_WIRE_CONTRACT. TestContractCopyIsCurrent
+// keeps the copy equal to the project's shared spec where that is checked out beside the
+// repository.
 func contractPath() string {
 	if p := os.Getenv("SW4RM_WIRE_CONTRACT"); p != "" {
 		return p
 	}
+	return filepath.Join("testdata", "wire-contract.md")
+}
+
+// sharedContractPath is the project's shared spec, beside the repository's root.
+func sharedContractPath() string {
 	return filepath.Join("..", "..", "shared", "spec", "wire-contract.md")
+}
+
+func TestContractCopyIsCurrent(t *testing.T) {
+	shared, err := os.ReadFile(sharedContractPath())
+	if err != nil {
+		t.Skipf("no shared spec beside the repository (%v): the test uses the copy in testdata", err)
+	}
+	copied, err := os.ReadFile(filepath.Join("testdata", "wire-contract.md"))
+	if err != nil {
+		t.Fatalf("read the repository's copy: %v", err)
+	}
+	if string(copied) != string(shared) {
+		t.Fatalf("proto/testdata/wire-contract.md differs from the shared spec: copy %s over it and check the .proto files against it", sharedContractPath())
+	}
 }
 
 // sw4rmFiles returns the registered files whose path starts with "sw4rm/".
@@ -511,9 +531,6 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func TestMatchesWireContract(t *testing.T) {
 	path := contractPath()
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("wire contract not available at %s (%v); set SW4RM_WIRE_CONTRACT to its path", path, err)
-	}
 	c, err := parseContract(path)
 	if err != nil {
 		t.Fatalf("parse %s: %v", path, err)
