@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sw4rm/sw4rm-temporal/admission"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -32,7 +33,7 @@ type Activities struct {
 	// HITL is the operator policy and external HITL component (§15.1).
 	HITL hitlsignals.Policy
 	// Scheduler is the task admission policy (§9).
-	Scheduler SchedulerPolicy
+	Scheduler admission.Policy
 	// Temporal signals workflows from local activities (SignalWorkflow).
 	Temporal client.Client
 }

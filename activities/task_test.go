@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/admission"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
@@ -17,7 +18,7 @@ import (
 
 // admitter returns activities over a memory store with agents coder-1, coder-2 and coder-3
 // (type "coder") and reviewer-1 (type "reviewer"), all RUNNABLE.
-func admitter(t *testing.T, policy activities.SchedulerPolicy) (*activities.Activities, store.Store) {
+func admitter(t *testing.T, policy admission.Policy) (*activities.Activities, store.Store) {
 	t.Helper()
 	st := memory.New()
 	t.Cleanup(st.Close)
@@ -29,23 +30,23 @@ func admitter(t *testing.T, policy activities.SchedulerPolicy) (*activities.Acti
 	return &activities.Activities{Store: st, Router: router.New(st, router.Config{}, sink), Sink: sink, Scheduler: policy}, st
 }
 
-func admit(t *testing.T, a *activities.Activities, agent, task, scope string, params string) activities.AdmitTaskResult {
+func admit(t *testing.T, a *activities.Activities, agent, task, scope string, params string) admission.Result {
 	t.Helper()
 	typ, err := a.AgentTypeOf(t.Context(), agent)
 	require.NoError(t, err)
-	res, err := a.AdmitTask(t.Context(), activities.AdmitTaskInput{TaskID: task, AgentID: agent, Scope: scope,
-		JobKey: activities.JobKey(typ, []byte(params), "application/json", scope)})
+	res, err := a.AdmitTask(t.Context(), admission.Input{TaskID: task, AgentID: agent, Scope: scope,
+		JobKey: admission.JobKey(typ, []byte(params), "application/json", scope)})
 	require.NoError(t, err)
 	return res
 }
 
 func TestAdmitTaskVerdicts(t *testing.T) {
-	a, st := admitter(t, activities.SchedulerPolicy{MaxParallel: map[string]int{"coder": 2}})
+	a, st := admitter(t, admission.Policy{MaxParallel: map[string]int{"coder": 2}})
 	ab, _ := store.ActivityBufferOf(st)
 
 	// Admission creates the entry before execution, with the scope's location (§10).
 	res := admit(t, a, "coder-1", "t1", "repo:shop path:src/api/** branch:main", `{"n":1}`)
-	require.Equal(t, activities.AdmitOK, res.Verdict, res.Reason)
+	require.Equal(t, admission.OK, res.Verdict, res.Reason)
 	es, err := ab.List(t.Context(), store.ActivityFilter{TaskID: "t1"})
 	require.NoError(t, err)
 	require.Len(t, es, 1)
@@ -55,49 +56,49 @@ func TestAdmitTaskVerdicts(t *testing.T) {
 
 	// The identical job on another agent of the type is a duplicate (§9.2).
 	res = admit(t, a, "coder-2", "t2", "repo:shop path:src/api/** branch:main", `{"n":1}`)
-	require.Equal(t, activities.AdmitDuplicate, res.Verdict)
+	require.Equal(t, admission.Duplicate, res.Verdict)
 	require.Equal(t, commonpb.ErrorCode_DUPLICATE_DETECTED, res.Code)
 	require.Equal(t, "t1", res.OtherTaskID)
 
 	// An overlapping scope is a conflict with a confidence below the threshold (§9.3).
 	res = admit(t, a, "coder-2", "t3", "repo:shop path:src/api/orders.go", `{"n":3}`)
-	require.Equal(t, activities.AdmitConflict, res.Verdict, res.Reason)
+	require.Equal(t, admission.Conflict, res.Verdict, res.Reason)
 	require.Less(t, res.Confidence, 0.7)
 
 	// A disjoint scope runs in parallel; the second busy coder reaches max_parallel_instances.
-	require.Equal(t, activities.AdmitOK, admit(t, a, "coder-2", "t4", "repo:docs path:guide/**", `{"n":4}`).Verdict)
+	require.Equal(t, admission.OK, admit(t, a, "coder-2", "t4", "repo:docs path:guide/**", `{"n":4}`).Verdict)
 	res = admit(t, a, "coder-3", "t5", "repo:infra path:tf/**", `{"n":5}`)
-	require.Equal(t, activities.AdmitConcurrency, res.Verdict)
+	require.Equal(t, admission.Concurrency, res.Verdict)
 	require.Contains(t, res.Reason, `max_parallel_instances=2 of agent type "coder"`)
 	// An agent already holding a task is one instance: its own queue is not held back, and
 	// other types have no limit.
-	require.Equal(t, activities.AdmitOK, admit(t, a, "coder-1", "t6", "repo:infra path:tf/**", `{"n":6}`).Verdict)
-	require.Equal(t, activities.AdmitOK, admit(t, a, "reviewer-1", "t7", "repo:infra2 path:x/**", `{"n":7}`).Verdict)
+	require.Equal(t, admission.OK, admit(t, a, "coder-1", "t6", "repo:infra path:tf/**", `{"n":6}`).Verdict)
+	require.Equal(t, admission.OK, admit(t, a, "reviewer-1", "t7", "repo:infra2 path:x/**", `{"n":7}`).Verdict)
 
 	// Finishing a task frees its instance.
 	require.NoError(t, a.FinishTask(t.Context(), activities.FinishTaskInput{AgentID: "coder-2", TaskID: "t4"}))
 	ended, err := a.TaskEnded(t.Context(), "t4")
 	require.NoError(t, err)
 	require.True(t, ended)
-	require.Equal(t, activities.AdmitOK, admit(t, a, "coder-3", "t5", "repo:infra3 path:tf/**", `{"n":5}`).Verdict)
+	require.Equal(t, admission.OK, admit(t, a, "coder-3", "t5", "repo:infra3 path:tf/**", `{"n":5}`).Verdict)
 }
 
 func TestAdmitTaskRejections(t *testing.T) {
-	a, st := admitter(t, activities.SchedulerPolicy{ActivityLimits: store.ActivityLimits{MaxActive: 1}})
+	a, st := admitter(t, admission.Policy{ActivityLimits: store.ActivityLimits{MaxActive: 1}})
 	_, err := a.AgentTypeOf(t.Context(), "nobody")
 	require.Error(t, err)
-	res, err := a.AdmitTask(t.Context(), activities.AdmitTaskInput{TaskID: "t0", AgentID: "nobody", Scope: "resource:x"})
+	res, err := a.AdmitTask(t.Context(), admission.Input{TaskID: "t0", AgentID: "nobody", Scope: "resource:x"})
 	require.NoError(t, err)
-	require.Equal(t, activities.AdmitReject, res.Verdict)
+	require.Equal(t, admission.Reject, res.Verdict)
 	require.Equal(t, commonpb.ErrorCode_NO_ROUTE, res.Code)
 
-	require.Equal(t, activities.AdmitOK, admit(t, a, "coder-1", "t1", "resource:a", `{}`).Verdict)
+	require.Equal(t, admission.OK, admit(t, a, "coder-1", "t1", "resource:a", `{}`).Verdict)
 	res = admit(t, a, "coder-2", "t2", "resource:b", `{}`)
-	require.Equal(t, activities.AdmitReject, res.Verdict, "the activity buffer is full (§10.1)")
+	require.Equal(t, admission.Reject, res.Verdict, "the activity buffer is full (§10.1)")
 	require.Contains(t, res.Reason, "activity_buffer_full")
 
 	require.NoError(t, st.Registry().SetAgentState(t.Context(), "reviewer-1", commonpb.AgentState_SHUTTING_DOWN))
 	res = admit(t, a, "reviewer-1", "t3", "resource:c", `{}`)
-	require.Equal(t, activities.AdmitReject, res.Verdict)
+	require.Equal(t, admission.Reject, res.Verdict)
 	require.Equal(t, commonpb.ErrorCode_AGENT_SHUTDOWN, res.Code)
 }

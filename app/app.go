@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +15,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
@@ -328,7 +330,7 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("SW4RM_INFERENCE_UNAVAILABLE: %w", err)
 	}
-	schedPolicy := activities.SchedulerPolicy{MaxParallel: maxParallel, ConflictThreshold: cfg.ConflictThreshold, Unavailable: unavailable}
+	schedPolicy := admission.Policy{MaxParallel: maxParallel, ConflictThreshold: cfg.ConflictThreshold, Unavailable: unavailable}
 	if len(operators) == 0 && cfg.HITLExternal == "" {
 		log.Warn("no HITL operators and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
 	}

@@ -5,7 +5,6 @@ package frontend
 
 import (
 	"context"
-	"github.com/sw4rm/sw4rm-temporal/activities"
 	"log/slog"
 	"strings"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/sw4rm/sw4rm-temporal/admission"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
@@ -69,7 +69,7 @@ type Config struct {
 	// TerminateGrace is TERMINATE's grace period before KILL (§7.2); zero means the default.
 	TerminateGrace time.Duration
 	// SchedulerPolicy is task admission's policy (§9), as the worker's activities have it.
-	SchedulerPolicy activities.SchedulerPolicy
+	SchedulerPolicy admission.Policy
 }
 
 // Server holds the collaborators shared by every service.

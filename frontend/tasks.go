@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/admission"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -148,9 +148,9 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 		_, err := tc.ExecuteWorkflow(ctx, sc.taskStartOptions(in), workflows.TaskWorkflow, in)
 		started <- err
 	}()
-	acts := &activities.Activities{Store: sc.s.store, Router: sc.s.router, Sink: sc.s.sink, Scheduler: sc.s.cfg.SchedulerPolicy}
-	prep, err := acts.PrepareAdmission(ctx, workflows.AdmitInput(in, ""), func(agentType string) string {
-		return activities.JobKey(agentType, in.Params, in.ContentType, in.Scope)
+	adm := &admission.Admitter{Store: sc.s.store, Sink: sc.s.sink, Policy: sc.s.cfg.SchedulerPolicy}
+	prep, err := adm.Prepare(ctx, workflows.AdmitInput(in, ""), func(agentType string) string {
+		return admission.JobKey(agentType, in.Params, in.ContentType, in.Scope)
 	})
 	if serr := <-started; serr != nil {
 		var already *serviceerror.WorkflowExecutionAlreadyStarted
@@ -159,7 +159,7 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 		}
 		return workflows.TaskAdmission{}, temporalStatus(ctx, "start the task", serr)
 	}
-	var res activities.AdmitTaskResult
+	var res admission.Result
 	if err == nil {
 		res, err = prep.Commit(ctx)
 	}
@@ -176,7 +176,7 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 		if rerr := report(workflows.TaskAdmitted{}); rerr != nil {
 			return workflows.TaskAdmission{}, rerr
 		}
-	case res.Verdict == activities.AdmitOK:
+	case res.Verdict == admission.OK:
 		err := tc.SignalWorkflow(ctx, workflows.AgentWorkflowID(in.AgentID), "", workflows.AgentTaskEnqueueSignal, workflows.QueuedTaskOf(in))
 		if err != nil {
 			if rerr := report(workflows.TaskAdmitted{EnqueueError: fmt.Sprintf("agent %s has no running lifecycle: %v", in.AgentID, err)}); rerr != nil {
@@ -188,7 +188,7 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 			return workflows.TaskAdmission{}, err
 		}
 		return workflows.TaskAdmission{Accepted: true, State: workflows.TaskQueued, Reason: "queued"}, nil
-	case res.Verdict == activities.AdmitReject:
+	case res.Verdict == admission.Reject:
 		// The answer is known here; the workflow, told the same verdict, rejects the task and
 		// closes, and an update sent to it now could find it closed.
 		if err := report(workflows.TaskAdmitted{Result: &res}); err != nil {

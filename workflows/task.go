@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/admission"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -42,15 +43,15 @@ type TaskAdmitted struct {
 	Enqueued bool `json:",omitempty"`
 	// Result is admission's verdict when it was not AdmitOK; the workflow takes over from it
 	// (HITL, waiting). Nil, without Enqueued, means the workflow admits the task itself.
-	Result *activities.AdmitTaskResult `json:",omitempty"`
+	Result *admission.Result `json:",omitempty"`
 	// EnqueueError says why the admitted task could not be queued at its agent.
 	EnqueueError string `json:",omitempty"`
 }
 
 // AdmitInput is the admission request for a task, the same from the frontend's fast path
 // and from the workflow.
-func AdmitInput(in TaskInput, jobKey string) activities.AdmitTaskInput {
-	return activities.AdmitTaskInput{TaskID: in.TaskID, AgentID: in.AgentID, Scope: in.Scope, JobKey: jobKey,
+func AdmitInput(in TaskInput, jobKey string) admission.Input {
+	return admission.Input{TaskID: in.TaskID, AgentID: in.AgentID, Scope: in.Scope, JobKey: jobKey,
 		Description: fmt.Sprintf("task %s (priority %d) scope: %s", in.TaskID, in.Priority, in.Scope)}
 }
 
@@ -224,7 +225,7 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 	})
 
 	var (
-		first    *activities.AdmitTaskResult
+		first    *admission.Result
 		enqueued bool
 	)
 	if t.in.FrontendAdmits {
@@ -277,7 +278,7 @@ func (t *taskRun) awaitFrontendAdmission(ctx workflow.Context) (adm TaskAdmitted
 // admit runs admission (§9) until the task is admitted, rejected or denied, starting from
 // first when the frontend already made the first attempt; done reports that the task ended
 // (rejected) instead of being admitted.
-func (t *taskRun) admit(ctx, lctx workflow.Context, first *activities.AdmitTaskResult) (done bool, err error) {
+func (t *taskRun) admit(ctx, lctx workflow.Context, first *admission.Result) (done bool, err error) {
 	var acts *activities.Activities
 	recheck := orDefault(t.in.WaitRecheck, DefaultTaskRecheck)
 	var agentType string
@@ -285,28 +286,28 @@ func (t *taskRun) admit(ctx, lctx workflow.Context, first *activities.AdmitTaskR
 		_, err = t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: %v", err))
 		return true, err
 	}
-	t.jobKey = activities.JobKey(agentType, t.in.Params, t.in.ContentType, t.in.Scope)
+	t.jobKey = admission.JobKey(agentType, t.in.Params, t.in.ContentType, t.in.Scope)
 	admitIn := AdmitInput(t.in, t.jobKey)
 	for {
-		var res activities.AdmitTaskResult
+		var res admission.Result
 		if first != nil {
 			res, first = *first, nil
 		} else if err := workflow.ExecuteLocalActivity(lctx, acts.AdmitTask, admitIn).Get(ctx, &res); err != nil {
 			return true, err
 		}
 		switch res.Verdict {
-		case activities.AdmitOK:
+		case admission.OK:
 			return false, nil
-		case activities.AdmitReject:
+		case admission.Reject:
 			_, err := t.reject(ctx, res.Code, res.Reason)
 			return true, err
-		case activities.AdmitDuplicate, activities.AdmitConflict:
+		case admission.Duplicate, admission.Conflict:
 			approved, err := t.escalate(ctx, res)
 			if err != nil {
 				return true, err
 			}
 			if !approved {
-				if res.Verdict == activities.AdmitDuplicate {
+				if res.Verdict == admission.Duplicate {
 					_, err := t.reject(ctx, commonpb.ErrorCode_DUPLICATE_DETECTED, "duplicate_detected: HITL did not authorize the identical job: "+t.st.Reason)
 					return true, err
 				}
@@ -318,12 +319,12 @@ func (t *taskRun) admit(ctx, lctx workflow.Context, first *activities.AdmitTaskR
 				}
 				continue
 			}
-			if res.Verdict == activities.AdmitDuplicate {
+			if res.Verdict == admission.Duplicate {
 				admitIn.AuthorizedDuplicate = true
 			} else {
 				admitIn.AuthorizedConflicts = append(admitIn.AuthorizedConflicts, res.OtherTaskID)
 			}
-		case activities.AdmitConcurrency, activities.AdmitSerialize:
+		case admission.Concurrency, admission.Serialize:
 			if t.st.State != TaskWaiting {
 				t.set(ctx, TaskWaiting, res.Reason)
 			}
@@ -394,10 +395,10 @@ func (t *taskRun) reject(ctx workflow.Context, code commonpb.ErrorCode, reason s
 
 // escalate raises the HITL invocation for a duplicate job or a scope conflict and waits for
 // its outcome; it reports whether the human (or the fallback) approved.
-func (t *taskRun) escalate(ctx workflow.Context, res activities.AdmitTaskResult) (bool, error) {
+func (t *taskRun) escalate(ctx workflow.Context, res admission.Result) (bool, error) {
 	reasonType, title := commonpb.HitlReasonType_CONFLICT.String(), "scope conflict between tasks "+t.in.TaskID+" and "+res.OtherTaskID
 	actions := []string{"approve: run both in parallel", "deny: run " + t.in.TaskID + " after " + res.OtherTaskID}
-	if res.Verdict == activities.AdmitDuplicate {
+	if res.Verdict == admission.Duplicate {
 		reasonType, title = commonpb.HitlReasonType_MANUAL_OVERRIDE.String(), "duplicate job: task "+t.in.TaskID+" repeats "+res.OtherTaskID
 		actions = []string{"approve: run the identical job again", "deny: reject " + t.in.TaskID}
 	}
@@ -407,7 +408,7 @@ func (t *taskRun) escalate(ctx workflow.Context, res activities.AdmitTaskResult)
 	}
 	t.st.HitlIDs = append(t.st.HitlIDs, id)
 	t.set(ctx, TaskAwaitingHITL, res.Reason)
-	accepted := res.Verdict == activities.AdmitConflict // a conflict holds the task; a duplicate is refused until authorized
+	accepted := res.Verdict == admission.Conflict // a conflict holds the task; a duplicate is refused until authorized
 	t.answer(TaskAdmission{Accepted: accepted, HitlID: id, Reason: fmt.Sprintf("%s; awaiting HITL decision %s", res.Reason, hitlsignals.WorkflowID(id))})
 	out, err := RequestHITL(ctx, hitlsignals.Invocation{
 		InvocationID: id, ReasonType: reasonType, CorrelationID: protocol.TaskCorrelationID(t.in.TaskID),
