@@ -86,6 +86,28 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// notable returns the last n warnings and errors of a log file (its plain tail if it has
+// none), for failure messages.
+func notable(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "panic") || strings.HasPrefix(l, "---- ") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return tail(path, n)
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
 // logContains reports whether the log file holds s after the last line starting with marker.
 func logContains(path, marker, s string) bool {
 	b, err := os.ReadFile(path)

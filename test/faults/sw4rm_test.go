@@ -58,7 +58,7 @@ func startSW4RM(t testing.TB, dir, role, name string, cfg sw4rmConfig) *sw4rmPro
 	p.start()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("%s log (tail):\n%s", p.name, tail(p.log, 25))
+			t.Logf("%s log, last warnings and errors:\n%s", p.name, notable(p.log, 15))
 		}
 	})
 	return p
