@@ -28,10 +28,8 @@ func TestDevKilledUnderMessageLoad(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := newConsumer(b)
-	consumerDone := c.start(ctx)
-	p := newProducer(a, b.ID(), 600)
-	producerDone := p.start(ctx, 4)
+	fl := startFlow(ctx, a, b, 600, 4, 0)
+	p := fl.p
 
 	kills := 0
 	for _, at := range []int{150, 350} {
@@ -42,13 +40,13 @@ func TestDevKilledUnderMessageLoad(t *testing.T) {
 		kills++
 		dev.restart()
 	}
-	producerDone()
-	settle(t, ctx, p, c, time.Minute)
+	fl.settle(t, ctx, time.Minute)
 	cancel()
-	consumerDone()
+	fl.stop()
 
 	f := figures{scenario: "sw4rm-dev-kill"}
-	messageFigures(&f, p, c)
+	fl.figures(&f)
+	fl.audit(t, &f, pg, false)
 	f.add("kills=%d", kills)
 	f.report(t)
 }

@@ -59,10 +59,8 @@ func TestFrontendKilledWithTwoFrontendsAndTwoWorkers(t *testing.T) {
 	spread, spreadOpt := frontends(f1.addr, f2.addr)
 	a := dialAgent(t, spread, agentID("producer"), spreadOpt)
 	register(t, a, "producer")
-	c := newConsumer(b)
-	consumerDone := c.start(ctx)
-	p := newProducer(a, b.ID(), 500)
-	producerDone := p.start(ctx, 4)
+	fl := startFlow(ctx, a, b, 500, 4, 0)
+	p := fl.p
 
 	var submitting sync.WaitGroup
 	submit := func(from, to int) {
@@ -78,20 +76,20 @@ func TestFrontendKilledWithTwoFrontendsAndTwoWorkers(t *testing.T) {
 	}
 	f1.kill()
 	submit(15, 30)
-	producerDone()
-	settle(t, ctx, p, c, time.Minute)
+	fl.settle(t, ctx, time.Minute)
 	submitting.Wait()
 	// A submission that died with frontend-1 after starting its task's workflow leaves the
 	// admission to the workflow, which takes over after workflows.FrontendAdmitWait (30 s).
 	notDone := op.waitCompleted(ctx, 90*time.Second)
 	cancel()
-	consumerDone()
+	fl.stop()
 	for _, stop := range stops {
 		stop()
 	}
 
 	f := figures{scenario: "frontend-kill"}
-	messageFigures(&f, p, c)
+	fl.figures(&f)
+	fl.audit(t, &f, pg, false)
 	taskFigures(&f, op, notDone, agents...)
 	f.add("frontends=2 workers=2 killed=frontend-1")
 	f.report(t)

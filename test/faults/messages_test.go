@@ -125,6 +125,7 @@ func (p *producer) acceptedCount() int {
 type consumer struct {
 	agent *sdk.Agent
 	reset chan struct{}
+	work  time.Duration // spent on each data message before it is confirmed
 
 	mu           sync.Mutex
 	delivered    map[int]map[string]bool // message number → message_ids delivered
@@ -133,11 +134,14 @@ type consumer struct {
 	deliveries   int
 	streams      int
 	sentinels    map[string]bool
+	nacks        map[string]int  // ACKs other than RECEIVED/READ/FULFILLED received, by stage
+	timedOut     map[string]bool // message_ids this agent was told TIMED_OUT
 }
 
 func newConsumer(a *sdk.Agent) *consumer {
 	return &consumer{agent: a, reset: make(chan struct{}, 1), delivered: map[int]map[string]bool{},
-		confirmed: map[string]bool{}, afterConfirm: map[int]bool{}, sentinels: map[string]bool{}}
+		confirmed: map[string]bool{}, afterConfirm: map[int]bool{}, sentinels: map[string]bool{},
+		nacks: map[string]int{}, timedOut: map[string]bool{}}
 }
 
 // start runs the consumer until ctx ends; the returned function waits for it.
@@ -190,6 +194,14 @@ func (c *consumer) handle(ctx context.Context, d *sdk.Delivery) bool {
 	var p payload
 	isData := d.Envelope.GetMessageType() == commonpb.MessageType_DATA && d.DecodeJSON(&p) == nil
 	id := d.Envelope.GetMessageId()
+	if ack, ok := d.AckPayload(); ok && ack.Stage >= commonpb.AckStage_REJECTED {
+		c.mu.Lock()
+		c.nacks[ack.Stage.String()]++
+		if ack.Stage == commonpb.AckStage_TIMED_OUT {
+			c.timedOut[ack.AckForMessageID] = true
+		}
+		c.mu.Unlock()
+	}
 	if isData {
 		c.mu.Lock()
 		c.deliveries++
@@ -205,6 +217,13 @@ func (c *consumer) handle(ctx context.Context, d *sdk.Delivery) bool {
 			}
 		}
 		c.mu.Unlock()
+	}
+	if isData && c.work > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(c.work):
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -227,12 +246,37 @@ func (c *consumer) has(i int) bool {
 	return len(c.delivered[i]) > 0
 }
 
+// flow is A→B traffic: the producer, the consumer B, and A's own inbox, which A reads as
+// any agent does (the ACKs and NACKs of what it sent arrive there).
+type flow struct {
+	p         *producer
+	c         *consumer
+	inbox     *consumer
+	senders   func()
+	consumers []func()
+}
+
+// startFlow starts A sending n messages to B from senders goroutines, B consuming (spending
+// work on each message before confirming it) and A reading its inbox, until ctx ends.
+func startFlow(ctx context.Context, a, b *sdk.Agent, n, senders int, work time.Duration) *flow {
+	fl := &flow{p: newProducer(a, b.ID(), n), c: newConsumer(b), inbox: newConsumer(a)}
+	fl.c.work = work
+	fl.consumers = []func(){fl.c.start(ctx), fl.inbox.start(ctx)}
+	fl.senders = fl.p.start(ctx, senders)
+	return fl
+}
+
+// wait waits for the producer's senders.
+func (fl *flow) wait() { fl.senders() }
+
 // settle waits until every accepted message was delivered, then makes sure nothing else is
 // on its way: the consumer opens a new stream (which delivers everything unconfirmed first)
 // and the producer sends a sentinel behind it; once the sentinel is in, what the consumer saw
-// is final.
-func settle(t testing.TB, ctx context.Context, p *producer, c *consumer, timeout time.Duration) {
+// is final. The caller cancels ctx afterwards and calls stop.
+func (fl *flow) settle(t testing.TB, ctx context.Context, timeout time.Duration) {
 	t.Helper()
+	p, c := fl.p, fl.c
+	fl.wait()
 	p.mu.Lock()
 	want := make([]int, 0, len(p.accepted))
 	for i := range p.accepted {
@@ -273,12 +317,25 @@ func settle(t testing.TB, ctx context.Context, p *producer, c *consumer, timeout
 	}
 }
 
-// messageFigures adds the producer's and the consumer's counts to f.
-func messageFigures(f *figures, p *producer, c *consumer) {
+// stop waits for the senders and the consumers once ctx is cancelled.
+func (fl *flow) stop() {
+	fl.senders()
+	for _, w := range fl.consumers {
+		w()
+	}
+}
+
+// figures adds the flow's counts to f: accepted, lost and duplicated messages, and as a
+// problem any message B confirmed that A was then told TIMED_OUT (§11: the timeout is "10 s
+// to RECEIVED").
+func (fl *flow) figures(f *figures) {
+	p, c, in := fl.p, fl.c, fl.inbox
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	f.accepted += len(p.accepted)
 	var lost []int
 	for i := range p.accepted {
@@ -292,10 +349,16 @@ func messageFigures(f *figures, p *producer, c *consumer) {
 			dup++
 		}
 	}
+	confirmedTimedOut := 0
+	for id := range in.timedOut {
+		if c.confirmed[id] {
+			confirmedTimedOut++
+		}
+	}
 	f.lost += len(lost)
 	f.duplicated += dup
-	f.add("messages=%d send_errors=%d retried=%d buffer_full=%d gave_up=%d deliveries=%d streams=%d",
-		len(p.accepted), p.errors.Load(), p.retried, p.full, len(p.gaveUp), c.deliveries, c.streams)
+	f.add("messages=%d send_errors=%d retried=%d buffer_full=%d deliveries=%d streams=%d timed_out=%d",
+		len(p.accepted), p.errors.Load(), p.retried, p.full, c.deliveries, c.streams, len(in.timedOut))
 	if len(p.rejected) > 0 {
 		f.problem("messages refused: %v", p.rejected)
 	}
@@ -305,6 +368,33 @@ func messageFigures(f *figures, p *producer, c *consumer) {
 	if len(lost) > 0 {
 		slices.Sort(lost)
 		f.add("lost_numbers=%v", head(lost, 10))
+	}
+	if confirmedTimedOut > 0 {
+		f.problem("%d messages the consumer received and confirmed ended TIMED_OUT (reported to the producer)", confirmedTimedOut)
+	}
+}
+
+// audit adds how many delivered messages have no message.admitted audit row to f; with
+// strict, any is a problem (issue 13 defect 6: an admission committed as PostgreSQL crashed
+// had none).
+func (fl *flow) audit(t testing.TB, f *figures, pg *pgCluster, strict bool) {
+	t.Helper()
+	fl.c.mu.Lock()
+	var ids []string
+	for _, m := range fl.c.delivered {
+		for id := range m {
+			ids = append(ids, id)
+		}
+	}
+	fl.c.mu.Unlock()
+	n, err := pg.unaudited(ids, 10*time.Second)
+	if err != nil {
+		f.problem("read the audit log: %v", err)
+		return
+	}
+	f.add("unaudited=%d", n)
+	if strict && n > 0 {
+		f.problem("%d admitted messages have no message.admitted audit row (§19)", n)
 	}
 }
 

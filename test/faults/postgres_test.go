@@ -121,4 +121,28 @@ func (c *pgCluster) running() bool {
 	return syscall.Kill(pid, 0) == nil
 }
 
+// unaudited returns how many of the message ids have no message.admitted row in the audit log
+// (§19), as an operator would check with psql. The audit rows are written behind by each
+// process, so it waits up to timeout for them.
+func (c *pgCluster) unaudited(ids []string, timeout time.Duration) (int, error) {
+	missing, last := -1, error(nil)
+	_ = waitFor(timeout, 200*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, c.URL())
+		if err != nil {
+			last = err
+			return false
+		}
+		defer conn.Close(context.Background())
+		last = conn.QueryRow(ctx, `SELECT count(*) FROM unnest($1::text[]) AS m(id)
+			WHERE NOT EXISTS (SELECT 1 FROM audit_events a WHERE a.message_id = m.id AND a.type = 'message.admitted')`, ids).Scan(&missing)
+		return last == nil && missing == 0
+	})
+	if missing < 0 {
+		return 0, last
+	}
+	return missing, nil
+}
+
 func (c *pgCluster) String() string { return "postgres(127.0.0.1:" + strconv.Itoa(c.port) + ")" }

@@ -3,10 +3,12 @@ package faults
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
@@ -14,6 +16,9 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/sdk"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // operatorToken is the HITL operator's token in the scenarios that decide invocations.
@@ -22,11 +27,12 @@ const operatorToken = "faults-operator-token"
 // TestTemporalRestartedWhileTasksFinishAndHITLWaits: three agents run one task each on
 // `sw4rm dev` (PostgreSQL) while three callers wait in HitlService.Decide and A sends B
 // messages. The Temporal dev server is killed with SIGKILL; while it is down the three tasks
-// finish and the SDK sends their ACKs FULFILLED; then it is started again on the same
-// database file, the operator approves the invocations, and three more tasks are submitted. Every task completes
-// (the ACKs that arrived during the outage must still reach the scheduler), every caller
-// gets the operator's decision, and the message plane, which does not need Temporal, loses
-// nothing.
+// finish and the SDK sends their ACKs FULFILLED, and another agent registers. Then Temporal is
+// started again on the same database file, the operator approves the invocations, and three
+// more tasks are submitted. Every task completes (issue 13 defect 1: the ACKs that arrived
+// during the outage must still reach the scheduler), every caller gets the operator's
+// decision (defect 2), the agent that registered during the outage is not left half
+// registered (defect 6), and the message plane, which does not need Temporal, loses nothing.
 func TestTemporalRestartedWhileTasksFinishAndHITLWaits(t *testing.T) {
 	dir := t.TempDir()
 	pg := newCluster(t)
@@ -78,16 +84,23 @@ func TestTemporalRestartedWhileTasksFinishAndHITLWaits(t *testing.T) {
 	b := dialAgent(t, dev.addr, agentID("consumer"))
 	register(t, a, "producer")
 	register(t, b, "consumer")
-	c := newConsumer(b)
-	consumerDone := c.start(ctx)
-	p := newProducer(a, b.ID(), 300)
-	producerDone := p.start(ctx, 2)
+	fl := startFlow(ctx, a, b, 300, 2, 0)
+
+	late := dialAgent(t, dev.addr, agentID("late"))
 
 	ts.kill()
 	outage := time.Now()
 	for _, ta := range agents {
 		ta.release()
 	}
+	// An agent registers while Temporal is down: whatever it is answered, it must not end up
+	// half registered.
+	lateAnswer := make(chan error, 1)
+	go func() {
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer rcancel()
+		lateAnswer <- late.Register(rctx, &registrypb.AgentDescriptor{Name: "late", Description: "registers during the outage"})
+	}()
 	// The SDK sends each task's ACK FULFILLED when its handler returns; wait until the server
 	// has answered all three (whatever it answered) before Temporal comes back.
 	if err := waitFor(time.Minute, 50*time.Millisecond, func() bool { n, _ := acks.count(); return n >= len(agents) }); err != nil {
@@ -95,6 +108,7 @@ func TestTemporalRestartedWhileTasksFinishAndHITLWaits(t *testing.T) {
 		t.Fatalf("only %d of %d ACKs FULFILLED were answered while Temporal was down", n, len(agents))
 	}
 	_, ackErrs := acks.count()
+	lateErr := <-lateAnswer
 	ts.restart()
 	down := time.Since(outage)
 
@@ -108,29 +122,79 @@ func TestTemporalRestartedWhileTasksFinishAndHITLWaits(t *testing.T) {
 		op.submit(ctx, ta.agent.ID(), taskID("after", i))
 	}
 	notDone := op.waitCompleted(ctx, 45*time.Second)
+	half := halfRegistered(ctx, ts, a, late.ID())
 	hitlLost := 0
 	answerBy := time.Now().Add(time.Minute)
 	for _, h := range callers {
 		hitlLost += h.lost(t, answerBy)
 	}
-	producerDone()
-	settle(t, ctx, p, c, time.Minute)
+	fl.settle(t, ctx, time.Minute)
 	cancel()
-	consumerDone()
+	fl.stop()
 	for _, stop := range stops {
 		stop()
 	}
 
 	f := figures{scenario: "temporal-restart", hitlLost: hitlLost}
 	taskFigures(&f, op, notDone, agents...)
-	messageFigures(&f, p, c)
-	f.add("temporal_down=%s acks_refused=%d hitl_callers=%d hitl_decided=%d", down.Round(100*time.Millisecond), len(ackErrs), len(callers), decided)
+	fl.figures(&f)
+	fl.audit(t, &f, pg, false)
+	f.add("temporal_down=%s acks_refused=%d hitl_callers=%d hitl_decided=%d register_during_outage=%q",
+		down.Round(100*time.Millisecond), len(ackErrs), len(callers), decided, errText(lateErr))
+	if half != "" {
+		f.problem("agent %s registered during the outage is half registered: %s", late.ID(), half)
+	}
 	for i, err := range ackErrs {
 		if i == 0 {
 			t.Logf("an ACK FULFILLED sent while Temporal was down was answered: %v", err)
 		}
 	}
 	f.report(t)
+}
+
+// halfRegistered checks that an agent is either routable with a running lifecycle workflow,
+// or not routable at all (issue 13 defect 6); it returns what is wrong, or "". A probe message
+// from the producer tells whether routing knows the agent; the lifecycle is given 30 s to
+// appear.
+func halfRegistered(ctx context.Context, ts *temporalServer, producer *sdk.Agent, id string) string {
+	var routable bool
+	var probeErr error
+	_ = waitFor(30*time.Second, 200*time.Millisecond, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, probeErr = producer.Send(pctx, sdk.Message{To: id, Payload: []byte(`{"probe":true}`), IdempotencyToken: "probe-" + id})
+		code, rejected := rejectedCode(probeErr)
+		routable = probeErr == nil || code == commonpb.ErrorCode_ALREADY_IN_PROGRESS
+		return routable || (rejected && code == commonpb.ErrorCode_NO_ROUTE)
+	})
+	if !routable {
+		if code, _ := rejectedCode(probeErr); code == commonpb.ErrorCode_NO_ROUTE {
+			return ""
+		}
+		return fmt.Sprintf("routing gives no answer: %v", probeErr)
+	}
+	var lifecycle string
+	if err := waitFor(30*time.Second, 250*time.Millisecond, func() bool {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		d, err := ts.client.DescribeWorkflowExecution(dctx, workflows.AgentWorkflowID(id), "")
+		if err != nil {
+			lifecycle = err.Error()
+			return false
+		}
+		lifecycle = d.GetWorkflowExecutionInfo().GetStatus().String()
+		return d.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}); err != nil {
+		return "messages to it are admitted but its lifecycle workflow is " + lifecycle
+	}
+	return ""
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
 }
 
 // hitlCaller is a process blocked in the canonical HitlService.Decide, and the operator who
