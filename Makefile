@@ -23,7 +23,7 @@ TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS
 
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
 
-.PHONY: all build dev temporal test test-unit test-e2e bench proto lint workflowcheck clean
+.PHONY: all build dev temporal test test-unit test-e2e test-faults bench proto lint workflowcheck clean
 
 all: build
 
@@ -40,13 +40,19 @@ $(TEMPORAL):
 dev: $(TEMPORAL) build
 	./scripts/dev.sh "$(TEMPORAL)" "$(BIN)" $$("$(BIN)" search-attributes) $(TEMPORAL_DEV_FLAGS)
 
-## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it).
+## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it), then the
+## fault suite on its own, verbose so that its figures are printed (docs/reliability.md).
 test: $(TEMPORAL) workflowcheck
 	go vet ./...
-	go test -race -count=1 -timeout 20m ./...
+	go test -race -count=1 -timeout 20m $$(go list ./... | grep -v /test/faults$$)
+	go test -race -count=1 -timeout 15m -v ./test/faults
 
 test-unit:
-	go test -race -count=1 $$(go list ./... | grep -v /test$$)
+	go test -race -count=1 $$(go list ./... | grep -v -e /test$$ -e /test/faults$$)
+
+## test-faults: the fault suite alone (kill -9 of sw4rm, Temporal and PostgreSQL restarts).
+test-faults: $(TEMPORAL)
+	go test -race -count=1 -timeout 15m -v ./test/faults
 
 test-e2e: $(TEMPORAL)
 	go test -race -count=1 -v ./test/...
