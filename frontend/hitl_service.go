@@ -91,7 +91,10 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 			inv.Context.Raw = raw
 		}
 	}
-	if dl, ok := ctx.Deadline(); ok {
+	// Without a key nobody can collect the outcome after the caller gives up, so the caller's
+	// deadline is the invocation's. With one the caller has said it will come back: its
+	// deadline bounds only this call's wait, and the invocation keeps the server's timeout.
+	if dl, ok := ctx.Deadline(); ok && key == "" {
 		if d := time.Until(dl) - time.Second; d > 0 && (inv.Timeout == 0 || d < inv.Timeout) {
 			inv.Timeout = d
 		}
