@@ -49,10 +49,7 @@ type FinishTaskInput struct {
 // FinishTask moves the task's activity entry to the history (§10: removed on completion);
 // an entry that is already gone (purged) is not an error.
 func (a *Activities) FinishTask(ctx context.Context, in FinishTaskInput) error {
-	ab, ok := store.ActivityBufferOf(a.Store)
-	if !ok {
-		return nil
-	}
+	ab := a.Store.ActivityBuffer()
 	status := store.ActivityCompleted
 	if in.Failed {
 		status = store.ActivityFailed
@@ -96,11 +93,7 @@ func (a *Activities) SendControl(ctx context.Context, in SendControlInput) error
 // TaskEnded reports whether a task no longer has an active activity entry, i.e. it
 // completed, failed or was purged.
 func (a *Activities) TaskEnded(ctx context.Context, taskID string) (bool, error) {
-	ab, ok := store.ActivityBufferOf(a.Store)
-	if !ok {
-		return true, nil
-	}
-	es, err := ab.List(ctx, store.ActivityFilter{TaskID: taskID, Limit: 1})
+	es, err := a.Store.ActivityBuffer().List(ctx, store.ActivityFilter{TaskID: taskID, Limit: 1})
 	if err != nil {
 		return false, fmt.Errorf("look up task %s: %w", taskID, err)
 	}

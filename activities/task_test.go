@@ -42,7 +42,7 @@ func admit(t *testing.T, a *activities.Activities, agent, task, scope string, pa
 
 func TestAdmitTaskVerdicts(t *testing.T) {
 	a, st := admitter(t, admission.Policy{MaxParallel: map[string]int{"coder": 2}})
-	ab, _ := store.ActivityBufferOf(st)
+	ab := st.ActivityBuffer()
 
 	// Admission creates the entry before execution, with the scope's location (§10).
 	res := admit(t, a, "coder-1", "t1", "repo:shop path:src/api/** branch:main", `{"n":1}`)

@@ -16,8 +16,6 @@ import (
 	"slices"
 	"strconv"
 
-	"go.temporal.io/sdk/temporal"
-
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -207,10 +205,7 @@ func (p *Prepared) check(ctx context.Context, jobKey func(string) string) error 
 			Reason: fmt.Sprintf("agent_shutdown: agent %q is shutting down and accepts no tasks (§8.1)", in.AgentID)}
 		return nil
 	}
-	ab, ok := store.ActivityBufferOf(a.Store)
-	if !ok {
-		return temporal.NewNonRetryableApplicationError("the store has no activity buffer (§10)", "internal_error", nil)
-	}
+	ab := a.Store.ActivityBuffer()
 	p.ab = ab
 	lim := a.Policy.ActivityLimits.Effective()
 	active, err := ab.List(ctx, store.ActivityFilter{Limit: max(lim.MaxActive, store.DefaultActivityListLimit)})

@@ -29,24 +29,11 @@ type schedulerService struct {
 	s *Server
 }
 
-// activityBuffer returns the store's activity buffer, or Unimplemented when the store has none.
-func (sc *schedulerService) activityBuffer() (store.ActivityBuffer, error) {
-	ab, ok := store.ActivityBufferOf(sc.s.store)
-	if !ok {
-		return nil, status.Errorf(codes.Unimplemented, "the activity buffer (§10) is not available with the %s store", sc.s.store.Kind())
-	}
-	return ab, nil
-}
-
 // PollActivityBuffer returns the agent's active entries, oldest first; an empty agent_id
 // returns every agent's, at most maxActivityPoll in either case. timestamp is the entry's
 // creation time in RFC 3339 (UTC, with fractional seconds).
 func (sc *schedulerService) PollActivityBuffer(ctx context.Context, req *schedulerpb.PollActivityBufferRequest) (*schedulerpb.PollActivityBufferResponse, error) {
-	ab, err := sc.activityBuffer()
-	if err != nil {
-		return nil, err
-	}
-	es, err := ab.List(ctx, store.ActivityFilter{AgentID: req.GetAgentId(), Limit: maxActivityPoll})
+	es, err := sc.s.store.ActivityBuffer().List(ctx, store.ActivityFilter{AgentID: req.GetAgentId(), Limit: maxActivityPoll})
 	if err != nil {
 		return nil, activityError(err)
 	}
@@ -71,11 +58,7 @@ func (sc *schedulerService) PurgeActivity(ctx context.Context, req *schedulerpb.
 	case len(taskIDs) > maxPurgeTaskIDs:
 		return nil, status.Errorf(codes.InvalidArgument, "validation_error: at most %d task_ids per call, got %d", maxPurgeTaskIDs, len(taskIDs))
 	}
-	ab, err := sc.activityBuffer()
-	if err != nil {
-		return nil, err
-	}
-	n, err := ab.Purge(ctx, agentID, taskIDs)
+	n, err := sc.s.store.ActivityBuffer().Purge(ctx, agentID, taskIDs)
 	if err != nil {
 		return nil, activityError(err)
 	}

@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"google.golang.org/protobuf/proto"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -143,19 +144,6 @@ func TestPurgeActivity(t *testing.T) {
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
 	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice", TaskIds: []string{"t\x00"}})
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
-}
-
-// noActivityStore hides the memory store's activity buffer.
-type noActivityStore struct{ store.Store }
-
-func TestActivityWithoutBuffer(t *testing.T) {
-	st := memory.New()
-	t.Cleanup(st.Close)
-	sc := &schedulerService{s: New(noActivityStore{st}, nil, nil, nil, nil, slog.New(slog.DiscardHandler), Config{})}
-	_, err := sc.PollActivityBuffer(t.Context(), &schedulerpb.PollActivityBufferRequest{})
-	requireSchedulerCode(t, err, codes.Unimplemented, "the activity buffer")
-	_, err = sc.PurgeActivity(t.Context(), &schedulerpb.PurgeActivityRequest{AgentId: "a", TaskIds: []string{"t"}})
-	requireSchedulerCode(t, err, codes.Unimplemented, "the activity buffer")
 }
 
 func TestSchedulerRPCsValidate(t *testing.T) {

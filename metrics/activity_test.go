@@ -17,8 +17,7 @@ import (
 func TestActivityBufferWarningGauge(t *testing.T) {
 	st := memory.New()
 	t.Cleanup(st.Close)
-	ab, ok := store.ActivityBufferOf(st)
-	require.True(t, ok)
+	ab := st.ActivityBuffer()
 	c := &activityCollector{ab: ab, lim: store.ActivityLimits{MaxActive: 10, MaxPerAgent: 10}}
 	for i := range 8 {
 		_, err := ab.Put(t.Context(), store.ActivityEntry{AgentID: "a", TaskID: "t" + strconv.Itoa(i)}, c.lim)

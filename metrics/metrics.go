@@ -52,9 +52,7 @@ func New(st store.Store, capacity int) *Router {
 	reg.MustRegister(m.rejects, m.nacks, m.enqueueLatency, m.dequeueLatency, m.processTime, m.privilegedOverflow,
 		&bufferCollector{st: st, capacity: capacity},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if ab, ok := store.ActivityBufferOf(st); ok {
-		reg.MustRegister(&activityCollector{ab: ab, lim: store.ActivityLimits{}.Effective()})
-	}
+	reg.MustRegister(&activityCollector{ab: st.ActivityBuffer(), lim: store.ActivityLimits{}.Effective()})
 	return m
 }
 

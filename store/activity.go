@@ -9,8 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// The Activity Buffer (§10, §10.1) is an optional capability of a Store: an implementation
-// that has one also implements ActivityBufferProvider. Callers find it with ActivityBufferOf.
+// The Activity Buffer (§10, §10.1): Store.ActivityBuffer returns it.
 
 // Activity buffer defaults (§10.1).
 const (
@@ -213,21 +212,6 @@ type ActivityBuffer interface {
 	Purge(ctx context.Context, agentID string, taskIDs []string) (int, error)
 	// Usage reports the buffer's usage for agentID under the limits, without changing it.
 	Usage(ctx context.Context, agentID string, lim ActivityLimits) (ActivityUsage, error)
-}
-
-// ActivityBufferProvider is implemented by stores that have an activity buffer.
-type ActivityBufferProvider interface {
-	// ActivityBuffer returns the store's activity buffer.
-	ActivityBuffer() ActivityBuffer
-}
-
-// ActivityBufferOf returns the activity buffer of s, if its implementation has one.
-func ActivityBufferOf(s Store) (ActivityBuffer, bool) {
-	p, ok := s.(ActivityBufferProvider)
-	if !ok {
-		return nil, false
-	}
-	return p.ActivityBuffer(), true
 }
 
 // ActivityDescriptionWords counts the words of a description: runs of non-space characters.

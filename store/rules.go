@@ -113,3 +113,17 @@ func PlanStep(plan PlanFunc, rec MessageRecord) (*Step, error) {
 	}
 	return step, nil
 }
+
+// CheckDeadLetter refuses a dead-letter entry that PostgreSQL's constraints would refuse, with
+// the same message in both stores: a message_id and one of the four classes (§21.1).
+func CheckDeadLetter(e DLQEntry) error {
+	if e.MessageID == "" {
+		return errors.New("message_id is required")
+	}
+	switch e.Class {
+	case DLQRetriesExhausted, DLQTerminalError, DLQPolicyViolation, DLQTTLExpired:
+	default:
+		return fmt.Errorf("message %q: unknown class %q", e.MessageID, e.Class)
+	}
+	return nil
+}

@@ -52,6 +52,8 @@ type Store interface {
 	DLQ() DLQ
 	// Outbox returns the handoffs to Temporal that are not delivered yet.
 	Outbox() Outbox
+	// ActivityBuffer returns the scheduler's activity buffer (§10).
+	ActivityBuffer() ActivityBuffer
 	// Kind names the implementation ("memory" or "postgres") for logs.
 	Kind() string
 	// Close releases connections and stops background work.

@@ -59,8 +59,7 @@ func TestServiceSurface(t *testing.T) {
 	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.GetStatus())
 
 	// The activity buffer (§10) is served.
-	ab, ok := store.ActivityBufferOf(sys.app.Store())
-	require.True(t, ok)
+	ab := sys.app.Store().ActivityBuffer()
 	worker := uniq(t, "worker")
 	_, err = ab.Put(ctx, store.ActivityEntry{AgentID: worker, TaskID: "t1", RepoID: "r1", WorktreeID: "wt1", Branch: "main", Description: "fix header"}, store.ActivityLimits{})
 	require.NoError(t, err)

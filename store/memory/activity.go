@@ -17,7 +17,7 @@ import (
 // `sw4rm dev` and tests, where that is harmless.
 var activityStates sync.Map
 
-var _ store.ActivityBufferProvider = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // ActivityBuffer returns the store's activity buffer (§10).
 func (s *Store) ActivityBuffer() store.ActivityBuffer {

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -47,7 +46,7 @@ func (d *dlqState) PutDeadLetter(ctx context.Context, e store.DLQEntry) (store.D
 	if err := ctx.Err(); err != nil {
 		return store.DLQEntry{}, err
 	}
-	if err := checkDeadLetter(e); err != nil {
+	if err := store.CheckDeadLetter(e); err != nil {
 		return store.DLQEntry{}, fmt.Errorf("memory: put dead letter: %w", err)
 	}
 	row := copyDeadLetter(&e)
@@ -175,19 +174,6 @@ func dlqMatches(row *store.DLQEntry, f store.DLQFilter) bool {
 		return false
 	}
 	return true
-}
-
-// checkDeadLetter refuses what the PostgreSQL store's constraints refuse.
-func checkDeadLetter(e store.DLQEntry) error {
-	if e.MessageID == "" {
-		return errors.New("message_id is required")
-	}
-	switch e.Class {
-	case store.DLQRetriesExhausted, store.DLQTerminalError, store.DLQPolicyViolation, store.DLQTTLExpired:
-	default:
-		return fmt.Errorf("message %q: unknown class %q", e.MessageID, e.Class)
-	}
-	return nil
 }
 
 // copyDeadLetter returns a copy of an entry that shares no memory with it.

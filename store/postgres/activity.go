@@ -27,7 +27,7 @@ type activityBuffer Store
 
 func (a *activityBuffer) s() *Store { return (*Store)(a) }
 
-var _ store.ActivityBufferProvider = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // ActivityBuffer returns the store's activity buffer (§10).
 func (s *Store) ActivityBuffer() store.ActivityBuffer { return (*activityBuffer)(s) }

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -40,7 +39,7 @@ const dlqColumns = `id, message_id, producer_id, recipient_id, correlation_id, i
 // clock's now, a zero FirstSeenAt stays zero. MessageID is required and Class must be one of
 // the store.DLQ* classes. A PayloadExcerpt longer than 256 bytes is cut to its first 256.
 func (d *dlq) PutDeadLetter(ctx context.Context, e store.DLQEntry) (store.DLQEntry, error) {
-	if err := checkDeadLetter(e); err != nil {
+	if err := store.CheckDeadLetter(e); err != nil {
 		return store.DLQEntry{}, fmt.Errorf("postgres: put dead letter: %w", err)
 	}
 	var envBytes []byte
@@ -247,18 +246,4 @@ func marshalAttempts(attempts []store.DLQAttempt) (*string, error) {
 	}
 	s := string(b)
 	return &s, nil
-}
-
-// checkDeadLetter refuses an entry before the database's constraints would, with the same
-// message as store/memory.
-func checkDeadLetter(e store.DLQEntry) error {
-	if e.MessageID == "" {
-		return errors.New("message_id is required")
-	}
-	switch e.Class {
-	case store.DLQRetriesExhausted, store.DLQTerminalError, store.DLQPolicyViolation, store.DLQTTLExpired:
-	default:
-		return fmt.Errorf("message %q: unknown class %q", e.MessageID, e.Class)
-	}
-	return nil
 }

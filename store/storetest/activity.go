@@ -14,13 +14,8 @@ import (
 )
 
 // RunActivity runs the conformance suite of the activity buffer (§10, §10.1) as subtests of t.
-// newStore must return a fresh, empty store that implements store.ActivityBufferProvider and
-// arrange (with t.Cleanup) for it to be closed.
+// newStore must return a fresh, empty store and arrange (with t.Cleanup) for it to be closed.
 func RunActivity(t *testing.T, newStore func(t *testing.T) store.Store) {
-	t.Run("Provider", func(t *testing.T) {
-		_, ok := store.ActivityBufferOf(newStore(t))
-		require.True(t, ok, "the store implements store.ActivityBufferProvider")
-	})
 	t.Run("PutList", func(t *testing.T) { runActivityPutList(t, newStore) })
 	t.Run("Validation", func(t *testing.T) { runActivityValidation(t, newStore) })
 	t.Run("Replace", func(t *testing.T) { runActivityReplace(t, newStore) })
@@ -39,9 +34,7 @@ func RunActivity(t *testing.T, newStore func(t *testing.T) store.Store) {
 // activityBuffer returns the activity buffer of a fresh store.
 func activityBuffer(t *testing.T, newStore func(t *testing.T) store.Store) store.ActivityBuffer {
 	t.Helper()
-	ab, ok := store.ActivityBufferOf(newStore(t))
-	require.True(t, ok, "the store implements store.ActivityBufferProvider")
-	return ab
+	return newStore(t).ActivityBuffer()
 }
 
 // ActivityEntry returns a populated active entry for tests.
