@@ -1,0 +1,363 @@
+// Package memory is the in-process implementation of store.Store: the embedded default for
+// `sw4rm dev` and unit tests. Everything lives in mutex-protected maps and is lost when the
+// process exits, like the Temporal dev server's default database. It passes the same
+// conformance suite (store/storetest) as store/postgres, so code tested against it behaves
+// the same in production.
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// messagePlane implements store.MessagePlane: admission, delivery rows and the message
+// records (this file), idempotency, expiry and planned steps (messages.go).
+type messagePlane Store
+
+func (m *messagePlane) s() *Store { return (*Store)(m) }
+
+// Admit implements store.MessagePlane. The idempotency cache answers before the capacity
+// check: a duplicate or an operation in progress is refused as such even into a full buffer.
+func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if req.Envelope == nil || req.Envelope.GetMessageId() == "" {
+		return 0, errors.New("memory: admit: envelope with a message_id is required")
+	}
+	if req.RecipientID == "" {
+		return 0, errors.New("memory: admit: recipient_id is required")
+	}
+	envBytes, err := marshalEnvelope(req.Envelope)
+	if err != nil {
+		return 0, err
+	}
+	env := req.Envelope
+	id := env.GetMessageId()
+	dedup := dedupOf(req)
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	// The duplicate check comes first: a duplicate "changes nothing", not even a rejection.
+	if _, ok := s.messages[id]; ok {
+		return 0, fmt.Errorf("memory: admit %q: %w", id, store.ErrDuplicateMessage)
+	}
+	t := now()
+	row := newMessageRow(&req, envBytes, t)
+	// reject records a tracked message as REJECTED (never a silent drop) without enqueuing it.
+	reject := func(code commonpb.ErrorCode, note string) {
+		if !req.Track {
+			return
+		}
+		row.state = commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED
+		row.errCode = code
+		row.note = note
+		s.messages[id] = row
+	}
+
+	var entry *store.IdempotencyEntry // the live entry to continue, nil for a new operation
+	if dedup != nil {
+		row.dedupProducer, row.dedupKey = dedup.ProducerID, dedup.Key
+		if e := s.liveEntry(idemKey{dedup.ProducerID, dedup.Key}, dedup.Window, t); e != nil {
+			switch e.Status {
+			case store.OpInProgress:
+				reject(commonpb.ErrorCode_ALREADY_IN_PROGRESS, inProgressNote(e.LatestMessageID))
+				return 0, &store.DedupError{Entry: *e, InProgress: true}
+			case store.OpTerminal:
+				reject(commonpb.ErrorCode_DUPLICATE_DETECTED, duplicateNote(e.OriginalMessageID))
+				return 0, &store.DedupError{Entry: *e}
+			}
+			entry = e // retrying: this is the next attempt
+		}
+	}
+	if req.Capacity > 0 && s.data[req.RecipientID] >= req.Capacity {
+		// §13: never a silent drop — the rejection stays visible through GetMessage. The
+		// idempotency cache is left as it was.
+		reject(commonpb.ErrorCode_BUFFER_FULL, store.BufferFullNote(req.RecipientID, req.Capacity))
+		return 0, fmt.Errorf("memory: admit %q to %q: %w", id, req.RecipientID, store.ErrBufferFull)
+	}
+	s.seq++
+	row.seq = s.seq
+	s.messages[id] = row
+	if req.Track {
+		s.sent[id] = struct{}{}
+	}
+	s.addDelivery(row, id, req.Lane, req.Capacity > 0, t)
+	if dedup != nil {
+		if entry == nil {
+			s.idem[idemKey{dedup.ProducerID, dedup.Key}] = &store.IdempotencyEntry{
+				ProducerID:        dedup.ProducerID,
+				Key:               dedup.Key,
+				Status:            store.OpInProgress,
+				OriginalMessageID: id,
+				LatestMessageID:   id,
+				Attempts:          1,
+				CreatedAt:         t,
+				UpdatedAt:         t,
+			}
+		} else {
+			entry.Status = store.OpInProgress
+			entry.LatestMessageID = id
+			entry.Attempts++
+			entry.UpdatedAt = t
+		}
+	}
+	s.hub.Wake(req.RecipientID)
+	return row.seq, nil
+}
+
+// Claim implements store.MessagePlane: the deliverable rows of each lane in seq order,
+// interleaved by weighted round robin, PRIVILEGED first.
+func (m *messagePlane) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Delivery, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if req.Limit <= 0 {
+		return nil, nil
+	}
+	t := time.Now()
+	// No lane can contribute more than Limit rows, so each lane's queue stops there.
+	var lanes [3][]*deliveryRow
+	for _, seq := range s.pending[req.AgentID] {
+		d := s.deliveries[seq]
+		// A row whose lease is still running belongs to the stream that claimed it; a row
+		// whose TTL ran out is never delivered (Expire settles it).
+		if (!d.leasedUntil.IsZero() && d.leasedUntil.After(t)) || (!d.expiresAt.IsZero() && !d.expiresAt.After(t)) {
+			continue
+		}
+		if q := &lanes[d.lane-1]; len(*q) < req.Limit {
+			*q = append(*q, d)
+		}
+	}
+	weights := req.Weights.InLaneOrder()
+	var (
+		out  []store.Delivery
+		next [3]int
+	)
+	for len(out) < req.Limit {
+		progress := false
+		for l := range lanes {
+			for n := 0; n < weights[l] && next[l] < len(lanes[l]) && len(out) < req.Limit; n++ {
+				d := lanes[l][next[l]]
+				next[l]++
+				d.leasedUntil = t.Add(req.Lease)
+				d.attempts++
+				del, err := d.toDelivery()
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, del)
+				progress = true
+			}
+		}
+		if !progress {
+			break
+		}
+	}
+	return out, nil
+}
+
+// ReleaseLeases implements store.MessagePlane.
+func (m *messagePlane) ReleaseLeases(ctx context.Context, agentID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	released := false
+	for _, seq := range s.pending[agentID] {
+		d := s.deliveries[seq]
+		if !d.leasedUntil.IsZero() {
+			d.leasedUntil = time.Time{}
+			released = true
+		}
+	}
+	if released {
+		s.hub.Wake(agentID)
+	}
+	return nil
+}
+
+// Confirm implements store.MessagePlane.
+func (m *messagePlane) Confirm(ctx context.Context, agentID string, seq int64, messageID string) (store.Delivery, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Delivery{}, false, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.unconfirmed(agentID, seq, messageID)
+	if d == nil {
+		return store.Delivery{}, false, nil
+	}
+	s.confirmRow(d, now())
+	del, err := d.toDelivery()
+	if err != nil {
+		return store.Delivery{}, false, err
+	}
+	return del, true, nil
+}
+
+// ConfirmBatch implements store.MessagePlane.
+func (m *messagePlane) ConfirmBatch(ctx context.Context, rows []store.DeliveryRef) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, n := now(), 0
+	for _, r := range rows {
+		d := s.unconfirmed(r.AgentID, r.Seq, r.MessageID)
+		if d == nil {
+			continue
+		}
+		s.confirmRow(d, at)
+		n++
+	}
+	return n, nil
+}
+
+// unconfirmed returns agentID's unconfirmed row seq, or nil when there is none or its
+// message_id does not match a non-empty messageID; the caller holds s.mu.
+func (s *Store) unconfirmed(agentID string, seq int64, messageID string) *deliveryRow {
+	d, ok := s.deliveries[seq]
+	if !ok || !d.confirmedAt.IsZero() || d.agentID != agentID || (messageID != "" && d.messageID != messageID) {
+		return nil
+	}
+	return d
+}
+
+// confirmRow marks an unconfirmed row confirmed and takes it out of its agent's buffer. The
+// row stays (for Prune) until its retention ends.
+func (s *Store) confirmRow(d *deliveryRow, t time.Time) {
+	d.leasedUntil = time.Time{}
+	d.confirmedAt = t
+	s.unqueue(d)
+}
+
+// dropRow deletes an unconfirmed row outright (it was never delivered).
+func (s *Store) dropRow(d *deliveryRow) {
+	s.unqueue(d)
+	delete(s.deliveries, d.seq)
+}
+
+// unqueue removes a row from its agent's buffer list.
+func (s *Store) unqueue(d *deliveryRow) {
+	s.pending[d.agentID] = slices.DeleteFunc(s.pending[d.agentID], func(x int64) bool { return x == d.seq })
+	if len(s.pending[d.agentID]) == 0 {
+		delete(s.pending, d.agentID)
+	}
+	if d.counted {
+		if s.data[d.agentID]--; s.data[d.agentID] <= 0 {
+			delete(s.data, d.agentID)
+		}
+	}
+}
+
+// Depth implements store.MessagePlane.
+func (m *messagePlane) Depth(ctx context.Context, agentID string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending[agentID]), nil
+}
+
+// GetMessage implements store.MessagePlane.
+func (m *messagePlane) GetMessage(ctx context.Context, messageID string) (store.MessageRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return store.MessageRecord{}, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.messages[messageID]
+	if !ok || !row.tracked {
+		return store.MessageRecord{}, fmt.Errorf("memory: message %q: %w", messageID, store.ErrNotFound)
+	}
+	return row.toRecord(messageID)
+}
+
+// Advance implements store.MessagePlane.
+func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal store.LegalFunc) (store.MessageRecord, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.MessageRecord{}, false, err
+	}
+	s := m.s()
+	// The whole check-and-write runs under the store lock, so legal sees the state it changes.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.messages[t.MessageID]
+	if !ok || !row.tracked {
+		return store.MessageRecord{}, false, fmt.Errorf("memory: advance %q: %w", t.MessageID, store.ErrNotFound)
+	}
+	if row.state == t.To || legal == nil || !legal(row.state, t.To) {
+		rec, err := row.toRecord(t.MessageID)
+		return rec, false, err
+	}
+	at := now()
+	s.setState(t.MessageID, row, t.To, t.ErrorCode, t.Note, at)
+	// The idempotency entry follows in the same critical section.
+	s.followEntry(t.MessageID, row, t.To, t.ErrorCode, t.Note, at)
+	rec, err := row.toRecord(t.MessageID)
+	if err != nil {
+		return store.MessageRecord{}, false, err
+	}
+	return rec, true, nil
+}
+
+// Subscribe implements store.MessagePlane. The subscription also ends when ctx is done; the
+// channel is never closed, so a reader selecting on it after cancel does not spin.
+func (m *messagePlane) Subscribe(ctx context.Context, agentID string) (<-chan struct{}, func()) {
+	return m.s().hub.Subscribe(ctx, agentID)
+}
+
+func (d *deliveryRow) toDelivery() (store.Delivery, error) {
+	env, err := unmarshalEnvelope(d.envelope)
+	if err != nil {
+		return store.Delivery{}, err
+	}
+	return store.Delivery{
+		Seq:        d.seq,
+		AgentID:    d.agentID,
+		Envelope:   env,
+		EnqueuedAt: d.enqueuedAt,
+		Attempts:   d.attempts,
+	}, nil
+}
+
+func (r *messageRow) toRecord(messageID string) (store.MessageRecord, error) {
+	env, err := unmarshalEnvelope(r.envelope)
+	if err != nil {
+		return store.MessageRecord{}, err
+	}
+	return store.MessageRecord{
+		MessageID:     messageID,
+		ProducerID:    r.producer,
+		RecipientID:   r.recipient,
+		CorrelationID: r.corrID,
+		MessageType:   r.msgType,
+		State:         r.state,
+		ErrorCode:     r.errCode,
+		Note:          r.note,
+		Envelope:      env,
+		DedupKey:      r.dedupKey,
+		ExpiresAt:     r.expiresAt,
+		CreatedAt:     r.createdAt,
+		UpdatedAt:     r.updatedAt,
+	}, nil
+}
