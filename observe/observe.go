@@ -40,14 +40,14 @@ type Sink struct {
 
 	// queue, when set, makes audit writes asynchronous: the hot path of the router must not
 	// wait for an audit row (§13 latency), but the rows keep their order and are never dropped.
-	queue  chan store.Event
-	done   chan struct{}
+	queue chan store.Event
+	done  chan struct{}
 	// closing is closed when Close starts, so that a writer waiting for an unavailable
 	// store gives up after closeGrace instead of holding shutdown.
 	closing chan struct{}
-	once   sync.Once
-	mu     sync.RWMutex // guards closed and sending on queue against Close
-	closed bool
+	once    sync.Once
+	mu      sync.RWMutex // guards closed and sending on queue against Close
+	closed  bool
 }
 
 // New returns a sink over a logger and an audit log (either may be nil) that writes audit

@@ -231,12 +231,18 @@ func (a *Agent) SendEnvelope(ctx context.Context, env *commonpb.Envelope, to str
 // Ack sends an ACKNOWLEDGEMENT for msg at stage (RECEIVED, READ, FULFILLED, or a NACK stage
 // with code); the server routes it to msg's producer (§11).
 func (a *Agent) Ack(ctx context.Context, msg *commonpb.Envelope, stage commonpb.AckStage, code commonpb.ErrorCode, note string) error {
+	return a.SendEnvelope(ctx, a.ackEnvelope(msg, stage, code, note), "")
+}
+
+// ackEnvelope builds an ACK of msg with a new message_id and the next sequence_number; a
+// retry of the ACK sends this same envelope again.
+func (a *Agent) ackEnvelope(msg *commonpb.Envelope, stage commonpb.AckStage, code commonpb.ErrorCode, note string) *commonpb.Envelope {
 	env := protocol.NewAckEnvelope(protocol.AckEnvelopeInput{
 		MessageID: uuid.NewString(), ProducerID: a.id, CorrelationID: msg.GetCorrelationId(),
 		Ack: protocol.AckPayload{AckForMessageID: msg.GetMessageId(), Stage: stage, ErrorCode: code, Note: note},
 	})
 	env.SequenceNumber = a.seq.Add(1)
-	return a.SendEnvelope(ctx, env, "")
+	return env
 }
 
 // Delivery is one envelope received on the stream.

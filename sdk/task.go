@@ -9,11 +9,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -192,58 +196,222 @@ type TaskHandler func(ctx context.Context, run *TaskRun) ([]byte, error)
 type ServeOptions struct {
 	// OnMessage receives every delivery that is not scheduler CONTROL/HEARTBEAT (after
 	// Confirm); nil ignores them. It is called on Serve's receive loop, so it must not block
-	// for long: preemption requests wait behind it.
+	// for long: preemption requests wait behind it. A delivery whose confirmation was lost,
+	// for example because the server went away, comes again on the reopened stream.
 	OnMessage func(ctx context.Context, d *Delivery)
-	// Logf, when set, receives diagnostics (e.g. ACK send failures); nil discards.
+	// Logf, when set, receives diagnostics (ACK send failures and retries, stream
+	// reconnects); it may be called from several goroutines. nil discards.
 	Logf func(format string, args ...any)
+	// RetryBackoff is the first wait before Serve reopens a broken stream or sends again an
+	// ACK that failed transiently; the wait doubles with every failure in a row up to
+	// RetryMaxBackoff, plus up to a fifth of it at random. Zero means DefaultRetryBackoff.
+	RetryBackoff time.Duration
+	// RetryMaxBackoff caps the wait between attempts. Zero means DefaultRetryMaxBackoff.
+	RetryMaxBackoff time.Duration
+	// MaxOutage, when positive, is how long Serve keeps trying to reopen its stream, or to
+	// deliver one ACK, while every attempt fails transiently: after that Serve gives up and
+	// returns the last error, cancelling the running task. Zero means until ctx ends.
+	MaxOutage time.Duration
 }
+
+// Defaults of ServeOptions' retry fields.
+const (
+	// DefaultRetryBackoff is the first wait before a retry.
+	DefaultRetryBackoff = 100 * time.Millisecond
+	// DefaultRetryMaxBackoff caps the wait between retries.
+	DefaultRetryMaxBackoff = time.Second
+)
+
+// sendAttemptTimeout bounds one attempt to send an ACK, so that a call stuck on a connection
+// that went silent is abandoned and sent again instead of holding Serve forever.
+const sendAttemptTimeout = 10 * time.Second
 
 // Serve runs the agent's task runtime until the scheduler shuts the agent down: it opens the
 // inbound stream, confirms every delivery, answers the scheduler's HEARTBEATs, runs the tasks
 // of CONTROL RUN one at a time with h (each in its own goroutine, with a ctx derived from
 // ctx), and answers RUN, PREEMPT_REQUEST, TERMINATE, KILL and SHUTDOWN with the ACKs of §7,
-// §8.4 and App. D C.4/C.5. It returns nil after a SHUTDOWN (once the running task finished or
-// its grace period ran out, the SHUTDOWN was acknowledged and the agent deregistered),
-// ctx.Err() when ctx is cancelled, or the stream's error. Before returning it cancels the
-// running task's ctx and waits for h to return; a task abandoned by KILL is not waited for.
-// When Serve returns because of ctx or the stream, the interrupted task is not acknowledged.
+// §8.4 and App. D C.4/C.5.
+//
+// Serve rides out server restarts and network failures: when the stream breaks with a
+// transient error (Unavailable, a transport reset, the server closing it) Serve opens it again
+// with a backoff (ServeOptions.RetryBackoff) while the running task goes on; the new stream
+// redelivers what was not confirmed, and CONTROL messages seen already are dropped. An ACK that
+// fails transiently is sent again with the same message_id until it is delivered: the server
+// answers a repeated message_id with the message's recorded state, so nothing is applied twice
+// and a task's result is not lost while the server is away.
+//
+// It returns nil after a SHUTDOWN (once the running task finished or its grace period ran
+// out, the SHUTDOWN was acknowledged and the agent deregistered), ctx.Err() when ctx is
+// cancelled, or the stream's error when it is permanent (the agent is not registered, the
+// call is refused) or the server stayed away longer than ServeOptions.MaxOutage. Before
+// returning it cancels the running task's ctx and waits for h to return; a task abandoned by
+// KILL is not waited for. When Serve returns because of ctx or the stream, the interrupted
+// task is not acknowledged.
 func (a *Agent) Serve(ctx context.Context, h TaskHandler, opts *ServeOptions) error {
 	if h == nil {
 		return errors.New("sw4rm: Serve needs a TaskHandler")
 	}
-	s := &server{agent: a, ctx: ctx, h: h, seen: map[string]struct{}{}}
+	s := &server{agent: a, ctx: ctx, h: h, seen: map[string]struct{}{},
+		backoff: backoffPolicy{first: DefaultRetryBackoff, max: DefaultRetryMaxBackoff}}
 	if opts != nil {
 		s.onMessage, s.logf = opts.OnMessage, opts.Logf
+		if opts.RetryBackoff > 0 {
+			s.backoff.first = opts.RetryBackoff
+		}
+		if opts.RetryMaxBackoff > 0 {
+			s.backoff.max = opts.RetryMaxBackoff
+		}
+		s.backoff.first = min(s.backoff.first, s.backoff.max)
+		s.backoff.budget = max(opts.MaxOutage, 0)
 	}
-	stream, err := a.Receive(ctx)
-	if err != nil {
-		return err
-	}
+	// The reader's streams live in rctx, which Serve cancels when it returns: that ends a
+	// Recv in progress and with it the reader.
+	rctx, cancel := context.WithCancel(ctx)
 	recv := make(chan received)
-	stop := make(chan struct{})
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		for {
-			d, err := stream.Next()
-			select {
-			case recv <- received{d: d, err: err}:
-			case <-stop:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
+		s.read(rctx, recv)
 	}()
 	defer func() {
-		// Closing the stream cancels its Recv, so the reader gets an error and sees stop.
-		stream.Close()
-		close(stop)
+		cancel()
 		<-readerDone
 	}()
 	return s.loop(recv)
 }
+
+// read feeds the loop the deliveries of the agent's inbound stream, opening the stream again
+// after every transient failure, until ctx ends or a failure is permanent (or outlasts the
+// retry budget), which it reports to the loop as the last thing it sends.
+func (s *server) read(ctx context.Context, recv chan<- received) {
+	var (
+		b      = s.backoff.start()
+		stream *Stream
+	)
+	defer func() {
+		if stream != nil {
+			stream.Close()
+		}
+	}()
+	for {
+		var err error
+		opened := time.Now()
+		delivered := false
+		if stream, err = s.agent.Receive(ctx); err == nil {
+			for {
+				var d *Delivery
+				if d, err = stream.Next(); err != nil {
+					break
+				}
+				if !delivered && b.failures > 0 {
+					s.log("sw4rm: inbound stream reopened after %d failed attempts", b.failures)
+				}
+				delivered = true
+				b.reset()
+				select {
+				case recv <- received{d: d}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			stream.Close()
+			stream = nil
+		}
+		if ctx.Err() != nil {
+			return // Serve is returning: the loop knows why
+		}
+		if delivered || time.Since(opened) >= s.backoff.max {
+			// The stream worked for a while: this is a new outage, not the same one going on.
+			b.reset()
+		}
+		wait, retry := b.fail(transient(ctx, err))
+		if !retry {
+			select {
+			case recv <- received{err: err}:
+			case <-ctx.Done():
+			}
+			return
+		}
+		if b.failures == 1 || b.failures%10 == 0 {
+			s.log("sw4rm: inbound stream failed (attempt %d): %v; reopening in %s", b.failures, err, wait.Round(time.Millisecond))
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		}
+	}
+}
+
+// transient reports whether err, from a call made with ctx, may succeed when tried again: the
+// server went away or was briefly unable to serve, the connection broke, or the server closed
+// the stream. An error caused by ctx itself, a refusal (the agent is unknown, the call is not
+// allowed or malformed) and a protocol rejection are permanent.
+func transient(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true // the server ended the stream, or the connection dropped mid-message
+	}
+	var re *RejectedError
+	if errors.As(err, &re) {
+		return false
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.Aborted, codes.ResourceExhausted, codes.Unknown, codes.Internal,
+		// Canceled and DeadlineExceeded not caused by ctx: a reset stream, a timed-out attempt.
+		codes.Canceled, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// backoffPolicy is how Serve paces its retries (see ServeOptions).
+type backoffPolicy struct {
+	first, max time.Duration
+	budget     time.Duration // 0: retry until ctx ends
+}
+
+// start begins a series of attempts.
+func (p backoffPolicy) start() *backoff { return &backoff{policy: p} }
+
+// backoff is one series of attempts that fail in a row.
+type backoff struct {
+	policy   backoffPolicy
+	failures int
+	since    time.Time     // the first failure of the series
+	delay    time.Duration // the last wait, before jitter
+}
+
+// fail records a failed attempt and returns how long to wait before the next one, or false
+// when the error is not worth retrying or the series outlasted the budget.
+func (b *backoff) fail(worthRetrying bool) (time.Duration, bool) {
+	if !worthRetrying {
+		return 0, false
+	}
+	now := time.Now()
+	if b.failures == 0 {
+		b.since, b.delay = now, b.policy.first
+	} else {
+		b.delay = min(2*b.delay, b.policy.max)
+	}
+	b.failures++
+	if b.policy.budget > 0 && now.Sub(b.since) >= b.policy.budget {
+		return 0, false
+	}
+	// Jitter keeps the agents of one server from all coming back in the same instant.
+	return b.delay + rand.N(b.delay/5+1), true
+}
+
+// reset starts a new series.
+func (b *backoff) reset() { b.failures = 0 }
 
 // received is one result of Stream.Next.
 type received struct {
@@ -286,6 +454,7 @@ type server struct {
 	h         TaskHandler
 	onMessage func(ctx context.Context, d *Delivery)
 	logf      func(format string, args ...any)
+	backoff   backoffPolicy
 
 	cur  *activeRun
 	shut *shutdown
@@ -330,6 +499,8 @@ func (s *server) loop(recv <-chan received) error {
 			return s.abort(s.ctx.Err())
 		case r := <-recv:
 			if r.err != nil {
+				// A permanent failure, or one that outlasted MaxOutage: transient ones the
+				// reader rides out by reopening the stream.
 				if err := s.ctx.Err(); err != nil {
 					return s.abort(err) // the stream failed because ctx was cancelled
 				}
@@ -596,9 +767,41 @@ func (s *server) stopTimers(r *activeRun) {
 	}
 }
 
-// ack acknowledges d; a failure is logged, as the scheduler's own timeouts cover a lost ACK.
+// ack acknowledges d. A transient failure (the server is away, the connection broke) is
+// retried with the same message_id until the ACK is delivered, Serve's ctx ends or
+// MaxOutage runs out: the server answers a repeated message_id with the state it recorded
+// for the first, so a retry never applies an ACK twice (§11.3), and the scheduler, which
+// waits for the ACK, learns the task's outcome once the server is back. Other failures are
+// logged.
 func (s *server) ack(d *Delivery, stage commonpb.AckStage, code commonpb.ErrorCode, note string) {
-	if err := d.Ack(s.ctx, stage, code, note); err != nil {
-		s.log("sw4rm: ACK %s %s: %v", stage, d.Envelope.GetMessageId(), err)
+	env := d.agent.ackEnvelope(d.Envelope, stage, code, note)
+	b := s.backoff.start()
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, sendAttemptTimeout)
+		err := d.agent.SendEnvelope(ctx, env, "")
+		cancel()
+		if err == nil {
+			if b.failures > 0 {
+				s.log("sw4rm: ACK %s %s delivered after %d failed attempts", stage, d.Envelope.GetMessageId(), b.failures)
+			}
+			return
+		}
+		wait, retry := b.fail(transient(s.ctx, err))
+		if !retry {
+			s.log("sw4rm: ACK %s %s: %v", stage, d.Envelope.GetMessageId(), err)
+			return
+		}
+		if b.failures == 1 || b.failures%10 == 0 {
+			s.log("sw4rm: ACK %s %s failed (attempt %d): %v; sending again in %s", stage, d.Envelope.GetMessageId(),
+				b.failures, err, wait.Round(time.Millisecond))
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-s.ctx.Done():
+			timer.Stop()
+			s.log("sw4rm: ACK %s %s abandoned: %v", stage, d.Envelope.GetMessageId(), s.ctx.Err())
+			return
+		}
 	}
 }

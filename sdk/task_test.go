@@ -51,6 +51,13 @@ type fakeServer struct {
 	deregs     []*registrypb.DeregisterAgentRequest
 	// refuse, when set, gives the reason to reject a message with ("" admits it).
 	refuse func(*commonpb.Envelope) string
+	// failSend, when set, gives the gRPC error to fail a SendMessage with (nil admits it);
+	// the failed call is recorded in sent all the same, as it went over the wire.
+	failSend func(*commonpb.Envelope) error
+	// failStream, when set, gives the error to end a new stream with before it delivers
+	// anything (nil serves it).
+	failStream func() error
+	streams    int // StreamIncoming calls
 }
 
 type sentMsg struct {
@@ -74,6 +81,16 @@ func (f *fakeServer) record(fn func()) {
 func (f *fakeServer) StreamIncoming(req *routerpb.StreamRequest, stream grpc.ServerStreamingServer[routerpb.StreamItem]) error {
 	if req.GetAgentId() != testAgentID {
 		return status.Errorf(codes.InvalidArgument, "stream for %q", req.GetAgentId())
+	}
+	var fail error
+	f.record(func() {
+		f.streams++
+		if f.failStream != nil {
+			fail = f.failStream()
+		}
+	})
+	if fail != nil {
+		return fail
 	}
 	for {
 		select {
@@ -106,13 +123,22 @@ func (f *fakeServer) SendMessage(ctx context.Context, req *routerpb.SendMessageR
 	if v := md.Get(protocol.RecipientMetadataKey); len(v) > 0 {
 		to = v[0]
 	}
-	var reason string
+	var (
+		reason string
+		fail   error
+	)
 	f.record(func() {
 		f.sent = append(f.sent, sentMsg{to: to, env: req.GetMsg()})
+		if f.failSend != nil {
+			fail = f.failSend(req.GetMsg())
+		}
 		if f.refuse != nil {
 			reason = f.refuse(req.GetMsg())
 		}
 	})
+	if fail != nil {
+		return nil, fail
+	}
 	if reason != "" {
 		return &routerpb.SendMessageResponse{Accepted: false, Reason: reason}, nil
 	}
@@ -233,6 +259,7 @@ func (f *fakeServer) describe() string {
 type harness struct {
 	t      *testing.T
 	f      *fakeServer
+	net    *fakeTransport
 	agent  *Agent
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Serve returned, after err is set
@@ -243,29 +270,70 @@ type harness struct {
 	logs  []string
 }
 
+// fakeTransport is the in-memory network between the agent and its fakeServer: restart
+// kills the gRPC server, breaking every connection and stream as a server process dying
+// would, and starts a new one for the same fakeServer.
+type fakeTransport struct {
+	f  *fakeServer
+	mu sync.Mutex
+	g  *grpc.Server
+	l  *bufconn.Listener
+}
+
+func (n *fakeTransport) start() {
+	l := bufconn.Listen(1 << 20)
+	g := grpc.NewServer()
+	routerpb.RegisterRouterServiceServer(g, n.f)
+	registrypb.RegisterRegistryServiceServer(g, n.f)
+	go func() { _ = g.Serve(l) }()
+	n.mu.Lock()
+	old := n.g
+	n.g, n.l = g, l
+	n.mu.Unlock()
+	if old != nil {
+		// After the swap, so that the agent's redial finds the new server at once.
+		old.Stop()
+	}
+}
+
+func (n *fakeTransport) dial(ctx context.Context, _ string) (net.Conn, error) {
+	n.mu.Lock()
+	l := n.l
+	n.mu.Unlock()
+	return l.DialContext(ctx)
+}
+
+func (n *fakeTransport) stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.g.Stop()
+}
+
 // dialFake starts a fakeServer and dials it as testAgentID.
 func dialFake(t *testing.T) (*fakeServer, *Agent) {
+	f, _, agent := dialFakeTransport(t)
+	return f, agent
+}
+
+// dialFakeTransport is dialFake that also returns the transport, to restart the server.
+func dialFakeTransport(t *testing.T) (*fakeServer, *fakeTransport, *Agent) {
 	t.Helper()
 	f := newFakeServer()
-	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
-	routerpb.RegisterRouterServiceServer(g, f)
-	registrypb.RegisterRegistryServiceServer(g, f)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
+	n := &fakeTransport{f: f}
+	n.start()
+	t.Cleanup(n.stop)
 
 	agent, err := Dial("passthrough:///bufnet", testAgentID,
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithContextDialer(n.dial), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = agent.Close() })
-	return f, agent
+	return f, n, agent
 }
 
 func startServe(t *testing.T, h TaskHandler, opts *ServeOptions) *harness {
 	t.Helper()
-	f, agent := dialFake(t)
-	hs := &harness{t: t, f: f, agent: agent, done: make(chan struct{})}
+	f, n, agent := dialFakeTransport(t)
+	hs := &harness{t: t, f: f, net: n, agent: agent, done: make(chan struct{})}
 	o := ServeOptions{}
 	if opts != nil {
 		o = *opts
@@ -925,13 +993,157 @@ func TestServeCancelWaitsForHandler(t *testing.T) {
 	h.assertAllConfirmed()
 }
 
-func TestServeStreamError(t *testing.T) {
-	h := startServe(t, func(context.Context, *TaskRun) ([]byte, error) { return nil, nil }, nil)
-	h.barrier() // the stream is open
-	h.f.endStream <- status.Error(codes.Unavailable, "router restarting")
+// A permanent stream error (here: the agent is not registered) ends Serve without reopening
+// the stream; the running task is cancelled and not acknowledged.
+func TestServePermanentStreamErrorEndsServe(t *testing.T) {
+	started := make(chan struct{}, 1)
+	h := startServe(t, func(ctx context.Context, run *TaskRun) ([]byte, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}, nil)
+	run := h.control(runControl("t1"))
+	recv(t, started, "the task to start")
+	h.f.endStream <- status.Error(codes.NotFound, "no_route: agent is not registered")
 	err := h.wait()
 	require.Error(t, err)
+	assert.Equal(t, codes.NotFound, status.Code(err))
+	assert.Empty(t, h.f.acksFor(run.GetMessageId()), "an interrupted task is not acknowledged")
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	assert.Equal(t, 1, h.f.streams, "a permanent error is not retried")
+}
+
+// A stream that keeps failing transiently ends Serve once ServeOptions.MaxOutage has passed.
+func TestServeGivesUpAfterMaxOutage(t *testing.T) {
+	f, agent := dialFake(t)
+	f.failStream = func() error { return status.Error(codes.Unavailable, "internal_error: registry lookup failed") }
+	begun := time.Now()
+	err := agent.Serve(context.Background(), func(context.Context, *TaskRun) ([]byte, error) { return nil, nil },
+		&ServeOptions{RetryBackoff: 10 * time.Millisecond, RetryMaxBackoff: 20 * time.Millisecond, MaxOutage: 200 * time.Millisecond})
+	require.Error(t, err)
 	assert.Equal(t, codes.Unavailable, status.Code(err))
+	assert.GreaterOrEqual(t, time.Since(begun), 200*time.Millisecond)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	assert.Greater(t, f.streams, 3, "the stream was reopened until the outage budget ran out")
+}
+
+// A stream that breaks while a task runs — the server ends it with Unavailable, closes it, or
+// dies and comes back — is reopened; the task runs on, and preemption and the task's ACKs
+// work over the new stream. The RUN, redelivered on the new stream because its confirmation
+// was lost, is not run again.
+func TestServeReconnectsWithRunningTask(t *testing.T) {
+	started := make(chan struct{}, 1)
+	var calls atomic.Int32
+	h := startServe(t, func(ctx context.Context, run *TaskRun) ([]byte, error) {
+		calls.Add(1)
+		started <- struct{}{}
+		if run.Task().Resumed {
+			return []byte("resumed"), nil
+		}
+		for {
+			if err := run.SafePoint(); err != nil {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}, &ServeOptions{RetryBackoff: 5 * time.Millisecond, RetryMaxBackoff: 20 * time.Millisecond})
+	streams := func() int {
+		h.f.mu.Lock()
+		defer h.f.mu.Unlock()
+		return h.f.streams
+	}
+	run := h.control(runControl("t1"))
+	recv(t, started, "the task to start")
+
+	breaks := []struct {
+		name string
+		do   func()
+	}{
+		{"the server ends the stream Unavailable", func() { h.f.endStream <- status.Error(codes.Unavailable, "frontend restarting") }},
+		{"the server closes the stream", func() { h.f.endStream <- nil }},
+		{"the server dies and comes back", h.net.start},
+	}
+	for i, b := range breaks {
+		h.barrier() // the current stream is open and delivering
+		b.do()
+		h.f.waitUntil(t, "the stream to be reopened after "+b.name, func() bool { return streams() > i+1 })
+		h.push(run) // what the server redelivers: the RUN's confirmation was lost
+		h.barrier()
+		select {
+		case <-h.done:
+			t.Fatalf("Serve returned after %s: %v", b.name, h.err)
+		default:
+		}
+	}
+	assert.Equal(t, int32(1), calls.Load(), "the redelivered RUN did not run again")
+	assert.Empty(t, h.f.acksFor(run.GetMessageId()), "the task is still running")
+
+	// The task's TaskRun still works on the new stream: it yields to a PREEMPT_REQUEST.
+	pre := h.control(protocol.Control{Type: protocol.ControlPreemptRequest, TaskID: "t1", Reason: "urgent"})
+	assert.Equal(t, noteYielded, h.f.waitAck(t, pre.GetMessageId(), commonpb.AckStage_FULFILLED).Note)
+	resume := runControl("t1")
+	resume.Resume = true
+	again := h.control(resume)
+	recv(t, started, "the task to resume")
+	assert.Equal(t, "resumed", h.f.waitAck(t, again.GetMessageId(), commonpb.AckStage_FULFILLED).Note)
+	assert.Empty(t, h.f.acksFor(run.GetMessageId()), "a yielded RUN stays open")
+	assert.True(t, h.logged("reopening"), "the reconnects were logged")
+	h.stop()
+}
+
+// An ACK that fails transiently is sent again with the same message_id (the server answers a
+// repeated message_id with its recorded state, so the retry is idempotent) until it is
+// delivered; a refusal, permanent, is not retried.
+func TestServeRetriesAckWithSameMessageID(t *testing.T) {
+	var failures atomic.Int32
+	h := startServe(t, func(_ context.Context, run *TaskRun) ([]byte, error) {
+		if run.Task().ID == "refused" {
+			return nil, errors.New("boom")
+		}
+		return []byte("done"), nil
+	}, &ServeOptions{RetryBackoff: 5 * time.Millisecond, RetryMaxBackoff: 20 * time.Millisecond})
+	h.f.mu.Lock()
+	h.f.failSend = func(env *commonpb.Envelope) error {
+		if env.GetMessageType() == commonpb.MessageType_ACKNOWLEDGEMENT && failures.Add(1) <= 3 {
+			if failures.Load() == 2 {
+				return status.Error(codes.DeadlineExceeded, "the attempt timed out")
+			}
+			return status.Error(codes.Unavailable, "internal_error: the message could not be stored, retry")
+		}
+		return nil
+	}
+	h.f.refuse = func(env *commonpb.Envelope) string {
+		if a, err := protocol.ParseAck(env); err == nil && a.Stage == commonpb.AckStage_FAILED {
+			return "validation_error: refused for the test"
+		}
+		return ""
+	}
+	h.f.mu.Unlock()
+
+	run := h.control(runControl("t1"))
+	h.f.waitUntil(t, "the FULFILLED ACK to get through", func() bool { return failures.Load() > 3 })
+	h.barrier()
+	acks := h.f.acksFor(run.GetMessageId())
+	require.Len(t, acks, 4, "three failed attempts and the one that got through")
+	for _, a := range acks {
+		assert.Equal(t, commonpb.AckStage_FULFILLED, a.Stage)
+		assert.Equal(t, "done", a.Note)
+		assert.Equal(t, acks[0].env.GetMessageId(), a.env.GetMessageId(), "every attempt has the same message_id")
+		assert.Equal(t, acks[0].env.GetSequenceNumber(), a.env.GetSequenceNumber())
+	}
+	assert.True(t, h.logged("delivered after 3 failed attempts"))
+
+	refused := h.control(runControl("refused"))
+	h.f.waitAck(t, refused.GetMessageId(), commonpb.AckStage_FAILED)
+	h.barrier()
+	assert.Len(t, h.f.acksFor(refused.GetMessageId()), 1, "a refused ACK is not sent again")
+	h.stop()
 }
 
 // A redelivered CONTROL (its confirmation was lost) is confirmed again but not run twice.

@@ -2,6 +2,8 @@ package test
 
 import (
 	"context"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // TestServerRestartLosesNoAdmittedMessage stops the whole sw4rm process (frontend and worker)
@@ -126,4 +130,76 @@ func TestServerOutageTimesNothingOut(t *testing.T) {
 			received[p.AckForMessageID] = true
 		}
 	}
+}
+
+// freeAddr returns a 127.0.0.1 address with a port that was free a moment ago, for a server
+// that must come back on the address its clients already dialled.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	return addr
+}
+
+// TestTaskRunsOnThroughServerRestart stops the whole sw4rm process while an SDK agent runs a
+// task, and starts a new one on the same gRPC address and PostgreSQL database. The agent's
+// Serve rides out the broken stream: the task keeps running, its result reaches the new
+// server once the handler returns, the task completes with its handler having run once, and
+// the agent's next task runs. Before Serve reopened its stream it cancelled the task and
+// returned, nothing was acknowledged and the task stayed RUNNING forever.
+func TestTaskRunsOnThroughServerRestart(t *testing.T) {
+	cfg := newConfig(t, "postgres")
+	cfg.GRPCAddr = freeAddr(t)
+	first := start(t, cfg)
+	b := dialAgent(t, first, "b")
+	sc := schedulerpb.NewSchedulerServiceClient(b.Conn())
+	held, next := uniq(t, "held"), uniq(t, "next")
+	release := make(chan struct{})
+	var (
+		mu   sync.Mutex
+		runs = map[string]int{}
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	var serveErr error
+	go func() {
+		defer close(served)
+		serveErr = b.Serve(ctx, func(ctx context.Context, run *sdk.TaskRun) ([]byte, error) {
+			id := run.Task().ID
+			mu.Lock()
+			runs[id]++
+			mu.Unlock()
+			if id == held {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return []byte("done " + id), nil
+		}, &sdk.ServeOptions{Logf: t.Logf})
+	}()
+	t.Cleanup(func() { cancel(); <-served })
+	waitState(t, first, b.ID(), commonpb.AgentState_RUNNABLE)
+	require.True(t, submit(t, sc, b.ID(), held, 0, "repo:app path:src/held/**").GetAccepted())
+	waitTask(t, first, held, workflows.TaskRunning)
+
+	first.app.Stop() // frontend and worker go away; the agent's stream breaks mid-task
+	second := start(t, cfg)
+	close(release)
+
+	st := waitTask(t, second, held, workflows.TaskCompleted)
+	assert.Equal(t, "done "+held, st.Result)
+	require.True(t, submit(t, sc, b.ID(), next, 0, "repo:app path:src/next/**").GetAccepted())
+	assert.Equal(t, "done "+next, waitTask(t, second, next, workflows.TaskCompleted).Result)
+	select {
+	case <-served:
+		t.Fatalf("Serve returned across the restart: %v", serveErr)
+	default:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, map[string]int{held: 1, next: 1}, runs, "each handler ran once")
 }

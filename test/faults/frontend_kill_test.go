@@ -15,11 +15,13 @@ var pickFirst = grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_fi
 
 // TestFrontendKilledWithTwoFrontendsAndTwoWorkers: two `sw4rm server`s and two
 // `sw4rm worker`s share one PostgreSQL and one Temporal. A sends B 500 messages through both
-// frontends (round robin), B streams from the first frontend, an operator submits 30 tasks
-// through both to three agents that serve from the second, and the first frontend is killed
-// with SIGKILL midway. Clients move to the frontend that is left: B's stream reopens there and
-// gets what it had not confirmed, a submission that died with the frontend is retried with
-// the same task_id. Nothing accepted is lost, handled twice or stranded.
+// frontends (round robin), B streams from the first frontend, an operator submits 33 tasks
+// through both to three agents that serve from the first too, and the first frontend is killed
+// with SIGKILL midway, while each task agent runs a task. Clients move to the frontend that is
+// left: B's stream reopens there and gets what it had not confirmed, the task agents' streams
+// reopen there while their tasks run on, and the tasks' results reach the scheduler through it;
+// a submission that died with the frontend is retried with the same task_id. Nothing accepted
+// is lost, handled twice or stranded.
 func TestFrontendKilledWithTwoFrontendsAndTwoWorkers(t *testing.T) {
 	dir := t.TempDir()
 	pg := newCluster(t)
@@ -33,13 +35,16 @@ func TestFrontendKilledWithTwoFrontendsAndTwoWorkers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	// Task agents serve from the frontend that stays: the SDK's Serve abandons a running task
-	// when its stream breaks (docs/reliability.md), which is not what this scenario measures.
-	survivor, survivorOpt := frontends(f2.addr, f1.addr)
+	// Task agents serve from the frontend that is killed: their streams break with tasks
+	// running, and the SDK's Serve reopens them on the other frontend while the tasks run on
+	// and their ACKs are sent again there.
 	var agents []*taskAgent
 	var stops []func()
-	for range 3 {
-		a := dialAgent(t, survivor, agentID("runner"), survivorOpt, pickFirst)
+	streams := make([]*streamCount, 3)
+	for i := range streams {
+		streams[i] = &streamCount{}
+		killed, killedOpt := frontends(f1.addr, f2.addr)
+		a := dialAgent(t, killed, agentID("runner"), killedOpt, pickFirst, streams[i].interceptor())
 		register(t, a, "runner")
 		ta := newTaskAgent(a, nil, 100*time.Millisecond)
 		agents = append(agents, ta)
@@ -74,7 +79,36 @@ func TestFrontendKilledWithTwoFrontendsAndTwoWorkers(t *testing.T) {
 	if err := waitFor(2*time.Minute, 10*time.Millisecond, func() bool { return p.acceptedCount() >= 150 && endedTasks(agents) >= 3 }); err != nil {
 		t.Fatalf("before the kill: %d messages accepted, %d tasks ended", p.acceptedCount(), endedTasks(agents))
 	}
+	// A task runs on every task agent when frontend-1 dies: each waits until after the kill.
+	for i, ta := range agents {
+		ta.hold()
+		op.submit(ctx, ta.agent.ID(), taskID("held", i))
+	}
+	if err := waitFor(time.Minute, 10*time.Millisecond, func() bool {
+		for _, ta := range agents {
+			if !ta.held() {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatal("the held tasks never started running")
+	}
 	f1.kill()
+	// The held tasks finish only once every task agent's stream reopened on frontend-2.
+	if err := waitFor(time.Minute, 10*time.Millisecond, func() bool {
+		for _, c := range streams {
+			if c.n.Load() < 2 {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatal("a task agent's stream never reopened on frontend-2")
+	}
+	for _, ta := range agents {
+		ta.release()
+	}
 	submit(15, 30)
 	fl.settle(t, ctx, time.Minute)
 	submitting.Wait()
@@ -91,6 +125,11 @@ func TestFrontendKilledWithTwoFrontendsAndTwoWorkers(t *testing.T) {
 	fl.figures(&f)
 	fl.audit(t, &f, pg, false)
 	taskFigures(&f, op, notDone, agents...)
+	opened := int64(0)
+	for _, c := range streams {
+		opened += c.n.Load()
+	}
+	f.add("task_agent_streams=%d", opened)
 	f.add("frontends=2 workers=2 killed=frontend-1")
 	f.report(t)
 }

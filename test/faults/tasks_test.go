@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -20,18 +21,20 @@ import (
 )
 
 // taskAgent is an agent process that runs tasks with the SDK's Serve: each task takes work,
-// or waits for gate when one is set. Serve ends when its stream fails; the agent serves
-// again, as an agent process that must outlive a server restart does.
+// or waits for gate when one is set. Serve reopens a stream that breaks by itself and ends
+// only on a permanent failure; the agent then serves again, as an agent process that must
+// outlive anything does.
 type taskAgent struct {
 	agent *sdk.Agent
 	work  time.Duration
 	acks  *ackWatch
 
-	mu     sync.Mutex
-	gate   chan struct{}
-	starts map[string]int // task_id → handler runs
-	ended  map[string]bool
-	serves int
+	mu      sync.Mutex
+	gate    chan struct{}
+	starts  map[string]int // task_id → handler runs
+	ended   map[string]bool
+	serves  int
+	waiting int // handlers waiting for gate
 }
 
 func newTaskAgent(a *sdk.Agent, acks *ackWatch, work time.Duration) *taskAgent {
@@ -60,21 +63,38 @@ func (ta *taskAgent) handle(ctx context.Context, run *sdk.TaskRun) ([]byte, erro
 	ta.mu.Lock()
 	ta.starts[id]++
 	gate := ta.gate
+	if gate != nil {
+		ta.waiting++
+	}
 	ta.mu.Unlock()
 	wait := time.After(ta.work)
 	if gate != nil {
 		wait = nil
 	}
+	var err error
 	select {
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		err = ctx.Err()
 	case <-gate:
 	case <-wait:
 	}
 	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	if gate != nil {
+		ta.waiting--
+	}
+	if err != nil {
+		return nil, err
+	}
 	ta.ended[id] = true
-	ta.mu.Unlock()
 	return []byte(`{"done":"` + id + `"}`), nil
+}
+
+// held reports whether a handler is waiting for gate.
+func (ta *taskAgent) held() bool {
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	return ta.waiting > 0
 }
 
 // started reports whether the task's handler began.
@@ -101,6 +121,19 @@ func (ta *taskAgent) serve(ctx context.Context) (wait func()) {
 		}
 	}()
 	return func() { <-done }
+}
+
+// streamCount counts the inbound streams an agent opens.
+type streamCount struct{ n atomic.Int64 }
+
+// interceptor is the gRPC client interceptor that counts them.
+func (c *streamCount) interceptor() grpc.DialOption {
+	return grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if method == routerpb.RouterService_StreamIncoming_FullMethodName {
+			c.n.Add(1)
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	})
 }
 
 // ackWatch observes, from the agent's side of the wire, the ACKs FULFILLED the SDK sends for
