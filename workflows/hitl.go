@@ -70,6 +70,13 @@ type hitlWait struct {
 	extensions int
 	refused    int
 	outcome    *hitlsignals.Outcome
+
+	// What the wait keeps between the steps of its loop (see run).
+	actx           workflow.Context // activity options for the audit and the records
+	timer          workflow.Future  // the deadline
+	cancelTimer    workflow.CancelFunc
+	external       workflow.Future // the external HITL component's answer, while asked
+	cancelExternal workflow.CancelFunc
 }
 
 func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
@@ -103,107 +110,30 @@ func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
 		return hitlsignals.Outcome{}, err
 	}
 
-	audit := func(typ, actor string, details map[string]any) {
-		// Auditing must not lose the decision: a failure here is logged, the wait goes on.
-		if err := workflow.ExecuteActivity(actx, acts.RecordHitlEvent, activities.HitlEventInput{
-			InvocationID: w.inv.InvocationID, CorrelationID: w.inv.CorrelationID, Type: typ, Actor: actor, Details: details,
-		}).Get(ctx, nil); err != nil {
-			workflow.GetLogger(ctx).Error("HITL audit failed", "type", typ, "error", err)
-		}
-	}
-
+	w.actx = actx
 	if len(w.policy.Operators) == 0 && w.policy.External == "" {
 		// §15.3: without a HITL component nothing may block; the fallback applies now.
 		w.fallback(ctx, "no_hitl_component")
 	}
 
 	decisions := workflow.GetSignalChannel(ctx, hitlsignals.DecisionSignal)
-	timerCtx, cancelTimer := workflow.WithCancel(ctx)
-	timer := workflow.NewTimer(timerCtx, w.deadline.Sub(workflow.Now(ctx)))
-	var external workflow.Future
-	var cancelExternal workflow.CancelFunc = func() {}
-	askExternal := func() {
-		if w.policy.External == "" {
-			return
-		}
-		var ectx workflow.Context
-		ectx, cancelExternal = workflow.WithCancel(ctx)
-		ectx = workflow.WithActivityOptions(ectx, workflow.ActivityOptions{
-			StartToCloseTimeout: w.deadline.Sub(workflow.Now(ctx)) + 10*time.Second,
-			HeartbeatTimeout:    30 * time.Second,
-			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-		})
-		external = workflow.ExecuteActivity(ectx, acts.AskExternalHitl, w.inv)
-	}
-	// extendOrFallback handles the deadline and external unavailability alike (§15.4).
-	extendOrFallback := func(reason string) {
-		if w.inv.Fallback.Policy != hitlsignals.ExtendTimeout {
-			w.fallback(ctx, reason)
-			return
-		}
-		maxExt := w.inv.Fallback.MaxExtensions
-		if maxExt == 0 {
-			maxExt = hitlsignals.DefaultMaxExtensions
-		}
-		if w.extensions >= maxExt {
-			w.fallback(ctx, "extensions_exhausted")
-			return
-		}
-		extendBy := w.inv.Fallback.ExtendBy
-		if extendBy == 0 {
-			extendBy = w.inv.Timeout
-		}
-		w.extensions++
-		w.deadline = workflow.Now(ctx).Add(extendBy)
-		cancelTimer()
-		timerCtx, cancelTimer = workflow.WithCancel(ctx)
-		timer = workflow.NewTimer(timerCtx, extendBy)
-		audit("hitl.deadline_extended", "fallback", map[string]any{"reason": reason, "extension": w.extensions, "max_extensions": maxExt, "deadline": w.deadline.UTC().Format(time.RFC3339)})
-		if reason == "hitl_unavailable" {
-			askExternal()
-		}
-	}
-	askExternal()
+	var timerCtx workflow.Context
+	timerCtx, w.cancelTimer = workflow.WithCancel(ctx)
+	w.timer = workflow.NewTimer(timerCtx, w.deadline.Sub(workflow.Now(ctx)))
+	w.cancelExternal = func() {}
+	w.askExternal(ctx)
 
 	for w.outcome == nil {
 		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(decisions, func(c workflow.ReceiveChannel, _ bool) {
-			var d hitlsignals.Decision
-			c.Receive(ctx, &d)
-			if err := w.accept(ctx, d); err != nil {
-				w.refused++
-				audit("hitl.decision_refused", d.Operator, map[string]any{"reason": err.Error(), "decision": string(d.Decision), "via": via(d.Via)})
-			}
-		})
-		sel.AddFuture(timer, func(f workflow.Future) {
-			if f.Get(ctx, nil) != nil {
-				return // cancelled by an extension
-			}
-			extendOrFallback("deadline")
-		})
-		if external != nil {
-			sel.AddFuture(external, func(f workflow.Future) {
-				external = nil
-				var o hitlsignals.Outcome
-				err := f.Get(ctx, &o)
-				if err == nil {
-					o.InvocationID, o.DecidedAt = w.inv.InvocationID, workflow.Now(ctx)
-					w.outcome = &o
-					return
-				}
-				var canceled *temporal.CanceledError
-				if errors.As(err, &canceled) {
-					return
-				}
-				workflow.GetLogger(ctx).Warn("external HITL component unavailable", "invocation_id", w.inv.InvocationID, "error", err)
-				audit("hitl.unavailable", "scheduler", map[string]any{"external": w.policy.External, "error": err.Error(), "policy": w.inv.Fallback.Policy})
-				extendOrFallback("hitl_unavailable")
-			})
+		sel.AddReceive(decisions, func(c workflow.ReceiveChannel, _ bool) { w.onDecision(ctx, c) })
+		sel.AddFuture(w.timer, func(f workflow.Future) { w.onDeadline(ctx, f) })
+		if w.external != nil {
+			sel.AddFuture(w.external, func(f workflow.Future) { w.onExternal(ctx, f) })
 		}
 		sel.Select(ctx)
 	}
-	cancelTimer()
-	cancelExternal()
+	w.cancelTimer()
+	w.cancelExternal()
 
 	if err := workflow.ExecuteActivity(actx, acts.RecordHitlOutcome, activities.HitlOutcomeInput{Invocation: w.inv, Outcome: *w.outcome}).Get(ctx, nil); err != nil {
 		return hitlsignals.Outcome{}, err
@@ -212,6 +142,101 @@ func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
 		return hitlsignals.Outcome{}, err
 	}
 	return *w.outcome, nil
+}
+
+// audit records an event of the invocation (§19). Auditing must not lose the decision: a
+// failure here is logged, the wait goes on.
+func (w *hitlWait) audit(ctx workflow.Context, typ, actor string, details map[string]any) {
+	var acts *activities.Activities
+	if err := workflow.ExecuteActivity(w.actx, acts.RecordHitlEvent, activities.HitlEventInput{
+		InvocationID: w.inv.InvocationID, CorrelationID: w.inv.CorrelationID, Type: typ, Actor: actor, Details: details,
+	}).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Error("HITL audit failed", "type", typ, "error", err)
+	}
+}
+
+// askExternal asks the external HITL component, if there is one, for the decision.
+func (w *hitlWait) askExternal(ctx workflow.Context) {
+	if w.policy.External == "" {
+		return
+	}
+	var acts *activities.Activities
+	var ectx workflow.Context
+	ectx, w.cancelExternal = workflow.WithCancel(ctx)
+	ectx = workflow.WithActivityOptions(ectx, workflow.ActivityOptions{
+		StartToCloseTimeout: w.deadline.Sub(workflow.Now(ctx)) + 10*time.Second,
+		HeartbeatTimeout:    30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	w.external = workflow.ExecuteActivity(ectx, acts.AskExternalHitl, w.inv)
+}
+
+// extendOrFallback handles the deadline and external unavailability alike (§15.4).
+func (w *hitlWait) extendOrFallback(ctx workflow.Context, reason string) {
+	if w.inv.Fallback.Policy != hitlsignals.ExtendTimeout {
+		w.fallback(ctx, reason)
+		return
+	}
+	maxExt := w.inv.Fallback.MaxExtensions
+	if maxExt == 0 {
+		maxExt = hitlsignals.DefaultMaxExtensions
+	}
+	if w.extensions >= maxExt {
+		w.fallback(ctx, "extensions_exhausted")
+		return
+	}
+	extendBy := w.inv.Fallback.ExtendBy
+	if extendBy == 0 {
+		extendBy = w.inv.Timeout
+	}
+	w.extensions++
+	w.deadline = workflow.Now(ctx).Add(extendBy)
+	w.cancelTimer()
+	var timerCtx workflow.Context
+	timerCtx, w.cancelTimer = workflow.WithCancel(ctx)
+	w.timer = workflow.NewTimer(timerCtx, extendBy)
+	w.audit(ctx, "hitl.deadline_extended", "fallback", map[string]any{"reason": reason, "extension": w.extensions, "max_extensions": maxExt, "deadline": w.deadline.UTC().Format(time.RFC3339)})
+	if reason == "hitl_unavailable" {
+		w.askExternal(ctx)
+	}
+}
+
+// onDecision takes a decision signal: the first valid one wins, others are refused and
+// audited.
+func (w *hitlWait) onDecision(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var d hitlsignals.Decision
+	c.Receive(ctx, &d)
+	if err := w.accept(ctx, d); err != nil {
+		w.refused++
+		w.audit(ctx, "hitl.decision_refused", d.Operator, map[string]any{"reason": err.Error(), "decision": string(d.Decision), "via": via(d.Via)})
+	}
+}
+
+// onDeadline extends the deadline or applies the fallback (§15.4).
+func (w *hitlWait) onDeadline(ctx workflow.Context, f workflow.Future) {
+	if f.Get(ctx, nil) != nil {
+		return // cancelled by an extension
+	}
+	w.extendOrFallback(ctx, "deadline")
+}
+
+// onExternal takes the external component's answer, or its unavailability (§15.4).
+func (w *hitlWait) onExternal(ctx workflow.Context, f workflow.Future) {
+	w.external = nil
+	var o hitlsignals.Outcome
+	err := f.Get(ctx, &o)
+	if err == nil {
+		o.InvocationID, o.DecidedAt = w.inv.InvocationID, workflow.Now(ctx)
+		w.outcome = &o
+		return
+	}
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		return
+	}
+	workflow.GetLogger(ctx).Warn("external HITL component unavailable", "invocation_id", w.inv.InvocationID, "error", err)
+	w.audit(ctx, "hitl.unavailable", "scheduler", map[string]any{"external": w.policy.External, "error": err.Error(), "policy": w.inv.Fallback.Policy})
+	w.extendOrFallback(ctx, "hitl_unavailable")
 }
 
 // accept validates a decision and, if it is valid, makes it the outcome.
