@@ -1,0 +1,122 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+)
+
+// rawAgent is an agent driven through the generated gRPC clients alone, as a client written
+// in another language drives the server: no SDK, only the canonical services and the
+// documented metadata.
+type rawAgent struct {
+	id     string
+	conn   *grpc.ClientConn
+	router routerpb.RouterServiceClient
+}
+
+// newRawAgent connects and registers an agent that accepts JSON.
+func newRawAgent(t *testing.T, sys *system, name string) *rawAgent {
+	t.Helper()
+	conn, err := grpc.NewClient(sys.app.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	a := &rawAgent{id: uniq(t, name), conn: conn, router: routerpb.NewRouterServiceClient(conn)}
+	resp, err := registrypb.NewRegistryServiceClient(conn).RegisterAgent(context.Background(), &registrypb.RegisterAgentRequest{Agent: &registrypb.AgentDescriptor{
+		AgentId: a.id, Name: name, Description: "raw gRPC client " + name, ModalitiesSupported: []string{"application/json"},
+	}})
+	require.NoError(t, err)
+	require.True(t, resp.GetAccepted(), resp.GetReason())
+	return a
+}
+
+// rawStatus makes one server-streaming or unary gRPC call over plain HTTP/2 with nothing but
+// the standard library and returns the status the server wrote: grpc-status from the trailers
+// (or from the headers of a trailers-only answer). The deadline travels as the grpc-timeout
+// header alone, so no client-side timer stands in for the server's answer: the test sees what
+// the server said, as a client whose own timer lost the race to the server's trailers does.
+// A stream the server reset without a status is an error.
+func rawStatus(t *testing.T, addr, method string, req proto.Message, timeout time.Duration) (codes.Code, string, error) {
+	t.Helper()
+	body, err := proto.Marshal(req)
+	require.NoError(t, err)
+	frame := make([]byte, 5, 5+len(body))
+	binary.BigEndian.PutUint32(frame[1:], uint32(len(body)))
+	frame = append(frame, body...)
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &protocols}
+	defer tr.CloseIdleConnections()
+	u := &url.URL{Scheme: "http", Host: addr, Path: method}
+	hreq, err := http.NewRequest(http.MethodPost, u.String(), bytes.NewReader(frame))
+	require.NoError(t, err)
+	hreq.Header.Set("Content-Type", "application/grpc")
+	hreq.Header.Set("TE", "trailers")
+	hreq.Header.Set("Grpc-Timeout", strconv.FormatInt(timeout.Milliseconds(), 10)+"m")
+	resp, err := tr.RoundTrip(hreq)
+	if err != nil {
+		return codes.Unknown, "", err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return codes.Unknown, "", err
+	}
+	st := resp.Trailer.Get("Grpc-Status")
+	msg := resp.Trailer.Get("Grpc-Message")
+	if st == "" {
+		st, msg = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
+	}
+	n, err := strconv.Atoi(st)
+	require.NoError(t, err, "grpc-status %q", st)
+	msg, _ = url.PathUnescape(msg)
+	return codes.Code(n), msg, nil
+}
+
+// TestStreamIncomingDeadlineStatus covers StreamIncoming on an empty inbox whose deadline
+// passes, on both stores: the server ends the call with DEADLINE_EXCEEDED — what the
+// published SDKs' parity tests expect — never with OK, which would tell a client the stream
+// ended normally. Both a plain HTTP/2 client, which sees only the server's status, and the
+// generated Go client get it.
+func TestStreamIncomingDeadlineStatus(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			a := newRawAgent(t, sys, "a")
+			// RUNNABLE first, so that no stream has to tell the lifecycle the agent is ready.
+			_, err := registrypb.NewRegistryServiceClient(a.conn).Heartbeat(context.Background(), &registrypb.HeartbeatRequest{AgentId: a.id})
+			require.NoError(t, err)
+			waitState(t, sys, a.id, commonpb.AgentState_RUNNABLE)
+			for range 3 {
+				code, msg, err := rawStatus(t, sys.app.GRPCAddr(), "/sw4rm.router.RouterService/StreamIncoming", &routerpb.StreamRequest{AgentId: a.id}, 500*time.Millisecond)
+				require.NoError(t, err, "the server answers with a status, not a reset stream")
+				assert.Equal(t, codes.DeadlineExceeded, code, "status %s: %s", code, msg)
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			s, err := a.router.StreamIncoming(ctx, &routerpb.StreamRequest{AgentId: a.id})
+			require.NoError(t, err)
+			_, err = s.Recv()
+			assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+		})
+	}
+}
