@@ -83,15 +83,34 @@ func TestAckRoundTripAndParsing(t *testing.T) {
 	p, perr := parse(`{"ack_for_message_id":"mX","ack_stage":"rejected","error_code":"buffer_full"}`, "application/json")
 	require.Nil(t, perr)
 	assert.Equal(t, commonpb.ErrorCode_BUFFER_FULL, p.ErrorCode)
+	// The published JS and Python SDKs write the enums as numbers.
+	p, perr = parse(`{"ack_for_message_id":"mX","ack_stage":3,"error_code":0}`, "application/json")
+	require.Nil(t, perr)
+	assert.Equal(t, protocol.AckPayload{AckForMessageID: "mX", Stage: commonpb.AckStage_FULFILLED}, p)
+	p, perr = parse(`{"ack_for_message_id":"mX","ack_stage":4,"error_code":6,"note":"bad"}`, "application/json")
+	require.Nil(t, perr)
+	assert.Equal(t, protocol.AckPayload{AckForMessageID: "mX", Stage: commonpb.AckStage_REJECTED, ErrorCode: commonpb.ErrorCode_VALIDATION_ERROR, Note: "bad"}, p)
+	p, perr = parse(`{"ack_for_message_id":"mX","ack_stage":"READ","error_code":null}`, "application/json")
+	require.Nil(t, perr)
+	assert.Equal(t, commonpb.AckStage_READ, p.Stage)
 	for name, c := range map[string][2]string{
-		"wrong content type": {`{"ack_for_message_id":"m","ack_stage":"READ"}`, "text/plain"},
-		"not json":           {`nope`, "application/json"},
-		"missing target":     {`{"ack_stage":"READ"}`, "application/json"},
-		"unknown stage":      {`{"ack_for_message_id":"m","ack_stage":"DONE"}`, "application/json"},
-		"unspecified stage":  {`{"ack_for_message_id":"m","ack_stage":"ACK_STAGE_UNSPECIFIED"}`, "application/json"},
-		"unknown code":       {`{"ack_for_message_id":"m","ack_stage":"FAILED","error_code":"OOPS"}`, "application/json"},
-		"look-alike stage":   {`{"ack_for_message_id":"m","ack_stage":"tımed_out"}`, "application/json"},
-		"look-alike code":    {`{"ack_for_message_id":"m","ack_stage":"FAILED","error_code":"agent_ſhutdown"}`, "application/json"},
+		"numeric stage 0":        {`{"ack_for_message_id":"m","ack_stage":0}`, "application/json"},
+		"undefined stage number": {`{"ack_for_message_id":"m","ack_stage":7}`, "application/json"},
+		"negative stage":         {`{"ack_for_message_id":"m","ack_stage":-1}`, "application/json"},
+		"fractional stage":       {`{"ack_for_message_id":"m","ack_stage":3.5}`, "application/json"},
+		"stage beyond int32":     {`{"ack_for_message_id":"m","ack_stage":4294967299}`, "application/json"},
+		"boolean stage":          {`{"ack_for_message_id":"m","ack_stage":true}`, "application/json"},
+		"undefined code number":  {`{"ack_for_message_id":"m","ack_stage":5,"error_code":17}`, "application/json"},
+		"object code":            {`{"ack_for_message_id":"m","ack_stage":5,"error_code":{}}`, "application/json"},
+		"null stage":             {`{"ack_for_message_id":"m","ack_stage":null}`, "application/json"},
+		"wrong content type":     {`{"ack_for_message_id":"m","ack_stage":"READ"}`, "text/plain"},
+		"not json":               {`nope`, "application/json"},
+		"missing target":         {`{"ack_stage":"READ"}`, "application/json"},
+		"unknown stage":          {`{"ack_for_message_id":"m","ack_stage":"DONE"}`, "application/json"},
+		"unspecified stage":      {`{"ack_for_message_id":"m","ack_stage":"ACK_STAGE_UNSPECIFIED"}`, "application/json"},
+		"unknown code":           {`{"ack_for_message_id":"m","ack_stage":"FAILED","error_code":"OOPS"}`, "application/json"},
+		"look-alike stage":       {`{"ack_for_message_id":"m","ack_stage":"tımed_out"}`, "application/json"},
+		"look-alike code":        {`{"ack_for_message_id":"m","ack_stage":"FAILED","error_code":"agent_ſhutdown"}`, "application/json"},
 	} {
 		_, perr := parse(c[0], c[1])
 		require.NotNil(t, perr, name)

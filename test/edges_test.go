@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -22,6 +23,9 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/sdk"
+	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
 // rawAgent is an agent driven through the generated gRPC clients alone, as a client written
@@ -117,6 +121,76 @@ func TestStreamIncomingDeadlineStatus(t *testing.T) {
 			require.NoError(t, err)
 			_, err = s.Recv()
 			assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+		})
+	}
+}
+
+// rawAck sends an ACKNOWLEDGEMENT with a hand-written JSON payload from producer over
+// SendMessage, as a client in another language writes it.
+func rawAck(t *testing.T, conn grpc.ClientConnInterface, producer, correlation, payload string) *routerpb.SendMessageResponse {
+	t.Helper()
+	resp, err := routerpb.NewRouterServiceClient(conn).SendMessage(context.Background(), &routerpb.SendMessageRequest{Msg: &commonpb.Envelope{
+		MessageId: uuid.NewString(), ProducerId: producer, CorrelationId: correlation, MessageType: commonpb.MessageType_ACKNOWLEDGEMENT,
+		ContentType: "application/json", Payload: []byte(payload), ContentLength: uint64(len(payload)),
+	}})
+	require.NoError(t, err)
+	return resp
+}
+
+// TestNumericAckEnums covers ACK payloads whose ack_stage and error_code are enum numbers,
+// as the published JS and Python SDKs write them, on both stores: B's numeric READ and
+// FULFILLED are accepted and move A's message to FULFILLED, and A receives them exactly as B
+// wrote them; a numeric REJECTED with error_code 6 rejects the next message with
+// validation_error. The ACK RECEIVED and the NACK the server writes itself spell the enums
+// by name (RFC §13's example).
+func TestNumericAckEnums(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			a, b, aIn, bIn := twoAgents(t, sys)
+			state := func(id string) store.MessageRecord {
+				rec, err := sys.app.Store().Messages().GetMessage(ctx, id)
+				require.NoError(t, err)
+				return rec
+			}
+
+			m1, err := a.Send(ctx, sdk.Message{To: b.ID(), Payload: []byte(`{"n":1}`)})
+			require.NoError(t, err)
+			bIn.next(t, true, func(d *sdk.Delivery) bool { return d.Envelope.GetMessageId() == m1.GetMessageId() })
+			received := aIn.next(t, true, ackFor(m1.GetMessageId(), commonpb.AckStage_RECEIVED))
+			assert.Contains(t, string(received.Envelope.GetPayload()), `"ack_stage":"RECEIVED"`, "the server writes names")
+
+			read := `{"ack_for_message_id":"` + m1.GetMessageId() + `","ack_stage":2}`
+			resp := rawAck(t, b.Conn(), b.ID(), m1.GetCorrelationId(), read)
+			require.True(t, resp.GetAccepted(), resp.GetReason())
+			fulfilled := `{"ack_for_message_id":"` + m1.GetMessageId() + `","ack_stage":3,"error_code":0}`
+			resp = rawAck(t, b.Conn(), b.ID(), m1.GetCorrelationId(), fulfilled)
+			require.True(t, resp.GetAccepted(), resp.GetReason())
+			assert.Equal(t, commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED, state(m1.GetMessageId()).State)
+			got := aIn.next(t, true, ackFor(m1.GetMessageId(), commonpb.AckStage_READ))
+			assert.Equal(t, read, string(got.Envelope.GetPayload()), "forwarded as B wrote it")
+			got = aIn.next(t, true, ackFor(m1.GetMessageId(), commonpb.AckStage_FULFILLED))
+			assert.Equal(t, fulfilled, string(got.Envelope.GetPayload()), "forwarded as B wrote it")
+			assert.Equal(t, b.ID(), got.Envelope.GetProducerId())
+
+			m2, err := a.Send(ctx, sdk.Message{To: b.ID(), Payload: []byte(`{"n":2}`)})
+			require.NoError(t, err)
+			bIn.next(t, true, func(d *sdk.Delivery) bool { return d.Envelope.GetMessageId() == m2.GetMessageId() })
+			resp = rawAck(t, b.Conn(), b.ID(), m2.GetCorrelationId(), `{"ack_for_message_id":"`+m2.GetMessageId()+`","ack_stage":4,"error_code":6,"note":"n must be odd"}`)
+			require.True(t, resp.GetAccepted(), resp.GetReason())
+			rec := state(m2.GetMessageId())
+			assert.Equal(t, commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED, rec.State)
+			assert.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, rec.ErrorCode)
+			nack := aIn.next(t, true, ackFor(m2.GetMessageId(), commonpb.AckStage_REJECTED))
+			assert.Equal(t, protocol.SchedulerID, nack.Envelope.GetProducerId())
+			assert.Contains(t, string(nack.Envelope.GetPayload()), `"ack_stage":"REJECTED","error_code":"VALIDATION_ERROR"`, "the server writes names")
+
+			// A number that names no stage is still refused, saying what is accepted.
+			resp = rawAck(t, b.Conn(), b.ID(), m2.GetCorrelationId(), `{"ack_for_message_id":"`+m2.GetMessageId()+`","ack_stage":9}`)
+			assert.False(t, resp.GetAccepted())
+			assert.Contains(t, resp.GetReason(), "validation_error: ack_stage 9 is not one of")
 		})
 	}
 }
