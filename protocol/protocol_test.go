@@ -234,3 +234,41 @@ func TestResolve(t *testing.T) {
 	require.Nil(t, perr)
 	assert.Equal(t, protocol.Route{AckFor: "m1"}, r, "ACKs route by ack_for_message_id")
 }
+
+// TestDedupKey: a token is the key; without one, the sequence number with the message's
+// content, so that a retry (same content) matches and a new message under a reused number
+// does not; without either, no key.
+func TestDedupKey(t *testing.T) {
+	env := validEnvelope()
+	env.SequenceNumber = 1
+	key := protocol.DedupKey(env, "agent-b")
+	assert.True(t, strings.HasPrefix(key, "s:1:"), key)
+	assert.True(t, protocol.SequenceKey(key))
+
+	retry := validEnvelope()
+	retry.SequenceNumber, retry.MessageId, retry.RetryCount = 1, "6b2e0f4c-1d3a-4c5b-9e8f-0a1b2c3d4e5f", 1
+	assert.Equal(t, key, protocol.DedupKey(retry, "agent-b"), "a retry repeats the content: same key")
+
+	for name, mutate := range map[string]func(*commonpb.Envelope) string{
+		"another payload":      func(e *commonpb.Envelope) string { e.Payload = []byte(`{"a":2}`); return "agent-b" },
+		"another recipient":    func(*commonpb.Envelope) string { return "agent-c" },
+		"another content type": func(e *commonpb.Envelope) string { e.ContentType = "text/plain"; return "agent-b" },
+		"another type":         func(e *commonpb.Envelope) string { e.MessageType = commonpb.MessageType_CONTROL; return "agent-b" },
+		"another number":       func(e *commonpb.Envelope) string { e.SequenceNumber = 2; return "agent-b" },
+		"fields shifted": func(e *commonpb.Envelope) string {
+			e.ContentType = "application/json" + `{"a":1}`
+			e.Payload = nil
+			return "agent-b"
+		},
+	} {
+		e := validEnvelope()
+		e.SequenceNumber = 1
+		recipient := mutate(e)
+		assert.NotEqual(t, key, protocol.DedupKey(e, recipient), name)
+	}
+
+	env.IdempotencyToken = "agent-a:create:abc"
+	assert.Equal(t, "t:agent-a:create:abc", protocol.DedupKey(env, "agent-b"), "a token wins")
+	assert.False(t, protocol.SequenceKey(protocol.DedupKey(env, "agent-b")))
+	assert.Empty(t, protocol.DedupKey(validEnvelope(), "agent-b"), "sequence_number 0 cannot be told from unset")
+}

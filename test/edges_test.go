@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -50,6 +51,32 @@ func newRawAgent(t *testing.T, sys *system, name string) *rawAgent {
 	require.NoError(t, err)
 	require.True(t, resp.GetAccepted(), resp.GetReason())
 	return a
+}
+
+// envelope builds a DATA envelope of a's with a JSON payload.
+func (a *rawAgent) envelope(payload []byte) *commonpb.Envelope {
+	return &commonpb.Envelope{
+		MessageId: uuid.NewString(), ProducerId: a.id, CorrelationId: uuid.NewString(),
+		MessageType: commonpb.MessageType_DATA, ContentType: "application/json",
+		Payload: payload, ContentLength: uint64(len(payload)),
+	}
+}
+
+// send calls SendMessage addressed to "to" ("" for none) and returns the answer and the
+// sw4rm-error-code trailer.
+func (a *rawAgent) send(t *testing.T, env *commonpb.Envelope, to string) (*routerpb.SendMessageResponse, string, error) {
+	t.Helper()
+	ctx := context.Background()
+	if to != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, protocol.RecipientMetadataKey, to)
+	}
+	var trailer metadata.MD
+	resp, err := a.router.SendMessage(ctx, &routerpb.SendMessageRequest{Msg: env}, grpc.Trailer(&trailer))
+	code := ""
+	if v := trailer.Get("sw4rm-error-code"); len(v) > 0 {
+		code = v[0]
+	}
+	return resp, code, err
 }
 
 // rawStatus makes one server-streaming or unary gRPC call over plain HTTP/2 with nothing but
@@ -191,6 +218,73 @@ func TestNumericAckEnums(t *testing.T) {
 			resp = rawAck(t, b.Conn(), b.ID(), m2.GetCorrelationId(), `{"ack_for_message_id":"`+m2.GetMessageId()+`","ack_stage":9}`)
 			assert.False(t, resp.GetAccepted())
 			assert.Contains(t, resp.GetReason(), "validation_error: ack_stage 9 is not one of")
+		})
+	}
+}
+
+// TestReusedSequenceNumber covers a producer on the published JS SDK's defaults — every
+// envelope with sequence_number 1 and no idempotency_token — on both stores: its second,
+// different message is admitted and delivered (a reused sequence number is not a retry when
+// the message differs); a true retry, the same message again, is answered
+// already_in_progress while the first is in flight, with a reason that says how to send a
+// new message; and once the first is fulfilled, duplicate_detected with its outcome.
+func TestReusedSequenceNumber(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			b := dialAgent(t, sys, "b")
+			bIn := openInbox(t, b)
+			waitState(t, sys, b.ID(), commonpb.AgentState_RUNNABLE)
+			a := newRawAgent(t, sys, "a")
+			jsDefaults := func(payload string) *commonpb.Envelope {
+				env := a.envelope([]byte(payload))
+				env.SequenceNumber = 1
+				return env
+			}
+			delivered := func(id string) *sdk.Delivery {
+				return bIn.next(t, true, func(d *sdk.Delivery) bool { return d.Envelope.GetMessageId() == id })
+			}
+
+			m1, m2 := jsDefaults(`{"n":1}`), jsDefaults(`{"n":2}`)
+			for _, m := range []*commonpb.Envelope{m1, m2} {
+				resp, code, err := a.send(t, m, b.ID())
+				require.NoError(t, err)
+				require.True(t, resp.GetAccepted(), "%s: %s", code, resp.GetReason())
+			}
+			d1 := delivered(m1.GetMessageId())
+			delivered(m2.GetMessageId())
+
+			retry := jsDefaults(`{"n":1}`)
+			resp, code, err := a.send(t, retry, b.ID())
+			require.NoError(t, err)
+			assert.False(t, resp.GetAccepted())
+			assert.Equal(t, "ALREADY_IN_PROGRESS", code)
+			assert.Contains(t, resp.GetReason(), m1.GetMessageId())
+			assert.Contains(t, resp.GetReason(), "A new message needs a new sequence_number (monotonic per producer, §11) or its own idempotency_token")
+
+			require.NoError(t, d1.Ack(ctx, commonpb.AckStage_FULFILLED, 0, "n=1 done"))
+			require.Eventually(t, func() bool {
+				rec, err := sys.app.Store().Messages().GetMessage(ctx, m1.GetMessageId())
+				return err == nil && rec.State == commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED
+			}, 10*time.Second, 20*time.Millisecond)
+			resp, code, err = a.send(t, jsDefaults(`{"n":1}`), b.ID())
+			require.NoError(t, err)
+			assert.False(t, resp.GetAccepted())
+			assert.Equal(t, "DUPLICATE_DETECTED", code)
+			assert.Contains(t, resp.GetReason(), `"original_message_id":"`+m1.GetMessageId()+`"`)
+			assert.Contains(t, resp.GetReason(), "n=1 done")
+
+			quiet := time.After(300 * time.Millisecond)
+			for done := false; !done; {
+				select {
+				case d := <-bIn.ch:
+					require.NotEqual(t, a.id, d.Envelope.GetProducerId(), "a retry was delivered: %s", d.Envelope.GetPayload())
+				case <-quiet:
+					done = true
+				}
+			}
 		})
 	}
 }
