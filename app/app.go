@@ -372,7 +372,10 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 			return nil, fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 		}
 		opts := append(frontend.ServerOptions(log),
-			grpc.MaxRecvMsgSize(cfg.MaxPayloadBytes+64<<10),
+			// Well above the payload limit, so that oversize payloads reach the router and get
+			// oversize_payload, a NACK and a dead letter (§5.4, §21.1) rather than gRPC's own
+			// RESOURCE_EXHAUSTED; bounded, so that no request is held in memory unbounded.
+			grpc.MaxRecvMsgSize(frontend.MaxRequestBytes(cfg.MaxPayloadBytes)),
 			// Long-lived StreamIncoming calls must outlive idle proxies and detect dead agents.
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

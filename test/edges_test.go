@@ -288,3 +288,42 @@ func TestReusedSequenceNumber(t *testing.T) {
 		})
 	}
 }
+
+// TestOversizePayloadAnswer covers payloads over SW4RM_MAX_PAYLOAD_BYTES (64 KiB here) sent by
+// a raw client, on both stores. Payloads larger than the limit plus 64 KiB, which gRPC itself
+// used to refuse with RESOURCE_EXHAUSTED, up to four times the limit (what the transport reads,
+// frontend.MaxRequestBytes), get the protocol's answer: accepted=false with oversize_payload
+// and its trailer, a NACK to the producer and a dead letter.
+func TestOversizePayloadAnswer(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			cfg := newConfig(t, kind)
+			cfg.MaxPayloadBytes = 64 << 10
+			sys := start(t, cfg)
+			ctx := context.Background()
+			a, b, aIn, _ := twoAgents(t, sys)
+			raw := &rawAgent{id: a.ID(), router: routerpb.NewRouterServiceClient(a.Conn())}
+
+			for _, size := range []int{cfg.MaxPayloadBytes + 65<<10, 4 * cfg.MaxPayloadBytes} {
+				env := raw.envelope(append(append([]byte(`{"blob":"`), bytes.Repeat([]byte("x"), size-11)...), '"', '}'))
+				require.Len(t, env.GetPayload(), size)
+				resp, code, err := raw.send(t, env, b.ID())
+				require.NoError(t, err, "%d bytes: a protocol answer, not a gRPC error", size)
+				assert.False(t, resp.GetAccepted())
+				assert.Equal(t, "OVERSIZE_PAYLOAD", code)
+				assert.Contains(t, resp.GetReason(), "oversize_payload:")
+				nack := aIn.next(t, true, ackFor(env.GetMessageId(), commonpb.AckStage_REJECTED))
+				np, _ := nack.AckPayload()
+				assert.Equal(t, commonpb.ErrorCode_OVERSIZE_PAYLOAD, np.ErrorCode)
+				dead, err := sys.app.Store().DLQ().ListDeadLetters(ctx, store.DLQFilter{ProducerID: a.ID(), ErrorCode: commonpb.ErrorCode_OVERSIZE_PAYLOAD})
+				require.NoError(t, err)
+				require.NotEmpty(t, dead)
+				last := dead[len(dead)-1]
+				assert.Equal(t, env.GetMessageId(), last.MessageID)
+				assert.Equal(t, store.DLQPolicyViolation, last.Class)
+				assert.Equal(t, size, last.PayloadSize)
+			}
+		})
+	}
+}
