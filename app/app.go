@@ -250,6 +250,31 @@ type Roles struct {
 	Worker bool
 }
 
+// command names the sw4rm command that runs these roles.
+func (r Roles) command() string {
+	switch {
+	case r.Server && r.Worker:
+		return "sw4rm dev"
+	case r.Server:
+		return "sw4rm server"
+	}
+	return "sw4rm worker"
+}
+
+// CheckStore refuses a process that runs one role alone on the memory store. The memory store
+// lives inside its process, so a server and a worker started apart without
+// SW4RM_DATABASE_URL would each keep agents, messages, HITL invocations and the audit log of
+// their own, and silently disagree: the server would answer from registrations the worker's
+// activities never see.
+func CheckStore(cfg Config, roles Roles) error {
+	if cfg.DatabaseURL != "" || roles.Server == roles.Worker {
+		return nil
+	}
+	return fmt.Errorf("`%s` needs SW4RM_DATABASE_URL (or --database-url): without it this process would keep agents, messages and the audit log "+
+		"in a memory store of its own that no other sw4rm process sees, and a separate server and worker would silently disagree. "+
+		"Point every sw4rm server and worker at one PostgreSQL, or run `sw4rm dev` for both roles in one process on the memory store", roles.command())
+}
+
 // App is a running SW4RM process.
 type App struct {
 	cfg       Config
@@ -283,8 +308,12 @@ func OpenStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 	return postgres.Open(ctx, cfg.DatabaseURL, log)
 }
 
-// Start opens the store, connects to Temporal and starts the requested roles.
+// Start opens the store, connects to Temporal and starts the requested roles. One role alone
+// needs PostgreSQL (CheckStore).
 func Start(ctx context.Context, cfg Config, roles Roles, log *slog.Logger) (*App, error) {
+	if err := CheckStore(cfg, roles); err != nil {
+		return nil, err
+	}
 	st, err := OpenStore(ctx, cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
