@@ -112,6 +112,11 @@ type Config struct {
 	TerminateGrace time.Duration
 }
 
+// DevHITLOperators is the HITL operator policy of `sw4rm dev` when none is configured: one
+// operator, dev, with the token sw4rm-dev-token, so that HITL waits on a laptop can be decided
+// rather than all falling back at once (§15.3). Never meant for a shared deployment.
+const DevHITLOperators = "dev=sw4rm-dev-token"
+
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
