@@ -114,6 +114,11 @@ type Config struct {
 	TerminateGrace time.Duration
 }
 
+// DevHITLOperators is the HITL operator policy of `sw4rm dev` when none is configured: one
+// operator, dev, with the token sw4rm-dev-token, so that HITL waits on a laptop can be decided
+// rather than all falling back at once (§15.3). Never meant for a shared deployment.
+const DevHITLOperators = "dev=sw4rm-dev-token"
+
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -252,6 +257,31 @@ type Roles struct {
 	Worker bool
 }
 
+// command names the sw4rm command that runs these roles.
+func (r Roles) command() string {
+	switch {
+	case r.Server && r.Worker:
+		return "sw4rm dev"
+	case r.Server:
+		return "sw4rm server"
+	}
+	return "sw4rm worker"
+}
+
+// CheckStore refuses a process that runs one role alone on the memory store. The memory store
+// lives inside its process, so a server and a worker started apart without
+// SW4RM_DATABASE_URL would each keep agents, messages, HITL invocations and the audit log of
+// their own, and silently disagree: the server would answer from registrations the worker's
+// activities never see.
+func CheckStore(cfg Config, roles Roles) error {
+	if cfg.DatabaseURL != "" || roles.Server == roles.Worker {
+		return nil
+	}
+	return fmt.Errorf("`%s` needs SW4RM_DATABASE_URL (or --database-url): without it this process would keep agents, messages and the audit log "+
+		"in a memory store of its own that no other sw4rm process sees, and a separate server and worker would silently disagree. "+
+		"Point every sw4rm server and worker at one PostgreSQL, or run `sw4rm dev` for both roles in one process on the memory store", roles.command())
+}
+
 // App is a running SW4RM process.
 type App struct {
 	cfg       Config
@@ -285,8 +315,12 @@ func OpenStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 	return postgres.Open(ctx, cfg.DatabaseURL, log)
 }
 
-// Start opens the store, connects to Temporal and starts the requested roles.
+// Start opens the store, connects to Temporal and starts the requested roles. One role alone
+// needs PostgreSQL (CheckStore).
 func Start(ctx context.Context, cfg Config, roles Roles, log *slog.Logger) (*App, error) {
+	if err := CheckStore(cfg, roles); err != nil {
+		return nil, err
+	}
 	st, err := OpenStore(ctx, cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
@@ -374,7 +408,10 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 			return nil, fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 		}
 		opts := append(frontend.ServerOptions(log),
-			grpc.MaxRecvMsgSize(cfg.MaxPayloadBytes+64<<10),
+			// Well above the payload limit, so that oversize payloads reach the router and get
+			// oversize_payload, a NACK and a dead letter (§5.4, §21.1) rather than gRPC's own
+			// RESOURCE_EXHAUSTED; bounded, so that no request is held in memory unbounded.
+			grpc.MaxRecvMsgSize(frontend.MaxRequestBytes(cfg.MaxPayloadBytes)),
 			// Long-lived StreamIncoming calls must outlive idle proxies and detect dead agents.
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

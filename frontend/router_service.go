@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -60,6 +61,14 @@ func (r *routerService) SendMessage(ctx context.Context, req *routerpb.SendMessa
 // what an earlier stream got but never confirmed.
 func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.ServerStreamingServer[routerpb.StreamItem]) error {
 	ctx := stream.Context()
+	if deadline, ok := ctx.Deadline(); ok {
+		// End the call a little before its deadline, so that its status is written: at the
+		// deadline itself gRPC's transport resets the stream (RST_STREAM CANCEL) at the same
+		// moment, and whichever comes first is what a client whose own timer is late sees.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-streamDeadlineMargin(time.Until(deadline))))
+		defer cancel()
+	}
 	agentID := req.GetAgentId()
 	if perr := protocol.ValidateAgentID(agentID); perr != nil {
 		return status.Error(codes.InvalidArgument, perr.Error())
@@ -69,6 +78,9 @@ func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.
 		return status.Errorf(codes.NotFound, "no_route: agent %q is not registered; call RegistryService.RegisterAgent first", agentID)
 	}
 	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return status.FromContextError(cerr).Err()
+		}
 		return status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
 	}
 	var resumeAfter *int64
@@ -94,8 +106,11 @@ func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.
 		}
 		return status.Error(codes.FailedPrecondition, rerr.Error())
 	}
-	if ctx.Err() != nil {
-		return nil // the consumer went away; unconfirmed rows stay for its next stream
+	if cerr := ctx.Err(); cerr != nil {
+		// The deadline passed or the consumer went away; unconfirmed rows stay for its next
+		// stream. The call ends with the context's status (DEADLINE_EXCEEDED or CANCELLED):
+		// OK would tell the client that the server ended the stream normally.
+		return status.FromContextError(cerr).Err()
 	}
 	if err != nil {
 		if _, ok := status.FromError(err); ok {
@@ -104,6 +119,12 @@ func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.
 		return status.Errorf(codes.Unavailable, "internal_error: stream interrupted: %v", err)
 	}
 	return nil
+}
+
+// streamDeadlineMargin is how long before its deadline a stream with remaining time left
+// ends: a tenth of it, at most 100 ms.
+func streamDeadlineMargin(remaining time.Duration) time.Duration {
+	return max(0, min(remaining/10, 100*time.Millisecond))
 }
 
 // AckDelivery confirms a streamed row; recorded=false for an unknown or already-confirmed

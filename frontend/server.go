@@ -6,6 +6,7 @@ package frontend
 import (
 	"context"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -37,6 +38,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
 	"github.com/sw4rm/sw4rm-temporal/router"
@@ -116,6 +118,20 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
 	return hs
+}
+
+// MaxRequestBytes is the largest request the gRPC frontend reads when payloads may be at most
+// maxPayload bytes (SW4RM_MAX_PAYLOAD_BYTES): four times the limit, plus 64 KiB for the rest
+// of the envelope — with the default 1 MiB limit, about gRPC's own default of 4 MiB. Up to it
+// an oversize payload reaches the router and gets the protocol's answer: oversize_payload, a
+// NACK and a dead letter (§5.4, §21.1). gRPC refuses a larger request itself, before any
+// handler or interceptor runs, with RESOURCE_EXHAUSTED: to learn who sent it the server would
+// have to hold all of it in memory, and this bound is what keeps a request's memory finite.
+func MaxRequestBytes(maxPayload int) int {
+	if maxPayload <= 0 {
+		maxPayload = protocol.DefaultMaxPayloadBytes
+	}
+	return int(min(4*int64(maxPayload)+64<<10, math.MaxInt32))
 }
 
 // ServerOptions returns the interceptors every SW4RM gRPC server needs: the capability gate

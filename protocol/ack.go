@@ -2,7 +2,9 @@ package protocol
 
 import (
 	"encoding/json"
+	"fmt"
 	"mime"
+	"strconv"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 )
@@ -10,9 +12,11 @@ import (
 // AckContentType is the content type of ACKNOWLEDGEMENT envelopes (wire contract).
 const AckContentType = "application/json"
 
-// AckPayload is the JSON payload of an ACKNOWLEDGEMENT envelope as the published SDKs send it:
-// {"ack_for_message_id","ack_stage","error_code","note"}, with the stage and the code spelled
-// as their enum names. Parsing also accepts the RFC's lower-case spelling ("buffer_full", C.3).
+// AckPayload is the JSON payload of an ACKNOWLEDGEMENT envelope:
+// {"ack_for_message_id","ack_stage","error_code","note"}. The server writes the stage and the
+// code as their enum names, as the RFC's example does (§13). Parsing accepts the names, the
+// RFC's lower-case spelling ("buffer_full", C.3) and the enum numbers, which the published JS
+// and Python SDKs write ({"ack_stage":3,"error_code":0}).
 type AckPayload struct {
 	// AckForMessageID is the message_id being acknowledged.
 	AckForMessageID string
@@ -24,12 +28,67 @@ type AckPayload struct {
 	Note string
 }
 
+// ackJSON is the wire form the server writes.
 type ackJSON struct {
 	AckForMessageID string `json:"ack_for_message_id"`
 	AckStage        string `json:"ack_stage"`
 	ErrorCode       string `json:"error_code,omitempty"`
 	Note            string `json:"note,omitempty"`
 }
+
+// ackInJSON is the wire form the server reads: the enums as names or numbers.
+type ackInJSON struct {
+	AckForMessageID string   `json:"ack_for_message_id"`
+	AckStage        enumJSON `json:"ack_stage"`
+	ErrorCode       enumJSON `json:"error_code"`
+	Note            string   `json:"note"`
+}
+
+// enumJSON is an enum field written either as a JSON string (a name) or as a JSON integer (a
+// number); null and "" mean absent.
+type enumJSON struct {
+	name     string
+	number   int32
+	isNumber bool
+}
+
+// UnmarshalJSON accepts a string or an integer that fits an enum (int32, as in protobuf).
+func (e *enumJSON) UnmarshalJSON(b []byte) error {
+	*e = enumJSON{}
+	switch {
+	case string(b) == "null":
+		return nil
+	case len(b) > 0 && b[0] == '"':
+		return json.Unmarshal(b, &e.name)
+	}
+	if err := json.Unmarshal(b, &e.number); err != nil {
+		return fmt.Errorf("want an enum name (a string) or an enum number (an integer), got %s", truncate(string(b)))
+	}
+	e.isNumber = true
+	return nil
+}
+
+// String renders the field for error messages.
+func (e enumJSON) String() string {
+	if e.isNumber {
+		return strconv.Itoa(int(e.number))
+	}
+	return strconv.Quote(truncate(e.name))
+}
+
+// resolve looks the field up by name (case-insensitively, for the RFC's lower-case spelling)
+// or by number; ok is false when it names no value of the enum.
+func (e enumJSON) resolve(values map[string]int32, names map[int32]string) (v int32, ok bool) {
+	if e.isNumber {
+		_, ok = names[e.number]
+		return e.number, ok
+	}
+	v, ok = values[asciiUpper(e.name)]
+	return v, ok
+}
+
+// absent reports whether the field was left out (or null, or "").
+func (e enumJSON) absent() bool { return !e.isNumber && e.name == "" }
 
 // MarshalJSON renders the wire form with enum names.
 func (a AckPayload) MarshalJSON() ([]byte, error) {
@@ -45,24 +104,23 @@ func ParseAck(env *commonpb.Envelope) (AckPayload, *Error) {
 	if mt, _, err := mime.ParseMediaType(env.GetContentType()); err != nil || mt != AckContentType {
 		return AckPayload{}, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "ACKNOWLEDGEMENT content_type must be %s, got %q", AckContentType, truncate(env.GetContentType()))
 	}
-	var j ackJSON
+	var j ackInJSON
 	if err := json.Unmarshal(env.GetPayload(), &j); err != nil {
 		return AckPayload{}, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "ACKNOWLEDGEMENT payload is not the ACK JSON object: %v", err)
 	}
 	if j.AckForMessageID == "" {
 		return AckPayload{}, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "ACKNOWLEDGEMENT payload needs ack_for_message_id")
 	}
-	stage, ok := commonpb.AckStage_value[asciiUpper(j.AckStage)]
-	if !ok || stage == 0 {
-		return AckPayload{}, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "ack_stage %q is not one of RECEIVED, READ, FULFILLED, REJECTED, FAILED, TIMED_OUT", truncate(j.AckStage))
+	stage, ok := j.AckStage.resolve(commonpb.AckStage_value, commonpb.AckStage_name)
+	if !ok || stage == int32(commonpb.AckStage_ACK_STAGE_UNSPECIFIED) {
+		return AckPayload{}, Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
+			"ack_stage %s is not one of RECEIVED (1), READ (2), FULFILLED (3), REJECTED (4), FAILED (5), TIMED_OUT (6)", j.AckStage)
 	}
 	var code int32
-	if j.ErrorCode != "" {
-		c, ok := commonpb.ErrorCode_value[asciiUpper(j.ErrorCode)]
-		if !ok {
-			return AckPayload{}, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "error_code %q is not a SW4RM error code", truncate(j.ErrorCode))
+	if !j.ErrorCode.absent() {
+		if code, ok = j.ErrorCode.resolve(commonpb.ErrorCode_value, commonpb.ErrorCode_name); !ok {
+			return AckPayload{}, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "error_code %s is not a SW4RM error code (a name such as BUFFER_FULL, or its number)", j.ErrorCode)
 		}
-		code = c
 	}
 	return AckPayload{
 		AckForMessageID: j.AckForMessageID,

@@ -212,7 +212,7 @@ func FuzzParseAck(f *testing.F) {
 		payload     string
 		contentType string
 	}{
-		// Valid, enum-name and RFC lower-case spellings.
+		// Valid: enum names and the RFC's lower-case spellings.
 		{`{"ack_for_message_id":"` + fuzzUUID + `","ack_stage":"RECEIVED"}`, "application/json"},
 		{`{"ack_for_message_id":"m1","ack_stage":"FULFILLED","note":"done"}`, "application/json"},
 		{`{"ack_for_message_id":"m1","ack_stage":"read"}`, "application/json; charset=utf-8"},
@@ -221,6 +221,10 @@ func FuzzParseAck(f *testing.F) {
 		{rfc13Payload, "application/json"},
 		{`{"ack_for_message_id":"m1","ack_stage":"Timed_Out","error_code":"Ack_Timeout"}`, "Application/JSON"},
 		{`{"ack_for_message_id":"m1","ack_stage":"FAILED","error_code":"INTERNAL_ERROR","note":"boom"}`, "application/json"},
+		// Enum numbers, as the published JS and Python SDKs write them.
+		{`{"ack_for_message_id":"m1","ack_stage":3,"error_code":0}`, "application/json"},
+		{`{"ack_for_message_id":"m1","ack_stage":2}`, "application/json"},
+		{`{"ack_for_message_id":"m1","ack_stage":4,"error_code":6,"note":"bad"}`, "application/json"},
 		{`{"ack_for_message_id":"m1","ack_stage":"FAILED","error_code":"ERROR_CODE_UNSPECIFIED"}`, "application/json"},
 		{`{"ack_for_message_id":"m1","ack_stage":"REJECTED","error_code":""}`, "application/json"},
 		{`{"ack_for_message_id":"m1","ack_stage":"READ","extra":{"nested":[1,2,{"x":null}]}}`, "application/json"},
@@ -235,8 +239,9 @@ func FuzzParseAck(f *testing.F) {
 		{`{"ack_for_message_id":"","ack_stage":"READ"}`, "application/json"},
 		// Wrong types and values.
 		{`{"ack_for_message_id":1,"ack_stage":"READ"}`, "application/json"},
-		{`{"ack_for_message_id":"m1","ack_stage":2}`, "application/json"},
-		{`{"ack_for_message_id":"m1","ack_stage":"READ","error_code":6}`, "application/json"},
+		{`{"ack_for_message_id":"m1","ack_stage":2.5}`, "application/json"},
+		{`{"ack_for_message_id":"m1","ack_stage":"READ","error_code":true}`, "application/json"},
+		{`{"ack_for_message_id":"m1","ack_stage":7,"error_code":-1}`, "application/json"},
 		{`{"ack_for_message_id":"m1","ack_stage":"READ","note":{"a":1}}`, "application/json"},
 		{`{"ack_for_message_id":null,"ack_stage":null}`, "application/json"},
 		{`{"ack_for_message_id":"m1","ack_stage":"ACK_STAGE_UNSPECIFIED"}`, "application/json"},

@@ -83,15 +83,34 @@ func TestAckRoundTripAndParsing(t *testing.T) {
 	p, perr := parse(`{"ack_for_message_id":"mX","ack_stage":"rejected","error_code":"buffer_full"}`, "application/json")
 	require.Nil(t, perr)
 	assert.Equal(t, commonpb.ErrorCode_BUFFER_FULL, p.ErrorCode)
+	// The published JS and Python SDKs write the enums as numbers.
+	p, perr = parse(`{"ack_for_message_id":"mX","ack_stage":3,"error_code":0}`, "application/json")
+	require.Nil(t, perr)
+	assert.Equal(t, protocol.AckPayload{AckForMessageID: "mX", Stage: commonpb.AckStage_FULFILLED}, p)
+	p, perr = parse(`{"ack_for_message_id":"mX","ack_stage":4,"error_code":6,"note":"bad"}`, "application/json")
+	require.Nil(t, perr)
+	assert.Equal(t, protocol.AckPayload{AckForMessageID: "mX", Stage: commonpb.AckStage_REJECTED, ErrorCode: commonpb.ErrorCode_VALIDATION_ERROR, Note: "bad"}, p)
+	p, perr = parse(`{"ack_for_message_id":"mX","ack_stage":"READ","error_code":null}`, "application/json")
+	require.Nil(t, perr)
+	assert.Equal(t, commonpb.AckStage_READ, p.Stage)
 	for name, c := range map[string][2]string{
-		"wrong content type": {`{"ack_for_message_id":"m","ack_stage":"READ"}`, "text/plain"},
-		"not json":           {`nope`, "application/json"},
-		"missing target":     {`{"ack_stage":"READ"}`, "application/json"},
-		"unknown stage":      {`{"ack_for_message_id":"m","ack_stage":"DONE"}`, "application/json"},
-		"unspecified stage":  {`{"ack_for_message_id":"m","ack_stage":"ACK_STAGE_UNSPECIFIED"}`, "application/json"},
-		"unknown code":       {`{"ack_for_message_id":"m","ack_stage":"FAILED","error_code":"OOPS"}`, "application/json"},
-		"look-alike stage":   {`{"ack_for_message_id":"m","ack_stage":"tımed_out"}`, "application/json"},
-		"look-alike code":    {`{"ack_for_message_id":"m","ack_stage":"FAILED","error_code":"agent_ſhutdown"}`, "application/json"},
+		"numeric stage 0":        {`{"ack_for_message_id":"m","ack_stage":0}`, "application/json"},
+		"undefined stage number": {`{"ack_for_message_id":"m","ack_stage":7}`, "application/json"},
+		"negative stage":         {`{"ack_for_message_id":"m","ack_stage":-1}`, "application/json"},
+		"fractional stage":       {`{"ack_for_message_id":"m","ack_stage":3.5}`, "application/json"},
+		"stage beyond int32":     {`{"ack_for_message_id":"m","ack_stage":4294967299}`, "application/json"},
+		"boolean stage":          {`{"ack_for_message_id":"m","ack_stage":true}`, "application/json"},
+		"undefined code number":  {`{"ack_for_message_id":"m","ack_stage":5,"error_code":17}`, "application/json"},
+		"object code":            {`{"ack_for_message_id":"m","ack_stage":5,"error_code":{}}`, "application/json"},
+		"null stage":             {`{"ack_for_message_id":"m","ack_stage":null}`, "application/json"},
+		"wrong content type":     {`{"ack_for_message_id":"m","ack_stage":"READ"}`, "text/plain"},
+		"not json":               {`nope`, "application/json"},
+		"missing target":         {`{"ack_stage":"READ"}`, "application/json"},
+		"unknown stage":          {`{"ack_for_message_id":"m","ack_stage":"DONE"}`, "application/json"},
+		"unspecified stage":      {`{"ack_for_message_id":"m","ack_stage":"ACK_STAGE_UNSPECIFIED"}`, "application/json"},
+		"unknown code":           {`{"ack_for_message_id":"m","ack_stage":"FAILED","error_code":"OOPS"}`, "application/json"},
+		"look-alike stage":       {`{"ack_for_message_id":"m","ack_stage":"tımed_out"}`, "application/json"},
+		"look-alike code":        {`{"ack_for_message_id":"m","ack_stage":"FAILED","error_code":"agent_ſhutdown"}`, "application/json"},
 	} {
 		_, perr := parse(c[0], c[1])
 		require.NotNil(t, perr, name)
@@ -214,4 +233,42 @@ func TestResolve(t *testing.T) {
 	r, perr = protocol.Resolve(ack, "ignored")
 	require.Nil(t, perr)
 	assert.Equal(t, protocol.Route{AckFor: "m1"}, r, "ACKs route by ack_for_message_id")
+}
+
+// TestDedupKey: a token is the key; without one, the sequence number with the message's
+// content, so that a retry (same content) matches and a new message under a reused number
+// does not; without either, no key.
+func TestDedupKey(t *testing.T) {
+	env := validEnvelope()
+	env.SequenceNumber = 1
+	key := protocol.DedupKey(env, "agent-b")
+	assert.True(t, strings.HasPrefix(key, "s:1:"), key)
+	assert.True(t, protocol.SequenceKey(key))
+
+	retry := validEnvelope()
+	retry.SequenceNumber, retry.MessageId, retry.RetryCount = 1, "6b2e0f4c-1d3a-4c5b-9e8f-0a1b2c3d4e5f", 1
+	assert.Equal(t, key, protocol.DedupKey(retry, "agent-b"), "a retry repeats the content: same key")
+
+	for name, mutate := range map[string]func(*commonpb.Envelope) string{
+		"another payload":      func(e *commonpb.Envelope) string { e.Payload = []byte(`{"a":2}`); return "agent-b" },
+		"another recipient":    func(*commonpb.Envelope) string { return "agent-c" },
+		"another content type": func(e *commonpb.Envelope) string { e.ContentType = "text/plain"; return "agent-b" },
+		"another type":         func(e *commonpb.Envelope) string { e.MessageType = commonpb.MessageType_CONTROL; return "agent-b" },
+		"another number":       func(e *commonpb.Envelope) string { e.SequenceNumber = 2; return "agent-b" },
+		"fields shifted": func(e *commonpb.Envelope) string {
+			e.ContentType = "application/json" + `{"a":1}`
+			e.Payload = nil
+			return "agent-b"
+		},
+	} {
+		e := validEnvelope()
+		e.SequenceNumber = 1
+		recipient := mutate(e)
+		assert.NotEqual(t, key, protocol.DedupKey(e, recipient), name)
+	}
+
+	env.IdempotencyToken = "agent-a:create:abc"
+	assert.Equal(t, "t:agent-a:create:abc", protocol.DedupKey(env, "agent-b"), "a token wins")
+	assert.False(t, protocol.SequenceKey(protocol.DedupKey(env, "agent-b")))
+	assert.Empty(t, protocol.DedupKey(validEnvelope(), "agent-b"), "sequence_number 0 cannot be told from unset")
 }

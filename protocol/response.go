@@ -2,9 +2,11 @@ package protocol
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"mime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -93,15 +95,34 @@ func ResponseToken(responder, requestOriginalID string) string {
 	return responder + ":response:" + hex.EncodeToString(sum[:16])
 }
 
-// DedupKey returns the idempotency key of an envelope (§11.2): its token, else its
-// (producer, sequence_number) — only when the sequence number is set, since proto3 cannot
-// tell an unset 0 from a real one — else "".
-func DedupKey(env *commonpb.Envelope) string {
+// DedupKey returns the idempotency key of an envelope sent to recipient (§11.2): its token,
+// else its sequence number with a fingerprint of what the message carries — only when the
+// sequence number is set, since proto3 cannot tell an unset 0 from a real one — else "".
+//
+// The fingerprint (recipient, message type, content type and payload) is there because a
+// reused sequence number is not always a retry. A retry repeats its message; a producer whose
+// sequence numbers restart at 1, or never advance (the published JS SDK sends 1 on every
+// envelope without a token), would otherwise have every later message refused as a
+// duplicate of its first for the whole dedup window. So (producer_id, sequence_number)
+// deduplicates retries, as §11.2 requires, and a different message under a used number is
+// a different operation — as a token "computed over canonical parameters" would make it.
+func DedupKey(env *commonpb.Envelope, recipient string) string {
 	if t := env.GetIdempotencyToken(); t != "" {
 		return "t:" + t
 	}
-	if n := env.GetSequenceNumber(); n > 0 {
-		return "s:" + strconv.FormatUint(n, 10)
+	n := env.GetSequenceNumber()
+	if n == 0 {
+		return ""
 	}
-	return ""
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(recipient), []byte(env.GetMessageType().String()), []byte(env.GetContentType()), env.GetPayload()} {
+		var size [8]byte
+		binary.BigEndian.PutUint64(size[:], uint64(len(part)))
+		h.Write(size[:]) // length-prefixed, so that no two field splits hash alike
+		h.Write(part)
+	}
+	return "s:" + strconv.FormatUint(n, 10) + ":" + hex.EncodeToString(h.Sum(nil)[:16])
 }
+
+// SequenceKey reports whether an idempotency key is a sequence-number key (not a token).
+func SequenceKey(key string) bool { return strings.HasPrefix(key, "s:") }

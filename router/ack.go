@@ -216,9 +216,16 @@ func (r *Router) answerFromCache(ctx context.Context, env *commonpb.Envelope, du
 		MessageID: env.GetMessageId(), Details: map[string]any{"key": e.Key, "status": e.Status, "original_message_id": e.OriginalMessageID,
 			"latest_message_id": e.LatestMessageID, "in_progress": dup.InProgress}})
 	var perr *protocol.Error
-	if dup.InProgress {
+	switch {
+	case dup.InProgress && protocol.SequenceKey(e.Key):
+		// Most likely a producer that reuses sequence numbers for new messages: say how
+		// to send a new message, not only how to wait.
+		perr = protocol.Errorf(commonpb.ErrorCode_ALREADY_IN_PROGRESS, "sequence_number %d with this recipient, type and payload was sent as %s, "+
+			"which is in progress, so this is taken for its retry; wait for its outcome (§11.2). A new message needs a new sequence_number "+
+			"(monotonic per producer, §11) or its own idempotency_token", env.GetSequenceNumber(), e.LatestMessageID)
+	case dup.InProgress:
 		perr = protocol.Errorf(commonpb.ErrorCode_ALREADY_IN_PROGRESS, "operation %s is in progress as attempt %s; wait for its outcome (§11.2)", e.Key, e.LatestMessageID)
-	} else {
+	default:
 		perr = &protocol.Error{Code: commonpb.ErrorCode_DUPLICATE_DETECTED, Msg: duplicateNote(e)}
 	}
 	if err := r.nack(ctx, env.GetProducerId(), env.GetCorrelationId(), env.GetMessageId(), commonpb.AckStage_REJECTED, perr.Code, perr.Msg); err != nil {

@@ -228,7 +228,7 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 	if ttl := env.GetTtlMs(); ttl > 0 {
 		req.ExpiresAt = received.Add(time.Duration(ttl) * time.Millisecond)
 	}
-	if key := protocol.DedupKey(env); key != "" {
+	if key := protocol.DedupKey(env, route.Recipient); key != "" {
 		req.Dedup = &store.Dedup{ProducerID: env.GetProducerId(), Key: key, Window: r.cfg.DedupWindow}
 	}
 	seq, err := r.st.Messages().Admit(ctx, req)

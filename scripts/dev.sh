@@ -32,9 +32,9 @@ else
   done
 fi
 
-# A laptop gets one HITL operator so `sw4rm hitl decide` works out of the box; set
-# SW4RM_HITL_OPERATORS for real ones (docs/hitl.md).
-export SW4RM_HITL_OPERATORS=${SW4RM_HITL_OPERATORS:-dev=sw4rm-dev-token}
+# `sw4rm dev` configures one HITL operator, dev, unless SW4RM_HITL_OPERATORS is set
+# (docs/hitl.md).
+hitl_operators=${SW4RM_HITL_OPERATORS-dev=sw4rm-dev-token}
 grpc=${SW4RM_GRPC_ADDR:-:50051}
 cat <<MSG
 
@@ -42,7 +42,7 @@ cat <<MSG
   SW4RM gRPC      localhost:${grpc##*:}       (all 15 SW4RM services; try: grpcurl -plaintext localhost:${grpc##*:} list)
   Health          http://localhost:$(h=${SW4RM_HTTP_ADDR:-:8080}; echo ${h##*:})/healthz
   Store           ${SW4RM_DATABASE_URL:+PostgreSQL}${SW4RM_DATABASE_URL:-memory (set SW4RM_DATABASE_URL for PostgreSQL)}
-  HITL operators  ${SW4RM_HITL_OPERATORS%%=*} (CLI: SW4RM_OPERATOR_TOKEN=<token> bin/sw4rm hitl list; see docs/hitl.md)
+  HITL operators  ${hitl_operators%%=*} (CLI: SW4RM_OPERATOR_TOKEN=<token> bin/sw4rm hitl list; see docs/hitl.md)
 
 MSG
 export SW4RM_TEMPORAL_ADDRESS="$address"

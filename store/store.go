@@ -136,7 +136,8 @@ type AdmitRequest struct {
 type Dedup struct {
 	// ProducerID scopes the key.
 	ProducerID string
-	// Key is "t:<idempotency_token>", or "s:<sequence_number>" when there is no token.
+	// Key is "t:<idempotency_token>", or "s:<sequence_number>:<fingerprint>" when there is
+	// no token (protocol.DedupKey).
 	Key string
 	// Window is the deduplication window (default 3600 s, §11.2, §20).
 	Window time.Duration

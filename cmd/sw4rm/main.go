@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -23,7 +24,13 @@ func main() {
 	}
 }
 
-func newRoot() *cobra.Command {
+func newRoot() *cobra.Command { return newRootWith(app.Start) }
+
+// startFunc starts a process's roles: app.Start, or a stand-in in tests.
+type startFunc func(ctx context.Context, cfg app.Config, roles app.Roles, log *slog.Logger) (*app.App, error)
+
+// newRootWith builds the command line; the process commands start their roles with start.
+func newRootWith(start startFunc) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "sw4rm",
 		Short:         "SW4RM: interruptible, message-driven agent coordination on Temporal",
@@ -114,7 +121,7 @@ func newRoot() *cobra.Command {
 		if err := lvl.UnmarshalText([]byte(level)); err != nil {
 			return merged, nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
 		}
-		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 		return merged, log, nil
 	}
 
@@ -124,9 +131,12 @@ func newRoot() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if roles.Server && roles.Worker {
+				c = devDefaults(cmd, c, log)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			a, err := app.Start(ctx, c, roles, log)
+			a, err := start(ctx, c, roles, log)
 			if err != nil {
 				return err
 			}
@@ -153,4 +163,20 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDLQCmd())
 	root.AddCommand(newSearchAttributesCmd())
 	return root
+}
+
+// devDefaults gives `sw4rm dev` what a laptop needs and says so: with no HITL operator and no
+// external HITL component configured, every HITL wait would get its fallback at once (§15.3),
+// so the dev role configures app.DevHITLOperators — what `make dev` configured before. An
+// operator list set on purpose, even to empty, is kept.
+func devDefaults(cmd *cobra.Command, c app.Config, log *slog.Logger) app.Config {
+	_, inEnv := os.LookupEnv("SW4RM_HITL_OPERATORS")
+	if inEnv || cmd.Flags().Changed("hitl-operators") || c.HITLOperators != "" || c.HITLExternal != "" {
+		return c
+	}
+	c.HITLOperators = app.DevHITLOperators
+	name, token, _ := strings.Cut(app.DevHITLOperators, "=")
+	log.Info("dev role: one HITL operator configured by default, so that HITL waits can be decided (sw4rm hitl decide, docs/hitl.md); "+
+		"set SW4RM_HITL_OPERATORS to choose operators, or to empty for none", "operator", name, "token", token)
+	return c
 }

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sw4rm/sw4rm-temporal/app"
+)
+
+// run executes the sw4rm command line with args and returns its error and what it wrote to
+// stderr (the log).
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+// TestSplitRolesRefuseTheMemoryStore: `sw4rm server` and `sw4rm worker` without
+// SW4RM_DATABASE_URL refuse to start, before they contact Temporal, and say why and what to
+// do instead: each would otherwise keep a memory store of its own and silently disagree.
+func TestSplitRolesRefuseTheMemoryStore(t *testing.T) {
+	t.Setenv("SW4RM_DATABASE_URL", "")
+	for _, role := range []string{"server", "worker"} {
+		// Nothing listens on port 1: only a refusal before dialling Temporal answers quickly
+		// with the store's reason.
+		_, err := run(t, role, "--temporal-address", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:0", "--http-addr", "")
+		require.Error(t, err, role)
+		assert.Contains(t, err.Error(), "`sw4rm "+role+"` needs SW4RM_DATABASE_URL", role)
+		assert.Contains(t, err.Error(), "memory store of its own", role)
+		assert.Contains(t, err.Error(), "`sw4rm dev`", role)
+	}
+}
+
+// configOf runs the sw4rm command line with args up to the start of its roles and returns the
+// configuration and roles it would start with, and what it logged before.
+func configOf(t *testing.T, args ...string) (app.Config, app.Roles, string) {
+	t.Helper()
+	errStarted := errors.New("started")
+	var (
+		cfg   app.Config
+		roles app.Roles
+	)
+	root := newRootWith(func(_ context.Context, c app.Config, r app.Roles, _ *slog.Logger) (*app.App, error) {
+		cfg, roles = c, r
+		return nil, errStarted
+	})
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	require.ErrorIs(t, root.Execute(), errStarted)
+	return cfg, roles, out.String()
+}
+
+// unsetenv removes a variable for the test, restoring it after.
+func unsetenv(t *testing.T, name string) {
+	t.Helper()
+	t.Setenv(name, "")
+	require.NoError(t, os.Unsetenv(name))
+}
+
+// TestDevConfiguresTheDevOperator: `sw4rm dev` run on its own behaves like `make dev`: with
+// no HITL operator configured it gets the dev operator, and says so in its log, so HITL
+// waits can be decided instead of all falling back at once. Operators set on purpose — by
+// variable, even to empty, or by flag — an external HITL component, and the other roles are
+// left alone.
+func TestDevConfiguresTheDevOperator(t *testing.T) {
+	unsetenv(t, "SW4RM_HITL_OPERATORS")
+	unsetenv(t, "SW4RM_HITL_EXTERNAL")
+	t.Setenv("SW4RM_DATABASE_URL", "")
+
+	cfg, roles, log := configOf(t, "dev")
+	assert.Equal(t, app.Roles{Server: true, Worker: true}, roles)
+	assert.Equal(t, app.DevHITLOperators, cfg.HITLOperators)
+	assert.Contains(t, log, "dev role: one HITL operator configured by default")
+	assert.Contains(t, log, "operator=dev token=sw4rm-dev-token")
+
+	cfg, _, log = configOf(t, "dev", "--hitl-operators", "bob=bob-token")
+	assert.Equal(t, "bob=bob-token", cfg.HITLOperators)
+	assert.NotContains(t, log, "by default")
+	cfg, _, _ = configOf(t, "dev", "--hitl-external", "127.0.0.1:7070")
+	assert.Empty(t, cfg.HITLOperators, "an external HITL component decides")
+
+	t.Setenv("SW4RM_HITL_OPERATORS", "alice=alice-token")
+	cfg, _, _ = configOf(t, "dev")
+	assert.Equal(t, "alice=alice-token", cfg.HITLOperators)
+	t.Setenv("SW4RM_HITL_OPERATORS", "")
+	cfg, _, log = configOf(t, "dev")
+	assert.Empty(t, cfg.HITLOperators, "set to empty on purpose: no operator")
+	assert.NotContains(t, log, "by default")
+
+	unsetenv(t, "SW4RM_HITL_OPERATORS")
+	t.Setenv("SW4RM_DATABASE_URL", "postgres://db/sw4rm")
+	for _, role := range []string{"server", "worker"} {
+		cfg, _, _ = configOf(t, role)
+		assert.Empty(t, cfg.HITLOperators, role)
+	}
+}
