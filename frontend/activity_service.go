@@ -41,7 +41,7 @@ func (a *activityService) AppendArtifact(ctx context.Context, req *activitypb.Ap
 		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "duplicate_detected: version " + art.GetVersion() + " of " + art.GetKind() + " already exists"}, nil
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: artifact write failed: %v", err)
+		return nil, failed("artifact write", err)
 	}
 	return &activitypb.AppendArtifactResponse{Ok: true}, nil
 }
@@ -53,7 +53,7 @@ func (a *activityService) ListArtifacts(ctx context.Context, req *activitypb.Lis
 	}
 	arts, err := a.s.store.Artifacts().ListArtifacts(ctx, req.GetNegotiationId(), req.GetKind())
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: artifact read failed: %v", err)
+		return nil, failed("artifact read", err)
 	}
 	out := &activitypb.ListArtifactsResponse{}
 	for _, x := range arts {

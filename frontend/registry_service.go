@@ -42,7 +42,7 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 	if prev, err := r.s.store.Registry().GetAgent(ctx, id); err == nil {
 		rec.State, rec.LastHeartbeat, rec.Health = prev.State, prev.LastHeartbeat, prev.Health
 	} else if !errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
+		return nil, failed("registry lookup", err)
 	}
 	in := workflows.AgentLifecycleInput{AgentID: id, Name: d.GetName(), Capabilities: d.GetCapabilities(), InitTimeout: r.s.cfg.AgentInitTimeout,
 		HeartbeatInterval: r.s.cfg.HeartbeatInterval, HeartbeatMisses: r.s.cfg.HeartbeatMisses,
@@ -56,7 +56,7 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
 	}
 	if err := r.s.store.Registry().PutAgent(ctx, rec, start); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: registry write failed: %v", err)
+		return nil, failed("registry write", err)
 	}
 	r.s.router.ForgetAgent(id)
 	details := map[string]any{"name": d.GetName(), "communication_class": d.GetCommunicationClass().String(), "modalities": d.GetModalitiesSupported(), "lifecycle": "started"}
@@ -78,20 +78,20 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 func (r *registryService) Heartbeat(ctx context.Context, req *registrypb.HeartbeatRequest) (*registrypb.HeartbeatResponse, error) {
 	id := req.GetAgentId()
 	if perr := protocol.ValidateAgentID(id); perr != nil {
-		return nil, status.Error(codes.InvalidArgument, perr.Error())
+		return nil, perr
 	}
 	rec, err := r.s.store.Registry().GetAgent(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "agent %q is not registered; call RegisterAgent first", id)
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
+		return nil, failed("registry lookup", err)
 	}
 	if err := r.s.store.Registry().RecordHeartbeat(ctx, id, req.GetHealth(), time.Now().UTC()); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, status.Errorf(codes.NotFound, "agent %q was deregistered", id)
 		}
-		return nil, status.Errorf(codes.Unavailable, "internal_error: heartbeat write failed: %v", err)
+		return nil, failed("heartbeat write", err)
 	}
 	if rec.State == commonpb.AgentState_INITIALIZING {
 		r.s.signalReady(ctx, id, "heartbeat")
@@ -116,7 +116,7 @@ func (r *registryService) Heartbeat(ctx context.Context, req *registrypb.Heartbe
 func (r *registryService) DeregisterAgent(ctx context.Context, req *registrypb.DeregisterAgentRequest) (*registrypb.DeregisterAgentResponse, error) {
 	id := req.GetAgentId()
 	if perr := protocol.ValidateAgentID(id); perr != nil {
-		return nil, status.Error(codes.InvalidArgument, perr.Error())
+		return nil, perr
 	}
 	dereg := workflows.AgentDeregistration{Reason: req.GetReason()}
 	end, err := newHandoff(workflows.HandoffAgentDeregister, workflows.AgentWorkflowID(id), workflows.AgentDeregisterHandoff{AgentID: id, Deregistration: dereg})
@@ -125,7 +125,7 @@ func (r *registryService) DeregisterAgent(ctx context.Context, req *registrypb.D
 	}
 	removed, err := r.s.store.Registry().DeleteAgent(ctx, id, end)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: registry write failed: %v", err)
+		return nil, failed("registry write", err)
 	}
 	r.s.router.ForgetAgent(id)
 	if removed {

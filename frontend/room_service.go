@@ -57,7 +57,7 @@ func (r *roomService) SubmitProposal(ctx context.Context, req *negotiationroompb
 		if _, err := r.s.store.Registry().GetAgent(ctx, c); errors.Is(err, store.ErrNotFound) {
 			return nil, status.Errorf(codes.InvalidArgument, "validation_error: requested critic %q is not a registered agent", c)
 		} else if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
+			return nil, failed("registry lookup", err)
 		}
 	}
 	id := workflows.RoomWorkflowID(p.GetNegotiationRoomId(), p.GetArtifactId())

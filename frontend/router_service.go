@@ -48,7 +48,7 @@ func (r *routerService) SendMessage(ctx context.Context, req *routerpb.SendMessa
 	perr, err := r.s.router.Send(ctx, req.GetMsg(), recipient)
 	if err != nil {
 		r.s.log.Error("send failed", "message_id", req.GetMsg().GetMessageId(), "error", err)
-		return nil, status.Errorf(codes.Unavailable, "internal_error: the message could not be stored, retry: %v", err)
+		return nil, failed("store the message", err)
 	}
 	if perr != nil {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(ErrorCodeTrailer, perr.Code.String()))
@@ -71,7 +71,7 @@ func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.
 	}
 	agentID := req.GetAgentId()
 	if perr := protocol.ValidateAgentID(agentID); perr != nil {
-		return status.Error(codes.InvalidArgument, perr.Error())
+		return perr
 	}
 	rec, err := r.s.store.Registry().GetAgent(ctx, agentID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -81,7 +81,7 @@ func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.
 		if cerr := ctx.Err(); cerr != nil {
 			return status.FromContextError(cerr).Err()
 		}
-		return status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
+		return failed("registry lookup", err)
 	}
 	var resumeAfter *int64
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
@@ -131,16 +131,16 @@ func streamDeadlineMargin(remaining time.Duration) time.Duration {
 // seq, or another agent's seq (wire contract).
 func (r *routerService) AckDelivery(ctx context.Context, req *routerpb.DeliveryAckRequest) (*routerpb.DeliveryAckResponse, error) {
 	if perr := protocol.ValidateAgentID(req.GetAgentId()); perr != nil {
-		return nil, status.Error(codes.InvalidArgument, perr.Error())
+		return nil, perr
 	}
 	if req.GetSeq() <= 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "validation_error: seq must be the positive StreamItem.seq being confirmed, got %d", req.GetSeq())
 	}
-	failed := req.GetOutcome() == routerpb.DeliveryAckOutcome_DELIVERY_ACK_OUTCOME_PERMANENT_FAILURE
-	ok, err := r.s.router.ConfirmDelivery(ctx, req.GetAgentId(), req.GetSeq(), req.GetMessageId(), failed)
+	permanent := req.GetOutcome() == routerpb.DeliveryAckOutcome_DELIVERY_ACK_OUTCOME_PERMANENT_FAILURE
+	ok, err := r.s.router.ConfirmDelivery(ctx, req.GetAgentId(), req.GetSeq(), req.GetMessageId(), permanent)
 	if err != nil {
 		r.s.log.Error("ack delivery failed", "agent_id", req.GetAgentId(), "seq", req.GetSeq(), "error", err)
-		return nil, status.Errorf(codes.Unavailable, "internal_error: the confirmation could not be stored, retry: %v", err)
+		return nil, failed("store the confirmation", err)
 	}
 	return &routerpb.DeliveryAckResponse{Recorded: ok}, nil
 }

@@ -39,8 +39,7 @@ func putSchedulerActivity(t *testing.T, st *memory.Store, e store.ActivityEntry)
 func requireSchedulerCode(t *testing.T, err error, code codes.Code, prefix string) {
 	t.Helper()
 	require.Error(t, err)
-	st, ok := status.FromError(err)
-	require.True(t, ok, "a gRPC status: %v", err)
+	st := toStatus(t.Context(), err) // as the error table's interceptor sends it
 	require.Equal(t, code, st.Code(), "%v", err)
 	require.True(t, strings.HasPrefix(st.Message(), prefix), "message %q starts with %q", st.Message(), prefix)
 }
@@ -168,10 +167,10 @@ func TestSchedulerRPCsValidate(t *testing.T) {
 		})
 	}
 	_, err := sc.RequestPreemption(t.Context(), &schedulerpb.PreemptRequest{})
-	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: agent_id")
 	// ShutdownAgent is built (frontend/shutdown.go): an empty agent_id is a validation error.
 	_, err = sc.ShutdownAgent(t.Context(), &schedulerpb.ShutdownAgentRequest{})
-	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: agent_id")
 }
 
 func TestActivityErrorMapping(t *testing.T) {

@@ -139,8 +139,10 @@ func MaxRequestBytes(maxPayload int) int {
 // crashed server).
 func ServerOptions(log *slog.Logger) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(recoverUnary(log), capabilityGateUnary),
-		grpc.ChainStreamInterceptor(recoverStream(log), capabilityGateStream),
+		// errors* is outermost after recovery: every refusal, including the capability gate's
+		// and a recovered panic's, leaves through the one error table (errors.go).
+		grpc.ChainUnaryInterceptor(errorsUnary, recoverUnary(log), capabilityGateUnary),
+		grpc.ChainStreamInterceptor(errorsStream, recoverStream(log), capabilityGateStream),
 	}
 }
 

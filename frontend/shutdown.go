@@ -23,7 +23,7 @@ import (
 func (sc *schedulerService) ShutdownAgent(ctx context.Context, req *schedulerpb.ShutdownAgentRequest) (*schedulerpb.ShutdownAgentResponse, error) {
 	id := req.GetAgentId()
 	if perr := protocol.ValidateAgentID(id); perr != nil {
-		return nil, status.Error(codes.InvalidArgument, perr.Error())
+		return nil, perr
 	}
 	grace := workflows.DefaultShutdownGrace
 	if gp := req.GetGracePeriod(); gp != nil {
@@ -40,7 +40,7 @@ func (sc *schedulerService) ShutdownAgent(ctx context.Context, req *schedulerpb.
 	if _, err := sc.s.store.Registry().GetAgent(ctx, id); errors.Is(err, store.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "agent %q is not registered", id)
 	} else if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
+		return nil, failed("registry lookup", err)
 	}
 	err := sc.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(id), "", workflows.AgentShutdownSignal,
 		workflows.AgentShutdown{GracePeriod: grace, Reason: "ShutdownAgent"})

@@ -31,7 +31,7 @@ const maxTaskIDLen = 200
 // params within the payload limit.
 func (sc *schedulerService) validateTask(req *schedulerpb.SubmitTaskRequest) error {
 	if perr := protocol.ValidateAgentID(req.GetAgentId()); perr != nil {
-		return status.Error(codes.InvalidArgument, perr.Error())
+		return perr
 	}
 	id := req.GetTaskId()
 	switch {
@@ -114,7 +114,7 @@ func (sc *schedulerService) registered(ctx context.Context, agentID string) (wor
 		if ctx.Err() != nil {
 			return workflows.TaskAdmission{}, status.FromContextError(ctx.Err()).Err()
 		}
-		return workflows.TaskAdmission{}, status.Errorf(codes.Unavailable, "internal_error: registry lookup failed: %v", err)
+		return workflows.TaskAdmission{}, failed("registry lookup", err)
 	}
 	return workflows.TaskAdmission{Accepted: true}, nil
 }
@@ -260,7 +260,7 @@ func (sc *schedulerService) submitInWorkflow(ctx context.Context, in workflows.T
 // preemption happens only if task_id (or, when empty, any task) is running then.
 func (sc *schedulerService) RequestPreemption(ctx context.Context, req *schedulerpb.PreemptRequest) (*schedulerpb.PreemptResponse, error) {
 	if perr := protocol.ValidateAgentID(req.GetAgentId()); perr != nil {
-		return nil, status.Error(codes.InvalidArgument, perr.Error())
+		return nil, perr
 	}
 	err := sc.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(req.GetAgentId()), "", workflows.AgentPreemptSignal,
 		workflows.PreemptionRequest{TaskID: req.GetTaskId(), Reason: req.GetReason()})

@@ -1,0 +1,122 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.temporal.io/api/serviceerror"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// The one error table of the frontend. Handlers return what failed — a *protocol.Error for a
+// refusal the spec names, a store or Temporal error wrapped with what was being done, or a
+// status they chose themselves — and errorsUnary/errorsStream turn every one of them into a
+// gRPC status whose message starts with the spec's error_code ("validation_error: …") and
+// whose trailer sw4rm-error-code carries the code's enum name, so that a client in any
+// language can branch on it (§11, §21).
+
+// grpcCodeOf is the gRPC status a protocol refusal travels with.
+var grpcCodeOf = map[commonpb.ErrorCode]codes.Code{
+	commonpb.ErrorCode_VALIDATION_ERROR:         codes.InvalidArgument,
+	commonpb.ErrorCode_UNSUPPORTED_MESSAGE_TYPE: codes.InvalidArgument,
+	commonpb.ErrorCode_OVERSIZE_PAYLOAD:         codes.InvalidArgument,
+	commonpb.ErrorCode_PERMISSION_DENIED:        codes.PermissionDenied,
+	commonpb.ErrorCode_NO_ROUTE:                 codes.NotFound,
+	commonpb.ErrorCode_DUPLICATE_DETECTED:       codes.AlreadyExists,
+	commonpb.ErrorCode_ALREADY_IN_PROGRESS:      codes.AlreadyExists,
+	commonpb.ErrorCode_BUFFER_FULL:              codes.ResourceExhausted,
+	commonpb.ErrorCode_OVERLOADED:               codes.ResourceExhausted,
+	commonpb.ErrorCode_AGENT_SHUTDOWN:           codes.FailedPrecondition,
+	commonpb.ErrorCode_AGENT_UNAVAILABLE:        codes.Unavailable,
+	commonpb.ErrorCode_ACK_TIMEOUT:              codes.DeadlineExceeded,
+	commonpb.ErrorCode_TOOL_TIMEOUT:             codes.DeadlineExceeded,
+	commonpb.ErrorCode_TTL_EXPIRED:              codes.DeadlineExceeded,
+	commonpb.ErrorCode_FORCED_PREEMPTION:        codes.Aborted,
+	commonpb.ErrorCode_PARTIAL_DELIVERY:         codes.Aborted,
+	commonpb.ErrorCode_REDIRECT:                 codes.FailedPrecondition,
+	commonpb.ErrorCode_INTERNAL_ERROR:           codes.Internal,
+}
+
+// errorCodeOfStatus is the error_code a status names: the prefix of its message when that is
+// one of the spec's codes, else the code that best describes the gRPC status.
+func errorCodeOfStatus(st *status.Status) commonpb.ErrorCode {
+	if prefix, _, ok := strings.Cut(st.Message(), ":"); ok {
+		if v, known := commonpb.ErrorCode_value[strings.ToUpper(strings.TrimSpace(prefix))]; known && v != 0 {
+			return commonpb.ErrorCode(v)
+		}
+	}
+	switch st.Code() {
+	case codes.InvalidArgument, codes.OutOfRange:
+		return commonpb.ErrorCode_VALIDATION_ERROR
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return commonpb.ErrorCode_PERMISSION_DENIED
+	case codes.NotFound:
+		return commonpb.ErrorCode_NO_ROUTE
+	case codes.AlreadyExists:
+		return commonpb.ErrorCode_DUPLICATE_DETECTED
+	case codes.ResourceExhausted:
+		return commonpb.ErrorCode_OVERLOADED
+	case codes.Unimplemented:
+		return commonpb.ErrorCode_UNSUPPORTED_MESSAGE_TYPE
+	}
+	return commonpb.ErrorCode_INTERNAL_ERROR
+}
+
+// toStatus maps any error a handler returns onto the gRPC status of the table above.
+func toStatus(ctx context.Context, err error) *status.Status {
+	if st, ok := status.FromError(err); ok {
+		return st
+	}
+	var perr *protocol.Error
+	if errors.As(err, &perr) {
+		c, ok := grpcCodeOf[perr.Code]
+		if !ok {
+			c = codes.FailedPrecondition
+		}
+		return status.New(c, perr.Error())
+	}
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return status.FromContextError(ctx.Err())
+	}
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.As(err, &nf):
+		return status.New(codes.NotFound, "no_route: "+err.Error())
+	}
+	// The store or Temporal failed: nothing was refused, so the call is safe to retry.
+	return status.New(codes.Unavailable, "internal_error: "+err.Error()+"; retry")
+}
+
+// failed wraps a store or Temporal error with what was being done, for toStatus.
+func failed(what string, err error) error { return fmt.Errorf("%s: %w", what, err) }
+
+// errorsUnary applies the error table to a unary call's error and sets its trailer.
+func errorsUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if err == nil {
+		return resp, nil
+	}
+	st := toStatus(ctx, err)
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(ErrorCodeTrailer, errorCodeOfStatus(st).String()))
+	return nil, st.Err()
+}
+
+// errorsStream applies the error table to a stream's final error and sets its trailer.
+func errorsStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	err := handler(srv, ss)
+	if err == nil {
+		return nil
+	}
+	st := toStatus(ss.Context(), err)
+	ss.SetTrailer(metadata.Pairs(ErrorCodeTrailer, errorCodeOfStatus(st).String()))
+	return st.Err()
+}
