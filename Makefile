@@ -8,6 +8,8 @@ TEMPORAL_VERSION ?= v1.5.1
 TEMPORAL         := $(TOOLS_BIN)/temporal
 WORKFLOWCHECK_VERSION ?= v0.6.0
 WORKFLOWCHECK    := $(TOOLS_BIN)/workflowcheck
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT    := $(TOOLS_BIN)/golangci-lint
 BIN              := bin/sw4rm
 
 # Custom search attributes are registered at dev-server start from the list the code keeps
@@ -42,7 +44,7 @@ dev: $(TEMPORAL) build
 
 ## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it), then the
 ## fault suite on its own, verbose so that its figures are printed (docs/reliability.md).
-test: $(TEMPORAL) workflowcheck
+test: $(TEMPORAL) workflowcheck lint
 	go vet ./...
 	go test -race -count=1 -timeout 20m $$(go list ./... | grep -v /test/faults$$)
 	go test -race -count=1 -timeout 15m -v ./test/faults
@@ -72,6 +74,14 @@ workflowcheck: $(WORKFLOWCHECK)
 $(WORKFLOWCHECK):
 	mkdir -p $(TOOLS_BIN)
 	GOBIN=$(TOOLS_BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+
+## lint: staticcheck, revive's exported rule, errcheck and the import grouping (standard /
+## third-party / project) through golangci-lint, pinned; .golangci.yml says what runs.
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+$(GOLANGCI_LINT):
+	mkdir -p $(TOOLS_BIN)
+	GOBIN=$(TOOLS_BIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 clean:
 	rm -rf bin .bench.out

@@ -100,7 +100,7 @@ func (r *registryService) Heartbeat(ctx context.Context, req *registrypb.Heartbe
 	// lifecycle workflow applies it only if the §8 table allows it (readiness above already
 	// covers INITIALIZING → RUNNABLE).
 	if reported := req.GetState(); reported != commonpb.AgentState_AGENT_STATE_UNSPECIFIED && reported != rec.State &&
-		!(rec.State == commonpb.AgentState_INITIALIZING && reported == commonpb.AgentState_RUNNABLE) {
+		(rec.State != commonpb.AgentState_INITIALIZING || reported != commonpb.AgentState_RUNNABLE) {
 		if err := r.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(id), "", workflows.AgentStateReportSignal,
 			workflows.AgentStateReport{State: reported, Via: "heartbeat"}); err != nil {
 			r.s.log.Warn("could not signal a reported agent state", "agent_id", id, "state", reported.String(), "error", err)

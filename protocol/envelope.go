@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 )
 

@@ -270,8 +270,8 @@ func TestRequestHITLFromAnotherWorkflow(t *testing.T) {
 	env.RegisterWorkflow(requester)
 	inv := invocation("h11")
 	env.RegisterDelayedCallback(func() {
-		env.SignalWorkflowByID(hitlsignals.WorkflowID("h11"), hitlsignals.DecisionSignal,
-			hitlsignals.Decision{InvocationID: "h11", Decision: "approve", Rationale: "fine", Operator: "alice", Token: "alice-token"})
+		require.NoError(t, env.SignalWorkflowByID(hitlsignals.WorkflowID("h11"), hitlsignals.DecisionSignal,
+			hitlsignals.Decision{InvocationID: "h11", Decision: "approve", Rationale: "fine", Operator: "alice", Token: "alice-token"}))
 	}, time.Minute)
 	env.ExecuteWorkflow(requester, inv)
 	o := outcomeOf(t, env)

@@ -123,8 +123,8 @@ func TestRoomSplitVoteEscalatesAndHumanDecides(t *testing.T) {
 		require.NoError(t, val.Get(&st))
 		require.NotEmpty(t, st.HITLInvocationID)
 		assert.Equal(t, negotiationroompb.DecisionOutcome_ESCALATED_TO_HITL, st.Decision.GetOutcome())
-		env.SignalWorkflowByID(hitlsignals.WorkflowID(st.HITLInvocationID), hitlsignals.DecisionSignal, hitlsignals.Decision{
-			InvocationID: st.HITLInvocationID, Decision: hitlsignals.Approve, Rationale: "the outlier misread it", Operator: "alice", Token: "alice-token"})
+		require.NoError(t, env.SignalWorkflowByID(hitlsignals.WorkflowID(st.HITLInvocationID), hitlsignals.DecisionSignal, hitlsignals.Decision{
+			InvocationID: st.HITLInvocationID, Decision: hitlsignals.Approve, Rationale: "the outlier misread it", Operator: "alice", Token: "alice-token"}))
 	}, time.Minute)
 	env.ExecuteWorkflow(workflows.RoomCoordinator, workflows.RoomInput{Proposal: proposal(), Version: 1})
 	d := decisionOf(t, env)

@@ -513,12 +513,12 @@ func runIdempotency(t *testing.T, newStore func(t *testing.T) store.Store) {
 		req = dedupReq("d2", "bob", "k3")
 		req.Capacity = 1
 		_, err = mp.Admit(ctx, req)
-		requireDedupError(t, err, true)
+		_ = requireDedupError(t, err, true)
 		advance(t, mp, "d1", stFulfilled, 0, "done")
 		req = dedupReq("d3", "bob", "k3")
 		req.Capacity = 1
 		_, err = mp.Admit(ctx, req)
-		requireDedupError(t, err, false)
+		_ = requireDedupError(t, err, false)
 		require.Equal(t, commonpb.ErrorCode_DUPLICATE_DETECTED, getMessage(t, mp, "d3").ErrorCode)
 
 		// With room again, the retry of k2 is admitted.
@@ -555,7 +555,7 @@ func runIdempotency(t *testing.T, newStore func(t *testing.T) store.Store) {
 		req = dedupReq("m2", "bob", "k1")
 		req.Dedup.Window = window
 		_, err = mp.Admit(ctx, req)
-		requireDedupError(t, err, false)
+		_ = requireDedupError(t, err, false)
 
 		time.Sleep(window + 100*time.Millisecond)
 		_, err = mp.Idempotency(ctx, "alice", "k1", window)

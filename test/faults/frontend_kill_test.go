@@ -55,7 +55,7 @@ func TestFrontendKilledWithTwoFrontendsAndTwoWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	op := newOperator(conn, ts.client)
 
 	first, firstOpt := frontends(f1.addr, f2.addr)

@@ -66,7 +66,7 @@ func TestTemporalRestartedWhileTasksFinishAndHITLWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	op := newOperator(conn, ts.client)
 	for i, ta := range agents {
 		op.submit(ctx, ta.agent.ID(), taskID("before", i))
