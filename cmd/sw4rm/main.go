@@ -68,51 +68,51 @@ func newRootWith(start startFunc) *cobra.Command {
 	pf.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (SW4RM_LOG_LEVEL)")
 
 	// resolve applies the environment under explicitly set flags: a flag on the command line
-	// wins over its variable, which wins over the default.
+	// wins over its variable, which wins over the default. It starts from the environment, so
+	// a setting that has a variable but no flag (SW4RM_MAX_PARALLEL, SW4RM_PREEMPT_TIMEOUT, …)
+	// is never lost, and lays the flags that were set on top.
 	resolve := func(cmd *cobra.Command) (app.Config, *slog.Logger, error) {
 		fromEnv, err := app.DefaultConfig().FromEnv()
 		if err != nil {
 			return cfg, nil, err
 		}
-		merged := cfg
+		merged := fromEnv
 		apply := func(flag string, set func()) {
-			if !cmd.Flags().Changed(flag) {
+			if cmd.Flags().Changed(flag) {
 				set()
 			}
 		}
-		apply("temporal-address", func() { merged.TemporalAddress = fromEnv.TemporalAddress })
-		apply("namespace", func() { merged.Namespace = fromEnv.Namespace })
-		apply("task-queue", func() { merged.TaskQueue = fromEnv.TaskQueue })
-		apply("grpc-addr", func() { merged.GRPCAddr = fromEnv.GRPCAddr })
-		apply("http-addr", func() { merged.HTTPAddr = fromEnv.HTTPAddr })
-		apply("database-url", func() { merged.DatabaseURL = fromEnv.DatabaseURL })
-		apply("buffer-capacity", func() { merged.BufferCapacity = fromEnv.BufferCapacity })
-		apply("max-payload-bytes", func() { merged.MaxPayloadBytes = fromEnv.MaxPayloadBytes })
-		apply("agent-init-timeout", func() { merged.AgentInitTimeout = fromEnv.AgentInitTimeout })
-		apply("heartbeat-interval", func() { merged.HeartbeatInterval = fromEnv.HeartbeatInterval })
-		apply("heartbeat-misses", func() { merged.HeartbeatMisses = fromEnv.HeartbeatMisses })
-		apply("delivery-lease", func() { merged.DeliveryLease = fromEnv.DeliveryLease })
-		apply("hitl-operators", func() { merged.HITLOperators = fromEnv.HITLOperators })
-		apply("ack-timeout", func() { merged.AckTimeout = fromEnv.AckTimeout })
-		apply("max-retries", func() { merged.MaxRetries = fromEnv.MaxRetries })
-		apply("dedup-window", func() { merged.DedupWindow = fromEnv.DedupWindow })
-		apply("stream-retention", func() { merged.StreamRetention = fromEnv.StreamRetention })
-		apply("dlq-retention", func() { merged.DLQRetention = fromEnv.DLQRetention })
-		apply("privileged-rate", func() { merged.PrivilegedRate = fromEnv.PrivilegedRate })
-		apply("privileged-burst", func() { merged.PrivilegedBurst = fromEnv.PrivilegedBurst })
-		apply("room-timeout", func() { merged.RoomTimeout = fromEnv.RoomTimeout })
-		apply("room-strategy", func() { merged.RoomStrategy = fromEnv.RoomStrategy })
+		apply("temporal-address", func() { merged.TemporalAddress = cfg.TemporalAddress })
+		apply("namespace", func() { merged.Namespace = cfg.Namespace })
+		apply("task-queue", func() { merged.TaskQueue = cfg.TaskQueue })
+		apply("grpc-addr", func() { merged.GRPCAddr = cfg.GRPCAddr })
+		apply("http-addr", func() { merged.HTTPAddr = cfg.HTTPAddr })
+		apply("database-url", func() { merged.DatabaseURL = cfg.DatabaseURL })
+		apply("buffer-capacity", func() { merged.BufferCapacity = cfg.BufferCapacity })
+		apply("max-payload-bytes", func() { merged.MaxPayloadBytes = cfg.MaxPayloadBytes })
+		apply("agent-init-timeout", func() { merged.AgentInitTimeout = cfg.AgentInitTimeout })
+		apply("heartbeat-interval", func() { merged.HeartbeatInterval = cfg.HeartbeatInterval })
+		apply("heartbeat-misses", func() { merged.HeartbeatMisses = cfg.HeartbeatMisses })
+		apply("delivery-lease", func() { merged.DeliveryLease = cfg.DeliveryLease })
+		apply("hitl-operators", func() { merged.HITLOperators = cfg.HITLOperators })
+		apply("ack-timeout", func() { merged.AckTimeout = cfg.AckTimeout })
+		apply("max-retries", func() { merged.MaxRetries = cfg.MaxRetries })
+		apply("dedup-window", func() { merged.DedupWindow = cfg.DedupWindow })
+		apply("stream-retention", func() { merged.StreamRetention = cfg.StreamRetention })
+		apply("dlq-retention", func() { merged.DLQRetention = cfg.DLQRetention })
+		apply("privileged-rate", func() { merged.PrivilegedRate = cfg.PrivilegedRate })
+		apply("privileged-burst", func() { merged.PrivilegedBurst = cfg.PrivilegedBurst })
+		apply("room-timeout", func() { merged.RoomTimeout = cfg.RoomTimeout })
+		apply("room-strategy", func() { merged.RoomStrategy = cfg.RoomStrategy })
 		if cmd.Flags().Changed("lane-weights") {
 			w, err := app.ParseLaneWeights(*laneWeights)
 			if err != nil {
 				return merged, nil, fmt.Errorf("--lane-weights: %w", err)
 			}
 			merged.LaneWeights = w
-		} else {
-			merged.LaneWeights = fromEnv.LaneWeights
 		}
-		apply("hitl-timeout", func() { merged.HITLTimeout = fromEnv.HITLTimeout })
-		apply("hitl-external", func() { merged.HITLExternal = fromEnv.HITLExternal })
+		apply("hitl-timeout", func() { merged.HITLTimeout = cfg.HITLTimeout })
+		apply("hitl-external", func() { merged.HITLExternal = cfg.HITLExternal })
 		level := logLevel
 		if v, ok := os.LookupEnv("SW4RM_LOG_LEVEL"); ok && !cmd.Flags().Changed("log-level") {
 			level = v

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -107,4 +108,26 @@ func TestDevConfiguresTheDevOperator(t *testing.T) {
 		cfg, _, _ = configOf(t, role)
 		assert.Empty(t, cfg.HITLOperators, role)
 	}
+}
+
+// TestEveryDocumentedVariableIsRead: a setting that has a SW4RM_* variable but no flag still
+// reaches the configuration (they were read by app.Config.FromEnv and then dropped), and a
+// flag set on the command line wins over its variable.
+func TestEveryDocumentedVariableIsRead(t *testing.T) {
+	t.Setenv("SW4RM_DATABASE_URL", "")
+	t.Setenv("SW4RM_MAX_PARALLEL", "coder=2,*=8")
+	t.Setenv("SW4RM_CONFLICT_THRESHOLD", "0.4")
+	t.Setenv("SW4RM_INFERENCE_UNAVAILABLE", "allow")
+	t.Setenv("SW4RM_PREEMPT_TIMEOUT", "45s")
+	t.Setenv("SW4RM_TERMINATE_GRACE", "7s")
+	t.Setenv("SW4RM_ACK_TIMEOUT", "20s")
+	cfg, _, _ := configOf(t, "dev", "--ack-timeout", "15s")
+	assert.Equal(t, "coder=2,*=8", cfg.MaxParallel)
+	assert.InDelta(t, 0.4, cfg.ConflictThreshold, 1e-9)
+	assert.Equal(t, "allow", cfg.InferenceUnavailable)
+	assert.Equal(t, 45*time.Second, cfg.PreemptTimeout)
+	assert.Equal(t, 7*time.Second, cfg.TerminateGrace)
+	assert.Equal(t, 15*time.Second, cfg.AckTimeout, "the flag wins over its variable")
+	cfg, _, _ = configOf(t, "dev")
+	assert.Equal(t, 20*time.Second, cfg.AckTimeout, "the variable wins over the default")
 }
