@@ -17,33 +17,17 @@ import (
 
 // RegisterHandoffs installs on rel the handlers of the handoffs the frontend writes: the
 // start of an agent's lifecycle after its registration, its end after its deregistration,
-// and the ACKs of the scheduler's CONTROL messages. Every process that runs a relay registers them, so any process can
-// deliver what another wrote.
+// and the ACKs of the scheduler's CONTROL messages. Every process that runs a relay
+// registers them, so any process can deliver what another wrote.
 func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQueue string) {
-	rel.Handle(workflows.HandoffAgentControlAck, func(ctx context.Context, h store.Handoff) error {
-		var p workflows.AgentControlAckHandoff
-		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
-		}
-		err := tc.SignalWorkflow(ctx, workflows.AgentWorkflowID(p.AgentID), "", workflows.AgentControlAckSignal, p.Ack)
-		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) {
-			return nil // the lifecycle has ended: nothing is left to schedule
-		}
-		return err
-	})
-	rel.Handle(workflows.HandoffAgentDeregister, func(ctx context.Context, h store.Handoff) error {
-		var p workflows.AgentDeregisterHandoff
-		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
-		}
-		err := tc.SignalWorkflow(ctx, workflows.AgentWorkflowID(p.AgentID), "", workflows.AgentDeregisterSignal, p.Deregistration)
-		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) {
-			return nil // no lifecycle left to end
-		}
-		return err
-	})
+	// An ACK for a lifecycle that has ended concerns nobody: nothing is left to schedule.
+	rel.Handle(workflows.HandoffAgentControlAck, signalHandoff(tc, func(p workflows.AgentControlAckHandoff) (string, string, any) {
+		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentControlAckSignal, p.Ack
+	}))
+	// No lifecycle left to end is the deregistration done.
+	rel.Handle(workflows.HandoffAgentDeregister, signalHandoff(tc, func(p workflows.AgentDeregisterHandoff) (string, string, any) {
+		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentDeregisterSignal, p.Deregistration
+	}))
 	rel.Handle(workflows.HandoffAgentRegister, func(ctx context.Context, h store.Handoff) error {
 		var p workflows.AgentRegisterHandoff
 		if err := json.Unmarshal(h.Payload, &p); err != nil {
@@ -60,6 +44,25 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQ
 			workflows.AgentStartOptions(p.Input.AgentID, taskQueue), workflows.AgentLifecycle, p.Input)
 		return err
 	})
+}
+
+// signalHandoff is the handler of a handoff that signals one workflow: target decodes the
+// payload P into the workflow ID, the signal name and its argument. A workflow that no
+// longer exists has nothing left to hear, so the handoff is done.
+func signalHandoff[P any](tc client.Client, target func(P) (workflowID, signal string, arg any)) outbox.Handler {
+	return func(ctx context.Context, h store.Handoff) error {
+		var p P
+		if err := json.Unmarshal(h.Payload, &p); err != nil {
+			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
+		}
+		wid, signal, arg := target(p)
+		err := tc.SignalWorkflow(ctx, wid, "", signal, arg)
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return err
+	}
 }
 
 // newHandoff builds a handoff of kind for workflowID with payload encoded as JSON.

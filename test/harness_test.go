@@ -8,18 +8,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
@@ -90,16 +87,7 @@ func TestMain(m *testing.M) {
 // queue's poll bound, and sw4rm's search attributes registered up front, so that the many
 // systems the tests start only list them (sw4rm adds missing ones itself otherwise).
 func devServerArgs() []string {
-	args := []string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"}
-	attrs := workflows.SearchAttributes()
-	for _, name := range slices.Sorted(maps.Keys(attrs)) {
-		typ := "Keyword"
-		if attrs[name] == enums.INDEXED_VALUE_TYPE_BOOL {
-			typ = "Bool"
-		}
-		args = append(args, "--search-attribute", name+"="+typ)
-	}
-	return args
+	return append([]string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"}, workflows.SearchAttributeFlags()...)
 }
 
 // devServerLog is where the Temporal dev server's output goes: nowhere unless

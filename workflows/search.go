@@ -5,6 +5,9 @@
 package workflows
 
 import (
+	"maps"
+	"slices"
+
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 )
@@ -34,4 +37,20 @@ func SearchAttributes() map[string]enums.IndexedValueType {
 		HitlPendingKey.GetName(): enums.INDEXED_VALUE_TYPE_BOOL,
 		RoomIDKey.GetName():      enums.INDEXED_VALUE_TYPE_KEYWORD,
 	}
+}
+
+// SearchAttributeFlags returns SearchAttributes as the flags of `temporal server start-dev`
+// ("--search-attribute", "Name=Type" pairs, sorted by name): what `make dev` (through
+// `sw4rm search-attributes`) and the test harnesses start their dev servers with.
+func SearchAttributeFlags() []string {
+	attrs := SearchAttributes()
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(attrs)) {
+		typ := "Keyword"
+		if attrs[name] == enums.INDEXED_VALUE_TYPE_BOOL {
+			typ = "Bool"
+		}
+		out = append(out, "--search-attribute", name+"="+typ)
+	}
+	return out
 }

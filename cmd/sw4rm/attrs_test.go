@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 func TestSearchAttributesPrintsEveryAttribute(t *testing.T) {
@@ -15,7 +17,7 @@ func TestSearchAttributesPrintsEveryAttribute(t *testing.T) {
 	root.SetArgs([]string{"search-attributes"})
 	require.NoError(t, root.Execute())
 	got := strings.Fields(out.String())
-	require.Equal(t, searchAttributeFlags(), got)
+	require.Equal(t, workflows.SearchAttributeFlags(), got)
 	require.Contains(t, got, "SW4RMHitlPending=Bool")
 	require.Contains(t, got, "SW4RMKind=Keyword")
 }

@@ -3,14 +3,11 @@ package faults
 import (
 	"context"
 	"fmt"
-	"maps"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -55,16 +52,7 @@ func startTemporal(t testing.TB, dir string) *temporalServer {
 // the transfer queue's poll bound (without it a signal waits up to 50 ms for its workflow)
 // and sw4rm's search attributes.
 func devServerArgs() []string {
-	args := []string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"}
-	attrs := workflows.SearchAttributes()
-	for _, name := range slices.Sorted(maps.Keys(attrs)) {
-		typ := "Keyword"
-		if attrs[name] == enums.INDEXED_VALUE_TYPE_BOOL {
-			typ = "Bool"
-		}
-		args = append(args, "--search-attribute", name+"="+typ)
-	}
-	return args
+	return append([]string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"}, workflows.SearchAttributeFlags()...)
 }
 
 // start runs the dev server and waits until its default namespace answers.
