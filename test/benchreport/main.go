@@ -19,6 +19,7 @@ var baselineOf = map[string]string{
 	"RouterThroughput":      "BaselineRawPostgres",
 	"RoomDecision":          "BaselineBareTemporalRoom",
 	"PreemptRequest":        "BaselineBareTemporalSignal",
+	"TaskRoundTrip":         "BaselineBareTemporalTask",
 }
 
 type result struct {
