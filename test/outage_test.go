@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -57,11 +58,13 @@ func waitDirectTask(t *testing.T, c client.Client, taskID, state string, within 
 		st      workflows.TaskStatus
 		lastErr error
 	)
-	require.Eventually(t, func() bool {
+	// The message is built after the wait, so that it shows the last state seen.
+	ok := assert.Eventually(t, func() bool {
 		s, err := directTaskState(c, taskID)
 		st, lastErr = s, err
 		return err == nil && s.State == state
-	}, within, 50*time.Millisecond, "task %s never reached %s (last %+v, error %v)", taskID, state, st, lastErr)
+	}, within, 50*time.Millisecond)
+	require.True(t, ok, "task %s never reached %s (last %+v, error %v)", taskID, state, st, lastErr)
 	return st
 }
 
@@ -128,7 +131,7 @@ func TestTaskFinishedDuringTemporalOutageCompletes(t *testing.T) {
 			done := waitDirectTask(t, direct, first, workflows.TaskCompleted, 60*time.Second)
 			require.Equal(t, "done "+first, done.Result)
 			require.True(t, submit(t, sc, b.ID(), second, 0, "repo:app path:src/second/**").GetAccepted())
-			waitDirectTask(t, direct, second, workflows.TaskCompleted, 30*time.Second)
+			waitDirectTask(t, direct, second, workflows.TaskCompleted, 60*time.Second)
 			ackErrsMu.Lock()
 			defer ackErrsMu.Unlock()
 			require.Empty(t, ackErrs, "the agent is told its ACK was taken, not that it failed")
