@@ -17,7 +17,8 @@ import (
 
 // RegisterHandoffs installs on rel the handlers of the handoffs the frontend writes: the
 // start of an agent's lifecycle after its registration, its end after its deregistration,
-// and the ACKs of the scheduler's CONTROL messages. Every process that runs a relay registers them, so any process can
+// the ACKs of the scheduler's CONTROL messages, and the beginning and end of an agent's wait
+// on a response. Every process that runs a relay registers them, so any process can
 // deliver what another wrote.
 func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQueue string) {
 	rel.Handle(workflows.HandoffAgentControlAck, func(ctx context.Context, h store.Handoff) error {
@@ -41,6 +42,18 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQ
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
 			return nil // no lifecycle left to end
+		}
+		return err
+	})
+	rel.Handle(workflows.HandoffAgentResponseWait, func(ctx context.Context, h store.Handoff) error {
+		var p workflows.AgentResponseWaitHandoff
+		if err := json.Unmarshal(h.Payload, &p); err != nil {
+			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
+		}
+		err := tc.SignalWorkflow(ctx, workflows.AgentWorkflowID(p.AgentID), "", workflows.AgentResponseWaitSignal, p.Wait)
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return nil // a producer without a lifecycle (not registered, or gone) has no state to change
 		}
 		return err
 	})
