@@ -123,7 +123,7 @@ func TestAgentWaitsOnResponse(t *testing.T) {
 			assert.Eventually(t, func() bool { return slices.Equal(want, agentTransitions(t, sys, a.ID())) }, 10*time.Second, 50*time.Millisecond)
 			assert.Equal(t, want, agentTransitions(t, sys, a.ID()),
 				"the lifecycle entered WAITING for each request and left it when it was answered and when it failed")
-			h, err := sys.app.Store().ActivityBuffer().History(ctx, a.ID(), 1)
+			h, err := sys.app.Store().ActivityBuffer().History(ctx, store.ActivityFilter{AgentID: a.ID(), Limit: 1})
 			require.NoError(t, err)
 			require.Len(t, h, 1)
 			assert.Empty(t, h[0].WaitingOn, "a finished task waits on nothing")
