@@ -99,3 +99,27 @@ func (a *Activities) TaskEnded(ctx context.Context, taskID string) (bool, error)
 	}
 	return len(es) == 0, nil
 }
+
+// WaitingOnInput asks RecordWaitingOn to set what a task's activity entry waits on.
+type WaitingOnInput struct {
+	// AgentID and TaskID name the entry.
+	AgentID, TaskID string
+	// WaitingOn is the request's message_id; empty clears the wait.
+	WaitingOn string
+}
+
+// RecordWaitingOn records in the running task's activity entry what its agent waits on, with
+// the time it began, or clears it (004 §6). A task without an entry (purged, or admitted while
+// the buffer was full, §10.1) has nothing to record.
+func (a *Activities) RecordWaitingOn(ctx context.Context, in WaitingOnInput) error {
+	e, err := a.Store.ActivityBuffer().SetWaitingOn(ctx, in.AgentID, in.TaskID, in.WaitingOn)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record waiting_on of %s/%s: %w", in.AgentID, in.TaskID, err)
+	}
+	a.Sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "activity.waiting_on",
+		AgentID: in.AgentID, MessageID: in.WaitingOn, Details: map[string]any{"task_id": in.TaskID, "waiting_on": e.WaitingOn, "waiting_since": e.WaitingSince}})
+	return nil
+}

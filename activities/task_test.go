@@ -93,9 +93,20 @@ func TestAdmitTaskRejections(t *testing.T) {
 	require.Equal(t, commonpb.ErrorCode_NO_ROUTE, res.Code)
 
 	require.Equal(t, admission.OK, admit(t, a, "coder-1", "t1", "resource:a", `{}`).Verdict)
+	// A full activity buffer refuses the entry, not the task (§10: it MUST NOT block
+	// scheduling; §10.1: the registration is refused with activity_buffer_full, audited).
 	res = admit(t, a, "coder-2", "t2", "resource:b", `{}`)
-	require.Equal(t, admission.Reject, res.Verdict, "the activity buffer is full (§10.1)")
+	require.Equal(t, admission.OK, res.Verdict, "the activity buffer is full, and the task is admitted all the same")
+	require.True(t, res.NoActivityEntry)
 	require.Contains(t, res.Reason, "activity_buffer_full")
+	ended, err := a.TaskEnded(t.Context(), "t2")
+	require.NoError(t, err)
+	require.True(t, ended, "t2 has no entry")
+	evs, err := st.Audit().List(t.Context(), store.AuditFilter{TypePrefix: "activity.buffer_full"})
+	require.NoError(t, err)
+	require.Len(t, evs, 1, "the refused registration is not silent (§10.1)")
+	require.Equal(t, "coder-2", evs[0].AgentID)
+	require.Contains(t, string(evs[0].Details), `"error_code":"activity_buffer_full"`)
 
 	require.NoError(t, st.Registry().SetAgentState(t.Context(), "reviewer-1", commonpb.AgentState_SHUTTING_DOWN))
 	res = admit(t, a, "reviewer-1", "t3", "resource:c", `{}`)

@@ -52,7 +52,7 @@ type Policy struct {
 const (
 	// OK: the task's activity entry was created; it may be queued at its agent.
 	OK = "admit"
-	// Reject: the task cannot run (unknown or shutting-down agent, full activity buffer).
+	// Reject: the task cannot run (unknown or shutting-down agent).
 	Reject = "reject"
 	// Duplicate: an identical job is active (§9.2); only HITL may authorize it.
 	Duplicate = "duplicate"
@@ -98,6 +98,9 @@ type Result struct {
 	AgentType string `json:",omitempty"`
 	// BufferWarning is set when the activity buffer passed 80 % of a limit (§10.1).
 	BufferWarning bool `json:",omitempty"`
+	// NoActivityEntry is set when a full activity buffer refused the admitted task's entry
+	// (§10.1 activity_buffer_full): the task runs all the same (§10).
+	NoActivityEntry bool `json:",omitempty"`
 }
 
 // JobKey is a task's job identity (§9.2 "implementations MUST define job identity
@@ -151,8 +154,15 @@ func (a *Admitter) Prepare(ctx context.Context, in Input, jobKey func(agentType 
 	return p, nil
 }
 
-// Commit creates the admitted task's activity entry (a full buffer turns the admission into
-// a rejection, §10.1), audits the verdict (§19) and returns it.
+// Commit creates the admitted task's activity entry, audits the verdict (§19) and returns it.
+//
+// A full activity buffer does not refuse the task: the buffer is advisory and MUST NOT block
+// task scheduling (§10). What it refuses is the entry — "reject new activity registrations
+// with error_code=activity_buffer_full", never dropping another entry to make room (§10.1) —
+// so the task is admitted without one, the refusal is audited as activity.buffer_full with
+// that code and the verdict says so (NoActivityEntry). Without an entry the task is invisible
+// to the job-uniqueness, max_parallel_instances and conflict checks of later tasks, which
+// read the buffer.
 func (p *Prepared) Commit(ctx context.Context) (Result, error) {
 	a, in := p.a, p.in
 	if p.entry != nil {
@@ -160,8 +170,11 @@ func (p *Prepared) Commit(ctx context.Context) (Result, error) {
 		var full *store.ActivityFullError
 		switch {
 		case errors.As(err, &full):
-			p.res = Result{Verdict: Reject, Code: commonpb.ErrorCode_OVERLOADED, AgentType: p.res.AgentType,
-				Reason: fmt.Sprintf("activity_buffer_full: %v (§10.1)", err)}
+			p.res.NoActivityEntry, p.res.BufferWarning = true, true
+			p.res.Reason = fmt.Sprintf("admitted without an activity entry: activity_buffer_full: %v (§10.1); the buffer does not block scheduling (§10)", err)
+			a.Sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "activity.buffer_full",
+				AgentID: in.AgentID, Level: slog.LevelWarn, Details: map[string]any{"task_id": in.TaskID, "error_code": "activity_buffer_full",
+					"per_agent": full.PerAgent, "limit": full.Limit, "reason": err.Error()}})
 		case err != nil:
 			return Result{}, fmt.Errorf("create activity entry: %w", err)
 		case usage.Warn():

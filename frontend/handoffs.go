@@ -17,8 +17,9 @@ import (
 
 // RegisterHandoffs installs on rel the handlers of the handoffs the frontend writes: the
 // start of an agent's lifecycle after its registration, its end after its deregistration,
-// and the ACKs of the scheduler's CONTROL messages. Every process that runs a relay
-// registers them, so any process can deliver what another wrote.
+// the ACKs of the scheduler's CONTROL messages, and the beginning and end of an agent's wait
+// on a response. Every process that runs a relay registers them, so any process can deliver
+// what another wrote.
 func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQueue string) {
 	// An ACK for a lifecycle that has ended concerns nobody: nothing is left to schedule.
 	rel.Handle(workflows.HandoffAgentControlAck, signalHandoff(tc, func(p workflows.AgentControlAckHandoff) (string, string, any) {
@@ -27,6 +28,10 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQ
 	// No lifecycle left to end is the deregistration done.
 	rel.Handle(workflows.HandoffAgentDeregister, signalHandoff(tc, func(p workflows.AgentDeregisterHandoff) (string, string, any) {
 		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentDeregisterSignal, p.Deregistration
+	}))
+	// A producer without a lifecycle (not registered, or gone) has no state to change.
+	rel.Handle(workflows.HandoffAgentResponseWait, signalHandoff(tc, func(p workflows.AgentResponseWaitHandoff) (string, string, any) {
+		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentResponseWaitSignal, p.Wait
 	}))
 	rel.Handle(workflows.HandoffAgentRegister, func(ctx context.Context, h store.Handoff) error {
 		var p workflows.AgentRegisterHandoff

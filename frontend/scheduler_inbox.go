@@ -19,7 +19,9 @@ import (
 // SchedulerInbox translates what agents send the scheduler through the message plane onto
 // their lifecycle workflows, which schedule their tasks (§7): ACKs of the scheduler's CONTROL
 // messages become AgentControlAckSignal — through the outbox, as handoffs the router writes
-// with the ACK — and non-preemptible section declarations become AgentControlSignal. Install
+// with the ACK — a request that requires a response, and its end, become
+// AgentResponseWaitSignal — as handoffs written with the pending response — and
+// non-preemptible section declarations become AgentControlSignal. Install
 // it with router.SetSchedulerInbox in every process whose router receives agents' ACKs (the
 // frontend) or times messages out (the sweep).
 type SchedulerInbox struct {
@@ -43,6 +45,21 @@ func (in *SchedulerInbox) AckHandoff(msg store.MessageRecord, ack protocol.AckPa
 		AgentID: msg.RecipientID,
 		Ack:     workflows.ControlAck{MessageID: msg.MessageID, Stage: ack.Stage, ErrorCode: ack.ErrorCode, Note: ack.Note},
 	})
+}
+
+// WaitHandoff returns the handoff that tells the lifecycle of the request's producer that it
+// waits on a response, or that the wait ended (004 §2).
+func (in *SchedulerInbox) WaitHandoff(rw router.ResponseWait) (store.Handoff, error) {
+	outcome := workflows.ResponseFailed
+	if rw.Answered {
+		outcome = workflows.ResponseAnswered
+	}
+	wait := workflows.ResponseWait{Key: rw.Key, RequestID: rw.RequestID, Waiting: rw.Waiting, Bound: rw.Bound}
+	if !rw.Waiting {
+		wait.Outcome, wait.Reason = outcome, rw.Reason
+	}
+	return newHandoff(workflows.HandoffAgentResponseWait, workflows.AgentWorkflowID(rw.ProducerID),
+		workflows.AgentResponseWaitHandoff{AgentID: rw.ProducerID, Wait: wait})
 }
 
 // Deliver makes the in-line attempt of handoffs the router wrote.

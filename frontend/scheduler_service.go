@@ -3,9 +3,12 @@ package frontend
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/observe"
@@ -19,29 +22,116 @@ const maxActivityPoll = store.DefaultActivityListLimit
 // maxPurgeTaskIDs bounds the task_ids of one PurgeActivity call.
 const maxPurgeTaskIDs = 1000
 
-// schedulerService serves sw4rm.scheduler.SchedulerService. Only the activity buffer (§10) is
-// built: PollActivityBuffer and PurgeActivity. SubmitTask, RequestPreemption and ShutdownAgent
-// fall through to the embedded Unimplemented server (and the capability gate answers them
-// first, with the missing capability). Entries are created and completed through the store's
-// store.ActivityBuffer by the task workflows, since the canonical service has no RPC for that.
+// The filtered reads and the short history of §10 on PollActivityBuffer. The canonical
+// PollActivityBufferRequest carries only agent_id and canonical messages must not change
+// (§5.1), so the other filters ride on request metadata, and what the canonical
+// ActivityEntry cannot carry on response metadata (docs/scheduler.md).
+const (
+	// ActivityRepoMetadataKey keeps the entries of one repo_id.
+	ActivityRepoMetadataKey = "sw4rm-activity-repo"
+	// ActivityWorktreeMetadataKey keeps the entries of one worktree_id.
+	ActivityWorktreeMetadataKey = "sw4rm-activity-worktree"
+	// ActivityTaskMetadataKey keeps the entries of one task_id.
+	ActivityTaskMetadataKey = "sw4rm-activity-task"
+	// ActivityHistoryMetadataKey set to "true" reads the short history — the recently
+	// completed or failed entries, most recent first — instead of the active entries.
+	ActivityHistoryMetadataKey = "sw4rm-activity-history"
+	// ActivityWaitingOnHeader is the response header that names, for active entries whose
+	// agent is WAITING on a response (004 §6), "<task_id>=<waiting_on>", one value each.
+	ActivityWaitingOnHeader = "sw4rm-activity-waiting-on"
+)
+
+// maxWaitingOnHeader bounds the ActivityWaitingOnHeader values of one answer, so that the
+// header stays far below the metadata limits of every gRPC stack (8 KiB in some).
+const maxWaitingOnHeader = 32
+
+// schedulerService serves sw4rm.scheduler.SchedulerService: task submission, preemption and
+// shutdown (tasks.go, shutdown.go) and the activity buffer (§10) here. Entries are created
+// and completed through the store's store.ActivityBuffer by admission and the task workflows,
+// since the canonical service has no RPC for that.
 type schedulerService struct {
 	schedulerpb.UnimplementedSchedulerServiceServer
 	s *Server
 }
 
 // PollActivityBuffer returns the agent's active entries, oldest first; an empty agent_id
-// returns every agent's, at most maxActivityPoll in either case. timestamp is the entry's
-// creation time in RFC 3339 (UTC, with fractional seconds).
+// returns every agent's, at most maxActivityPoll in either case. The request metadata
+// narrows the read to a repo, a worktree or a task, or turns it to the short history (see
+// ActivityRepoMetadataKey and the keys beside it); a waiting task's waiting_on comes back in
+// the ActivityWaitingOnHeader header. timestamp is the entry's creation time in RFC 3339
+// (UTC, with fractional seconds), in the history too.
 func (sc *schedulerService) PollActivityBuffer(ctx context.Context, req *schedulerpb.PollActivityBufferRequest) (*schedulerpb.PollActivityBufferResponse, error) {
-	es, err := sc.s.store.ActivityBuffer().List(ctx, store.ActivityFilter{AgentID: req.GetAgentId(), Limit: maxActivityPoll})
+	f, history, err := activityReadOf(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	ab := sc.s.store.ActivityBuffer()
+	var es []store.ActivityEntry
+	if history {
+		es, err = ab.History(ctx, f)
+	} else {
+		es, err = ab.List(ctx, f)
+	}
 	if err != nil {
 		return nil, activityError(err)
 	}
 	out := &schedulerpb.PollActivityBufferResponse{Entries: make([]*schedulerpb.ActivityEntry, 0, len(es))}
+	var waiting []string
 	for _, e := range es {
 		out.Entries = append(out.Entries, activityEntryPB(e))
+		if e.WaitingOn != "" && !history && len(waiting) < maxWaitingOnHeader {
+			waiting = append(waiting, e.TaskID+"="+e.WaitingOn)
+		}
+	}
+	if len(waiting) > 0 {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(pairsOf(ActivityWaitingOnHeader, waiting)...))
 	}
 	return out, nil
+}
+
+// pairsOf lists key with each value, for metadata.Pairs.
+func pairsOf(key string, values []string) []string {
+	kv := make([]string, 0, 2*len(values))
+	for _, v := range values {
+		kv = append(kv, key, v)
+	}
+	return kv
+}
+
+// activityReadOf reads PollActivityBuffer's filter from the request and its metadata.
+func activityReadOf(ctx context.Context, req *schedulerpb.PollActivityBufferRequest) (store.ActivityFilter, bool, error) {
+	f := store.ActivityFilter{AgentID: req.GetAgentId(), Limit: maxActivityPoll}
+	md, _ := metadata.FromIncomingContext(ctx)
+	one := func(key string) (string, error) {
+		switch vs := md.Get(key); len(vs) {
+		case 0:
+			return "", nil
+		case 1:
+			return vs[0], nil
+		default:
+			return "", status.Errorf(codes.InvalidArgument, "validation_error: metadata %s given %d times; give it once", key, len(vs))
+		}
+	}
+	var err error
+	for _, field := range []struct {
+		key string
+		dst *string
+	}{{ActivityRepoMetadataKey, &f.RepoID}, {ActivityWorktreeMetadataKey, &f.WorktreeID}, {ActivityTaskMetadataKey, &f.TaskID}} {
+		if *field.dst, err = one(field.key); err != nil {
+			return f, false, err
+		}
+	}
+	h, err := one(ActivityHistoryMetadataKey)
+	if err != nil {
+		return f, false, err
+	}
+	switch strings.ToLower(h) {
+	case "", "false", "0":
+		return f, false, nil
+	case "true", "1":
+		return f, true, nil
+	}
+	return f, false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s=%q must be true or false", ActivityHistoryMetadataKey, h)
 }
 
 // PurgeActivity deletes the agent's active entries for the task_ids (the Scheduler reconciling

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -88,6 +89,57 @@ func TestPollActivityBuffer(t *testing.T) {
 	resp, err = sc.PollActivityBuffer(ctx, &schedulerpb.PollActivityBufferRequest{AgentId: "alice"})
 	require.NoError(t, err)
 	require.Len(t, resp.GetEntries(), 1)
+}
+
+// The filtered reads and the short history of §10 ride on PollActivityBuffer's metadata,
+// since the canonical request names only the agent.
+func TestPollActivityBufferFilters(t *testing.T) {
+	sc, st := newSchedulerTestService(t)
+	at := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	for i, e := range []store.ActivityEntry{
+		{AgentID: "alice", TaskID: "t1", RepoID: "shop", WorktreeID: "wt-a"},
+		{AgentID: "alice", TaskID: "t2", RepoID: "docs", WorktreeID: "wt-b"},
+		{AgentID: "bob", TaskID: "t3", RepoID: "shop", WorktreeID: "wt-b"},
+		{AgentID: "bob", TaskID: "t4", RepoID: "shop", WorktreeID: "wt-a"},
+	} {
+		e.CreatedAt = at.Add(time.Duration(i) * time.Second)
+		putSchedulerActivity(t, st, e)
+	}
+	_, err := st.ActivityBuffer().Complete(t.Context(), "bob", "t4", store.ActivityFailed)
+	require.NoError(t, err)
+	poll := func(agent string, kv ...string) ([]string, error) {
+		ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(kv...))
+		resp, err := sc.PollActivityBuffer(ctx, &schedulerpb.PollActivityBufferRequest{AgentId: agent})
+		var tasks []string
+		for _, e := range resp.GetEntries() {
+			tasks = append(tasks, e.GetTaskId())
+		}
+		return tasks, err
+	}
+	for _, tc := range []struct {
+		name  string
+		agent string
+		kv    []string
+		want  []string
+	}{
+		{"Repo", "", []string{ActivityRepoMetadataKey, "shop"}, []string{"t1", "t3"}},
+		{"Worktree", "", []string{ActivityWorktreeMetadataKey, "wt-b"}, []string{"t2", "t3"}},
+		{"Task", "", []string{ActivityTaskMetadataKey, "t2"}, []string{"t2"}},
+		{"AgentAndRepo", "alice", []string{ActivityRepoMetadataKey, "shop"}, []string{"t1"}},
+		{"History", "", []string{ActivityHistoryMetadataKey, "true"}, []string{"t4"}},
+		{"HistoryFiltered", "", []string{ActivityHistoryMetadataKey, "1", ActivityWorktreeMetadataKey, "wt-b"}, nil},
+		{"NotHistory", "bob", []string{ActivityHistoryMetadataKey, "false"}, []string{"t3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := poll(tc.agent, tc.kv...)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+	_, err = poll("", ActivityHistoryMetadataKey, "maybe")
+	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: metadata sw4rm-activity-history")
+	_, err = poll("", ActivityRepoMetadataKey, "shop", ActivityRepoMetadataKey, "docs")
+	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: metadata sw4rm-activity-repo given 2 times")
 }
 
 func TestPollActivityBufferCapped(t *testing.T) {

@@ -187,7 +187,11 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 		if err := report(workflows.TaskAdmitted{Enqueued: true}); err != nil {
 			return workflows.TaskAdmission{}, err
 		}
-		return workflows.TaskAdmission{Accepted: true, State: workflows.TaskQueued, Reason: "queued"}, nil
+		reason := "queued"
+		if res.NoActivityEntry {
+			reason = "queued; " + res.Reason
+		}
+		return workflows.TaskAdmission{Accepted: true, State: workflows.TaskQueued, Reason: reason}, nil
 	case res.Verdict == admission.Reject:
 		// The answer is known here; the workflow, told the same verdict, rejects the task and
 		// closes, and an update sent to it now could find it closed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,16 +29,57 @@ func (r *Router) requestFor(ctx context.Context, env *commonpb.Envelope, request
 	return rec, nil
 }
 
+// ResponseWait tells an agent's lifecycle that the agent waits on the response to a request,
+// or that the wait ended (004 §2); SchedulerInbox.WaitHandoff carries it.
+type ResponseWait struct {
+	// ProducerID is the requester, whose lifecycle is told.
+	ProducerID string
+	// Key is the request's idempotency token, which all its attempts share: it names the
+	// wait from beginning to end.
+	Key string
+	// RequestID is the request's first message_id, what the agent waits on; set when the
+	// wait begins.
+	RequestID string
+	// Waiting is true when the wait begins, false when it ends.
+	Waiting bool
+	// Bound is the longest the wait may last, set when it begins.
+	Bound time.Duration
+	// Answered says how a wait ended: the response arrived, or (false) the request failed.
+	Answered bool
+	// Reason explains the end.
+	Reason string
+}
+
+// responseWaitSlack is added to a wait's bound beyond its attempts' timeouts: the sweep's
+// steps between attempts and the delivery of the handoff that ends the wait.
+const responseWaitSlack = 10 * time.Second
+
 // trackRequest records a response-required request so the sweep can retry it and then fail
-// it (004 §1–§2: WAITING is bounded).
+// it (004 §1–§2: WAITING is bounded). The first attempt also hands the requester's lifecycle
+// the beginning of its wait, in the transaction that records the pending entry, so the
+// agent enters WAITING whether or not Temporal is reachable now (docs/architecture.md,
+// "Hand-offs to Temporal"); retries continue the same wait.
 func (r *Router) trackRequest(ctx context.Context, env *commonpb.Envelope, responder string, p protocol.ResponsePolicy, attempt int, original string) error {
 	pr := store.PendingResponse{
 		RequestMessageID: env.GetMessageId(), OriginalMessageID: original, ProducerID: env.GetProducerId(), ResponderID: responder,
 		CorrelationID: env.GetCorrelationId(), Attempt: attempt, MaxAttempts: p.MaxAttempts, Timeout: p.Timeout,
 		Deadline: time.Now().Add(p.Timeout), Status: "pending",
 	}
-	if err := r.st.Messages().AddPendingResponse(ctx, pr); err != nil {
+	var handoffs []store.Handoff
+	if attempt == 1 && r.inbox != nil {
+		bound := time.Duration(p.MaxAttempts)*(p.Timeout+r.cfg.SweepInterval) + responseWaitSlack
+		h, err := r.inbox.WaitHandoff(ResponseWait{ProducerID: pr.ProducerID, Key: env.GetIdempotencyToken(), RequestID: original,
+			Waiting: true, Bound: bound})
+		if err != nil {
+			return fmt.Errorf("prepare the wait's handoff: %w", err)
+		}
+		handoffs = append(handoffs, h)
+	}
+	if err := r.st.Messages().AddPendingResponse(ctx, pr, handoffs...); err != nil {
 		return fmt.Errorf("track request: %w", err)
+	}
+	for _, h := range handoffs {
+		r.deliverHandoff(ctx, h)
 	}
 	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "request.waiting",
 		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(),
@@ -47,10 +89,23 @@ func (r *Router) trackRequest(ctx context.Context, env *commonpb.Envelope, respo
 
 // fulfilRequest links an admitted response to its request: the pending entry is resolved and
 // the request moves to FULFILLED (004 §1), which its producer hears as an ACK.
+// The requester's wait ends in the same transaction (004 §1: back to RUNNING).
 func (r *Router) fulfilRequest(ctx context.Context, request store.MessageRecord, response *commonpb.Envelope) error {
-	if _, ok, err := r.st.Messages().ResolvePendingResponse(ctx, request.MessageID, response.GetMessageId()); err != nil {
+	var handoffs []store.Handoff
+	if r.inbox != nil {
+		h, err := r.inbox.WaitHandoff(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: true,
+			Reason: "response " + response.GetMessageId()})
+		if err != nil {
+			return fmt.Errorf("prepare the wait's handoff: %w", err)
+		}
+		handoffs = append(handoffs, h)
+	}
+	if _, ok, err := r.st.Messages().ResolvePendingResponse(ctx, request.MessageID, response.GetMessageId(), handoffs...); err != nil {
 		return fmt.Errorf("resolve pending response: %w", err)
 	} else if ok {
+		for _, h := range handoffs {
+			r.deliverHandoff(ctx, h)
+		}
 		r.sink.Record(ctx, observe.Event{CorrelationID: request.CorrelationID, Actor: response.GetProducerId(), Type: "request.answered",
 			AgentID: request.ProducerID, MessageID: request.MessageID, Details: map[string]any{"response_message_id": response.GetMessageId()}})
 	}
@@ -73,7 +128,10 @@ func (r *Router) retryOrFailRequest(ctx context.Context, p store.PendingResponse
 		return fmt.Errorf("look up request: %w", err)
 	}
 	if protocol.MessageStateTerminal(rec.State) && rec.State != commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT {
-		return nil // answered or failed meanwhile
+		// Answered or failed meanwhile without resolving the entry: answered before the entry
+		// was written, or refused by its recipient's NACK. The wait ends now.
+		return r.endWait(ctx, rec, rec.State == commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED,
+			fmt.Sprintf("the request is %s: %s", strings.TrimPrefix(rec.State.String(), "ENVELOPE_STATE_"), rec.Note))
 	}
 	r.sink.Record(ctx, observe.Event{CorrelationID: rec.CorrelationID, Actor: protocol.SchedulerID, Type: "request.response_timeout",
 		AgentID: rec.ProducerID, MessageID: rec.MessageID, Details: map[string]any{"attempt": p.Attempt, "max_attempts": p.MaxAttempts, "waiting_on": p.ResponderID}})
@@ -106,6 +164,29 @@ func (r *Router) retryOrFailRequest(ctx context.Context, p store.PendingResponse
 	if err := r.nack(ctx, rec.ProducerID, rec.CorrelationID, rec.MessageID, commonpb.AckStage_FAILED, commonpb.ErrorCode_ACK_TIMEOUT, note); err != nil {
 		return err
 	}
+	if err := r.endWait(ctx, rec, false, "ack_timeout: "+note); err != nil {
+		return err
+	}
 	return r.deadLetter(ctx, deadLetterInput{env: rec.Envelope, route: p.ResponderID, code: commonpb.ErrorCode_ACK_TIMEOUT,
 		class: store.DLQRetriesExhausted, reason: note, state: commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, firstSeen: rec.CreatedAt})
+}
+
+// endWait hands the requester's lifecycle the end of its wait on a request that is over
+// without a response resolving it. No store write carries it — the sweep claimed the pending
+// entry before it decided — so the handoff is written on its own, right after the request's
+// last transition, as the sweep's CONTROL timeouts are; a frontend that dies in between leaves
+// the lifecycle's own bound on the wait to end it (workflows.ResponseWait.Bound).
+func (r *Router) endWait(ctx context.Context, request store.MessageRecord, answered bool, reason string) error {
+	if r.inbox == nil {
+		return nil
+	}
+	h, err := r.inbox.WaitHandoff(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: answered, Reason: reason})
+	if err != nil {
+		return fmt.Errorf("prepare the wait's handoff: %w", err)
+	}
+	if err := r.st.Outbox().AddHandoffs(ctx, []store.Handoff{h}, store.HandoffLease); err != nil {
+		return fmt.Errorf("hand the end of the wait to Temporal: %w", err)
+	}
+	r.deliverHandoff(ctx, h)
+	return nil
 }

@@ -15,9 +15,10 @@ import (
 )
 
 // SchedulerInbox receives what reaches the scheduler through the message plane (§7): the ACKs
-// and NACKs of the CONTROL messages it sent with SendControl, and the CONTROL messages agents
+// and NACKs of the CONTROL messages it sent with SendControl, the CONTROL messages agents
 // address to it (recipient protocol.SchedulerID), such as the declaration of a
-// non-preemptible section. The scheduler's state lives in Temporal workflows, so an ACK
+// non-preemptible section, and the beginning and end of an agent's wait on a response
+// (004 §2). The scheduler's state lives in Temporal workflows, so an ACK
 // travels on as a store.Handoff: the router writes it in the transaction that applies the
 // ACK, so a stored ACK always reaches the agent's workflow, Temporal reachable or not
 // (docs/reliability.md).
@@ -25,6 +26,9 @@ type SchedulerInbox interface {
 	// AckHandoff returns the handoff that carries an ACK or NACK of msg — a CONTROL message
 	// the scheduler sent to msg.RecipientID — to the scheduler.
 	AckHandoff(msg store.MessageRecord, ack protocol.AckPayload) (store.Handoff, error)
+	// WaitHandoff returns the handoff that tells the lifecycle of rw.ProducerID that the
+	// agent waits on a response to its request, or that the wait ended (004 §2).
+	WaitHandoff(rw ResponseWait) (store.Handoff, error)
 	// Deliver makes the in-line first attempt of handoffs the router has just written; a
 	// failure leaves them to the outbox relay.
 	Deliver(ctx context.Context, hs ...store.Handoff) error
@@ -120,7 +124,7 @@ func (r *Router) withSchedulerHandoff(c control, msg store.MessageRecord, ack pr
 // the caller's: the handoff is stored, and the relay delivers it once Temporal takes it.
 func (r *Router) deliverHandoff(ctx context.Context, h store.Handoff) {
 	if err := r.inbox.Deliver(ctx, h); err != nil {
-		slog.Default().Warn("scheduler ACK stored; its delivery to Temporal is retried by the outbox relay",
+		slog.Default().Warn("handoff to the scheduler stored; its delivery to Temporal is retried by the outbox relay", "kind", h.Kind,
 			"handoff_id", h.ID, "workflow_id", h.WorkflowID, "error", err)
 	}
 }

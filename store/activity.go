@@ -162,7 +162,8 @@ func ratio(n, limit int) float64 {
 	return float64(n) / float64(limit)
 }
 
-// ActivityFilter selects active entries; empty fields match everything.
+// ActivityFilter selects active or history entries (§10 filtered reads); empty fields match
+// everything.
 type ActivityFilter struct {
 	// AgentID, RepoID, WorktreeID and TaskID must equal the entry's when set.
 	AgentID, RepoID, WorktreeID, TaskID string
@@ -202,9 +203,9 @@ type ActivityBuffer interface {
 	// List returns the active entries that match the filter, ordered by CreatedAt (then by
 	// creation order), the first Limit of them.
 	List(ctx context.Context, f ActivityFilter) ([]ActivityEntry, error)
-	// History returns the agent's history (every agent's for an empty agentID), most recently
-	// completed first, at most limit entries (zero or negative: DefaultActivityListLimit).
-	History(ctx context.Context, agentID string, limit int) ([]ActivityEntry, error)
+	// History returns the history entries (completed or failed, the short history of §10)
+	// that match the filter, most recently completed first, the first Limit of them.
+	History(ctx context.Context, f ActivityFilter) ([]ActivityEntry, error)
 	// Purge deletes the agent's active entries for the tasks (the Scheduler reconciling tasks
 	// that are COMPLETED, FAILED or unknown, §10) and returns how many it deleted; unknown or
 	// repeated task IDs count nothing. Purged entries do not enter the history. An empty

@@ -500,13 +500,16 @@ type MessagePlane interface {
 	BufferStats(ctx context.Context) ([]BufferStat, error)
 
 	// AddPendingResponse starts tracking a response-required request (status "pending").
-	// Adding the same RequestMessageID again replaces it.
-	AddPendingResponse(ctx context.Context, p PendingResponse) error
+	// Adding the same RequestMessageID again replaces it. The handoffs (the requester's
+	// lifecycle entering WAITING, 004 §2) are written in the same transaction, leased for
+	// HandoffLease.
+	AddPendingResponse(ctx context.Context, p PendingResponse, handoffs ...Handoff) error
 
 	// ResolvePendingResponse marks the pending request requestMessageID fulfilled by
 	// responseMessageID and returns it; false when there is no pending entry for it (unknown,
-	// already fulfilled, or expired).
-	ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string) (PendingResponse, bool, error)
+	// already fulfilled, or expired). The handoffs (the requester's wait ending) are written
+	// in the same transaction, and only when it resolves the entry, leased for HandoffLease.
+	ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string, handoffs ...Handoff) (PendingResponse, bool, error)
 
 	// ExpirePendingResponses claims up to limit pending requests whose Deadline passed,
 	// marking them "expired" (each returned to exactly one caller).

@@ -324,7 +324,7 @@ func (w *agentLifecycle) begin(ctx workflow.Context) error {
 // lifecycleChannels are the signal channels of one run.
 type lifecycleChannels struct {
 	register, ready, deregister, report, shutdown workflow.ReceiveChannel
-	enqueue, preempt, ack, control                workflow.ReceiveChannel
+	enqueue, preempt, ack, control, responseWait  workflow.ReceiveChannel
 }
 
 func (w *agentLifecycle) channels(ctx workflow.Context) lifecycleChannels {
@@ -338,6 +338,8 @@ func (w *agentLifecycle) channels(ctx workflow.Context) lifecycleChannels {
 		preempt:    workflow.GetSignalChannel(ctx, AgentPreemptSignal),
 		ack:        workflow.GetSignalChannel(ctx, AgentControlAckSignal),
 		control:    workflow.GetSignalChannel(ctx, AgentControlSignal),
+		// Response waits are tasks' business (004 §2): the channel is read with the others.
+		responseWait: workflow.GetSignalChannel(ctx, AgentResponseWaitSignal),
 	}
 }
 
@@ -380,11 +382,22 @@ func (w *agentLifecycle) selector(ctx workflow.Context, ch lifecycleChannels) wo
 		sel.AddReceive(ch.preempt, on(w.onPreempt))
 		sel.AddReceive(ch.ack, on(w.onAck))
 		sel.AddReceive(ch.control, on(w.onControl))
+		sel.AddReceive(ch.responseWait, on(w.onResponseWait))
 		w.disp.armTimer(ctx)
 		if w.disp.timer != nil {
 			sel.AddFuture(w.disp.timer, func(f workflow.Future) {
 				if f.Get(ctx, nil) == nil {
 					w.stepErr = w.disp.onTimer(ctx)
+				}
+			})
+		}
+		// Armed only while a task waits on a response, which only runs that apply response
+		// waits (versionResponseWaits) record: older histories never see this timer.
+		w.disp.armWaitTimer(ctx)
+		if w.disp.waitTimer != nil {
+			sel.AddFuture(w.disp.waitTimer, func(f workflow.Future) {
+				if f.Get(ctx, nil) == nil {
+					w.stepErr = w.disp.onWaitTimer(ctx)
 				}
 			})
 		}

@@ -23,6 +23,10 @@ const (
 	// HandoffAgentDeregister signals agent/<agent_id> with AgentDeregisterSignal after the
 	// agent was removed from the registry. Payload: AgentDeregisterHandoff.
 	HandoffAgentDeregister = "agent.deregister"
+	// HandoffAgentResponseWait signals agent/<agent_id> with AgentResponseWaitSignal after
+	// the agent's request that requires a response was tracked, or its tracking ended
+	// (004 §2). Payload: AgentResponseWaitHandoff.
+	HandoffAgentResponseWait = "agent.response_wait"
 )
 
 // AgentRegisterHandoff is the payload of a HandoffAgentRegister handoff.
@@ -47,6 +51,14 @@ type AgentDeregisterHandoff struct {
 	AgentID string
 	// Deregistration is the AgentDeregisterSignal's payload.
 	Deregistration AgentDeregistration
+}
+
+// AgentResponseWaitHandoff is the payload of a HandoffAgentResponseWait handoff.
+type AgentResponseWaitHandoff struct {
+	// AgentID names the lifecycle, agent/<agent_id>: the request's producer.
+	AgentID string
+	// Wait is the AgentResponseWaitSignal's payload.
+	Wait ResponseWait
 }
 
 // AgentStartOptions are the start options of workflow agent/<agentID> on taskQueue: its ID

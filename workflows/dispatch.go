@@ -155,6 +155,8 @@ type RunningTask struct {
 	// TerminateMsgID is the TERMINATE of a forced preemption, KillAt when KILL follows.
 	TerminateMsgID string    `json:",omitempty"`
 	KillAt         time.Time `json:",omitempty"`
+	// Waits are the responses the task waits on, oldest first (004 §2, agent_wait.go).
+	Waits []TaskWait `json:",omitempty"`
 }
 
 // Dispatch is the agent's scheduling state, carried over a continue-as-new.
@@ -168,6 +170,9 @@ type Dispatch struct {
 	// Done lists the most recently ended tasks, so a repeated enqueue (a task workflow's
 	// fallback after SubmitTask already queued it) never runs a task twice.
 	Done []string `json:",omitempty"`
+	// EndedWaits lists the most recently ended response waits, so a wait whose end arrived
+	// first, or whose beginning is delivered again, is not begun.
+	EndedWaits []string `json:",omitempty"`
 }
 
 // maxDone bounds Dispatch.Done.
@@ -185,6 +190,8 @@ type DispatchStatus struct {
 	NonPreemptible bool
 	// Queue lists the waiting task ids in dispatch order.
 	Queue []string
+	// WaitingOn lists the requests the running task waits on (004 §2).
+	WaitingOn []string `json:",omitempty"`
 }
 
 // less orders the queue: lower priority value first, then earlier submission, then arrival.
@@ -211,6 +218,10 @@ type dispatcher struct {
 	timer       workflow.Future
 	timerAt     time.Time
 	cancelTimer workflow.CancelFunc
+	// waitTimer bounds the running task's response waits, armed for waitTimerAt.
+	waitTimer       workflow.Future
+	waitTimerAt     time.Time
+	cancelWaitTimer workflow.CancelFunc
 }
 
 func (w *agentLifecycle) preemptTimeout() time.Duration {
@@ -245,6 +256,9 @@ func (p *dispatcher) status() DispatchStatus {
 		s.Running, s.RunningPriority = r.TaskID, r.Priority
 		s.PreemptPending = r.PreemptMsgID != ""
 		s.NonPreemptible = !r.NPUntil.IsZero()
+		for _, tw := range r.Waits {
+			s.WaitingOn = append(s.WaitingOn, tw.RequestID)
+		}
 	}
 	return s
 }
@@ -431,7 +445,8 @@ func (p *dispatcher) onRunAck(ctx workflow.Context, r *RunningTask, a ControlAck
 			return err
 		}
 		p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskRunning, Reason: "the agent received the RUN"})
-		return nil
+		// A request the task sent before its RUN's confirmation arrived waits from now on.
+		return p.syncWaiting(ctx, "task "+r.TaskID+" waits on a response (004 §2)")
 	case commonpb.AckStage_FULFILLED:
 		if !r.Received {
 			// The delivery confirmation (RECEIVED) and the FULFILLED ACK travel separately and
@@ -462,6 +477,7 @@ func (p *dispatcher) onRunAck(ctx workflow.Context, r *RunningTask, a ControlAck
 func (p *dispatcher) finish(ctx workflow.Context, r *RunningTask, ev TaskEvent) error {
 	p.d.Running = nil
 	p.stopTimer()
+	p.leaveWaits(ctx, r)
 	p.event(ctx, &r.QueuedTask, ev)
 	why := "task " + r.TaskID + " " + ev.State
 	for _, step := range []commonpb.AgentState{commonpb.AgentState_RUNNING, commonpb.AgentState_COMPLETED, commonpb.AgentState_RUNNABLE} {
@@ -487,12 +503,15 @@ func (p *dispatcher) finish(ctx workflow.Context, r *RunningTask, ev TaskEvent) 
 func (p *dispatcher) yielded(ctx workflow.Context, r *RunningTask) error {
 	p.d.Running = nil
 	p.stopTimer()
+	waited := len(r.Waits) > 0
+	p.leaveWaits(ctx, r)
 	q := r.QueuedTask
 	q.Suspended, q.SuspendedAt = true, workflow.Now(ctx)
 	p.event(ctx, &q, TaskEvent{State: TaskSuspended, Reason: "yielded at a safe point (§7.2)"})
 	i, _ := slices.BinarySearchFunc(p.d.Queue, q, func(a, b QueuedTask) int { return a.less(b) })
 	p.d.Queue = slices.Insert(p.d.Queue, i, q)
-	if p.w.state == commonpb.AgentState_SCHEDULED || p.w.state == commonpb.AgentState_RESUMED {
+	if p.w.state == commonpb.AgentState_SCHEDULED || p.w.state == commonpb.AgentState_RESUMED ||
+		(waited && p.w.state == commonpb.AgentState_WAITING) { // WAITING → SUSPENDED is no §8 edge
 		if err := p.w.transition(ctx, commonpb.AgentState_RUNNING, "task "+r.TaskID+" started"); err != nil {
 			return err
 		}
@@ -594,6 +613,7 @@ func (p *dispatcher) failAll(ctx workflow.Context, code commonpb.ErrorCode, reas
 	if r := p.d.Running; r != nil {
 		p.d.Running = nil
 		p.stopTimer()
+		p.leaveWaits(ctx, r)
 		p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: reason})
 	}
 	for i := range p.d.Queue {
@@ -617,6 +637,7 @@ func (p *dispatcher) afterStep(ctx workflow.Context) error {
 	if r := p.d.Running; r != nil && p.w.state == commonpb.AgentState_FAILED_STATE {
 		p.d.Running = nil
 		p.stopTimer()
+		p.leaveWaits(ctx, r)
 		code := commonpb.ErrorCode_AGENT_UNAVAILABLE
 		if p.w.reason == ReasonShutdownTimeout {
 			code = commonpb.ErrorCode_AGENT_SHUTDOWN

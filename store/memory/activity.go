@@ -200,23 +200,28 @@ func (a *activityState) List(ctx context.Context, f store.ActivityFilter) ([]sto
 }
 
 // History implements store.ActivityBuffer.
-func (a *activityState) History(ctx context.Context, agentID string, limit int) ([]store.ActivityEntry, error) {
+func (a *activityState) History(ctx context.Context, f store.ActivityFilter) ([]store.ActivityEntry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateActivityKey(agentID); err != nil {
-		return nil, fmt.Errorf("memory: activity history of %s: %w", agentID, err)
+	if err := store.ValidateActivityFilter(f); err != nil {
+		return nil, fmt.Errorf("memory: activity history: %w", err)
 	}
+	limit := f.Limit
 	if limit <= 0 {
 		limit = store.DefaultActivityListLimit
 	}
 	a.mu.Lock()
 	var rows []activityRow
-	if agentID != "" {
-		rows = slices.Clone(a.history[agentID])
-	} else {
-		for _, h := range a.history {
-			rows = append(rows, h...)
+	for agentID, h := range a.history {
+		if f.AgentID != "" && agentID != f.AgentID {
+			continue
+		}
+		for _, r := range h {
+			e := &r.e
+			if (f.RepoID == "" || e.RepoID == f.RepoID) && (f.WorktreeID == "" || e.WorktreeID == f.WorktreeID) && (f.TaskID == "" || e.TaskID == f.TaskID) {
+				rows = append(rows, r)
+			}
 		}
 	}
 	a.mu.Unlock()

@@ -305,7 +305,7 @@ func (m *messagePlane) BufferStats(ctx context.Context) ([]store.BufferStat, err
 
 // AddPendingResponse implements store.MessagePlane. A zero Deadline means now + Timeout; an
 // empty OriginalMessageID means RequestMessageID (the first attempt).
-func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingResponse) error {
+func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingResponse, handoffs ...store.Handoff) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -326,11 +326,15 @@ func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingRe
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.responses[p.RequestMessageID] = &p
+	at := now()
+	for _, h := range handoffs {
+		s.addHandoffLocked(h, store.HandoffLease, at)
+	}
 	return nil
 }
 
 // ResolvePendingResponse implements store.MessagePlane.
-func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string) (store.PendingResponse, bool, error) {
+func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string, handoffs ...store.Handoff) (store.PendingResponse, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return store.PendingResponse{}, false, err
 	}
@@ -342,6 +346,10 @@ func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessag
 		return store.PendingResponse{}, false, nil
 	}
 	delete(s.responses, requestMessageID)
+	at := now()
+	for _, h := range handoffs {
+		s.addHandoffLocked(h, store.HandoffLease, at)
+	}
 	out := *p
 	out.Status = "fulfilled"
 	out.ResponseMessageID = responseMessageID

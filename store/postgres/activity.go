@@ -185,21 +185,27 @@ func (a *activityBuffer) List(ctx context.Context, f store.ActivityFilter) ([]st
 }
 
 // History implements store.ActivityBuffer.
-func (a *activityBuffer) History(ctx context.Context, agentID string, limit int) ([]store.ActivityEntry, error) {
-	if err := store.ValidateActivityKey(agentID); err != nil {
-		return nil, fmt.Errorf("postgres: activity history of %s: %w", agentID, err)
+func (a *activityBuffer) History(ctx context.Context, f store.ActivityFilter) ([]store.ActivityEntry, error) {
+	if err := store.ValidateActivityFilter(f); err != nil {
+		return nil, fmt.Errorf("postgres: activity history: %w", err)
 	}
-	if limit <= 0 {
-		limit = store.DefaultActivityListLimit
+	var q listQuery
+	for _, c := range []struct{ cond, v string }{
+		{"agent_id = ?", f.AgentID}, {"repo_id = ?", f.RepoID}, {"worktree_id = ?", f.WorktreeID}, {"task_id = ?", f.TaskID},
+	} {
+		if c.v != "" {
+			q.add(c.cond, c.v)
+		}
 	}
-	rows, err := a.s().pool.Query(ctx, `SELECT `+activityHistoryColumns+` FROM activity_history
-		WHERE $1::text = '' OR agent_id = $1::text ORDER BY id DESC LIMIT $2`, agentID, limit)
+	limit := q.limit(f.Limit, store.DefaultActivityListLimit)
+	rows, err := a.s().pool.Query(ctx, `SELECT `+activityHistoryColumns+` FROM activity_history `+q.where()+
+		` ORDER BY id DESC LIMIT `+limit, q.args...)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: activity history of %s: %w", agentID, err)
+		return nil, fmt.Errorf("postgres: activity history: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, scanActivityHistory)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: activity history of %s: %w", agentID, err)
+		return nil, fmt.Errorf("postgres: activity history: %w", err)
 	}
 	return emptyToNil(out), nil
 }

@@ -32,11 +32,13 @@ func scanPending(row pgx.CollectableRow) (store.PendingResponse, error) {
 
 // AddPendingResponse implements store.MessagePlane. A zero Deadline means now + Timeout by
 // the database clock; an empty OriginalMessageID means RequestMessageID (the first attempt).
-func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingResponse) error {
+// The entry and its handoffs commit together, or neither does.
+func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingResponse, handoffs ...store.Handoff) error {
 	if p.RequestMessageID == "" {
 		return errors.New("postgres: add pending response: request message_id is required")
 	}
-	if _, err := m.s().pool.Exec(ctx, `
+	b := &pgx.Batch{}
+	b.Queue(`
 		INSERT INTO pending_responses (`+pendingColumns+`)
 		VALUES ($1, COALESCE(NULLIF($2, ''), $1), $3, $4, $5, $6, $7, $8,
 		        COALESCE($9, now() + $8::bigint * interval '1 microsecond'))
@@ -46,26 +48,59 @@ func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingRe
 			attempt = EXCLUDED.attempt, max_attempts = EXCLUDED.max_attempts,
 			timeout_us = EXCLUDED.timeout_us, deadline = EXCLUDED.deadline, created_at = now()`,
 		p.RequestMessageID, p.OriginalMessageID, p.ProducerID, p.ResponderID, p.CorrelationID,
-		p.Attempt, p.MaxAttempts, p.Timeout.Microseconds(), nullTime(p.Deadline)); err != nil {
+		p.Attempt, p.MaxAttempts, p.Timeout.Microseconds(), nullTime(p.Deadline))
+	queueHandoffs(b, handoffs, store.HandoffLease)
+	send := func(q interface {
+		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+	}) error {
+		return q.SendBatch(ctx, b).Close()
+	}
+	var err error
+	if len(handoffs) == 0 {
+		err = send(m.s().pool) // one statement: no transaction needed
+	} else {
+		err = pgx.BeginFunc(ctx, m.s().pool, func(tx pgx.Tx) error { return send(tx) })
+	}
+	if err != nil {
 		return fmt.Errorf("postgres: add pending response %q: %w", p.RequestMessageID, err)
 	}
 	return nil
 }
 
 // ResolvePendingResponse implements store.MessagePlane. Deleting the row is the atomic
-// claim: a concurrent resolve or sweep finds nothing.
-func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string) (store.PendingResponse, bool, error) {
-	rows, err := m.s().pool.Query(ctx, `
-		DELETE FROM pending_responses WHERE request_message_id = $1 RETURNING `+pendingColumns, requestMessageID)
+// claim: a concurrent resolve or sweep finds nothing. The handoffs are written in the
+// transaction of the delete, and only when it found the row.
+func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string, handoffs ...store.Handoff) (store.PendingResponse, bool, error) {
+	var (
+		p     store.PendingResponse
+		found bool
+	)
+	err := pgx.BeginFunc(ctx, m.s().pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			DELETE FROM pending_responses WHERE request_message_id = $1 RETURNING `+pendingColumns, requestMessageID)
+		if err != nil {
+			return err
+		}
+		p, err = pgx.CollectExactlyOneRow(rows, scanPending)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		if len(handoffs) == 0 {
+			return nil
+		}
+		b := &pgx.Batch{}
+		queueHandoffs(b, handoffs, store.HandoffLease)
+		return tx.SendBatch(ctx, b).Close()
+	})
 	if err != nil {
 		return store.PendingResponse{}, false, fmt.Errorf("postgres: resolve pending response %q: %w", requestMessageID, err)
 	}
-	p, err := pgx.CollectExactlyOneRow(rows, scanPending)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if !found {
 		return store.PendingResponse{}, false, nil
-	}
-	if err != nil {
-		return store.PendingResponse{}, false, fmt.Errorf("postgres: resolve pending response %q: %w", requestMessageID, err)
 	}
 	p.Status = "fulfilled"
 	p.ResponseMessageID = responseMessageID

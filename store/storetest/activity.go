@@ -61,7 +61,7 @@ func actList(t *testing.T, ab store.ActivityBuffer, f store.ActivityFilter) []st
 
 func actHistory(t *testing.T, ab store.ActivityBuffer, agentID string, limit int) []store.ActivityEntry {
 	t.Helper()
-	es, err := ab.History(t.Context(), agentID, limit)
+	es, err := ab.History(t.Context(), store.ActivityFilter{AgentID: agentID, Limit: limit})
 	require.NoError(t, err)
 	return es
 }
@@ -190,7 +190,9 @@ func runActivityValidation(t *testing.T, newStore func(t *testing.T) store.Store
 		require.ErrorIs(t, err, store.ErrInvalidActivity)
 		_, err = ab.List(ctx, store.ActivityFilter{RepoID: "\xff"})
 		require.ErrorIs(t, err, store.ErrInvalidActivity)
-		_, err = ab.History(ctx, "\x00", 0)
+		_, err = ab.History(ctx, store.ActivityFilter{AgentID: "\x00"})
+		require.ErrorIs(t, err, store.ErrInvalidActivity)
+		_, err = ab.History(ctx, store.ActivityFilter{WorktreeID: "\xff"})
 		require.ErrorIs(t, err, store.ErrInvalidActivity)
 		// None of the refused operations changed anything.
 		require.Equal(t, []string{"alice/ok"}, actKeys(actList(t, ab, store.ActivityFilter{})))
@@ -428,6 +430,36 @@ func runActivityFilters(t *testing.T, newStore func(t *testing.T) store.Store) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := actList(t, ab, tc.f)
+			if tc.want == nil {
+				require.Empty(t, got)
+				return
+			}
+			require.Equal(t, tc.want, actKeys(got))
+		})
+	}
+
+	// The short history takes the same filters (§10), most recently completed first.
+	for _, k := range [][2]string{{"carol", "t3"}, {"bob", "t1"}, {"alice", "t1"}, {"alice", "t2"}, {"alice", "t3"}} {
+		_, err := ab.Complete(t.Context(), k[0], k[1], store.ActivityCompleted)
+		require.NoError(t, err)
+	}
+	for _, tc := range []struct {
+		name string
+		f    store.ActivityFilter
+		want []string
+	}{
+		{"HistoryAll", store.ActivityFilter{}, []string{"alice/t3", "alice/t2", "alice/t1", "bob/t1", "carol/t3"}},
+		{"HistoryAgent", store.ActivityFilter{AgentID: "bob"}, []string{"bob/t1"}},
+		{"HistoryRepo", store.ActivityFilter{RepoID: "r2"}, []string{"alice/t2", "carol/t3"}},
+		{"HistoryWorktree", store.ActivityFilter{WorktreeID: "w1"}, []string{"alice/t3", "alice/t1", "carol/t3"}},
+		{"HistoryTask", store.ActivityFilter{TaskID: "t1"}, []string{"alice/t1", "bob/t1"}},
+		{"HistoryAllFour", store.ActivityFilter{AgentID: "alice", RepoID: "r1", WorktreeID: "w1", TaskID: "t3"}, []string{"alice/t3"}},
+		{"HistoryNoMatch", store.ActivityFilter{AgentID: "bob", RepoID: "r2"}, nil},
+		{"HistoryLimit", store.ActivityFilter{Limit: 2}, []string{"alice/t3", "alice/t2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ab.History(t.Context(), tc.f)
+			require.NoError(t, err)
 			if tc.want == nil {
 				require.Empty(t, got)
 				return

@@ -194,4 +194,33 @@ func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"end-dereg-1"}, handoffIDs(pending), "only a removal writes its handoff")
 	})
+	t.Run("WrittenWithAPendingResponse", func(t *testing.T) {
+		ctx := t.Context()
+		s := newStore(t)
+		mp := s.Messages()
+		pending := func() []string {
+			t.Helper()
+			hs, err := s.Outbox().PendingHandoffs(ctx, 10)
+			require.NoError(t, err)
+			return handoffIDs(hs)
+		}
+		require.NoError(t, mp.AddPendingResponse(ctx, store.PendingResponse{
+			RequestMessageID: "req-1", ProducerID: "alice", ResponderID: "bob", Timeout: time.Minute,
+		}, handoff("wait-req-1")))
+		require.Equal(t, []string{"wait-req-1"}, pending(), "the wait is handed off with the entry")
+		_, ok, err := mp.ResolvePendingResponse(ctx, "unknown", "resp-x", handoff("end-unknown"))
+		require.NoError(t, err)
+		require.False(t, ok)
+		require.Equal(t, []string{"wait-req-1"}, pending(), "no resolution, no handoff")
+		_, ok, err = mp.ResolvePendingResponse(ctx, "req-1", "resp-1", handoff("end-req-1"))
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, ok, err = mp.ResolvePendingResponse(ctx, "req-1", "resp-1b", handoff("end-again"))
+		require.NoError(t, err)
+		require.False(t, ok)
+		require.Equal(t, []string{"wait-req-1", "end-req-1"}, pending(), "only the resolution writes its handoff, after the wait's")
+		got, err := s.Outbox().ClaimHandoffs(ctx, longLease, 10)
+		require.NoError(t, err)
+		require.Empty(t, got, "leased to the writer for its in-line attempt")
+	})
 }
