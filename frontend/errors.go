@@ -84,11 +84,18 @@ func toStatus(ctx context.Context, err error) *status.Status {
 		}
 		return status.New(c, perr.Error())
 	}
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return status.FromContextError(ctx.Err())
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()) // the caller went away or ran out of time
+		}
+		return status.FromContextError(err)
 	}
 	var nf *serviceerror.NotFound
 	switch {
+	case errors.Is(err, store.ErrActivityBufferFull):
+		return status.New(codes.ResourceExhausted, "activity_buffer_full: "+err.Error()) // §10.1; the trailer says overloaded
+	case errors.Is(err, store.ErrInvalidActivity):
+		return status.New(codes.InvalidArgument, "validation_error: "+err.Error())
 	case errors.Is(err, store.ErrNotFound), errors.As(err, &nf):
 		return status.New(codes.NotFound, "no_route: "+err.Error())
 	}

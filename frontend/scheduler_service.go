@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
@@ -166,20 +165,7 @@ func activityEntryPB(e store.ActivityEntry) *schedulerpb.ActivityEntry {
 	}
 }
 
-// activityError maps an activity buffer error to a gRPC status. A full buffer answers
-// ResourceExhausted with error_code activity_buffer_full (§10.1), which the ErrorCode enum
+// activityError says an activity buffer call failed; the error table (errors.go) answers a
+// full buffer ResourceExhausted with activity_buffer_full (§10.1), which the ErrorCode enum
 // lacks, as the message's prefix.
-func activityError(err error) error {
-	switch {
-	case errors.Is(err, store.ErrActivityBufferFull):
-		return status.Errorf(codes.ResourceExhausted, "activity_buffer_full: %v", err)
-	case errors.Is(err, store.ErrInvalidActivity):
-		return status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
-	case errors.Is(err, store.ErrNotFound):
-		return status.Errorf(codes.NotFound, "unknown activity entry: %v", err)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return status.FromContextError(err).Err()
-	default:
-		return status.Errorf(codes.Unavailable, "internal_error: activity buffer: %v", err)
-	}
-}
+func activityError(err error) error { return failed("activity buffer", err) }

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/observe"
@@ -228,8 +227,8 @@ func TestActivityErrorMapping(t *testing.T) {
 	full := fmt.Errorf("memory: put: %w", &store.ActivityFullError{AgentID: "a", PerAgent: true, Limit: 100})
 	requireSchedulerCode(t, activityError(full), codes.ResourceExhausted, "activity_buffer_full: ")
 	requireSchedulerCode(t, activityError(fmt.Errorf("x: %w", store.ErrInvalidActivity)), codes.InvalidArgument, "validation_error: ")
-	requireSchedulerCode(t, activityError(fmt.Errorf("x: %w", store.ErrNotFound)), codes.NotFound, "unknown activity entry")
-	require.Equal(t, codes.DeadlineExceeded, status.Code(activityError(fmt.Errorf("x: %w", context.DeadlineExceeded))))
-	require.Equal(t, codes.Canceled, status.Code(activityError(fmt.Errorf("x: %w", context.Canceled))))
+	requireSchedulerCode(t, activityError(fmt.Errorf("x: %w", store.ErrNotFound)), codes.NotFound, "no_route: activity buffer")
+	require.Equal(t, codes.DeadlineExceeded, toStatus(t.Context(), activityError(fmt.Errorf("x: %w", context.DeadlineExceeded))).Code())
+	require.Equal(t, codes.Canceled, toStatus(t.Context(), activityError(fmt.Errorf("x: %w", context.Canceled))).Code())
 	requireSchedulerCode(t, activityError(fmt.Errorf("boom")), codes.Unavailable, "internal_error: ")
 }
