@@ -53,6 +53,7 @@ func New(st store.Store, capacity int) *Router {
 		&bufferCollector{st: st, capacity: capacity},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(&activityCollector{ab: st.ActivityBuffer(), lim: store.ActivityLimits{}.Effective()})
+	reg.MustRegister(&outboxCollector{ob: st.Outbox()})
 	return m
 }
 
