@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/observe"
@@ -161,7 +162,11 @@ func (a *Activities) AskExternalHitl(ctx context.Context, inv hitlsignals.Invoca
 		}
 	}()
 	ctxJSON, _ := json.Marshal(inv.Context)
-	dec, err := hitlpb.NewHitlServiceClient(conn).Decide(ctx, &hitlpb.HitlInvocation{
+	// The invocation's id is the key: a retried activity, or the workflow asking again after
+	// the component was unavailable, attaches to the question it already asked (docs/hitl.md)
+	// instead of raising a second one.
+	kctx := metadata.AppendToOutgoingContext(ctx, hitlsignals.IdempotencyKeyMetadata, inv.InvocationID)
+	dec, err := hitlpb.NewHitlServiceClient(conn).Decide(kctx, &hitlpb.HitlInvocation{
 		ReasonType: commonpb.HitlReasonType(commonpb.HitlReasonType_value[inv.ReasonType]), Context: ctxJSON,
 		ProposedActions: inv.ProposedActions, Priority: inv.Priority,
 	})

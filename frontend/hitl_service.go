@@ -34,11 +34,9 @@ import (
 // it raised, before it blocks, so the caller can point an operator at it.
 const InvocationIDHeader = "sw4rm-hitl-invocation-id"
 
-// IdempotencyKeyMetadataKey is the request metadata with which a caller of HitlService.Decide
-// makes its retries safe: every call with the same key names the same invocation, so a retry
-// after an error waits for — or at once returns — that invocation's outcome instead of
-// raising another (docs/hitl.md). The canonical request has no field for it (§5.1).
-const IdempotencyKeyMetadataKey = "sw4rm-idempotency-key"
+// IdempotencyKeyMetadataKey is the request metadata that makes HitlService.Decide's retries
+// safe (hitlsignals.IdempotencyKeyMetadata).
+const IdempotencyKeyMetadataKey = hitlsignals.IdempotencyKeyMetadata
 
 // maxIdempotencyKey bounds the key, as §11.2 tokens are bounded in practice.
 const maxIdempotencyKey = 256

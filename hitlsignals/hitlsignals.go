@@ -29,6 +29,12 @@ const (
 	WorkflowType = "HitlWait"
 )
 
+// IdempotencyKeyMetadata is the request metadata with which a caller of HitlService.Decide
+// makes its retries safe: every call with the same key names the same invocation, so a retry
+// after an error waits for — or at once returns — that invocation's outcome instead of
+// raising another (docs/hitl.md). The canonical request has no field for it (§5.1).
+const IdempotencyKeyMetadata = "sw4rm-idempotency-key"
+
 // WorkflowID is the workflow ID of an invocation: "hitl/<invocation_id>".
 func WorkflowID(invocationID string) string { return "hitl/" + invocationID }
 
