@@ -1,0 +1,154 @@
+package signing
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+type vector struct {
+	Seed      string `json:"seed_hex"`
+	Public    string `json:"public_key_hex"`
+	Method    string `json:"method"`
+	AgentID   string `json:"agent_id"`
+	Timestamp int64  `json:"timestamp_ms"`
+	Nonce     string `json:"nonce"`
+	Body      string `json:"body_hex"`
+	Preimage  string `json:"preimage"`
+	Signature string `json:"signature_b64url"`
+}
+
+func decodeHex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	require.NoError(t, err)
+	return b
+}
+
+// TestVectors: the published vectors, which another language's signer reproduces, are what
+// this package computes and accepts.
+func TestVectors(t *testing.T) {
+	raw, err := os.ReadFile("testdata/vectors.json")
+	require.NoError(t, err)
+	var vs []vector
+	require.NoError(t, json.Unmarshal(raw, &vs))
+	require.NotEmpty(t, vs)
+	for _, v := range vs {
+		priv := ed25519.NewKeyFromSeed(decodeHex(t, v.Seed))
+		pub := priv.Public().(ed25519.PublicKey)
+		require.Equal(t, v.Public, hex.EncodeToString(pub))
+		c := Call{Method: v.Method, AgentID: v.AgentID, Timestamp: time.UnixMilli(v.Timestamp), Nonce: v.Nonce, Body: decodeHex(t, v.Body)}
+		require.Equal(t, v.Preimage, string(Preimage(c)))
+		md := Sign(priv, c)
+		require.Equal(t, v.Signature, md[MetadataSignature])
+		parsed, sig, err := Parse(func(k string) string { return md[k] })
+		require.NoError(t, err)
+		parsed.Method, parsed.Body = c.Method, c.Body
+		require.NoError(t, Verify(pub, parsed, sig))
+	}
+}
+
+func signed(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey, Call, map[string]string) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(nil)
+	require.NoError(t, err)
+	c := Call{Method: "/sw4rm.registry.RegistryService/Heartbeat", AgentID: "a", Timestamp: time.UnixMilli(1767225600123), Nonce: "abcdefghijklmnop", Body: []byte{1, 2, 3}}
+	return pub, priv, c, Sign(priv, c)
+}
+
+// TestTamperingIsRefused: changing anything the signature covers, or signing with another
+// key, fails verification.
+func TestTamperingIsRefused(t *testing.T) {
+	pub, _, c, md := signed(t)
+	sig, err := base64.RawURLEncoding.DecodeString(md[MetadataSignature])
+	require.NoError(t, err)
+	require.NoError(t, Verify(pub, c, sig))
+	for name, mutate := range map[string]func(*Call){
+		"method":    func(c *Call) { c.Method = "/sw4rm.registry.RegistryService/DeregisterAgent" },
+		"agent":     func(c *Call) { c.AgentID = "b" },
+		"timestamp": func(c *Call) { c.Timestamp = c.Timestamp.Add(time.Millisecond) },
+		"nonce":     func(c *Call) { c.Nonce = "abcdefghijklmnoq" },
+		"body":      func(c *Call) { c.Body = []byte{1, 2, 4} },
+	} {
+		tc := c
+		mutate(&tc)
+		require.ErrorIs(t, Verify(pub, tc, sig), ErrBadSignature, name)
+	}
+	other, _, err := ed25519.GenerateKey(nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, Verify(other, c, sig), ErrBadSignature)
+	require.ErrorIs(t, Verify([]byte("short"), c, sig), ErrBadSignature)
+}
+
+func TestParse(t *testing.T) {
+	_, _, _, md := signed(t)
+	get := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	_, _, err := Parse(get(map[string]string{}))
+	require.ErrorIs(t, err, ErrUnsigned)
+	for key, bad := range map[string]string{
+		MetadataAgent: "", MetadataTimestamp: "yesterday", MetadataNonce: "short", MetadataSignature: "not base64!",
+	} {
+		m := map[string]string{}
+		for k, v := range md {
+			m[k] = v
+		}
+		m[key] = bad
+		_, _, err := Parse(get(m))
+		require.ErrorIs(t, err, ErrMalformed, key)
+	}
+	m := map[string]string{}
+	for k, v := range md {
+		m[k] = v
+	}
+	m[MetadataNonce] = "abcdefghijklmno/"
+	_, _, err = Parse(get(m))
+	require.ErrorIs(t, err, ErrMalformed, "a nonce outside the alphabet")
+}
+
+// TestReplayGuard: a call outside the clock skew is stale; the same nonce twice within the
+// window is a replay, even concurrently; another agent's identical nonce is not.
+func TestReplayGuard(t *testing.T) {
+	g := &ReplayGuard{Skew: 30 * time.Second}
+	now := time.UnixMilli(1767225600000)
+	c := Call{AgentID: "a", Nonce: "abcdefghijklmnop", Timestamp: now.Add(-10 * time.Second)}
+	require.NoError(t, g.Check(c, now))
+	require.ErrorIs(t, g.Check(c, now.Add(5*time.Second)), ErrReplayed)
+	other := c
+	other.AgentID = "b"
+	require.NoError(t, g.Check(other, now))
+	old := Call{AgentID: "a", Nonce: "0000000000000000", Timestamp: now.Add(-31 * time.Second)}
+	require.ErrorIs(t, g.Check(old, now), ErrStale)
+	future := Call{AgentID: "a", Nonce: "1111111111111111", Timestamp: now.Add(31 * time.Second)}
+	require.ErrorIs(t, g.Check(future, now), ErrStale)
+
+	// Concurrent replays: exactly one is admitted.
+	fresh := Call{AgentID: "c", Nonce: "zzzzzzzzzzzzzzzz", Timestamp: now}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		oks int
+	)
+	for range 16 {
+		wg.Go(func() {
+			if g.Check(fresh, now) == nil {
+				mu.Lock()
+				oks++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, 1, oks)
+
+	// Long after, the nonce is forgotten — and its timestamp is stale anyway.
+	later := now.Add(5 * time.Minute)
+	require.ErrorIs(t, g.Check(c, later), ErrStale)
+	require.NotContains(t, g.seen, "a\x00abcdefghijklmnop", "swept once it no longer matters")
+}
