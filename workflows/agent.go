@@ -384,8 +384,8 @@ func (w *agentLifecycle) selector(ctx workflow.Context, ch lifecycleChannels) wo
 		sel.AddReceive(ch.control, on(w.onControl))
 		sel.AddReceive(ch.responseWait, on(w.onResponseWait))
 		w.disp.armTimer(ctx)
-		if w.disp.timer != nil {
-			sel.AddFuture(w.disp.timer, func(f workflow.Future) {
+		if w.disp.timer.f != nil {
+			sel.AddFuture(w.disp.timer.f, func(f workflow.Future) {
 				if f.Get(ctx, nil) == nil {
 					w.stepErr = w.disp.onTimer(ctx)
 				}
@@ -394,8 +394,8 @@ func (w *agentLifecycle) selector(ctx workflow.Context, ch lifecycleChannels) wo
 		// Armed only while a task waits on a response, which only runs that apply response
 		// waits (versionResponseWaits) record: older histories never see this timer.
 		w.disp.armWaitTimer(ctx)
-		if w.disp.waitTimer != nil {
-			sel.AddFuture(w.disp.waitTimer, func(f workflow.Future) {
+		if w.disp.waitTimer.f != nil {
+			sel.AddFuture(w.disp.waitTimer.f, func(f workflow.Future) {
 				if f.Get(ctx, nil) == nil {
 					w.stepErr = w.disp.onWaitTimer(ctx)
 				}

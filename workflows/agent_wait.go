@@ -199,31 +199,14 @@ func (p *dispatcher) waitDeadline() time.Time {
 }
 
 // armWaitTimer keeps the wait timer on waitDeadline().
-func (p *dispatcher) armWaitTimer(ctx workflow.Context) {
-	at := p.waitDeadline()
-	if at.Equal(p.waitTimerAt) && (p.waitTimer != nil || at.IsZero()) {
-		return
-	}
-	p.stopWaitTimer()
-	if at.IsZero() {
-		return
-	}
-	var tctx workflow.Context
-	tctx, p.cancelWaitTimer = workflow.WithCancel(ctx)
-	p.waitTimer, p.waitTimerAt = workflow.NewTimer(tctx, max(at.Sub(workflow.Now(ctx)), time.Millisecond)), at
-}
+func (p *dispatcher) armWaitTimer(ctx workflow.Context) { p.waitTimer.arm(ctx, p.waitDeadline()) }
 
-func (p *dispatcher) stopWaitTimer() {
-	if p.cancelWaitTimer != nil {
-		p.cancelWaitTimer()
-	}
-	p.waitTimer, p.waitTimerAt, p.cancelWaitTimer = nil, time.Time{}, nil
-}
+func (p *dispatcher) stopWaitTimer() { p.waitTimer.stop() }
 
 // onWaitTimer ends the waits whose bound passed without news of their end (a lost handoff,
 // a store that failed between the request's end and its report): WAITING is bounded (004 §2).
 func (p *dispatcher) onWaitTimer(ctx workflow.Context) error {
-	p.waitTimer, p.waitTimerAt, p.cancelWaitTimer = nil, time.Time{}, nil
+	p.waitTimer.fired()
 	r := p.d.Running
 	if r == nil {
 		return nil

@@ -214,14 +214,10 @@ type dispatcher struct {
 	derivedIDs tristate
 	sent       int
 	pending    []workflow.Future
-	// timer is the escalation timer of the running task, armed for timerAt.
-	timer       workflow.Future
-	timerAt     time.Time
-	cancelTimer workflow.CancelFunc
-	// waitTimer bounds the running task's response waits, armed for waitTimerAt.
-	waitTimer       workflow.Future
-	waitTimerAt     time.Time
-	cancelWaitTimer workflow.CancelFunc
+	// timer is the escalation timer of the running task (deadline()).
+	timer deadlineTimer
+	// waitTimer bounds the running task's response waits (waitDeadline()).
+	waitTimer deadlineTimer
 }
 
 func (w *agentLifecycle) preemptTimeout() time.Duration {
@@ -555,32 +551,48 @@ func (p *dispatcher) deadline() time.Time {
 	return r.PreemptAt.Add(p.w.preemptTimeout())
 }
 
-// armTimer keeps the escalation timer on deadline().
-func (p *dispatcher) armTimer(ctx workflow.Context) {
-	at := p.deadline()
-	if at.Equal(p.timerAt) && (p.timer != nil || at.IsZero()) {
+// deadlineTimer is a durable timer kept on a deadline that moves: armed for at, re-armed
+// (the old one cancelled) when the deadline changes, none for a zero deadline.
+type deadlineTimer struct {
+	f      workflow.Future
+	at     time.Time
+	cancel workflow.CancelFunc
+}
+
+// arm keeps the timer on at.
+func (t *deadlineTimer) arm(ctx workflow.Context, at time.Time) {
+	if at.Equal(t.at) && (t.f != nil || at.IsZero()) {
 		return
 	}
-	p.stopTimer()
+	t.stop()
 	if at.IsZero() {
 		return
 	}
 	var tctx workflow.Context
-	tctx, p.cancelTimer = workflow.WithCancel(ctx)
-	p.timer, p.timerAt = workflow.NewTimer(tctx, max(at.Sub(workflow.Now(ctx)), time.Millisecond)), at
+	tctx, t.cancel = workflow.WithCancel(ctx)
+	t.f, t.at = workflow.NewTimer(tctx, max(at.Sub(workflow.Now(ctx)), time.Millisecond)), at
 }
 
-func (p *dispatcher) stopTimer() {
-	if p.cancelTimer != nil {
-		p.cancelTimer()
+// stop cancels the timer, if any.
+func (t *deadlineTimer) stop() {
+	if t.cancel != nil {
+		t.cancel()
 	}
-	p.timer, p.timerAt, p.cancelTimer = nil, time.Time{}, nil
+	t.fired()
 }
+
+// fired forgets a timer that went off.
+func (t *deadlineTimer) fired() { *t = deadlineTimer{} }
+
+// armTimer keeps the escalation timer on deadline().
+func (p *dispatcher) armTimer(ctx workflow.Context) { p.timer.arm(ctx, p.deadline()) }
+
+func (p *dispatcher) stopTimer() { p.timer.stop() }
 
 // onTimer escalates: TERMINATE with a grace period, then KILL (§7.2 forced preemption,
 // App. D C.5). The task ends FAILED with forced_preemption.
 func (p *dispatcher) onTimer(ctx workflow.Context) error {
-	p.timer, p.timerAt, p.cancelTimer = nil, time.Time{}, nil
+	p.timer.fired()
 	r := p.d.Running
 	if r == nil || p.deadline().IsZero() || p.deadline().After(workflow.Now(ctx)) {
 		return nil // the task ended or the deadline moved
