@@ -184,8 +184,7 @@ func (a *activityState) List(ctx context.Context, f store.ActivityFilter) ([]sto
 	var rows []activityRow
 	for _, r := range a.active {
 		e := &r.e
-		if (f.AgentID == "" || e.AgentID == f.AgentID) && (f.RepoID == "" || e.RepoID == f.RepoID) &&
-			(f.WorktreeID == "" || e.WorktreeID == f.WorktreeID) && (f.TaskID == "" || e.TaskID == f.TaskID) {
+		if activityMatches(f, e) {
 			rows = append(rows, *r)
 		}
 	}
@@ -197,6 +196,13 @@ func (a *activityState) List(ctx context.Context, f store.ActivityFilter) ([]sto
 		rows = rows[:limit]
 	}
 	return entriesOf(rows), nil
+}
+
+// activityMatches reports whether e passes every field f sets, for the active list and the
+// history alike.
+func activityMatches(f store.ActivityFilter, e *store.ActivityEntry) bool {
+	return (f.AgentID == "" || e.AgentID == f.AgentID) && (f.RepoID == "" || e.RepoID == f.RepoID) &&
+		(f.WorktreeID == "" || e.WorktreeID == f.WorktreeID) && (f.TaskID == "" || e.TaskID == f.TaskID)
 }
 
 // History implements store.ActivityBuffer.
@@ -219,7 +225,7 @@ func (a *activityState) History(ctx context.Context, f store.ActivityFilter) ([]
 		}
 		for _, r := range h {
 			e := &r.e
-			if (f.RepoID == "" || e.RepoID == f.RepoID) && (f.WorktreeID == "" || e.WorktreeID == f.WorktreeID) && (f.TaskID == "" || e.TaskID == f.TaskID) {
+			if activityMatches(f, e) {
 				rows = append(rows, r)
 			}
 		}

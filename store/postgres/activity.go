@@ -158,11 +158,9 @@ func (a *activityBuffer) SetWaitingOn(ctx context.Context, agentID, taskID, wait
 	return e, nil
 }
 
-// List implements store.ActivityBuffer.
-func (a *activityBuffer) List(ctx context.Context, f store.ActivityFilter) ([]store.ActivityEntry, error) {
-	if err := store.ValidateActivityFilter(f); err != nil {
-		return nil, fmt.Errorf("postgres: list activity: %w", err)
-	}
+// activityQuery is the WHERE clause of an ActivityFilter, shared by the active list and the
+// history.
+func activityQuery(f store.ActivityFilter) listQuery {
 	var q listQuery
 	for _, c := range []struct{ cond, v string }{
 		{"agent_id = ?", f.AgentID}, {"repo_id = ?", f.RepoID}, {"worktree_id = ?", f.WorktreeID}, {"task_id = ?", f.TaskID},
@@ -171,6 +169,15 @@ func (a *activityBuffer) List(ctx context.Context, f store.ActivityFilter) ([]st
 			q.add(c.cond, c.v)
 		}
 	}
+	return q
+}
+
+// List implements store.ActivityBuffer.
+func (a *activityBuffer) List(ctx context.Context, f store.ActivityFilter) ([]store.ActivityEntry, error) {
+	if err := store.ValidateActivityFilter(f); err != nil {
+		return nil, fmt.Errorf("postgres: list activity: %w", err)
+	}
+	q := activityQuery(f)
 	limit := q.limit(f.Limit, store.DefaultActivityListLimit)
 	rows, err := a.s().pool.Query(ctx, `SELECT `+activityColumns+` FROM activity_entries `+q.where()+
 		` ORDER BY created_at, id LIMIT `+limit, q.args...)
@@ -189,14 +196,7 @@ func (a *activityBuffer) History(ctx context.Context, f store.ActivityFilter) ([
 	if err := store.ValidateActivityFilter(f); err != nil {
 		return nil, fmt.Errorf("postgres: activity history: %w", err)
 	}
-	var q listQuery
-	for _, c := range []struct{ cond, v string }{
-		{"agent_id = ?", f.AgentID}, {"repo_id = ?", f.RepoID}, {"worktree_id = ?", f.WorktreeID}, {"task_id = ?", f.TaskID},
-	} {
-		if c.v != "" {
-			q.add(c.cond, c.v)
-		}
-	}
+	q := activityQuery(f)
 	limit := q.limit(f.Limit, store.DefaultActivityListLimit)
 	rows, err := a.s().pool.Query(ctx, `SELECT `+activityHistoryColumns+` FROM activity_history `+q.where()+
 		` ORDER BY id DESC LIMIT `+limit, q.args...)
