@@ -54,6 +54,8 @@ type Store interface {
 	Outbox() Outbox
 	// ActivityBuffer returns the scheduler's activity buffer (§10).
 	ActivityBuffer() ActivityBuffer
+	// Keys returns the agents' public keys and the nonces of signed calls (§6.2, §23).
+	Keys() Keys
 	// Kind names the implementation ("memory" or "postgres") for logs.
 	Kind() string
 	// Close releases connections and stops background work.
