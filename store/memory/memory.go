@@ -25,6 +25,10 @@ const defaultAuditLimit = 1000
 type Store struct {
 	mu sync.Mutex
 
+	// keyState holds agents' keys and nonces (see keys.go), made on first use.
+	keyState *keyState
+	keysOnce sync.Once
+
 	// dlq is the dead-letter queue; it has its own lock (see dlq.go).
 	dlq *dlqState
 
