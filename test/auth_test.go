@@ -34,7 +34,7 @@ const (
 )
 
 // authConfig is a test configuration in the given authentication mode, with one operator.
-func authConfig(t *testing.T, kind string, mode auth.Mode) app.Config {
+func authConfig(t testing.TB, kind string, mode auth.Mode) app.Config {
 	cfg := newConfig(t, kind)
 	cfg.Auth = mode
 	cfg.HITLOperators = authOperator + "=" + authOperatorToken
@@ -50,7 +50,7 @@ type signedAgent struct {
 
 // dialSigned connects as a new agent named name with a fresh key and registers it with that
 // key (§6.2: keys travel in the registry handshake).
-func dialSigned(t *testing.T, sys *system, name string) *signedAgent {
+func dialSigned(t testing.TB, sys *system, name string) *signedAgent {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(nil)
 	require.NoError(t, err)

@@ -54,7 +54,7 @@ func TestMalformedProtobufIsInvalidArgument(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	invalidUTF8 := wireBytes{0x0a, 0x02, 0xff, 0xfe} // field 1 (agent_id), a string of two bytes that are not UTF-8
-	truncated := wireBytes{0x0a, 0x10, 'a'}           // field 1 claims 16 bytes and has one
+	truncated := wireBytes{0x0a, 0x10, 'a'}          // field 1 claims 16 bytes and has one
 	for name, body := range map[string]wireBytes{"invalid utf-8": invalidUTF8, "truncated": truncated} {
 		t.Run(name, func(t *testing.T) {
 			var trailer metadata.MD
