@@ -49,10 +49,6 @@ type rule struct {
 
 // methodRules holds the rule of every method the frontend serves.
 var methodRules = map[string]rule{
-	healthpb.Health_Check_FullMethodName:                             {who: anyone},
-	healthpb.Health_Watch_FullMethodName:                             {who: anyone},
-	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      {who: anyone},
-	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": {who: anyone},
 
 	// An agent sends only as itself, which also makes "only the recipient may ACK" (§11) hold:
 	// an ACK is attributed to its producer_id.
@@ -117,17 +113,18 @@ var methodRules = map[string]rule{
 // a proven caller reaches the capability gate and learns what is missing. Each pattern
 // replaces its entry with per-method rules when it lands.
 var serviceRules = map[string]rule{
-	"/sw4rm.handoff.HandoffService/":                  {who: authenticated},
-	"/sw4rm.workflow.WorkflowService/":                {who: authenticated},
-	"/sw4rm.negotiation.NegotiationService/":          {who: authenticated},
-	"/sw4rm.scheduler.SchedulerPolicyService/":        {who: authenticated},
-	"/sw4rm.worktree.WorktreeService/":                {who: authenticated},
-	"/sw4rm.tool.ToolService/":                        {who: authenticated},
-	"/sw4rm.connector.ConnectorService/":              {who: authenticated},
-	"/sw4rmext.keys.v1.KeyAdminService/":              {who: operator},
-	"/grpc.reflection.v1.ServerReflection/":           {who: anyone},
-	"/grpc.reflection.v1alpha.ServerReflection/":      {who: anyone},
-	"/sw4rm.negotiation_room.NegotiationRoomService/": {who: authenticated},
+	"/sw4rm.handoff.HandoffService/":                    {who: authenticated},
+	"/sw4rm.workflow.WorkflowService/":                  {who: authenticated},
+	"/sw4rm.negotiation.NegotiationService/":            {who: authenticated},
+	"/sw4rm.scheduler.SchedulerPolicyService/":          {who: authenticated},
+	"/sw4rm.worktree.WorktreeService/":                  {who: authenticated},
+	"/sw4rm.tool.ToolService/":                          {who: authenticated},
+	"/sw4rm.connector.ConnectorService/":                {who: authenticated},
+	"/sw4rmext.keys.v1.KeyAdminService/":                {who: operator},
+	"/" + healthpb.Health_ServiceDesc.ServiceName + "/": {who: anyone},
+	"/grpc.reflection.v1.ServerReflection/":             {who: anyone},
+	"/grpc.reflection.v1alpha.ServerReflection/":        {who: anyone},
+	"/sw4rm.negotiation_room.NegotiationRoomService/":   {who: authenticated},
 }
 
 // ruleOf returns the rule of a method, if it has one.
