@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"crypto/ed25519"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -376,7 +375,7 @@ func (a *Authenticator) verify(ctx context.Context, call signing.Call, sig []byt
 			continue
 		}
 		valid++
-		if k.Algorithm == auth.AlgorithmEd25519 && signing.VerifyDigest(k.PublicKey, call, d.digest, sig) == nil {
+		if auth.VerifyDigest(k.Algorithm, k.PublicKey, call, d.digest, sig) == nil {
 			keyID = k.KeyID
 			break
 		}
@@ -384,13 +383,13 @@ func (a *Authenticator) verify(ctx context.Context, call signing.Call, sig []byt
 	if keyID == "" && valid == 0 {
 		// An identity nobody holds yet (or whose keys all expired or were revoked) is
 		// claimed by registering: the call proves possession of the key it registers (§6.2).
-		if pub := registeringKey(req, call.AgentID); pub != nil && signing.VerifyDigest(pub, call, d.digest, sig) == nil {
-			keyID = auth.KeyID(auth.AlgorithmEd25519, pub)
+		if alg, pub := registeringKey(req, call.AgentID); pub != nil && auth.VerifyDigest(alg, pub, call, d.digest, sig) == nil {
+			keyID = auth.KeyID(alg, pub)
 		}
 	}
 	if keyID == "" {
 		for _, k := range keys {
-			if k.Algorithm == auth.AlgorithmEd25519 && signing.VerifyDigest(k.PublicKey, call, d.digest, sig) == nil {
+			if auth.VerifyDigest(k.Algorithm, k.PublicKey, call, d.digest, sig) == nil {
 				if !k.RevokedAt.IsZero() {
 					return "", fmt.Errorf("key %s of agent %q was revoked at %s", k.KeyID, call.AgentID, k.RevokedAt.UTC().Format(time.RFC3339))
 				}
@@ -416,13 +415,18 @@ func (a *Authenticator) verify(ctx context.Context, call signing.Call, sig []byt
 	return keyID, nil
 }
 
-// registeringKey is the Ed25519 key a RegisterAgent request for agentID registers, if any.
-func registeringKey(req any, agentID string) ed25519.PublicKey {
+// registeringKey is the key (and its algorithm) a RegisterAgent request for agentID
+// registers, if any.
+func registeringKey(req any, agentID string) (string, []byte) {
 	r, ok := req.(*registrypb.RegisterAgentRequest)
-	if !ok || r.GetAgent().GetAgentId() != agentID || len(r.GetAgent().GetPublicKey()) != ed25519.PublicKeySize {
-		return nil
+	if !ok || r.GetAgent().GetAgentId() != agentID {
+		return "", nil
 	}
-	return ed25519.PublicKey(r.GetAgent().GetPublicKey())
+	alg, err := auth.KeyAlgorithm(r.GetAgent().GetPublicKey())
+	if err != nil {
+		return "", nil
+	}
+	return alg, r.GetAgent().GetPublicKey()
 }
 
 // refuse audits a refused call (§6.5: every access decision is auditable) and returns its

@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"slices"
 	"time"
@@ -31,9 +30,12 @@ import (
 // Keys outlive deregistration: an agent_id stays its holder's until an operator revokes its
 // keys (`sw4rm keys revoke`). In off mode the first key is recorded and nothing is enforced.
 func (s *Server) keyHandshake(ctx context.Context, d *registrypb.AgentDescriptor) error {
-	pub := d.GetPublicKey()
-	if len(pub) != 0 && len(pub) != ed25519.PublicKeySize {
-		return status.Errorf(codes.InvalidArgument, "validation_error: agent.public_key must be a raw %d-byte Ed25519 public key, not %d bytes", ed25519.PublicKeySize, len(pub))
+	pub, alg := d.GetPublicKey(), ""
+	if len(pub) != 0 {
+		var err error
+		if alg, err = auth.KeyAlgorithm(pub); err != nil {
+			return status.Errorf(codes.InvalidArgument, "validation_error: agent.%v", err)
+		}
 	}
 	mode, overlap := auth.Off, DefaultKeyOverlap
 	if s.cfg.Auth != nil {
@@ -47,7 +49,7 @@ func (s *Server) keyHandshake(ctx context.Context, d *registrypb.AgentDescriptor
 	valid := slices.DeleteFunc(slices.Clone(keys), func(k store.AgentKey) bool { return !k.ValidAt(now) })
 	var newKey store.AgentKey
 	if len(pub) > 0 {
-		newKey = store.AgentKey{AgentID: id, KeyID: auth.KeyID(auth.AlgorithmEd25519, pub), Algorithm: auth.AlgorithmEd25519, PublicKey: pub, AddedAt: now.UTC()}
+		newKey = store.AgentKey{AgentID: id, KeyID: auth.KeyID(alg, pub), Algorithm: alg, PublicKey: pub, AddedAt: now.UTC()}
 	}
 	known := len(pub) > 0 && slices.ContainsFunc(valid, func(k store.AgentKey) bool { return k.KeyID == newKey.KeyID })
 	p := auth.FromContext(ctx)

@@ -2,7 +2,10 @@ package test
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
 	"encoding/json"
 	"testing"
 	"time"
@@ -339,4 +342,35 @@ func TestKeyRotationAndRevocation(t *testing.T) {
 			assert.Contains(t, status.Convert(err).Message(), "revoked")
 		})
 	}
+}
+
+// TestP256Agent: an agent with an ECDSA P-256 key (§6.2's alternative) registers, is
+// verified and held to its identity like an Ed25519 one.
+func TestP256Agent(t *testing.T) {
+	sys := start(t, authConfig(t, "memory", auth.Required))
+	ctx := context.Background()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	pub, err := priv.PublicKey.Bytes()
+	require.NoError(t, err)
+	s := &testSigner{agent: uniq(t, "p256"), p256: priv}
+	reg := registrypb.NewRegistryServiceClient(signedConn(t, sys, s))
+	resp, err := reg.RegisterAgent(ctx, &registrypb.RegisterAgentRequest{Agent: descriptor(s.agent, "p256", pub)})
+	require.NoError(t, err)
+	require.True(t, resp.GetAccepted(), resp.GetReason())
+	_, err = reg.Heartbeat(ctx, &registrypb.HeartbeatRequest{AgentId: s.agent})
+	require.NoError(t, err)
+	keys, err := sys.app.Store().Keys().ListAgentKeys(ctx, s.agent)
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	assert.Equal(t, auth.AlgorithmP256, keys[0].Algorithm)
+
+	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	forged := registrypb.NewRegistryServiceClient(signedConn(t, sys, &testSigner{agent: s.agent, p256: other}))
+	_, err = forged.Heartbeat(ctx, &registrypb.HeartbeatRequest{AgentId: s.agent})
+	assert.Equal(t, codes.Unauthenticated, status.Code(err), "%v", err)
+
+	_, err = reg.RegisterAgent(ctx, &registrypb.RegisterAgentRequest{Agent: descriptor(s.agent, "p256", pub[:40])})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "a key of neither algorithm's length: %v", err)
 }

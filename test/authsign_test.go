@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
@@ -41,6 +42,8 @@ func (c signingCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.pr
 type testSigner struct {
 	agent string
 	key   ed25519.PrivateKey
+	// p256, when set, signs with ECDSA P-256 instead of key (§6.2's alternative).
+	p256 *ecdsa.PrivateKey
 	// at is the signing clock (time.Now when nil).
 	at func() time.Time
 	// lastMD is the metadata of the last signed call, to replay it.
@@ -63,7 +66,17 @@ func (s *testSigner) sign(ctx context.Context, method string, body []byte) conte
 	if s.at != nil {
 		at = s.at()
 	}
-	md := metadata.New(signing.Sign(s.key, signing.Call{Method: method, AgentID: s.agent, Timestamp: at, Nonce: nonce(), Body: body}))
+	call := signing.Call{Method: method, AgentID: s.agent, Timestamp: at, Nonce: nonce(), Body: body}
+	var md metadata.MD
+	if s.p256 != nil {
+		m, err := signing.SignP256(s.p256, call)
+		if err != nil {
+			panic(err)
+		}
+		md = metadata.New(m)
+	} else {
+		md = metadata.New(signing.Sign(s.key, call))
+	}
 	s.lastMD = md
 	return metadata.NewOutgoingContext(ctx, metadata.Join(md, mdOut(ctx)))
 }
