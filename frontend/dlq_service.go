@@ -54,7 +54,7 @@ type dlqAdminService struct {
 // authenticate finds the operator of the call's bearer token, exactly as the HITL admin
 // service does.
 func (d *dlqAdminService) authenticate(ctx context.Context) (hitlsignals.Operator, error) {
-	op, _, err := (&hitlAdminService{s: d.s}).authenticate(ctx)
+	op, _, err := d.s.operatorFromToken(ctx)
 	return op, err
 }
 

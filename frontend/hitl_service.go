@@ -247,6 +247,13 @@ type hitlAdminService struct {
 
 // authenticate finds the operator of the call's bearer token (§15.1, §23).
 func (h *hitlAdminService) authenticate(ctx context.Context) (hitlsignals.Operator, string, error) {
+	return h.s.operatorFromToken(ctx)
+}
+
+// operatorFromToken finds the operator whose token the call carries in the metadata
+// "authorization: Bearer <token>" (§15.1, §23), and returns it with the token. Every
+// operator service authenticates tokens through it.
+func (s *Server) operatorFromToken(ctx context.Context) (hitlsignals.Operator, string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	var token string
 	if v := md.Get("authorization"); len(v) > 0 {
@@ -256,7 +263,7 @@ func (h *hitlAdminService) authenticate(ctx context.Context) (hitlsignals.Operat
 	if token == "" {
 		return hitlsignals.Operator{}, "", status.Error(codes.Unauthenticated, "permission_denied: an operator token is required (metadata authorization: Bearer <token>; CLI: --token or SW4RM_OPERATOR_TOKEN)")
 	}
-	op, ok := h.s.cfg.HITLPolicy.OperatorForToken(token)
+	op, ok := s.cfg.HITLPolicy.OperatorForToken(token)
 	if !ok {
 		return hitlsignals.Operator{}, "", status.Error(codes.Unauthenticated, "permission_denied: the operator token is not valid")
 	}

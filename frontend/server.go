@@ -29,6 +29,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/keyadminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
@@ -109,6 +110,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	hitlpb.RegisterHitlServiceServer(g, &hitlService{s: s})
 	hitladminpb.RegisterHitlAdminServiceServer(g, &hitlAdminService{s: s})
 	dlqadminpb.RegisterDlqAdminServiceServer(g, &dlqAdminService{s: s, requeue: s.router})
+	keyadminpb.RegisterKeyAdminServiceServer(g, &keyAdminService{s: s})
 	worktreepb.RegisterWorktreeServiceServer(g, worktreepb.UnimplementedWorktreeServiceServer{})
 	toolpb.RegisterToolServiceServer(g, toolpb.UnimplementedToolServiceServer{})
 	connectorpb.RegisterConnectorServiceServer(g, connectorpb.UnimplementedConnectorServiceServer{})
