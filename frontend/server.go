@@ -39,6 +39,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
 	"github.com/sw4rm/sw4rm-temporal/router"
@@ -72,6 +73,9 @@ type Config struct {
 	TerminateGrace time.Duration
 	// SchedulerPolicy is task admission's policy (§9), as the worker's activities have it.
 	SchedulerPolicy admission.Policy
+	// ACL is the access-control policy of §6.3 (SW4RM_ACL_FILE, docs/acl.md); nil means none
+	// is configured, and its Decide allows everything.
+	ACL *acl.Policy
 }
 
 // Server holds the collaborators shared by every service.
