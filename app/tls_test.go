@@ -172,7 +172,7 @@ func servedCN(t *testing.T, addr string, c *tls.Config) string {
 	t.Helper()
 	conn, err := tls.Dial("tcp", addr, c)
 	require.NoError(t, err)
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
 }
 
