@@ -468,6 +468,7 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		BufferCapacity: cfg.BufferCapacity, Lease: cfg.DeliveryLease, MaxPayloadBytes: cfg.MaxPayloadBytes,
 		AckTimeout: cfg.AckTimeout, MaxRetries: cfg.MaxRetries, DedupWindow: cfg.DedupWindow, StreamRetention: cfg.StreamRetention,
 		DLQRetention: cfg.DLQRetention, PrivilegedRate: cfg.PrivilegedRate, PrivilegedBurst: cfg.PrivilegedBurst, LaneWeights: cfg.LaneWeights,
+		ACL: sec.acl,
 	}, sink)
 	a.router = rt
 	a.metrics = metrics.New(st, rt.Config().BufferCapacity)
