@@ -175,10 +175,6 @@ func (c signedCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (c signedCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
 
-// errNotOpened answers what needs a stream that was never opened because it was never sent
-// a request.
-var errNotOpened = status.Error(codes.Internal, "sw4rm: a signed stream opens with its first request: call SendMsg first")
-
 // lazyStream is a signed stream that opens on its first SendMsg, with the signature of that
 // message in its metadata. Before that, Header and RecvMsg wait for it to open (as a real
 // stream's would wait for the server), Trailer is empty and Context is the call's context.
