@@ -133,7 +133,7 @@ func (s *Signer) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 			return status.Error(codes.Internal, err.Error())
 		}
 		ctx = metadata.AppendToOutgoingContext(ctx, kv...)
-		return invoker(ctx, method, &preEncoded{body: body}, reply, cc, append(opts, grpc.ForceCodecV2(theSignedCodec))...)
+		return invoker(ctx, method, &preEncoded{body: body}, reply, cc, append(opts[:len(opts):len(opts)], grpc.ForceCodecV2(theSignedCodec))...)
 	}
 }
 
@@ -144,7 +144,7 @@ func (s *Signer) StreamClientInterceptor() grpc.StreamClientInterceptor {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
 		return &lazyStream{s: s, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer,
-			opts: append(opts, grpc.ForceCodecV2(theSignedCodec)), ready: make(chan struct{})}, nil
+			opts: append(opts[:len(opts):len(opts)], grpc.ForceCodecV2(theSignedCodec)), ready: make(chan struct{})}, nil
 	}
 }
 
