@@ -25,7 +25,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol/signing"
 )
 
-// How the SDK signs (§6.2; the mechanism is protocol/signing, docs/signing-notes.md):
+// How the SDK signs (§6.2; the mechanism is protocol/signing, docs/signing.md):
 //
 //   - A unary call's request is marshalled once, here; those bytes are signed and exactly
 //     those bytes are sent (signedCodec passes them through), so the digest the server takes

@@ -23,7 +23,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol/signing/signingtest"
 )
 
-// nodeSignedCall is the Node.js client that signs a call without Go (docs/signing-notes.md).
+// nodeSignedCall is the Node.js client that signs a call without Go (docs/signing.md).
 const nodeSignedCall = "nodeclient/signed_call.mjs"
 
 // runNodeSignedCall makes one signed unary call to the gRPC server at addr from the Node.js

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // A signed SW4RM call from outside Go (§6.2), using nothing but Node's built-in http2 and
 // crypto: it hand-encodes a small protobuf request, builds the signing pre-image exactly as
-// docs/signing-notes.md specifies, signs it with Ed25519 and makes a unary gRPC call over
+// docs/signing.md specifies, signs it with Ed25519 and makes a unary gRPC call over
 // cleartext HTTP/2 (h2c). It proves the mechanism needs no Go and no protobuf library.
 //
 // Usage:
