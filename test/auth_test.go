@@ -293,7 +293,7 @@ func TestAuthFlowsInEveryMode(t *testing.T) {
 				// An unsigned agent still works in optional mode.
 				u, err := sdk.Dial(sys.app.GRPCAddr(), uniq(t, "unsigned"))
 				require.NoError(t, err)
-				defer u.Close()
+				defer func() { _ = u.Close() }()
 				require.NoError(t, u.Register(ctx, descriptor(u.ID(), "unsigned", nil)))
 				_, err = u.Send(ctx, sdk.Message{To: b.ID(), Payload: []byte(`{"n":2}`)})
 				require.NoError(t, err)
@@ -429,7 +429,7 @@ func TestNodeClientSignsForTheServer(t *testing.T) {
 	id := uniq(t, "node")
 	a, err := sdk.Dial(sys.app.GRPCAddr(), id, sdk.WithSigningKey(priv))
 	require.NoError(t, err)
-	defer a.Close()
+	defer func() { _ = a.Close() }()
 	require.NoError(t, a.Register(ctx, descriptor(id, "node", nil)), "the SDK registers the public key of its signing key")
 
 	st, err := runNodeSignedCall(t, sys.app.GRPCAddr(), hex.EncodeToString(seed), id, "")
