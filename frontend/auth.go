@@ -22,6 +22,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/signing"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -405,6 +406,9 @@ func (a *Authenticator) verify(ctx context.Context, call signing.Call, sig []byt
 	if err := a.guard.Check(call, now); err != nil {
 		return "", err
 	}
+	if replayIsNoop[call.Method] {
+		return keyID, nil
+	}
 	fresh, err := a.cfg.Keys.UseNonce(ctx, call.AgentID, call.Nonce, call.Timestamp.Add(2*a.cfg.Skew))
 	if err != nil {
 		return "", status.Errorf(codes.Unavailable, "internal_error: the call's nonce could not be recorded: %v; retry", err)
@@ -413,6 +417,17 @@ func (a *Authenticator) verify(ctx context.Context, call signing.Call, sig []byt
 		return "", signing.ErrReplayed
 	}
 	return keyID, nil
+}
+
+// replayIsNoop lists the methods whose repeat the protocol itself makes a no-op, so their
+// nonces are checked against this frontend's memory only (signing.ReplayGuard) and not also
+// recorded in the store on every call — the message plane's hot path. A copy of such a call
+// replayed to another frontend within the clock skew changes nothing: SendMessage carries the
+// same message_id, which the store admits once (§11.2: the copy is answered as a duplicate),
+// and AckDelivery of a seq already confirmed answers recorded=false (docs/security.md).
+var replayIsNoop = map[string]bool{
+	routerpb.RouterService_SendMessage_FullMethodName: true,
+	routerpb.RouterService_AckDelivery_FullMethodName: true,
 }
 
 // registeringKey is the key (and its algorithm) a RegisterAgent request for agentID
