@@ -25,6 +25,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/keyadminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
@@ -448,4 +449,44 @@ func TestNodeClientSignsForTheServer(t *testing.T) {
 	st, err = runNodeSignedCall(t, sys.app.GRPCAddr(), hex.EncodeToString(other), id, "")
 	require.NoError(t, err)
 	assert.Equal(t, "16", st, "another key is UNAUTHENTICATED")
+}
+
+// TestTwoFrontendsShareIdentity: identity holds across frontends sharing one PostgreSQL store
+// — a Heartbeat replayed to the other frontend is refused (the nonce is shared), and a key
+// revoked through one frontend's KeyAdminService is refused by the other within a second.
+func TestTwoFrontendsShareIdentity(t *testing.T) {
+	cfg := authConfig(t, "postgres", auth.Required)
+	sys := start(t, cfg)
+	cfg2 := cfg
+	cfg2.GRPCAddr, cfg2.HTTPAddr = "127.0.0.1:0", ""
+	ctx0, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	second, err := app.Start(ctx0, cfg2, app.Roles{Server: true}, testLogger())
+	require.NoError(t, err)
+	t.Cleanup(second.Stop)
+	sys2 := &system{app: second, cfg: cfg2}
+	ctx := context.Background()
+
+	a := dialSigned(t, sys, "shared")
+	replayer := &testSigner{agent: a.ID(), key: a.signer.key}
+	_, err = registrypb.NewRegistryServiceClient(signedConn(t, sys, replayer)).Heartbeat(ctx, &registrypb.HeartbeatRequest{AgentId: a.ID()})
+	require.NoError(t, err)
+	replayer.replay = replayer.lastMD
+	_, err = registrypb.NewRegistryServiceClient(signedConn(t, sys2, replayer)).Heartbeat(ctx, &registrypb.HeartbeatRequest{AgentId: a.ID()})
+	require.Equal(t, codes.Unauthenticated, status.Code(err), "a replay to the other frontend: %v", err)
+	assert.Contains(t, status.Convert(err).Message(), "replayed")
+
+	on2 := registrypb.NewRegistryServiceClient(signedConn(t, sys2, &testSigner{agent: a.ID(), key: a.signer.key}))
+	_, err = on2.Heartbeat(ctx, &registrypb.HeartbeatRequest{AgentId: a.ID()})
+	require.NoError(t, err, "the agent's key works on the second frontend (and is now cached there)")
+
+	admin := keyadminpb.NewKeyAdminServiceClient(signedConn(t, sys, &testSigner{agent: a.ID(), key: a.signer.key}))
+	_, err = admin.RevokeKey(operatorContext(), &keyadminpb.RevokeKeyRequest{AgentId: a.ID(), Reason: "test: compromised"})
+	require.NoError(t, err)
+	revoked := time.Now()
+	require.Eventually(t, func() bool {
+		_, err := on2.Heartbeat(ctx, &registrypb.HeartbeatRequest{AgentId: a.ID()})
+		return status.Code(err) == codes.Unauthenticated
+	}, 5*time.Second, 20*time.Millisecond, "the second frontend refuses the revoked key")
+	assert.Less(t, time.Since(revoked), 1500*time.Millisecond, "within about a second of the revocation")
 }
