@@ -66,6 +66,13 @@ func (a *Activities) RecordHitlInvocation(ctx context.Context, in HitlInvocation
 	return a.HITL, nil
 }
 
+// LoadHitlPolicy returns the operator policy this worker holds now (its operators, their
+// token hashes and public keys, the decision keys): a HITL wait reloads it for each attested
+// decision, so that keys rotated or revoked while it waits count (§23).
+func (a *Activities) LoadHitlPolicy(context.Context) (hitlsignals.Policy, error) {
+	return a.HITL, nil
+}
+
 // HitlEventInput is an audit event of a HITL wait.
 type HitlEventInput struct {
 	// InvocationID names the invocation.
