@@ -164,6 +164,18 @@ func (p Policy) key(op Operator, keyID string) (ed25519.PublicKey, bool) {
 	return nil, false
 }
 
+// WithoutTokens returns the policy without its operators' token hashes: the form a workflow
+// receives and so records in its history, where a hash would let anyone who reads the history
+// test guesses of a token offline. Attested decisions need only names, reason types and
+// public keys.
+func (p Policy) WithoutTokens() Policy {
+	p.Operators = slices.Clone(p.Operators)
+	for i := range p.Operators {
+		p.Operators[i].TokenSHA256 = ""
+	}
+	return p
+}
+
 // Operator finds an operator by name.
 func (p Policy) Operator(name string) (Operator, bool) {
 	idx := slices.IndexFunc(p.Operators, func(o Operator) bool { return o.Name == name })

@@ -284,3 +284,20 @@ func TestParseOperatorKeys(t *testing.T) {
 		assert.Error(t, err, name)
 	}
 }
+
+// TestPolicyWithoutTokens: the policy a workflow records keeps everything attested decisions
+// need and no token hash, and the policy it was made from is not changed.
+func TestPolicyWithoutTokens(t *testing.T) {
+	p := testPolicy()
+	q := p.WithoutTokens()
+	for i, op := range q.Operators {
+		assert.Empty(t, op.TokenSHA256)
+		assert.Equal(t, p.Operators[i].Name, op.Name)
+		assert.Equal(t, p.Operators[i].Reasons, op.Reasons)
+		assert.Equal(t, p.Operators[i].PublicKeys, op.PublicKeys)
+	}
+	assert.Equal(t, p.DecisionKeys, q.DecisionKeys)
+	assert.Equal(t, HashToken("alice-token"), p.Operators[0].TokenSHA256)
+	_, err := q.Authorize(attest(t, aDecision(), decisionKey, t0.Add(time.Minute)), "SECURITY_APPROVAL", t0)
+	require.NoError(t, err)
+}

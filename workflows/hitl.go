@@ -122,6 +122,7 @@ func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
 	var acts *activities.Activities
 	if err := workflow.ExecuteActivity(actx, acts.RecordHitlInvocation, activities.HitlInvocationInput{
 		Invocation: w.inv, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Deadline: w.deadline, CreatedAt: created,
+		OmitTokenHashes: !w.legacyTokens,
 	}).Get(ctx, &w.policy); err != nil {
 		return hitlsignals.Outcome{}, err
 	}
@@ -314,6 +315,15 @@ func (w *hitlWait) reloadPolicy(ctx workflow.Context) {
 	if err := workflow.ExecuteActivity(w.actx, acts.LoadHitlPolicy).Get(ctx, &p); err != nil {
 		workflow.GetLogger(ctx).Error("HITL policy reload failed; keeping the loaded one", "error", err)
 		return
+	}
+	if w.legacyTokens {
+		// The reloaded policy has no token hashes; a run that still accepts tokens keeps the
+		// ones it loaded at start.
+		for i := range p.Operators {
+			if old, ok := w.policy.Operator(p.Operators[i].Name); ok {
+				p.Operators[i].TokenSHA256 = old.TokenSHA256
+			}
+		}
 	}
 	w.policy = p
 }

@@ -223,10 +223,18 @@ func TestHitlRefusesBadDecisionsAndFirstValidWins(t *testing.T) {
 
 // TestHitlLegacyRunAcceptsToken: a run recorded before attested decisions (GetVersion answers
 // the default version, as when its history has no marker) still accepts the token it was
-// started with, and refuses a wrong one.
+// started with, and refuses a wrong one — even after an attested decision made it reload the
+// policy, which comes without token hashes.
 func TestHitlLegacyRunAcceptsToken(t *testing.T) {
 	env, _ := hitlEnv(t, policy)
 	env.OnGetVersion("hitl-attested-decisions", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	reloads := 0
+	var acts *activities.Activities
+	env.OnActivity(acts.LoadHitlPolicy, mock.Anything).Return(func(context.Context) (hitlsignals.Policy, error) {
+		reloads++
+		return policy.WithoutTokens(), nil
+	})
+	signed(env, 30*time.Second, hitlsignals.Decision{InvocationID: "h13", Decision: "approve", Rationale: "x", Operator: "alice"}, otherKey)
 	decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h13", Decision: "approve", Rationale: "x", Operator: "alice", Token: "wrong"})
 	decide(env, 2*time.Minute, hitlsignals.Decision{InvocationID: "h13", Decision: "approve", Rationale: "legacy", Operator: "alice", Token: "alice-token"})
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h13")})
@@ -234,6 +242,7 @@ func TestHitlLegacyRunAcceptsToken(t *testing.T) {
 	assert.Equal(t, hitlsignals.Approve, o.Decision)
 	assert.Equal(t, "legacy", o.Rationale)
 	assert.Empty(t, o.AttestedBy)
+	assert.Equal(t, 1, reloads)
 }
 
 // TestHitlOperatorKeySignedDecision: a decision alice signed with her own key, sent through
