@@ -17,7 +17,9 @@ type keys struct{ s *Store }
 func (s *Store) Keys() store.Keys { return keys{s} }
 
 // ListAgentKeys implements store.Keys.
-func (keys) ListAgentKeys(context.Context, string) ([]store.AgentKey, error) { return nil, errKeysNotBuilt }
+func (keys) ListAgentKeys(context.Context, string) ([]store.AgentKey, error) {
+	return nil, errKeysNotBuilt
+}
 
 // AddAgentKey implements store.Keys.
 func (keys) AddAgentKey(context.Context, store.AgentKey, bool) error { return errKeysNotBuilt }
