@@ -124,6 +124,15 @@ type Config struct {
 	PreemptTimeout time.Duration
 	// TerminateGrace is TERMINATE's grace period before KILL (SW4RM_TERMINATE_GRACE, §7.2).
 	TerminateGrace time.Duration
+	// Auth is how strictly callers are authenticated (SW4RM_AUTH: off, optional or required;
+	// §6.2, §6.5, docs/security.md).
+	Auth auth.Mode
+	// AuthClockSkew is how far a signed call's timestamp may be from the server's clock
+	// (SW4RM_AUTH_CLOCK_SKEW, default 30 s).
+	AuthClockSkew time.Duration
+	// KeyOverlap is how long a rotated-out agent key stays valid beside its successor
+	// (SW4RM_KEY_OVERLAP, default 5 m, §23).
+	KeyOverlap time.Duration
 }
 
 // DevHITLOperators is the HITL operator policy of `sw4rm dev` when none is configured: one
@@ -159,6 +168,8 @@ func DefaultConfig() Config {
 		ConflictThreshold: 0.7,
 		PreemptTimeout:    10 * time.Minute,
 		TerminateGrace:    3 * time.Second,
+		AuthClockSkew:     frontend.DefaultClockSkew,
+		KeyOverlap:        frontend.DefaultKeyOverlap,
 	}
 }
 
@@ -202,7 +213,8 @@ func (c Config) FromEnv() (Config, error) {
 	}
 	for name, dst := range map[string]*time.Duration{"SW4RM_AGENT_INIT_TIMEOUT": &c.AgentInitTimeout, "SW4RM_HEARTBEAT_INTERVAL": &c.HeartbeatInterval, "SW4RM_DELIVERY_LEASE": &c.DeliveryLease, "SW4RM_HITL_TIMEOUT": &c.HITLTimeout,
 		"SW4RM_ACK_TIMEOUT": &c.AckTimeout, "SW4RM_DEDUP_WINDOW": &c.DedupWindow, "SW4RM_STREAM_RETENTION": &c.StreamRetention, "SW4RM_DLQ_RETENTION": &c.DLQRetention,
-		"SW4RM_ROOM_TIMEOUT": &c.RoomTimeout, "SW4RM_PREEMPT_TIMEOUT": &c.PreemptTimeout, "SW4RM_TERMINATE_GRACE": &c.TerminateGrace} {
+		"SW4RM_ROOM_TIMEOUT": &c.RoomTimeout, "SW4RM_PREEMPT_TIMEOUT": &c.PreemptTimeout, "SW4RM_TERMINATE_GRACE": &c.TerminateGrace,
+		"SW4RM_AUTH_CLOCK_SKEW": &c.AuthClockSkew, "SW4RM_KEY_OVERLAP": &c.KeyOverlap} {
 		if v, ok := os.LookupEnv(name); ok {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -210,6 +222,13 @@ func (c Config) FromEnv() (Config, error) {
 			}
 			*dst = d
 		}
+	}
+	if v, ok := os.LookupEnv("SW4RM_AUTH"); ok {
+		m, err := auth.ParseMode(v)
+		if err != nil {
+			return c, err
+		}
+		c.Auth = m
 	}
 	if v, ok := os.LookupEnv("SW4RM_PRIVILEGED_RATE"); ok {
 		f, err := strconv.ParseFloat(v, 64)
@@ -362,6 +381,8 @@ type App struct {
 	stopRelay context.CancelFunc
 	// relayDone closes when the outbox relay's Run has returned.
 	relayDone chan struct{}
+	// auth authenticates the gRPC frontend's callers (nil without the server role).
+	auth *frontend.Authenticator
 }
 
 // OpenStore opens the store the configuration names: PostgreSQL when DatabaseURL is set
@@ -478,7 +499,15 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		if err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 		}
-		opts := append(frontend.ServerOptions(log),
+		a.auth = frontend.NewAuthenticator(frontend.AuthConfig{Mode: cfg.Auth, Keys: st.Keys(), Operators: hitlPolicy,
+			Skew: cfg.AuthClockSkew, KeyOverlap: cfg.KeyOverlap, Sink: sink, Log: log})
+		switch cfg.Auth {
+		case auth.Off:
+			log.Warn("authentication is off (SW4RM_AUTH=off): any client that reaches the port can act as any agent; fine on a laptop, never on a shared network (docs/security.md)")
+		default:
+			log.Info("authentication", "mode", cfg.Auth.String(), "clock_skew", cfg.AuthClockSkew.String(), "key_overlap", cfg.KeyOverlap.String())
+		}
+		opts := append(frontend.ServerOptions(log, a.auth),
 			// Well above the payload limit, so that oversize payloads reach the router and get
 			// oversize_payload, a NACK and a dead letter (§5.4, §21.1) rather than gRPC's own
 			// RESOURCE_EXHAUSTED; bounded, so that no request is held in memory unbounded.
@@ -498,7 +527,7 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		}()
 		fe := frontend.New(st, rt, a.temporal, a.relay, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout,
 			HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatMisses: cfg.HeartbeatMisses, HITLPolicy: hitlPolicy, HITLDecisionKey: decisionKey, HITLTimeout: cfg.HITLTimeout,
-			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout, PreemptTimeout: cfg.PreemptTimeout, TerminateGrace: cfg.TerminateGrace, SchedulerPolicy: schedPolicy})
+			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout, PreemptTimeout: cfg.PreemptTimeout, TerminateGrace: cfg.TerminateGrace, SchedulerPolicy: schedPolicy, Auth: a.auth})
 		fe.Register(a.grpc)
 		go func() {
 			if err := a.grpc.Serve(a.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -567,6 +596,9 @@ func (a *App) stop() {
 		case <-time.After(2 * time.Second):
 			a.grpc.Stop() // open StreamIncoming calls never end on their own
 		}
+	}
+	if a.auth != nil {
+		a.auth.Close()
 	}
 	if a.stopSweep != nil {
 		// After the gRPC server: the router writes the confirmations it answered last.

@@ -6,10 +6,13 @@ package auth
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/sw4rm/sw4rm-temporal/protocol/signing"
 )
 
 // Mode is how strictly the frontend authenticates callers (§6.5): Off for a single-user
@@ -93,8 +96,45 @@ func FromContext(ctx context.Context) Principal {
 	return p
 }
 
-// AlgorithmEd25519 names Ed25519 keys, the algorithm §6.2 prefers.
-const AlgorithmEd25519 = "ed25519"
+// The key algorithms of §6.2.
+const (
+	// AlgorithmEd25519 names Ed25519 keys (32 raw bytes), the algorithm §6.2 prefers.
+	AlgorithmEd25519 = "ed25519"
+	// AlgorithmP256 names ECDSA P-256 keys (65-byte uncompressed SEC 1 points), §6.2's
+	// alternative where NIST-approved algorithms are required.
+	AlgorithmP256 = "ecdsa-p256"
+)
+
+// KeyAlgorithm tells the algorithm of a public key as AgentDescriptor.public_key carries it:
+// 32 bytes are Ed25519, 65 bytes an uncompressed P-256 point (checked to be on the curve).
+func KeyAlgorithm(pub []byte) (string, error) {
+	switch len(pub) {
+	case ed25519.PublicKeySize:
+		return AlgorithmEd25519, nil
+	case signing.P256PublicKeySize:
+		if _, err := signing.ParseP256PublicKey(pub); err != nil {
+			return "", fmt.Errorf("public_key is not a valid P-256 point: %w", err)
+		}
+		return AlgorithmP256, nil
+	}
+	return "", fmt.Errorf("public_key must be a raw 32-byte Ed25519 key or a 65-byte uncompressed P-256 point, not %d bytes", len(pub))
+}
+
+// VerifyDigest checks a signed call against one public key of either algorithm; digest is
+// the SHA-256 of the request's wire bytes.
+func VerifyDigest(algorithm string, pub []byte, c signing.Call, digest [sha256.Size]byte, sig []byte) error {
+	switch algorithm {
+	case AlgorithmEd25519:
+		return signing.VerifyDigest(ed25519.PublicKey(pub), c, digest, sig)
+	case AlgorithmP256:
+		k, err := signing.ParseP256PublicKey(pub)
+		if err != nil {
+			return signing.ErrBadSignature
+		}
+		return signing.VerifyDigestP256(k, c, digest, sig)
+	}
+	return signing.ErrBadSignature
+}
 
 // KeyID names a public key: the algorithm, a colon and the first 16 hex digits of the
 // SHA-256 of the raw key, e.g. "ed25519:3b6a27bcceb6a42d".

@@ -175,7 +175,8 @@ func (h *hitlService) caller(ctx context.Context) string {
 	if p := auth.FromContext(ctx); !p.Anonymous() {
 		return p.String()
 	}
-	if token := bearerToken(ctx); token != "" {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if token := bearerToken(md); token != "" {
 		if op, ok := h.s.cfg.HITLPolicy.OperatorForToken(token); ok {
 			return auth.Principal{Operator: op.Name}.String()
 		}
@@ -272,17 +273,6 @@ type hitlAdminService struct {
 	s *Server
 }
 
-// bearerToken reads the call's "authorization: Bearer <token>" metadata, "" without one.
-func bearerToken(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	var token string
-	if v := md.Get("authorization"); len(v) > 0 {
-		token, _ = strings.CutPrefix(v[0], "Bearer ")
-		token = strings.TrimSpace(token)
-	}
-	return token
-}
-
 // authenticate finds the operator making the call (§15.1, §23): the one the auth interceptor
 // already proved, else the one whose bearer token the call carries. The token is checked here
 // and goes no further: what leaves the frontend names the operator, never the secret.
@@ -294,15 +284,24 @@ func (h *hitlAdminService) authenticate(ctx context.Context) (hitlsignals.Operat
 		}
 		return op, nil
 	}
-	token := bearerToken(ctx)
+	op, _, err := h.s.operatorFromToken(ctx)
+	return op, err
+}
+
+// operatorFromToken finds the operator whose token the call carries in the metadata
+// "authorization: Bearer <token>" (§15.1, §23), and returns it with the token. Every
+// operator service authenticates tokens through it.
+func (s *Server) operatorFromToken(ctx context.Context) (hitlsignals.Operator, string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	token := bearerToken(md)
 	if token == "" {
-		return hitlsignals.Operator{}, status.Error(codes.Unauthenticated, "permission_denied: an operator token is required (metadata authorization: Bearer <token>; CLI: --token or SW4RM_OPERATOR_TOKEN)")
+		return hitlsignals.Operator{}, "", status.Error(codes.Unauthenticated, "permission_denied: an operator token is required (metadata authorization: Bearer <token>; CLI: --token or SW4RM_OPERATOR_TOKEN)")
 	}
-	op, ok := h.s.cfg.HITLPolicy.OperatorForToken(token)
+	op, ok := s.cfg.HITLPolicy.OperatorForToken(token)
 	if !ok {
-		return hitlsignals.Operator{}, status.Error(codes.Unauthenticated, "permission_denied: the operator token is not valid")
+		return hitlsignals.Operator{}, "", status.Error(codes.Unauthenticated, "permission_denied: the operator token is not valid")
 	}
-	return op, nil
+	return op, token, nil
 }
 
 func summary(r store.HITLRecord) *hitladminpb.InvocationSummary {

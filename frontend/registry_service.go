@@ -38,6 +38,9 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 	}
 	protocol.NormalizeDescriptor(d)
 	id := d.GetAgentId()
+	if err := r.s.keyHandshake(ctx, d); err != nil {
+		return nil, err
+	}
 	rec := store.AgentRecord{Descriptor: d, State: commonpb.AgentState_INITIALIZING, RegisteredAt: time.Now().UTC()}
 	if prev, err := r.s.store.Registry().GetAgent(ctx, id); err == nil {
 		rec.State, rec.LastHeartbeat, rec.Health = prev.State, prev.LastHeartbeat, prev.Health

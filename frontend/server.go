@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
@@ -29,6 +30,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/keyadminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
@@ -77,6 +79,9 @@ type Config struct {
 	TerminateGrace time.Duration
 	// SchedulerPolicy is task admission's policy (§9), as the worker's activities have it.
 	SchedulerPolicy admission.Policy
+	// Auth is the authenticator the server's interceptors use (ServerOptions); RegisterAgent
+	// runs the key handshake with it (§6.2). Nil means SW4RM_AUTH=off.
+	Auth *Authenticator
 }
 
 // Server holds the collaborators shared by every service.
@@ -110,6 +115,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	hitlpb.RegisterHitlServiceServer(g, &hitlService{s: s})
 	hitladminpb.RegisterHitlAdminServiceServer(g, &hitlAdminService{s: s})
 	dlqadminpb.RegisterDlqAdminServiceServer(g, &dlqAdminService{s: s, requeue: s.router})
+	keyadminpb.RegisterKeyAdminServiceServer(g, &keyAdminService{s: s})
 	worktreepb.RegisterWorktreeServiceServer(g, worktreepb.UnimplementedWorktreeServiceServer{})
 	toolpb.RegisterToolServiceServer(g, toolpb.UnimplementedToolServiceServer{})
 	connectorpb.RegisterConnectorServiceServer(g, connectorpb.UnimplementedConnectorServiceServer{})
@@ -139,15 +145,23 @@ func MaxRequestBytes(maxPayload int) int {
 	return int(min(4*int64(maxPayload)+64<<10, math.MaxInt32))
 }
 
-// ServerOptions returns the interceptors every SW4RM gRPC server needs: the capability gate
-// for services not built yet and panic recovery (a handler bug becomes codes.Internal, never a
-// crashed server).
-func ServerOptions(log *slog.Logger) []grpc.ServerOption {
+// ServerOptions returns what every SW4RM gRPC server needs: the codec and interceptor of
+// authentication and authorization (auth.go; nil means SW4RM_AUTH=off), the capability gate
+// for services not built yet, and panic recovery (a handler bug becomes codes.Internal, never
+// a crashed server).
+func ServerOptions(log *slog.Logger, a *Authenticator) []grpc.ServerOption {
+	if a == nil {
+		// Off still needs the codec: it answers a malformed request with InvalidArgument.
+		a = NewAuthenticator(AuthConfig{Mode: auth.Off})
+	}
 	return []grpc.ServerOption{
-		// errors* is outermost after recovery: every refusal, including the capability gate's
-		// and a recovered panic's, leaves through the one error table (errors.go).
-		grpc.ChainUnaryInterceptor(errorsUnary, recoverUnary(log), capabilityGateUnary),
-		grpc.ChainStreamInterceptor(errorsStream, recoverStream(log), capabilityGateStream),
+		grpc.ForceServerCodecV2(a.codec),
+		// errors* is outermost after recovery: every refusal, including authentication's, the
+		// capability gate's and a recovered panic's, leaves through the one error table
+		// (errors.go). Authentication comes before the gate, so an unproven caller learns
+		// nothing about what is built.
+		grpc.ChainUnaryInterceptor(errorsUnary, recoverUnary(log), a.unary, capabilityGateUnary),
+		grpc.ChainStreamInterceptor(errorsStream, recoverStream(log), a.stream, capabilityGateStream),
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -185,6 +186,21 @@ func (s *Sink) append(ctx context.Context, e store.Event) {
 func (s *Sink) Record(ctx context.Context, e Event) {
 	if s == nil {
 		return
+	}
+	// Every audited action names the principal the frontend proved for the call that caused
+	// it (§6.5: access decisions are logged and auditable), without a row of its own.
+	if p := auth.FromContext(ctx); !p.Anonymous() {
+		if _, set := e.Details["principal"]; !set {
+			d := make(map[string]any, len(e.Details)+2)
+			for k, v := range e.Details {
+				d[k] = v
+			}
+			d["principal"] = p.String()
+			if p.KeyID != "" {
+				d["key_id"] = p.KeyID
+			}
+			e.Details = d
+		}
 	}
 	at := s.now().UTC()
 	attrs := []any{

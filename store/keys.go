@@ -53,6 +53,7 @@ type Keys interface {
 	// at k.AddedAt and returns ErrKeyConflict otherwise; two concurrent first registrations
 	// of one agent_id cannot both succeed. Adding a key the agent already has (same KeyID) is
 	// a no-op that succeeds, whatever first says, unless that key is revoked (ErrKeyConflict).
+	// A zero k.AddedAt means now.
 	AddAgentKey(ctx context.Context, k AgentKey, first bool) error
 	// RetireAgentKeys sets NotAfter to at on every key of the agent other than keepKeyID whose
 	// NotAfter is unset or later than at (a rotation's overlap window); it returns how many

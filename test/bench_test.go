@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
@@ -104,12 +105,24 @@ func BenchmarkRouterSendToFulfilled(b *testing.B) {
 // routerPair starts sw4rm with the given store and two agents, A (RUNNABLE) and B, each with
 // its stream open, for the router benchmarks.
 func routerPair(b *testing.B, kind string) (a, bb *sdk.Agent, aStream, bStream *sdk.Stream) {
+	return routerPairAuth(b, kind, auth.Off)
+}
+
+// routerPairAuth is routerPair with authentication in mode; outside off, both agents sign
+// every call (§6.2) and the server verifies each signature and nonce.
+func routerPairAuth(b *testing.B, kind string, mode auth.Mode) (a, bb *sdk.Agent, aStream, bStream *sdk.Stream) {
 	ctx := context.Background()
-	sys := start(b, newConfig(b, kind))
-	a = dialAgent(b, sys, "a")
+	sys := start(b, authConfig(b, kind, mode))
+	dial := func(name string) *sdk.Agent {
+		if mode == auth.Off {
+			return dialAgent(b, sys, name)
+		}
+		return dialSigned(b, sys, name).Agent
+	}
+	a = dial("a")
 	require.NoError(b, a.Heartbeat(ctx, commonpb.AgentState_RUNNABLE, nil))
 	waitState(b, sys, a.ID(), commonpb.AgentState_RUNNABLE)
-	bb = dialAgent(b, sys, "b")
+	bb = dial("b")
 	var err error
 	aStream, err = a.Receive(ctx)
 	require.NoError(b, err)
@@ -273,11 +286,18 @@ const warmupMessages = 200
 // eight messages in flight (inside the default buffer of ten) and both agents handling
 // deliveries concurrently, as a producer streaming work to a consumer would run it; each
 // operation is one message reaching FULFILLED.
+//
+// postgres-auth-required is the same run with SW4RM_AUTH=required and both agents signing
+// every call: benchreport prints its ratio to postgres (the identity issue's target: ≤ 1.1×).
 func BenchmarkRouterThroughput(b *testing.B) {
-	for _, kind := range storeKinds {
-		b.Run(kind, func(b *testing.B) {
+	for _, variant := range append(slices.Clone(storeKinds), "postgres-auth-required") {
+		kind, mode := variant, auth.Off
+		if variant == "postgres-auth-required" {
+			kind, mode = "postgres", auth.Required
+		}
+		b.Run(variant, func(b *testing.B) {
 			ctx := context.Background()
-			a, bb, aStream, bStream := routerPair(b, kind)
+			a, bb, aStream, bStream := routerPairAuth(b, kind, mode)
 			// Both agents handle their deliveries with a few workers, as an agent with
 			// independent work items would; the stream itself is read by one goroutine.
 			handle := func(s *sdk.Stream, fn func(*sdk.Delivery)) {

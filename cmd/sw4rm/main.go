@@ -165,6 +165,7 @@ func newRootWith(start startFunc) *cobra.Command {
 	root.AddCommand(serverCmds...)
 	root.AddCommand(newHitlCmd())
 	root.AddCommand(newDLQCmd())
+	root.AddCommand(newKeysCmd())
 	root.AddCommand(newSearchAttributesCmd())
 	return root
 }

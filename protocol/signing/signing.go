@@ -57,8 +57,11 @@ type Call struct {
 // Preimage is the canonical byte string an agent signs for c: six lines, each ended by "\n":
 // Version, Method, AgentID, the timestamp in Unix milliseconds, Nonce, and the lower-case hex
 // SHA-256 of Body.
-func Preimage(c Call) []byte {
-	digest := sha256.Sum256(c.Body)
+func Preimage(c Call) []byte { return DigestPreimage(c, sha256.Sum256(c.Body)) }
+
+// DigestPreimage is Preimage for a caller that holds only the SHA-256 of the body — a server
+// hashes the request's bytes as they arrive and never keeps them.
+func DigestPreimage(c Call, digest [sha256.Size]byte) []byte {
 	var b strings.Builder
 	for _, line := range []string{Version, c.Method, c.AgentID, strconv.FormatInt(c.Timestamp.UnixMilli(), 10), c.Nonce, hex.EncodeToString(digest[:])} {
 		b.WriteString(line)
@@ -131,10 +134,15 @@ func validNonce(n string) bool {
 
 // Verify checks sig over c with pub (a 32-byte Ed25519 public key).
 func Verify(pub ed25519.PublicKey, c Call, sig []byte) error {
+	return VerifyDigest(pub, c, sha256.Sum256(c.Body), sig)
+}
+
+// VerifyDigest is Verify for a caller that holds only the SHA-256 of the body.
+func VerifyDigest(pub ed25519.PublicKey, c Call, digest [sha256.Size]byte, sig []byte) error {
 	if len(pub) != ed25519.PublicKeySize {
 		return fmt.Errorf("%w: the registered key is not an Ed25519 public key", ErrBadSignature)
 	}
-	if !ed25519.Verify(pub, Preimage(c), sig) {
+	if !ed25519.Verify(pub, DigestPreimage(c, digest), sig) {
 		return ErrBadSignature
 	}
 	return nil

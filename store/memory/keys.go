@@ -41,7 +41,10 @@ func (k keys) ListAgentKeys(ctx context.Context, agentID string) ([]store.AgentK
 	var out []store.AgentKey
 	for id, ks := range k.st.keys {
 		if agentID == "" || id == agentID {
-			out = append(out, ks...)
+			for _, key := range ks {
+				key.PublicKey = slices.Clone(key.PublicKey)
+				out = append(out, key)
+			}
 		}
 	}
 	slices.SortStableFunc(out, func(a, b store.AgentKey) int {
@@ -57,6 +60,10 @@ func (k keys) ListAgentKeys(ctx context.Context, agentID string) ([]store.AgentK
 func (k keys) AddAgentKey(ctx context.Context, key store.AgentKey, first bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	key.AddedAt, key.NotAfter, key.RevokedAt = normTime(key.AddedAt), normTime(key.NotAfter), normTime(key.RevokedAt)
+	if key.AddedAt.IsZero() {
+		key.AddedAt = now()
 	}
 	k.st.mu.Lock()
 	defer k.st.mu.Unlock()
@@ -81,6 +88,7 @@ func (k keys) RetireAgentKeys(ctx context.Context, agentID, keepKeyID string, at
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	at = normTime(at)
 	k.st.mu.Lock()
 	defer k.st.mu.Unlock()
 	n := 0
@@ -101,6 +109,7 @@ func (k keys) RevokeAgentKey(ctx context.Context, agentID, keyID string, at time
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	at = normTime(at)
 	k.st.mu.Lock()
 	defer k.st.mu.Unlock()
 	found, n := false, 0

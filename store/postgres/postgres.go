@@ -8,7 +8,9 @@
 // idempotency key are decided one at a time under the cache entry's row lock (always taken
 // after the recipient lock), claims and the Expire/ExpirePendingResponses sweeps use FOR UPDATE
 // SKIP LOCKED, and leases, ACK timeouts, TTLs, windows and deadlines are measured with the
-// database clock.
+// database clock. A first registration of an agent's key is decided under a per-agent
+// transaction lock; the nonces of signed calls go to an unlogged table through a batcher
+// (nonces.go) and expire by the frontends' clock, the one their expiry times come from.
 package postgres
 
 import (
@@ -69,6 +71,9 @@ type Store struct {
 	stopListener context.CancelFunc
 	listenerDone chan struct{}
 	closeOnce    sync.Once
+
+	// nonces decides UseNonce calls in batches and prunes expired nonces (nonces.go).
+	nonces *nonceBatcher
 }
 
 var _ store.Store = (*Store)(nil)
@@ -117,6 +122,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger) (*Store,
 	loopCtx, cancel := context.WithCancel(context.Background())
 	s.stopListener = cancel
 	go s.listen(loopCtx, conn)
+	s.nonces = startNonceBatcher(pool, logger)
 	return s, nil
 }
 
@@ -176,12 +182,13 @@ func (s *Store) Kind() string { return "postgres" }
 // Pool returns the underlying connection pool, for health checks and operator tooling.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Close stops the listener goroutine, waits for it to exit, ends every subscription and
-// closes the pool. It is safe to call more than once.
+// Close stops the listener goroutine and the nonce batcher, waits for them to exit, ends every
+// subscription and closes the pool. It is safe to call more than once.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
 		s.stopListener()
 		<-s.listenerDone
+		s.nonces.close()
 		s.hub.Close()
 		s.pool.Close()
 	})

@@ -92,4 +92,34 @@ func main() {
 	}
 	fmt.Println("\ndeliver p99: ms from SendMessage to the recipient's stream. × columns: time per operation")
 	fmt.Println("divided by the baseline's, measured in the same run (below 2.0 = at least half the baseline's rate).")
+	variants(subjects)
+}
+
+// variantTargets are benchmarks run twice in one run, once with a feature on: the suffix of
+// the variant's name, and the largest ratio of its time per operation to the plain run's.
+var variantTargets = map[string]float64{
+	"-auth-required": 1.10, // SW4RM_AUTH=required with every call signed, next to off (docs/security.md)
+}
+
+// variants prints each variant next to its plain run, e.g. RouterThroughput/postgres-auth-required
+// next to RouterThroughput/postgres.
+func variants(subjects []result) {
+	byName := map[string]result{}
+	for _, r := range subjects {
+		byName[r.name] = r
+	}
+	printed := false
+	for _, r := range subjects {
+		for suffix, target := range variantTargets {
+			plain, ok := byName[strings.TrimSuffix(r.name, suffix)]
+			if !strings.HasSuffix(r.name, suffix) || !ok {
+				continue
+			}
+			if !printed {
+				fmt.Println("\nvariant                                   × plain run   target")
+				printed = true
+			}
+			fmt.Printf("%-40s %12.2f   ≤ %.2f\n", r.name, r.nsPerOp/plain.nsPerOp, target)
+		}
+	}
 }

@@ -1,0 +1,180 @@
+package frontend
+
+import (
+	"fmt"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
+	"github.com/sw4rm/sw4rm-temporal/proto/reasoningpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+)
+
+// Authorization: one rule per method, deny by default (§6.5: "comprehensive authorization
+// controls for all operations"). A method with no rule is refused in required mode, so a new
+// service is closed until its rule is written here (docs/architecture.md's checklist).
+
+// who is the kind of principal a rule admits.
+type who int
+
+const (
+	// anyone: also anonymous callers (health checks, reflection).
+	anyone who = iota
+	// authenticated: any proven agent or operator.
+	authenticated
+	// self: only the agent the request names (the field), never on its behalf.
+	self
+	// selfOrOperator: the agent the request names, or an operator.
+	selfOrOperator
+	// operator: operators only.
+	operator
+)
+
+// rule is the authorization of one method.
+type rule struct {
+	who who
+	// field names the agent the request acts as or on, for self and selfOrOperator; what
+	// names that field in refusals.
+	field func(req any) string
+	what  string
+}
+
+// methodRules holds the rule of every method the frontend serves.
+var methodRules = map[string]rule{
+
+	// An agent sends only as itself, which also makes "only the recipient may ACK" (§11) hold:
+	// an ACK is attributed to its producer_id.
+	routerpb.RouterService_SendMessage_FullMethodName: {who: self, what: "msg.producer_id",
+		field: func(r any) string { return r.(*routerpb.SendMessageRequest).GetMsg().GetProducerId() }},
+	// An agent streams and confirms only its own inbox.
+	routerpb.RouterService_StreamIncoming_FullMethodName: {who: self, what: "agent_id",
+		field: func(r any) string { return r.(*routerpb.StreamRequest).GetAgentId() }},
+	routerpb.RouterService_AckDelivery_FullMethodName: {who: self, what: "agent_id",
+		field: func(r any) string { return r.(*routerpb.DeliveryAckRequest).GetAgentId() }},
+
+	// Registration is the key handshake (§6.2): the agent itself, proving its key (a first
+	// registration proves the key it registers), or an operator; RegisterAgent checks the rest.
+	registrypb.RegistryService_RegisterAgent_FullMethodName: {who: selfOrOperator, what: "agent.agent_id",
+		field: func(r any) string { return r.(*registrypb.RegisterAgentRequest).GetAgent().GetAgentId() }},
+	registrypb.RegistryService_Heartbeat_FullMethodName: {who: self, what: "agent_id",
+		field: func(r any) string { return r.(*registrypb.HeartbeatRequest).GetAgentId() }},
+	registrypb.RegistryService_DeregisterAgent_FullMethodName: {who: selfOrOperator, what: "agent_id",
+		field: func(r any) string { return r.(*registrypb.DeregisterAgentRequest).GetAgentId() }},
+
+	// Any proven agent may submit work to another (coordinators do); controlling an agent's
+	// tasks and lifecycle is for operators or the agent itself (§7.2, §8, §10).
+	schedulerpb.SchedulerService_SubmitTask_FullMethodName: {who: authenticated},
+	schedulerpb.SchedulerService_RequestPreemption_FullMethodName: {who: selfOrOperator, what: "agent_id",
+		field: func(r any) string { return r.(*schedulerpb.PreemptRequest).GetAgentId() }},
+	schedulerpb.SchedulerService_ShutdownAgent_FullMethodName: {who: selfOrOperator, what: "agent_id",
+		field: func(r any) string { return r.(*schedulerpb.ShutdownAgentRequest).GetAgentId() }},
+	schedulerpb.SchedulerService_PollActivityBuffer_FullMethodName: {who: selfOrOperator, what: "agent_id",
+		field: func(r any) string { return r.(*schedulerpb.PollActivityBufferRequest).GetAgentId() }},
+	schedulerpb.SchedulerService_PurgeActivity_FullMethodName: {who: selfOrOperator, what: "agent_id",
+		field: func(r any) string { return r.(*schedulerpb.PurgeActivityRequest).GetAgentId() }},
+
+	// The room (§17.5): a proposal is its producer's, a vote its critic's.
+	negotiationroompb.NegotiationRoomService_SubmitProposal_FullMethodName: {who: self, what: "proposal.producer_id",
+		field: func(r any) string { return r.(*negotiationroompb.SubmitProposalRequest).GetProposal().GetProducerId() }},
+	negotiationroompb.NegotiationRoomService_SubmitVote_FullMethodName: {who: self, what: "vote.critic_id",
+		field: func(r any) string { return r.(*negotiationroompb.SubmitVoteRequest).GetVote().GetCriticId() }},
+	negotiationroompb.NegotiationRoomService_GetVotes_FullMethodName:        {who: authenticated},
+	negotiationroompb.NegotiationRoomService_GetDecision_FullMethodName:     {who: authenticated},
+	negotiationroompb.NegotiationRoomService_WaitForDecision_FullMethodName: {who: authenticated},
+
+	// Raising a HITL invocation is any participant's; deciding one is an operator's (§15).
+	hitlpb.HitlService_Decide_FullMethodName:                    {who: authenticated},
+	hitladminpb.HitlAdminService_ListInvocations_FullMethodName: {who: operator},
+	hitladminpb.HitlAdminService_GetInvocation_FullMethodName:   {who: operator},
+	hitladminpb.HitlAdminService_Decide_FullMethodName:          {who: operator},
+	hitladminpb.HitlAdminService_History_FullMethodName:         {who: operator},
+	dlqadminpb.DlqAdminService_ListDeadLetters_FullMethodName:   {who: operator},
+	dlqadminpb.DlqAdminService_Requeue_FullMethodName:           {who: operator},
+	dlqadminpb.DlqAdminService_Export_FullMethodName:            {who: operator},
+
+	loggingpb.LoggingService_Ingest_FullMethodName: {who: selfOrOperator, what: "agent_id",
+		field: func(r any) string { return r.(*loggingpb.LogEvent).GetAgentId() }},
+	activitypb.ActivityService_AppendArtifact_FullMethodName:   {who: authenticated},
+	activitypb.ActivityService_ListArtifacts_FullMethodName:    {who: authenticated},
+	reasoningpb.ReasoningProxy_CheckParallelism_FullMethodName: {who: authenticated},
+	reasoningpb.ReasoningProxy_EvaluateDebate_FullMethodName:   {who: authenticated},
+	reasoningpb.ReasoningProxy_Summarize_FullMethodName:        {who: authenticated},
+}
+
+// serviceRules covers the services that answer Unimplemented until their issue builds them:
+// a proven caller reaches the capability gate and learns what is missing. Each pattern
+// replaces its entry with per-method rules when it lands.
+var serviceRules = map[string]rule{
+	"/sw4rm.handoff.HandoffService/":                    {who: authenticated},
+	"/sw4rm.workflow.WorkflowService/":                  {who: authenticated},
+	"/sw4rm.negotiation.NegotiationService/":            {who: authenticated},
+	"/sw4rm.scheduler.SchedulerPolicyService/":          {who: authenticated},
+	"/sw4rm.worktree.WorktreeService/":                  {who: authenticated},
+	"/sw4rm.tool.ToolService/":                          {who: authenticated},
+	"/sw4rm.connector.ConnectorService/":                {who: authenticated},
+	"/sw4rmext.keys.v1.KeyAdminService/":                {who: operator},
+	"/" + healthpb.Health_ServiceDesc.ServiceName + "/": {who: anyone},
+	"/grpc.reflection.v1.ServerReflection/":             {who: anyone},
+	"/grpc.reflection.v1alpha.ServerReflection/":        {who: anyone},
+	"/sw4rm.negotiation_room.NegotiationRoomService/":   {who: authenticated},
+}
+
+// ruleOf returns the rule of a method, if it has one.
+func ruleOf(method string) (rule, bool) {
+	if r, ok := methodRules[method]; ok {
+		return r, true
+	}
+	r, ok := serviceRules[serviceOf(method)]
+	return r, ok
+}
+
+// authorize applies the method's rule to a proven (or anonymous) principal. In optional mode
+// an anonymous caller passes, noted in the log; a proven one is held to the rule.
+func (a *Authenticator) authorize(method string, req any, p auth.Principal) error {
+	r, ok := ruleOf(method)
+	if !ok {
+		if a.cfg.Mode == auth.Required {
+			return fmt.Errorf("%s has no authorization rule, and required mode denies by default", method)
+		}
+		return nil
+	}
+	if r.who == anyone {
+		return nil
+	}
+	if p.Anonymous() {
+		if a.cfg.Mode == auth.Required {
+			return fmt.Errorf("%s needs a proven caller: sign the call as its agent (§6.2) or present an operator token", method)
+		}
+		a.noteUnsigned(method)
+		return nil
+	}
+	switch r.who {
+	case authenticated:
+		return nil
+	case operator:
+		if p.Operator == "" {
+			return fmt.Errorf("%s is for operators; %s is not one", method, p)
+		}
+		return nil
+	case selfOrOperator:
+		if p.Operator != "" {
+			return nil
+		}
+	}
+	// self, or selfOrOperator without an operator: the agent must be the one named.
+	if p.Agent == "" {
+		return fmt.Errorf("%s is made by an agent for itself; sign it as %s", method, r.what)
+	}
+	if named := r.field(req); named != p.Agent {
+		return fmt.Errorf("%s %q is not the caller %q: an agent acts only as itself", r.what, named, p.Agent)
+	}
+	return nil
+}
