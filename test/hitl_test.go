@@ -360,3 +360,56 @@ func TestHitlDecideFallsBackAtDeadline(t *testing.T) {
 	assert.Equal(t, "deadline", o.FallbackReason)
 	recordHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(o.InvocationID), "hitl_wait_deadline_fallback")
 }
+
+// TestHitlInRequiredAuth: with SW4RM_AUTH=required the auth interceptor proves the operator,
+// and the HITL doors take that principal. One idempotency key used by two operators names two
+// invocations (§23: one caller cannot poison another's key), each decided through the CLI.
+func TestHitlInRequiredAuth(t *testing.T) {
+	cfg := hitlConfig(t, "memory")
+	cfg.Auth = auth.Required
+	sys := start(t, cfg)
+	c := hitlpb.NewHitlServiceClient(dialRaw(t, sys))
+	key := uniq(t, "shared")
+	ctxJSON, _ := json.Marshal(hitlsignals.Context{Facts: []string{"two agents edit src/ui"}})
+	raise := func(token string) chan decideResult {
+		res := make(chan decideResult, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token, hitlsignals.IdempotencyKeyMetadata, key)
+			d, err := c.Decide(ctx, &hitlpb.HitlInvocation{ReasonType: commonpb.HitlReasonType_CONFLICT, Context: ctxJSON, ProposedActions: []string{"approve", "deny"}})
+			res <- decideResult{d, err}
+		}()
+		return res
+	}
+	pending := func(n int) []store.HITLRecord {
+		t.Helper()
+		var recs []store.HITLRecord
+		require.Eventually(t, func() bool {
+			var err error
+			recs, err = sys.app.Store().HITL().ListInvocations(context.Background(), store.HITLFilter{Status: store.HITLPending, ReasonType: "CONFLICT"})
+			return err == nil && len(recs) == n
+		}, 20*time.Second, 50*time.Millisecond)
+		return recs
+	}
+	byAlice := raise("alice-token")
+	first := pending(1)[0].InvocationID
+	byCarol := raise("carol-token")
+	recs := pending(2)
+	second := recs[0].InvocationID
+	if second == first {
+		second = recs[1].InvocationID
+	}
+	require.NotEqual(t, first, second, "the same key by another caller is another invocation")
+
+	out, err := runCLI(t, sys, "alice-token", "decide", first, "approve", "--rationale", "alice's own question")
+	require.NoError(t, err, out)
+	out, err = runCLI(t, sys, "carol-token", "decide", second, "deny", "--rationale", "carol's own question")
+	require.NoError(t, err, out)
+	assert.Equal(t, "approve", awaitDecision(t, byAlice).GetAction())
+	assert.Equal(t, "deny", awaitDecision(t, byCarol).GetAction())
+	out, err = runCLI(t, sys, "not-a-token", "list")
+	require.Error(t, err)
+	assert.Contains(t, out, "Unauthenticated")
+	requireNoSecretInHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(first), "alice-token", hitlsignals.HashToken("alice-token"))
+}
