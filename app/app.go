@@ -7,7 +7,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"errors"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,7 +22,6 @@ import (
 	tlog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/admission"
@@ -32,6 +31,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/metrics"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
+	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
 	"github.com/sw4rm/sw4rm-temporal/router"
@@ -133,6 +133,16 @@ type Config struct {
 	// KeyOverlap is how long a rotated-out agent key stays valid beside its successor
 	// (SW4RM_KEY_OVERLAP, default 5 m, §23).
 	KeyOverlap time.Duration
+	// TLSCertFile and TLSKeyFile are the PEM certificate and key of the gRPC and HTTP ports
+	// (SW4RM_TLS_CERT_FILE, SW4RM_TLS_KEY_FILE): both set turn TLS on, and the certificate is
+	// read again when its files change; neither means plaintext (see ServerTLS).
+	TLSCertFile, TLSKeyFile string
+	// TLSClientCAFile turns on mutual TLS: every client of either port must present a
+	// certificate this PEM CA bundle verifies (SW4RM_TLS_CLIENT_CA_FILE).
+	TLSClientCAFile string
+	// ACLFile is the access-control list of §6.3 (SW4RM_ACL_FILE, docs/acl.md); empty means
+	// no ACL.
+	ACLFile string
 }
 
 // DevHITLOperators is the HITL operator policy of `sw4rm dev` when none is configured: one
@@ -194,6 +204,10 @@ func (c Config) FromEnv() (Config, error) {
 	str("SW4RM_ROOM_STRATEGY", &c.RoomStrategy)
 	str("SW4RM_MAX_PARALLEL", &c.MaxParallel)
 	str("SW4RM_INFERENCE_UNAVAILABLE", &c.InferenceUnavailable)
+	str("SW4RM_TLS_CERT_FILE", &c.TLSCertFile)
+	str("SW4RM_TLS_KEY_FILE", &c.TLSKeyFile)
+	str("SW4RM_TLS_CLIENT_CA_FILE", &c.TLSClientCAFile)
+	str("SW4RM_ACL_FILE", &c.ACLFile)
 	if v, ok := os.LookupEnv("SW4RM_CONFLICT_THRESHOLD"); ok {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f <= 0 || f > 1 {
@@ -370,6 +384,7 @@ type App struct {
 	grpcLis   net.Listener
 	http      *http.Server
 	httpLis   net.Listener
+	httpTLS   bool
 	stopOnce  sync.Once
 	stopSweep context.CancelFunc
 	// sweepDone closes when the router's Run has returned (its last writes are made).
@@ -395,7 +410,8 @@ func OpenStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 }
 
 // Start opens the store, connects to Temporal and starts the requested roles. One role alone
-// needs PostgreSQL (CheckStore).
+// needs PostgreSQL (CheckStore). The TLS files and the ACL file are checked before anything
+// is opened, so a bad one stops the process at once.
 func Start(ctx context.Context, cfg Config, roles Roles, log *slog.Logger) (*App, error) {
 	if err := CheckStore(cfg, roles); err != nil {
 		return nil, err
@@ -403,15 +419,72 @@ func Start(ctx context.Context, cfg Config, roles Roles, log *slog.Logger) (*App
 	if err := CheckHITLKey(cfg, roles); err != nil {
 		return nil, err
 	}
+	sec, err := loadSecurity(cfg, roles, log)
+	if err != nil {
+		return nil, err
+	}
 	st, err := OpenStore(ctx, cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	return StartWithStore(ctx, cfg, roles, log, st)
+	return startWithStore(ctx, cfg, roles, log, st, sec)
 }
 
 // StartWithStore is Start over an already open store, which the App then owns and closes.
-func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logger, st store.Store) (_ *App, err error) {
+func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logger, st store.Store) (*App, error) {
+	sec, err := loadSecurity(cfg, roles, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return startWithStore(ctx, cfg, roles, log, st, sec)
+}
+
+// security is what the process's security settings load into.
+type security struct {
+	// tls configures the ports; nil means plaintext.
+	tls *tls.Config
+	// acl is the §6.3 policy; nil means none.
+	acl *acl.Policy
+}
+
+// loadSecurity reads the TLS and ACL files, which only the server role uses.
+func loadSecurity(cfg Config, roles Roles, log *slog.Logger) (security, error) {
+	var sec security
+	if !roles.Server {
+		return sec, nil
+	}
+	var err error
+	if sec.tls, err = ServerTLS(cfg, log); err != nil {
+		return sec, err
+	}
+	if sec.acl, err = LoadACL(cfg); err != nil {
+		return sec, err
+	}
+	if sec.tls == nil {
+		log.Info("gRPC and HTTP ports in plaintext; set SW4RM_TLS_CERT_FILE and SW4RM_TLS_KEY_FILE for TLS")
+	} else {
+		log.Info("TLS on the gRPC and HTTP ports", "cert", cfg.TLSCertFile, "mutual", cfg.TLSClientCAFile != "")
+	}
+	if sec.acl != nil {
+		log.Info("ACL loaded", "file", cfg.ACLFile, "rules", len(sec.acl.Rules), "default", sec.acl.Default)
+	}
+	return sec, nil
+}
+
+// LoadACL loads the §6.3 access-control list cfg.ACLFile names; nil when it names none.
+func LoadACL(cfg Config) (*acl.Policy, error) {
+	if cfg.ACLFile == "" {
+		return nil, nil
+	}
+	p, err := acl.Load(cfg.ACLFile)
+	if err != nil {
+		return nil, fmt.Errorf("SW4RM_ACL_FILE: %w", err)
+	}
+	return p, nil
+}
+
+func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logger, st store.Store, sec security) (_ *App, err error) {
 	a := &App{cfg: cfg, log: log, store: st}
 	defer func() {
 		if err != nil {
@@ -466,6 +539,7 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		BufferCapacity: cfg.BufferCapacity, Lease: cfg.DeliveryLease, MaxPayloadBytes: cfg.MaxPayloadBytes,
 		AckTimeout: cfg.AckTimeout, MaxRetries: cfg.MaxRetries, DedupWindow: cfg.DedupWindow, StreamRetention: cfg.StreamRetention,
 		DLQRetention: cfg.DLQRetention, PrivilegedRate: cfg.PrivilegedRate, PrivilegedBurst: cfg.PrivilegedBurst, LaneWeights: cfg.LaneWeights,
+		ACL: sec.acl,
 	}, sink)
 	a.router = rt
 	a.metrics = metrics.New(st, rt.Config().BufferCapacity)
@@ -495,10 +569,6 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		log.Info("worker polling", "task_queue", cfg.TaskQueue)
 	}
 	if roles.Server {
-		a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr)
-		if err != nil {
-			return nil, fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
-		}
 		a.auth = frontend.NewAuthenticator(frontend.AuthConfig{Mode: cfg.Auth, Keys: st.Keys(), Operators: hitlPolicy,
 			Skew: cfg.AuthClockSkew, KeyOverlap: cfg.KeyOverlap, Sink: sink, Log: log})
 		switch cfg.Auth {
@@ -507,16 +577,6 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		default:
 			log.Info("authentication", "mode", cfg.Auth.String(), "clock_skew", cfg.AuthClockSkew.String(), "key_overlap", cfg.KeyOverlap.String())
 		}
-		opts := append(frontend.ServerOptions(log, a.auth),
-			// Well above the payload limit, so that oversize payloads reach the router and get
-			// oversize_payload, a NACK and a dead letter (§5.4, §21.1) rather than gRPC's own
-			// RESOURCE_EXHAUSTED; bounded, so that no request is held in memory unbounded.
-			grpc.MaxRecvMsgSize(frontend.MaxRequestBytes(cfg.MaxPayloadBytes)),
-			// Long-lived StreamIncoming calls must outlive idle proxies and detect dead agents.
-			grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		)
-		a.grpc = grpc.NewServer(opts...)
 		// The router's timers (ACK timeouts, TTLs, response deadlines, retention) run in every
 		// frontend; the store hands each expired item to exactly one of them.
 		sweepCtx, stopSweep := context.WithCancel(context.Background())
@@ -527,32 +587,16 @@ func StartWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		}()
 		fe := frontend.New(st, rt, a.temporal, a.relay, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout,
 			HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatMisses: cfg.HeartbeatMisses, HITLPolicy: hitlPolicy, HITLDecisionKey: decisionKey, HITLTimeout: cfg.HITLTimeout,
-			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout, PreemptTimeout: cfg.PreemptTimeout, TerminateGrace: cfg.TerminateGrace, SchedulerPolicy: schedPolicy, Auth: a.auth})
-		fe.Register(a.grpc)
-		go func() {
-			if err := a.grpc.Serve(a.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-				log.Error("gRPC server stopped", "error", err)
-			}
-		}()
-		log.Info("gRPC frontend listening", "addr", a.grpcLis.Addr().String())
-		if cfg.HTTPAddr != "" {
-			a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr)
-			if err != nil {
-				return nil, fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
-			}
-			mux := http.NewServeMux()
-			mux.Handle("GET /metrics", a.metrics.Handler())
-			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-				_, _ = fmt.Fprintf(w, "ok store=%s\n", st.Kind())
-			})
-			a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-			go func() {
-				if err := a.http.Serve(a.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					log.Error("HTTP server stopped", "error", err)
-				}
-			}()
-			log.Info("HTTP listening", "addr", a.httpLis.Addr().String(), "paths", "/healthz /metrics")
+			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout, PreemptTimeout: cfg.PreemptTimeout, TerminateGrace: cfg.TerminateGrace, SchedulerPolicy: schedPolicy,
+			ACL: sec.acl, Auth: a.auth})
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", a.metrics.Handler())
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = fmt.Fprintf(w, "ok store=%s\n", st.Kind())
+		})
+		if err := a.serve(cfg, sec.tls, func(g *grpc.Server) { fe.Register(g) }, mux); err != nil {
+			return nil, err
 		}
 	}
 	return a, nil

@@ -42,6 +42,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
 	"github.com/sw4rm/sw4rm-temporal/router"
@@ -82,6 +83,9 @@ type Config struct {
 	// Auth is the authenticator the server's interceptors use (ServerOptions); RegisterAgent
 	// runs the key handshake with it (§6.2). Nil means SW4RM_AUTH=off.
 	Auth *Authenticator
+	// ACL is the access-control policy of §6.3 (SW4RM_ACL_FILE, docs/acl.md); nil means none
+	// is configured, and its Decide allows everything.
+	ACL *acl.Policy
 }
 
 // Server holds the collaborators shared by every service.

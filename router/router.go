@@ -25,6 +25,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -91,6 +92,9 @@ type Config struct {
 	LaneWeights store.LaneWeights
 	// SweepInterval is how often Run sweeps; zero means DefaultSweepInterval.
 	SweepInterval time.Duration
+	// ACL is the §6.3 access-control policy checked for every data message (the producer
+	// may send its type, the recipient may receive it); nil allows everything.
+	ACL *acl.Policy
 }
 
 func (c Config) withDefaults() Config {
@@ -216,6 +220,9 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up recipient: %w", err)
+	}
+	if perr := r.checkACL(ctx, env, agent); perr != nil {
+		return r.reject(ctx, env, route.Recipient, perr)
 	}
 	if len(env.GetPayload()) > 0 && !protocol.AcceptsContentType(agent.Descriptor.GetModalitiesSupported(), env.GetContentType()) {
 		return r.reject(ctx, env, route.Recipient, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,

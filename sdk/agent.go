@@ -19,7 +19,6 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -45,19 +44,22 @@ type Agent struct {
 	retry    *retrier
 }
 
-// Dial connects to the server at addr (host:port) as the agent agentID. Without options it
-// uses an insecure connection, as on a laptop; pass grpc.WithTransportCredentials for TLS.
+// Dial connects to the server at addr (host:port) as the agent agentID. The transport is
+// TLS with WithTLS or WithTLSConfig; without either it comes from SW4RM_TLS_CA_FILE,
+// SW4RM_TLS_CLIENT_CERT_FILE and SW4RM_TLS_CLIENT_KEY_FILE (TLS when any is set), and with
+// none of those set it is plaintext, as on a laptop. A grpc.WithTransportCredentials among
+// opts wins over all of these.
 func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
 	if err := protocol.ValidateAgentID(agentID); err != nil {
 		return nil, err
 	}
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
 	// gRPC's default reconnect backoff grows to two minutes, so an agent whose server was
 	// away for a while would come back long after the server did, whatever Serve's own
-	// backoff. Reconnect at most every 5 s; options passed later win.
-	opts = append([]grpc.DialOption{grpc.WithConnectParams(ReconnectParams)}, opts...)
+	// backoff. dialOptions puts ReconnectParams first, so that options passed later win.
+	opts, err := dialOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("sw4rm: dial %s: %w", addr, err)

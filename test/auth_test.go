@@ -7,6 +7,8 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -373,4 +375,41 @@ func TestP256Agent(t *testing.T) {
 
 	_, err = reg.RegisterAgent(ctx, &registrypb.RegisterAgentRequest{Agent: descriptor(s.agent, "p256", pub[:40])})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "a key of neither algorithm's length: %v", err)
+}
+
+// TestACLOnMessageTypes: with an ACL file (§6.3), a data message whose producer may not send
+// its type, or whose recipient may not receive it, is rejected with permission_denied,
+// NACKed and recorded — never delivered; an allowed one flows.
+func TestACLOnMessageTypes(t *testing.T) {
+	cfg := authConfig(t, "memory", auth.Required)
+	cfg.ACLFile = filepath.Join(t.TempDir(), "acl.json")
+	require.NoError(t, os.WriteFile(cfg.ACLFile, []byte(`{
+  "version": 1,
+  "default": "deny",
+  "rules": [
+    {"name": "no negotiation traffic to auditors", "effect": "deny", "agents": ["*auditor*"], "receive": ["NEGOTIATION"]},
+    {"name": "everyone sends and receives data and notifications", "effect": "allow", "agents": ["*"],
+     "send": ["DATA", "NOTIFICATION", "ACKNOWLEDGEMENT", "NEGOTIATION"], "receive": ["*"]}
+  ]
+}`), 0o600))
+	sys := start(t, cfg)
+	ctx := context.Background()
+	a, auditor := dialSigned(t, sys, "a"), dialSigned(t, sys, "auditor")
+	in, aIn := openInbox(t, auditor.Agent), openInbox(t, a.Agent)
+	waitState(t, sys, auditor.ID(), commonpb.AgentState_RUNNABLE)
+
+	ok, err := a.Send(ctx, sdk.Message{To: auditor.ID(), Payload: []byte(`{"n":1}`)})
+	require.NoError(t, err)
+	in.next(t, true, func(d *sdk.Delivery) bool { return d.Envelope.GetMessageId() == ok.GetMessageId() })
+
+	refusedMsg, err := a.Send(ctx, sdk.Message{To: auditor.ID(), Type: commonpb.MessageType_NEGOTIATION, Payload: []byte(`{"offer":1}`)})
+	require.Error(t, err)
+	assert.Equal(t, commonpb.ErrorCode_PERMISSION_DENIED, sdk.CodeOf(err), "%v", err)
+	assert.Contains(t, err.Error(), "no negotiation traffic to auditors")
+	nack := aIn.next(t, true, ackFor(refusedMsg.GetMessageId(), commonpb.AckStage_REJECTED))
+	np, _ := nack.AckPayload()
+	assert.Equal(t, commonpb.ErrorCode_PERMISSION_DENIED, np.ErrorCode, "the producer is NACKed with the ACL's refusal")
+
+	_, err = a.Send(ctx, sdk.Message{To: auditor.ID(), Type: commonpb.MessageType_HITL_INVOCATION, Payload: []byte(`{}`)})
+	assert.Equal(t, commonpb.ErrorCode_PERMISSION_DENIED, sdk.CodeOf(err), "a type no rule allows falls to the default, deny: %v", err)
 }

@@ -66,6 +66,10 @@ func newRootWith(start startFunc) *cobra.Command {
 	pf.IntVar(&cfg.PrivilegedBurst, "privileged-burst", cfg.PrivilegedBurst, "PRIVILEGED burst per producer (SW4RM_PRIVILEGED_BURST)")
 	pf.DurationVar(&cfg.RoomTimeout, "room-timeout", cfg.RoomTimeout, "negotiation room wait for votes, §17.5 (SW4RM_ROOM_TIMEOUT)")
 	pf.StringVar(&cfg.RoomStrategy, "room-strategy", cfg.RoomStrategy, "vote aggregation: confidence_weighted, simple_average, majority_vote, borda_count (SW4RM_ROOM_STRATEGY)")
+	pf.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "PEM certificate of the gRPC and HTTP ports; with --tls-key-file turns on TLS, reloaded when the file changes (SW4RM_TLS_CERT_FILE)")
+	pf.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file (SW4RM_TLS_KEY_FILE)")
+	pf.StringVar(&cfg.TLSClientCAFile, "tls-client-ca-file", "", "PEM CA bundle; clients must present a certificate it verifies (mutual TLS) (SW4RM_TLS_CLIENT_CA_FILE)")
+	pf.StringVar(&cfg.ACLFile, "acl-file", "", "access-control list, §6.3, docs/acl.md (SW4RM_ACL_FILE)")
 	laneWeights := pf.String("lane-weights", "6,3,1", "PRIVILEGED,STANDARD,BULK delivery weights (SW4RM_LANE_WEIGHTS)")
 	pf.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (SW4RM_LOG_LEVEL)")
 
@@ -117,6 +121,10 @@ func newRootWith(start startFunc) *cobra.Command {
 		apply("hitl-external", func() { merged.HITLExternal = cfg.HITLExternal })
 		apply("hitl-operator-keys", func() { merged.HITLOperatorKeys = cfg.HITLOperatorKeys })
 		apply("hitl-decision-key-file", func() { merged.HITLDecisionKeyFile = cfg.HITLDecisionKeyFile })
+		apply("tls-cert-file", func() { merged.TLSCertFile = cfg.TLSCertFile })
+		apply("tls-key-file", func() { merged.TLSKeyFile = cfg.TLSKeyFile })
+		apply("tls-client-ca-file", func() { merged.TLSClientCAFile = cfg.TLSClientCAFile })
+		apply("acl-file", func() { merged.ACLFile = cfg.ACLFile })
 		level := logLevel
 		if v, ok := os.LookupEnv("SW4RM_LOG_LEVEL"); ok && !cmd.Flags().Changed("log-level") {
 			level = v
@@ -145,7 +153,7 @@ func newRootWith(start startFunc) *cobra.Command {
 				return err
 			}
 			if roles.Server {
-				log.Info("ready", "grpc", a.GRPCAddr(), "healthz", "http://"+a.HTTPAddr()+"/healthz")
+				log.Info("ready", "grpc", a.GRPCAddr(), "healthz", a.HTTPScheme()+"://"+a.HTTPAddr()+"/healthz")
 			}
 			<-ctx.Done()
 			log.Info("shutting down")

@@ -149,3 +149,38 @@ func TestEveryDocumentedVariableIsRead(t *testing.T) {
 	cfg, _, _ = configOf(t, "dev")
 	assert.Equal(t, 20*time.Second, cfg.AckTimeout, "the variable wins over the default")
 }
+
+// TestSecuritySettings: the TLS and ACL files come from their variables or flags, the flag
+// winning; a half TLS configuration or a bad ACL file stops the process with a message that
+// names the setting, before it contacts Temporal.
+func TestSecuritySettings(t *testing.T) {
+	t.Setenv("SW4RM_DATABASE_URL", "")
+	t.Setenv("SW4RM_TLS_CERT_FILE", "/env/tls.crt")
+	t.Setenv("SW4RM_TLS_KEY_FILE", "/env/tls.key")
+	t.Setenv("SW4RM_TLS_CLIENT_CA_FILE", "/env/clients.pem")
+	t.Setenv("SW4RM_ACL_FILE", "/env/acl.json")
+	cfg, _, _ := configOf(t, "dev")
+	assert.Equal(t, "/env/tls.crt", cfg.TLSCertFile)
+	assert.Equal(t, "/env/tls.key", cfg.TLSKeyFile)
+	assert.Equal(t, "/env/clients.pem", cfg.TLSClientCAFile)
+	assert.Equal(t, "/env/acl.json", cfg.ACLFile)
+	cfg, _, _ = configOf(t, "server", "--tls-cert-file", "/flag/tls.crt", "--tls-key-file", "/flag/tls.key",
+		"--tls-client-ca-file", "", "--acl-file", "/flag/acl.json")
+	assert.Equal(t, "/flag/tls.crt", cfg.TLSCertFile)
+	assert.Equal(t, "/flag/tls.key", cfg.TLSKeyFile)
+	assert.Empty(t, cfg.TLSClientCAFile)
+	assert.Equal(t, "/flag/acl.json", cfg.ACLFile)
+
+	for _, name := range []string{"SW4RM_TLS_CERT_FILE", "SW4RM_TLS_KEY_FILE", "SW4RM_TLS_CLIENT_CA_FILE", "SW4RM_ACL_FILE"} {
+		unsetenv(t, name)
+	}
+	base := []string{"dev", "--temporal-address", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:0", "--http-addr", ""}
+	_, err := run(t, append(base, "--tls-cert-file", "/flag/tls.crt")...)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "SW4RM_TLS_KEY_FILE")
+	assert.Contains(t, err.Error(), "set both files")
+	_, err = run(t, append(base, "--acl-file", "/nonexistent/acl.json")...)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "SW4RM_ACL_FILE")
+	assert.Contains(t, err.Error(), "/nonexistent/acl.json")
+}

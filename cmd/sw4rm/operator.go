@@ -2,30 +2,57 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/sw4rm/sw4rm-temporal/tlsfiles"
 )
 
 // operatorFlags are the connection flags every operator command group shares: where the
-// server is and the operator's token (the same token authorizes HITL and DLQ operations).
+// server is, how to reach it (TLS, mutual TLS) and the operator's token (the same token
+// authorizes HITL and DLQ operations).
 type operatorFlags struct {
-	server, token string
+	server, token          string
+	tlsCA, tlsCert, tlsKey string
 }
 
-// register adds --server and --token to a command group.
+// register adds --server, --token and the TLS flags to a command group.
 func (f *operatorFlags) register(cmd *cobra.Command) {
-	cmd.PersistentFlags().StringVar(&f.server, "server", envOr("SW4RM_SERVER", "localhost:50051"), "sw4rm gRPC address (SW4RM_SERVER)")
-	cmd.PersistentFlags().StringVar(&f.token, "token", os.Getenv("SW4RM_OPERATOR_TOKEN"), "operator token (SW4RM_OPERATOR_TOKEN)")
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.server, "server", envOr("SW4RM_SERVER", "localhost:50051"), "sw4rm gRPC address (SW4RM_SERVER)")
+	pf.StringVar(&f.token, "token", os.Getenv("SW4RM_OPERATOR_TOKEN"), "operator token (SW4RM_OPERATOR_TOKEN)")
+	pf.StringVar(&f.tlsCA, "tls-ca", os.Getenv("SW4RM_TLS_CA_FILE"), "PEM CA bundle that signs the server's certificate; any --tls-* flag turns TLS on, empty CA uses the system's roots (SW4RM_TLS_CA_FILE)")
+	pf.StringVar(&f.tlsCert, "tls-cert", os.Getenv("SW4RM_TLS_CLIENT_CERT_FILE"), "PEM client certificate, for a server that requires mutual TLS (SW4RM_TLS_CLIENT_CERT_FILE)")
+	pf.StringVar(&f.tlsKey, "tls-key", os.Getenv("SW4RM_TLS_CLIENT_KEY_FILE"), "PEM private key of --tls-cert (SW4RM_TLS_CLIENT_KEY_FILE)")
+}
+
+// transport is TLS when any TLS flag is set (from the command line or its variable), else
+// plaintext.
+func (f *operatorFlags) transport() (credentials.TransportCredentials, error) {
+	if f.tlsCA == "" && f.tlsCert == "" && f.tlsKey == "" {
+		return insecure.NewCredentials(), nil
+	}
+	cfg, err := tlsfiles.ClientConfig(f.tlsCA, f.tlsCert, f.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("TLS (--tls-ca, --tls-cert, --tls-key): %w", err)
+	}
+	return credentials.NewTLS(cfg), nil
 }
 
 // dial connects to the server and returns a context carrying the operator's credentials and
 // the CLI marker (recorded as the door a decision came through).
 func (f *operatorFlags) dial(cmd *cobra.Command, opts ...grpc.DialOption) (*grpc.ClientConn, context.Context, error) {
-	conn, err := grpc.NewClient(f.server, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	creds, err := f.transport()
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := grpc.NewClient(f.server, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}

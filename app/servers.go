@@ -1,0 +1,110 @@
+package app
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sw4rm/sw4rm-temporal/frontend"
+	"github.com/sw4rm/sw4rm-temporal/tlsfiles"
+)
+
+// ServerTLS is the TLS configuration of the gRPC and HTTP ports that cfg describes, or nil
+// for plaintext when no TLS file is set. The certificate is read again when its files change
+// (each reload is logged), so rotating it needs no restart; TLSClientCAFile adds mutual TLS.
+// Only one of the certificate and key, a client CA alone, or a file that does not load is
+// an error that names the settings.
+func ServerTLS(cfg Config, log *slog.Logger) (*tls.Config, error) {
+	c, err := tlsfiles.ServerConfig(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile, func(err error) {
+		if err != nil {
+			log.Warn("TLS certificate files changed but do not load", "error", err)
+			return
+		}
+		log.Info("TLS certificate reloaded", "cert", cfg.TLSCertFile)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("TLS (SW4RM_TLS_CERT_FILE, SW4RM_TLS_KEY_FILE, SW4RM_TLS_CLIENT_CA_FILE): %w", err)
+	}
+	return c, nil
+}
+
+// grpcServerOptions are the options of the gRPC frontend's server: the frontend's codec and
+// interceptors with auth (nil: SW4RM_AUTH=off), the message-size bound, keepalives and, with tlsCfg, TLS.
+func grpcServerOptions(cfg Config, log *slog.Logger, tlsCfg *tls.Config, auth *frontend.Authenticator) []grpc.ServerOption {
+	opts := append(frontend.ServerOptions(log, auth),
+		// Well above the payload limit, so that oversize payloads reach the router and get
+		// oversize_payload, a NACK and a dead letter (§5.4, §21.1) rather than gRPC's own
+		// RESOURCE_EXHAUSTED; bounded, so that no request is held in memory unbounded.
+		grpc.MaxRecvMsgSize(frontend.MaxRequestBytes(cfg.MaxPayloadBytes)),
+		// Long-lived StreamIncoming calls must outlive idle proxies and detect dead agents.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	return opts
+}
+
+// serve listens on cfg.GRPCAddr and serves there the gRPC services register adds, and,
+// unless cfg.HTTPAddr is empty, serves handler on cfg.HTTPAddr. With tlsCfg both ports speak
+// only TLS (mutual TLS when it requires client certificates). Stop closes them.
+func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server), handler http.Handler) error {
+	log := a.log
+	var err error
+	a.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
+	}
+	a.grpc = grpc.NewServer(grpcServerOptions(cfg, log, tlsCfg, a.auth)...)
+	register(a.grpc)
+	go func() {
+		if err := a.grpc.Serve(a.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			log.Error("gRPC server stopped", "error", err)
+		}
+	}()
+	log.Info("gRPC frontend listening", "addr", a.grpcLis.Addr().String(), "tls", tlsCfg != nil)
+	if cfg.HTTPAddr == "" {
+		return nil
+	}
+	a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	a.http = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tlsCfg,
+		// net/http's own complaints (failed TLS handshakes, handler panics) go to the
+		// process's log rather than to bare stderr.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	a.httpTLS = tlsCfg != nil
+	go func() {
+		var err error
+		if tlsCfg != nil {
+			// The certificate comes from TLSConfig.GetCertificate, hence no file names.
+			err = a.http.ServeTLS(a.httpLis, "", "")
+		} else {
+			err = a.http.Serve(a.httpLis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("HTTP server stopped", "error", err)
+		}
+	}()
+	log.Info("HTTP listening", "addr", a.httpLis.Addr().String(), "tls", tlsCfg != nil, "paths", "/healthz /metrics")
+	return nil
+}
+
+// HTTPScheme is "https" when the HTTP port speaks TLS, else "http".
+func (a *App) HTTPScheme() string {
+	// Not http.Server.TLSConfig: net/http fills that in for plaintext servers too.
+	if a.httpTLS {
+		return "https"
+	}
+	return "http"
+}
