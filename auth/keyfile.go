@@ -10,76 +10,93 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 )
 
-// LoadPrivateKey reads an Ed25519 private key from a key file: the 32-byte seed in hex on
-// one line (the form `sw4rm keys generate` writes), the seed in base64 (standard or URL
-// alphabet, padded or not), or a PKCS#8 PEM block ("PRIVATE KEY", as `openssl genpkey
-// -algorithm ed25519` writes). Surrounding whitespace is ignored. The error names the file
-// but never its content.
+// An agent's key file holds its Ed25519 private key (§6.2) in one of these forms, tried in
+// this order:
+//
+//   - hex: the 32-byte seed as 64 hex digits on one line (the documented format), or the
+//     64-byte private key (seed followed by public key) as 128 hex digits;
+//   - base64 (standard or URL alphabet, with or without padding) of the same 32 or 64 bytes;
+//   - PEM: a "PRIVATE KEY" block holding a PKCS#8 Ed25519 key, as `openssl genpkey
+//     -algorithm ed25519` writes it.
+//
+// Surrounding whitespace is ignored. A 64-byte key whose public half does not belong to its
+// seed is refused rather than trusted: signing with it would produce signatures no server
+// accepts. Errors never include the file's content.
+
+// ErrBadKey is returned, wrapped, for key material that is not an Ed25519 private key in any
+// accepted form.
+var ErrBadKey = errors.New("auth: not an Ed25519 private key (want a 32-byte seed in hex or base64, or a PKCS#8 PEM)")
+
+// LoadPrivateKey reads the agent's Ed25519 private key from the file at path (see
+// ParsePrivateKey for the accepted forms).
 func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
-	b, err := os.ReadFile(path)
+	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read key file: %w", err)
+		return nil, fmt.Errorf("auth: read key file: %w", err)
 	}
-	key, err := ParsePrivateKey(b)
+	key, err := ParsePrivateKey(raw)
 	if err != nil {
 		return nil, fmt.Errorf("key file %s: %w", path, err)
 	}
 	return key, nil
 }
 
-// ParsePrivateKey reads an Ed25519 private key in one of the forms LoadPrivateKey accepts.
-func ParsePrivateKey(b []byte) (ed25519.PrivateKey, error) {
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
-		return nil, errors.New("empty: want a 32-byte Ed25519 seed in hex or base64, or a PKCS#8 PEM private key")
+// ParsePrivateKey parses an Ed25519 private key: a 32-byte seed (or the 64-byte seed and
+// public key) in hex or base64, or a PKCS#8 "PRIVATE KEY" PEM block.
+func ParsePrivateKey(raw []byte) (ed25519.PrivateKey, error) {
+	text := bytes.TrimSpace(raw)
+	if len(text) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrBadKey)
 	}
-	if bytes.HasPrefix(b, []byte("-----BEGIN")) {
-		return parsePEM(b)
+	if bytes.HasPrefix(text, []byte("-----BEGIN")) {
+		return parsePEM(text)
 	}
-	s := string(b)
-	if strings.ContainsAny(s, "\n\r") {
-		return nil, errors.New("want the seed on one line")
-	}
-	// 64 hex digits are also valid base64 (of 48 bytes), so hex is tried first.
-	if seed, err := hex.DecodeString(s); err == nil {
-		return fromSeed(seed)
+	if b, err := hex.DecodeString(string(text)); err == nil {
+		return fromBytes(b)
 	}
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
-		if seed, err := enc.DecodeString(s); err == nil {
-			return fromSeed(seed)
+		if b, err := enc.DecodeString(string(text)); err == nil {
+			return fromBytes(b)
 		}
 	}
-	return nil, errors.New("not a 32-byte Ed25519 seed in hex or base64, nor a PKCS#8 PEM private key")
+	return nil, ErrBadKey
 }
 
-func fromSeed(seed []byte) (ed25519.PrivateKey, error) {
-	if len(seed) != ed25519.SeedSize {
-		return nil, fmt.Errorf("the seed has %d bytes, an Ed25519 seed has %d", len(seed), ed25519.SeedSize)
-	}
-	return ed25519.NewKeyFromSeed(seed), nil
-}
-
-func parsePEM(b []byte) (ed25519.PrivateKey, error) {
-	block, rest := pem.Decode(b)
+func parsePEM(text []byte) (ed25519.PrivateKey, error) {
+	block, rest := pem.Decode(text)
 	if block == nil {
-		return nil, errors.New("malformed PEM")
+		return nil, fmt.Errorf("%w: unreadable PEM", ErrBadKey)
 	}
-	if len(bytes.TrimSpace(rest)) > 0 {
-		return nil, errors.New("want exactly one PEM block")
+	if len(bytes.TrimSpace(rest)) != 0 {
+		return nil, fmt.Errorf("%w: more than one PEM block", ErrBadKey)
 	}
 	if block.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("PEM block %q: want a PKCS#8 \"PRIVATE KEY\"", block.Type)
+		return nil, fmt.Errorf("%w: PEM block %q, want \"PRIVATE KEY\" (PKCS#8)", ErrBadKey, block.Type)
 	}
 	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("PKCS#8: %w", err)
+		return nil, fmt.Errorf("%w: PKCS#8: %v", ErrBadKey, err)
 	}
 	priv, ok := k.(ed25519.PrivateKey)
 	if !ok {
-		return nil, fmt.Errorf("the PKCS#8 key is a %T, not an Ed25519 key", k)
+		return nil, fmt.Errorf("%w: the PKCS#8 key is a %T", ErrBadKey, k)
 	}
 	return priv, nil
+}
+
+// fromBytes turns a decoded seed (32 bytes) or seed-and-public-key (64 bytes) into a key.
+func fromBytes(b []byte) (ed25519.PrivateKey, error) {
+	switch len(b) {
+	case ed25519.SeedSize:
+		return ed25519.NewKeyFromSeed(b), nil
+	case ed25519.PrivateKeySize:
+		priv := ed25519.NewKeyFromSeed(b[:ed25519.SeedSize])
+		if !bytes.Equal(priv[ed25519.SeedSize:], b[ed25519.SeedSize:]) {
+			return nil, fmt.Errorf("%w: its public half does not belong to its seed", ErrBadKey)
+		}
+		return priv, nil
+	}
+	return nil, fmt.Errorf("%w: %d bytes", ErrBadKey, len(b))
 }

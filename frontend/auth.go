@@ -349,7 +349,7 @@ func (a *Authenticator) admit(ctx context.Context, method string, req any, d dec
 		p.Agent, p.KeyID = call.AgentID, keyID
 	}
 	if err := a.authorize(method, req, p); err != nil {
-		var c codes.Code = codes.PermissionDenied
+		c := codes.PermissionDenied
 		if p.Anonymous() {
 			c = codes.Unauthenticated
 		}

@@ -6,6 +6,7 @@ package sdk
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"mime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
@@ -42,25 +45,84 @@ type Agent struct {
 	registry registrypb.RegistryServiceClient
 	seq      atomic.Uint64
 	retry    *retrier
+	signer   *Signer // nil: calls are not signed
+
+	// regMu serializes registrations and rotations; registered is the descriptor of the
+	// last accepted one, which a rotation registers again with the new key.
+	regMu      sync.Mutex
+	registered *registrypb.AgentDescriptor
+}
+
+// dialConfig is what the SDK's own Dial options set.
+type dialConfig struct {
+	key     ed25519.PrivateKey
+	keyFile string
+	noEnv   bool
+}
+
+// sdkOption is one of the SDK's own Dial options. It travels among the grpc.DialOptions
+// (grpc.EmptyDialOption makes it one, and leaves gRPC's configuration alone) and Dial takes
+// it out.
+type sdkOption struct {
+	grpc.EmptyDialOption
+	apply func(*dialConfig)
+}
+
+// WithSigningKey makes the agent sign every call with key, its Ed25519 private key (§6.2);
+// Register then registers its public key. It wins over WithKeyFile and SW4RM_AGENT_KEY_FILE.
+func WithSigningKey(key ed25519.PrivateKey) grpc.DialOption {
+	return sdkOption{apply: func(c *dialConfig) { c.key = key }}
+}
+
+// WithKeyFile makes the agent sign every call with the Ed25519 private key in the file at
+// path: a 32-byte seed in hex on one line, or base64, or a PKCS#8 PEM (auth.LoadPrivateKey).
+// It wins over SW4RM_AGENT_KEY_FILE.
+func WithKeyFile(path string) grpc.DialOption {
+	return sdkOption{apply: func(c *dialConfig) { c.keyFile = path }}
+}
+
+// WithoutSigning makes the agent ignore SW4RM_AGENT_KEY_FILE: its calls are not signed
+// unless WithSigningKey or WithKeyFile says otherwise.
+func WithoutSigning() grpc.DialOption {
+	return sdkOption{apply: func(c *dialConfig) { c.noEnv = true }}
 }
 
 // Dial connects to the server at addr (host:port) as the agent agentID. The transport is
 // TLS with WithTLS or WithTLSConfig; without either it comes from SW4RM_TLS_CA_FILE,
 // SW4RM_TLS_CLIENT_CERT_FILE and SW4RM_TLS_CLIENT_KEY_FILE (TLS when any is set), and with
 // none of those set it is plaintext, as on a laptop. A grpc.WithTransportCredentials among
-// opts wins over all of these.
+// opts wins over all of these. With a key (WithSigningKey, WithKeyFile, or a key file named by SW4RM_AGENT_KEY_FILE) every
+// call on the connection is signed as the agent (see Signer); without one, none is.
 func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
 	if err := protocol.ValidateAgentID(agentID); err != nil {
+		return nil, err
+	}
+	var cfg dialConfig
+	grpcOpts := make([]grpc.DialOption, 0, len(opts)+4)
+	for _, o := range opts {
+		if so, ok := o.(sdkOption); ok {
+			so.apply(&cfg)
+			continue
+		}
+		grpcOpts = append(grpcOpts, o)
+	}
+	signer, err := loadSigner(agentID, cfg)
+	if err != nil {
 		return nil, err
 	}
 	// gRPC's default reconnect backoff grows to two minutes, so an agent whose server was
 	// away for a while would come back long after the server did, whatever Serve's own
 	// backoff. dialOptions puts ReconnectParams first, so that options passed later win.
-	opts, err := dialOptions(opts)
+	grpcOpts, err = dialOptions(grpcOpts)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr, opts...)
+	if signer != nil {
+		// Last, so that the signer is the innermost interceptor: nothing after it changes
+		// the bytes it signed.
+		grpcOpts = append(grpcOpts, signer.DialOptions()...)
+	}
+	conn, err := grpc.NewClient(addr, grpcOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("sw4rm: dial %s: %w", addr, err)
 	}
@@ -69,6 +131,7 @@ func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
 		router:   routerpb.NewRouterServiceClient(conn),
 		registry: registrypb.NewRegistryServiceClient(conn),
 		retry:    newRetrier(),
+		signer:   signer,
 	}
 	// sequence_number must be monotonic per producer (§11) and the server deduplicates by
 	// (producer_id, sequence_number) for messages without a token (§11.2): starting from the
@@ -79,6 +142,9 @@ func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
 
 // ID is the agent's id.
 func (a *Agent) ID() string { return a.id }
+
+// Signer is what signs the agent's calls, nil when they are not signed.
+func (a *Agent) Signer() *Signer { return a.signer }
 
 // Conn exposes the gRPC connection for services the SDK does not wrap yet.
 func (a *Agent) Conn() *grpc.ClientConn { return a.conn }
@@ -119,6 +185,8 @@ func rejected(reason string) *RejectedError {
 }
 
 // Register registers the agent with descriptor d (its agent_id is set to the agent's id).
+// An agent that signs its calls registers its public key (§6.2: keys are distributed through
+// the registry handshake) unless d brings one.
 func (a *Agent) Register(ctx context.Context, d *registrypb.AgentDescriptor) error {
 	if d == nil {
 		d = &registrypb.AgentDescriptor{}
@@ -127,13 +195,57 @@ func (a *Agent) Register(ctx context.Context, d *registrypb.AgentDescriptor) err
 	if d.Name == "" {
 		d.Name = a.id
 	}
+	if len(d.PublicKey) == 0 && a.signer != nil {
+		d.PublicKey = a.signer.PublicKey()
+	}
+	a.regMu.Lock()
+	defer a.regMu.Unlock()
+	if err := a.register(ctx, d, "register"); err != nil {
+		return err
+	}
+	a.registered = proto.Clone(d).(*registrypb.AgentDescriptor)
+	return nil
+}
+
+// register sends the registration; what names it in errors.
+func (a *Agent) register(ctx context.Context, d *registrypb.AgentDescriptor, what string) error {
 	resp, err := a.registry.RegisterAgent(ctx, &registrypb.RegisterAgentRequest{Agent: d})
 	if err != nil {
-		return fmt.Errorf("sw4rm: register %s: %w", a.id, err)
+		return fmt.Errorf("sw4rm: %s %s: %w", what, a.id, err)
 	}
 	if !resp.GetAccepted() {
 		return rejected(resp.GetReason())
 	}
+	return nil
+}
+
+// RotateKey replaces the agent's key with newKey (§23): it registers the agent again — with
+// the descriptor of its last Register and newKey's public key — in a call signed with the
+// current key, which the server takes as a rotation (the old key stays valid for an overlap
+// window), and then signs every further call with newKey. If it fails, the agent keeps
+// signing with the current key; calling it again is safe, since registering a key the agent
+// already holds changes nothing.
+func (a *Agent) RotateKey(ctx context.Context, newKey ed25519.PrivateKey) error {
+	if a.signer == nil {
+		return errors.New("sw4rm: rotate key: the agent does not sign its calls (dial it with WithSigningKey, WithKeyFile or " + KeyFileEnv + ")")
+	}
+	if len(newKey) != ed25519.PrivateKeySize {
+		return fmt.Errorf("sw4rm: rotate key: an Ed25519 private key is %d bytes, not %d", ed25519.PrivateKeySize, len(newKey))
+	}
+	a.regMu.Lock()
+	defer a.regMu.Unlock()
+	if a.registered == nil {
+		return errors.New("sw4rm: rotate key: register the agent first; a rotation registers the same descriptor again")
+	}
+	d := proto.Clone(a.registered).(*registrypb.AgentDescriptor)
+	d.PublicKey = newKey.Public().(ed25519.PublicKey)
+	if err := a.register(ctx, d, "rotate the key of"); err != nil {
+		return err
+	}
+	if err := a.signer.SetKey(newKey); err != nil {
+		return err
+	}
+	a.registered = d
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sw4rm/sw4rm-temporal/app"
+	"github.com/sw4rm/sw4rm-temporal/auth"
 )
 
 func main() {
@@ -70,6 +71,9 @@ func newRootWith(start startFunc) *cobra.Command {
 	pf.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file (SW4RM_TLS_KEY_FILE)")
 	pf.StringVar(&cfg.TLSClientCAFile, "tls-client-ca-file", "", "PEM CA bundle; clients must present a certificate it verifies (mutual TLS) (SW4RM_TLS_CLIENT_CA_FILE)")
 	pf.StringVar(&cfg.ACLFile, "acl-file", "", "access-control list, §6.3, docs/acl.md (SW4RM_ACL_FILE)")
+	authMode := pf.String("auth", "off", "authentication: off, optional or required, §6.2, docs/security.md (SW4RM_AUTH)")
+	pf.DurationVar(&cfg.AuthClockSkew, "auth-clock-skew", cfg.AuthClockSkew, "largest clock difference of a signed call (SW4RM_AUTH_CLOCK_SKEW)")
+	pf.DurationVar(&cfg.KeyOverlap, "key-overlap", cfg.KeyOverlap, "how long a rotated-out agent key stays valid, §23 (SW4RM_KEY_OVERLAP)")
 	laneWeights := pf.String("lane-weights", "6,3,1", "PRIVILEGED,STANDARD,BULK delivery weights (SW4RM_LANE_WEIGHTS)")
 	pf.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (SW4RM_LOG_LEVEL)")
 
@@ -125,6 +129,15 @@ func newRootWith(start startFunc) *cobra.Command {
 		apply("tls-key-file", func() { merged.TLSKeyFile = cfg.TLSKeyFile })
 		apply("tls-client-ca-file", func() { merged.TLSClientCAFile = cfg.TLSClientCAFile })
 		apply("acl-file", func() { merged.ACLFile = cfg.ACLFile })
+		apply("auth-clock-skew", func() { merged.AuthClockSkew = cfg.AuthClockSkew })
+		apply("key-overlap", func() { merged.KeyOverlap = cfg.KeyOverlap })
+		if cmd.Flags().Changed("auth") {
+			m, err := auth.ParseMode(*authMode)
+			if err != nil {
+				return merged, nil, fmt.Errorf("--auth: %w", err)
+			}
+			merged.Auth = m
+		}
 		level := logLevel
 		if v, ok := os.LookupEnv("SW4RM_LOG_LEVEL"); ok && !cmd.Flags().Changed("log-level") {
 			level = v

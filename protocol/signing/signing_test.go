@@ -3,6 +3,7 @@ package signing
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -11,6 +12,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	_ "github.com/sw4rm/sw4rm-temporal/proto/registrypb" // the complete call's request type
 )
 
 type vector struct {
@@ -23,6 +30,13 @@ type vector struct {
 	Body      string `json:"body_hex"`
 	Preimage  string `json:"preimage"`
 	Signature string `json:"signature_b64url"`
+	// A complete call also gives the request it encodes, its gRPC frame and its metadata.
+	Request *struct {
+		Type   string          `json:"type"`
+		Fields json.RawMessage `json:"fields"`
+	} `json:"request"`
+	Frame    string            `json:"grpc_frame_hex"`
+	Metadata map[string]string `json:"metadata"`
 }
 
 func decodeHex(t *testing.T, s string) []byte {
@@ -40,6 +54,7 @@ func TestVectors(t *testing.T) {
 	var vs []vector
 	require.NoError(t, json.Unmarshal(raw, &vs))
 	require.NotEmpty(t, vs)
+	complete := 0
 	for _, v := range vs {
 		priv := ed25519.NewKeyFromSeed(decodeHex(t, v.Seed))
 		pub := priv.Public().(ed25519.PublicKey)
@@ -52,7 +67,28 @@ func TestVectors(t *testing.T) {
 		require.NoError(t, err)
 		parsed.Method, parsed.Body = c.Method, c.Body
 		require.NoError(t, Verify(pub, parsed, sig))
+		if v.Request != nil {
+			complete++
+			checkCompleteCall(t, v, c.Body, md)
+		}
 	}
+	require.NotZero(t, complete, "the vectors include a complete call")
+}
+
+// checkCompleteCall: a complete-call vector's body is the protobuf encoding of its request,
+// its frame is the body behind gRPC's 5-byte prefix, and its metadata is what Sign returns.
+func checkCompleteCall(t *testing.T, v vector, body []byte, md map[string]string) {
+	t.Helper()
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(v.Request.Type))
+	require.NoError(t, err, v.Request.Type)
+	msg := mt.New().Interface()
+	require.NoError(t, protojson.Unmarshal(v.Request.Fields, msg))
+	encoded, err := proto.Marshal(msg)
+	require.NoError(t, err)
+	require.Equal(t, hex.EncodeToString(encoded), v.Body, "body_hex encodes the request")
+	frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))
+	require.Equal(t, hex.EncodeToString(append(frame, body...)), v.Frame)
+	require.Equal(t, md, v.Metadata)
 }
 
 func signed(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey, Call, map[string]string) {
