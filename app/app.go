@@ -342,7 +342,7 @@ func CheckHITLKey(cfg Config, roles Roles) error {
 	}
 	return fmt.Errorf("`%s` has HITL operators (SW4RM_HITL_OPERATORS) but no HITL decision key: set SW4RM_HITL_DECISION_KEY_FILE "+
 		"(or --hitl-decision-key-file) on every sw4rm server and worker to one file holding a 32-byte Ed25519 seed in hex, "+
-		"e.g. made by `openssl rand -hex 32`; servers sign operators' decisions with it and workers check them (docs/hitl.md)", roles.command())
+		"e.g. made by `sw4rm keys generate --out FILE`; servers sign operators' decisions with it and workers check them (docs/hitl.md)", roles.command())
 }
 
 // LoadHITLDecisionKey returns the HITL decision key: read from cfg.HITLDecisionKeyFile when
