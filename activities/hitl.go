@@ -36,11 +36,15 @@ type HitlInvocationInput struct {
 	Deadline time.Time
 	// CreatedAt is when the workflow raised it; fixed so an activity retry does not move it.
 	CreatedAt time.Time
+	// OmitTokenHashes asks for the policy without token hashes: the run accepts attested
+	// decisions only, and the result is recorded in its history. Runs recorded before
+	// attested decisions did not set it, and still get the hashes their token decisions need.
+	OmitTokenHashes bool
 }
 
 // RecordHitlInvocation writes the pending invocation to the store (so `sw4rm hitl list`
 // shows it), audits it, and returns the operator policy the workflow authorizes decisions
-// with — token hashes only, never tokens.
+// with — never tokens, and their hashes only when the run asks for them.
 func (a *Activities) RecordHitlInvocation(ctx context.Context, in HitlInvocationInput) (hitlsignals.Policy, error) {
 	raw, err := json.Marshal(in.Invocation)
 	if err != nil {
@@ -63,7 +67,18 @@ func (a *Activities) RecordHitlInvocation(ctx context.Context, in HitlInvocation
 			"subject": in.Invocation.Subject.String(), "priority": in.Invocation.Priority, "deadline": in.Deadline.UTC().Format(time.RFC3339),
 			"fallback": in.Invocation.Fallback.Policy, "proposed_actions": in.Invocation.ProposedActions},
 	})
+	if in.OmitTokenHashes {
+		return a.HITL.WithoutTokens(), nil
+	}
 	return a.HITL, nil
+}
+
+// LoadHitlPolicy returns the operator policy this worker holds now — its operators, their
+// reason types and public keys, the decision keys; no token hashes, since the result is
+// recorded in the workflow's history: a HITL wait reloads it for each attested decision, so
+// that keys rotated or revoked while it waits count (§23).
+func (a *Activities) LoadHitlPolicy(context.Context) (hitlsignals.Policy, error) {
+	return a.HITL.WithoutTokens(), nil
 }
 
 // HitlEventInput is an audit event of a HITL wait.

@@ -2,10 +2,13 @@ package activities
 
 import (
 	"context"
+	"crypto/ed25519"
 	"net"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 	"google.golang.org/grpc"
@@ -14,7 +17,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
 
 // externalHITL is an external HITL component that approves and records the idempotency keys
@@ -62,4 +67,45 @@ func TestAskExternalHitlSendsTheInvocationAsKey(t *testing.T) {
 	ext.mu.Lock()
 	defer ext.mu.Unlock()
 	require.Equal(t, []string{"inv-42", "inv-42"}, ext.keys)
+}
+
+// TestHitlPolicyLeavesTokenHashesOut: the policy a HITL wait records in its history carries
+// no token hash — unless the run was recorded before attested decisions and still needs
+// them (it did not ask to omit them) — while names, reason types and keys stay.
+func TestHitlPolicyLeavesTokenHashesOut(t *testing.T) {
+	st := memory.New()
+	t.Cleanup(st.Close)
+	policy := hitlsignals.Policy{
+		Operators:    []hitlsignals.Operator{{Name: "alice", TokenSHA256: hitlsignals.HashToken("alice-token"), Reasons: []string{"CONFLICT"}, PublicKeys: []ed25519.PublicKey{make([]byte, 32)}}},
+		DecisionKeys: []ed25519.PublicKey{make([]byte, 32)},
+	}
+	acts := &Activities{Store: st, Sink: observe.New(nil, st.Audit()), HITL: policy}
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+	get := func(fn any, args ...any) hitlsignals.Policy {
+		t.Helper()
+		v, err := env.ExecuteActivity(fn, args...)
+		require.NoError(t, err)
+		var p hitlsignals.Policy
+		require.NoError(t, v.Get(&p))
+		return p
+	}
+	in := func(id string, omit bool) HitlInvocationInput {
+		return HitlInvocationInput{Invocation: hitlsignals.Invocation{InvocationID: id, ReasonType: "CONFLICT"}, WorkflowID: "hitl/" + id,
+			Deadline: time.Now().Add(time.Hour), CreatedAt: time.Now(), OmitTokenHashes: omit}
+	}
+	for name, p := range map[string]hitlsignals.Policy{
+		"new run": get(acts.RecordHitlInvocation, in("i1", true)),
+		"reload":  get(acts.LoadHitlPolicy),
+	} {
+		require.Len(t, p.Operators, 1, name)
+		assert.Empty(t, p.Operators[0].TokenSHA256, name)
+		assert.Equal(t, []string{"CONFLICT"}, p.Operators[0].Reasons, name)
+		assert.Len(t, p.Operators[0].PublicKeys, 1, name)
+		assert.Len(t, p.DecisionKeys, 1, name)
+	}
+	legacy := get(acts.RecordHitlInvocation, in("i2", false))
+	assert.Equal(t, hitlsignals.HashToken("alice-token"), legacy.Operators[0].TokenSHA256, "a legacy run keeps what its token decisions need")
+	assert.NotEmpty(t, acts.HITL.Operators[0].TokenSHA256, "the worker's own policy is not changed")
 }

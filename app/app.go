@@ -5,6 +5,8 @@ package app
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -98,6 +100,16 @@ type Config struct {
 	// HITLExternal is the address of an external HITL component serving the canonical
 	// HitlService, empty for none (SW4RM_HITL_EXTERNAL, §15.4).
 	HITLExternal string
+	// HITLOperatorKeys are operators' own Ed25519 public keys, "name=<base64 key>,..."
+	// (SW4RM_HITL_OPERATOR_KEYS): a decision an operator signs with the matching private key
+	// (`sw4rm hitl sign`) is accepted from a plain `temporal workflow signal`.
+	HITLOperatorKeys string
+	// HITLDecisionKeyFile is the deployment's HITL decision key, a file holding an Ed25519
+	// seed (SW4RM_HITL_DECISION_KEY_FILE, auth.LoadPrivateKey): servers attest the decisions
+	// of operators they authenticated with it, workers verify them with its public key, so
+	// every server and worker reads the same file. `sw4rm dev` generates one in memory when
+	// it is unset.
+	HITLDecisionKeyFile string
 	// MaxParallel is max_parallel_instances per agent type, "type=n,...,*=n"
 	// (SW4RM_MAX_PARALLEL, §9.1); empty means no limit.
 	MaxParallel string
@@ -187,6 +199,8 @@ func (c Config) FromEnv() (Config, error) {
 	str("SW4RM_DATABASE_URL", &c.DatabaseURL)
 	str("SW4RM_HITL_OPERATORS", &c.HITLOperators)
 	str("SW4RM_HITL_EXTERNAL", &c.HITLExternal)
+	str("SW4RM_HITL_OPERATOR_KEYS", &c.HITLOperatorKeys)
+	str("SW4RM_HITL_DECISION_KEY_FILE", &c.HITLDecisionKeyFile)
 	str("SW4RM_ROOM_STRATEGY", &c.RoomStrategy)
 	str("SW4RM_MAX_PARALLEL", &c.MaxParallel)
 	str("SW4RM_INFERENCE_UNAVAILABLE", &c.InferenceUnavailable)
@@ -315,6 +329,50 @@ func CheckStore(cfg Config, roles Roles) error {
 		"Point every sw4rm server and worker at one PostgreSQL, or run `sw4rm dev` for both roles in one process on the memory store", roles.command())
 }
 
+// CheckHITLKey refuses a server or worker started alone with HITL operators but without the
+// decision key: a server could not vouch for its operators' decisions, a worker could not
+// check them, and every decision would be refused after the operator was told it was sent.
+// `sw4rm dev` generates a key in memory instead (LoadHITLDecisionKey).
+func CheckHITLKey(cfg Config, roles Roles) error {
+	if cfg.HITLDecisionKeyFile != "" || roles.Server == roles.Worker {
+		return nil
+	}
+	if ops, err := hitlsignals.ParseOperators(cfg.HITLOperators); err != nil || len(ops) == 0 {
+		return nil // no operator to decide (a malformed list is reported at start)
+	}
+	return fmt.Errorf("`%s` has HITL operators (SW4RM_HITL_OPERATORS) but no HITL decision key: set SW4RM_HITL_DECISION_KEY_FILE "+
+		"(or --hitl-decision-key-file) on every sw4rm server and worker to one file holding a 32-byte Ed25519 seed in hex, "+
+		"e.g. made by `sw4rm keys generate --out FILE`; servers sign operators' decisions with it and workers check them (docs/hitl.md)", roles.command())
+}
+
+// LoadHITLDecisionKey returns the HITL decision key: read from cfg.HITLDecisionKeyFile when
+// it is set; generated in memory for `sw4rm dev`, whose one process both signs and checks
+// (a restart makes a new one, and waiting invocations reload the policy that names it);
+// nil for a role alone without operators, which has nothing to sign or check.
+func LoadHITLDecisionKey(cfg Config, roles Roles, log *slog.Logger) (ed25519.PrivateKey, error) {
+	if cfg.HITLDecisionKeyFile != "" {
+		key, err := auth.LoadPrivateKey(cfg.HITLDecisionKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("SW4RM_HITL_DECISION_KEY_FILE: %w", err)
+		}
+		return key, nil
+	}
+	if err := CheckHITLKey(cfg, roles); err != nil {
+		return nil, err
+	}
+	if roles.Server != roles.Worker {
+		return nil, nil
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate a HITL decision key: %w", err)
+	}
+	log.Info("HITL decision key generated in memory: this process signs and checks its operators' decisions with it; "+
+		"set SW4RM_HITL_DECISION_KEY_FILE to share one with separate servers and workers",
+		"key_id", auth.KeyID(auth.AlgorithmEd25519, key.Public().(ed25519.PublicKey)))
+	return key, nil
+}
+
 // App is a running SW4RM process.
 type App struct {
 	cfg       Config
@@ -356,6 +414,9 @@ func OpenStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 // is opened, so a bad one stops the process at once.
 func Start(ctx context.Context, cfg Config, roles Roles, log *slog.Logger) (*App, error) {
 	if err := CheckStore(cfg, roles); err != nil {
+		return nil, err
+	}
+	if err := CheckHITLKey(cfg, roles); err != nil {
 		return nil, err
 	}
 	sec, err := loadSecurity(cfg, roles, log)
@@ -430,6 +491,10 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 			a.Stop()
 		}
 	}()
+	decisionKey, err := LoadHITLDecisionKey(cfg, roles, log)
+	if err != nil {
+		return nil, err
+	}
 	a.temporal, err = client.DialContext(ctx, client.Options{
 		HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: tlog.NewStructuredLogger(log),
 	})
@@ -443,7 +508,13 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("SW4RM_HITL_OPERATORS: %w", err)
 	}
+	if operators, err = hitlsignals.ParseOperatorKeys(operators, cfg.HITLOperatorKeys); err != nil {
+		return nil, fmt.Errorf("SW4RM_HITL_OPERATOR_KEYS: %w", err)
+	}
 	hitlPolicy := hitlsignals.Policy{Operators: operators, External: cfg.HITLExternal}
+	if decisionKey != nil {
+		hitlPolicy.DecisionKeys = []ed25519.PublicKey{decisionKey.Public().(ed25519.PublicKey)}
+	}
 	roomPolicy := voting.DefaultPolicy()
 	if cfg.RoomStrategy != "" {
 		if roomPolicy.Strategy, err = voting.ParseStrategy(cfg.RoomStrategy); err != nil {
@@ -515,7 +586,7 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 			rt.Run(sweepCtx)
 		}()
 		fe := frontend.New(st, rt, a.temporal, a.relay, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout,
-			HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatMisses: cfg.HeartbeatMisses, HITLPolicy: hitlPolicy, HITLTimeout: cfg.HITLTimeout,
+			HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatMisses: cfg.HeartbeatMisses, HITLPolicy: hitlPolicy, HITLDecisionKey: decisionKey, HITLTimeout: cfg.HITLTimeout,
 			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout, PreemptTimeout: cfg.PreemptTimeout, TerminateGrace: cfg.TerminateGrace, SchedulerPolicy: schedPolicy,
 			ACL: sec.acl, Auth: a.auth})
 		mux := http.NewServeMux()

@@ -1,7 +1,10 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"os"
@@ -25,6 +28,58 @@ func TestCheckStore(t *testing.T) {
 	assert.NoError(t, app.CheckStore(pg, worker))
 	assert.ErrorContains(t, app.CheckStore(memory, server), "`sw4rm server` needs SW4RM_DATABASE_URL")
 	assert.ErrorContains(t, app.CheckStore(memory, worker), "`sw4rm worker` needs SW4RM_DATABASE_URL")
+}
+
+// TestHITLDecisionKey: a server or worker alone with HITL operators needs the decision key
+// file, and refuses to start without it, saying what to set; `sw4rm dev` generates a key; a
+// role without operators needs none; a configured file is read in every role.
+func TestHITLDecisionKey(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	server, worker, dev := app.Roles{Server: true}, app.Roles{Worker: true}, app.Roles{Server: true, Worker: true}
+	withOps := app.DefaultConfig()
+	withOps.HITLOperators = "alice=alice-token"
+
+	for _, roles := range []app.Roles{server, worker} {
+		err := app.CheckHITLKey(withOps, roles)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "SW4RM_HITL_DECISION_KEY_FILE")
+		_, err = app.LoadHITLDecisionKey(withOps, roles, log)
+		require.Error(t, err)
+		key, err := app.LoadHITLDecisionKey(app.DefaultConfig(), roles, log)
+		require.NoError(t, err, "no operators: nothing to sign or check")
+		assert.Nil(t, key)
+	}
+	require.NoError(t, app.CheckHITLKey(withOps, dev))
+	k1, err := app.LoadHITLDecisionKey(withOps, dev, log)
+	require.NoError(t, err)
+	k2, err := app.LoadHITLDecisionKey(withOps, dev, log)
+	require.NoError(t, err)
+	require.Len(t, k1, ed25519.PrivateKeySize)
+	assert.False(t, k1.Equal(k2), "generated afresh, never a fixed key")
+
+	seed := bytes.Repeat([]byte{7}, ed25519.SeedSize)
+	withOps.HITLDecisionKeyFile = filepath.Join(t.TempDir(), "hitl-decision.key")
+	require.NoError(t, os.WriteFile(withOps.HITLDecisionKeyFile, []byte(hex.EncodeToString(seed)+"\n"), 0o600))
+	for _, roles := range []app.Roles{server, worker, dev} {
+		require.NoError(t, app.CheckHITLKey(withOps, roles))
+		key, err := app.LoadHITLDecisionKey(withOps, roles, log)
+		require.NoError(t, err)
+		assert.True(t, ed25519.NewKeyFromSeed(seed).Equal(key), "every role reads the same key")
+	}
+	require.NoError(t, os.WriteFile(withOps.HITLDecisionKeyFile, []byte("garbage"), 0o600))
+	_, err = app.LoadHITLDecisionKey(withOps, dev, log)
+	require.ErrorContains(t, err, "SW4RM_HITL_DECISION_KEY_FILE")
+}
+
+// TestHITLKeyVariables: the decision key file and the operators' keys are read from their
+// variables.
+func TestHITLKeyVariables(t *testing.T) {
+	t.Setenv("SW4RM_HITL_DECISION_KEY_FILE", "/etc/sw4rm/hitl-decision.key")
+	t.Setenv("SW4RM_HITL_OPERATOR_KEYS", "alice=AAAA")
+	cfg, err := app.DefaultConfig().FromEnv()
+	require.NoError(t, err)
+	assert.Equal(t, "/etc/sw4rm/hitl-decision.key", cfg.HITLDecisionKeyFile)
+	assert.Equal(t, "alice=AAAA", cfg.HITLOperatorKeys)
 }
 
 // TestStartRefusesBadSecurityFiles: a half TLS configuration or an ACL file that does not

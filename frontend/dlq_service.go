@@ -51,11 +51,10 @@ type dlqAdminService struct {
 	requeue Requeuer
 }
 
-// authenticate finds the operator of the call's bearer token, exactly as the HITL admin
-// service does.
+// authenticate finds the operator making the call — proven by the auth interceptor, or by
+// its bearer token — exactly as the HITL admin service does.
 func (d *dlqAdminService) authenticate(ctx context.Context) (hitlsignals.Operator, error) {
-	op, _, err := d.s.operatorFromToken(ctx)
-	return op, err
+	return (&hitlAdminService{s: d.s}).authenticate(ctx)
 }
 
 // ListDeadLetters lists the dead letters that match the filter, oldest first.

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
@@ -79,7 +80,7 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 		Priority: req.GetPriority(), Timeout: h.s.cfg.HITLTimeout, RequestedBy: "grpc",
 	}
 	if key != "" {
-		inv.InvocationID = uuid.NewSHA1(keyedInvocations, []byte(key)).String()
+		inv.InvocationID = keyedInvocationID(h.caller(ctx), key)
 	}
 	if raw := req.GetContext(); len(raw) > 0 {
 		var c hitlsignals.Context
@@ -167,6 +168,33 @@ func idempotencyKey(ctx context.Context) (string, error) {
 	return key, nil
 }
 
+// caller names who calls HitlService.Decide, for scoping idempotency keys: the principal the
+// auth interceptor proved, else the operator of a valid bearer token, else "" (anonymous,
+// as every caller is when authentication is off).
+func (h *hitlService) caller(ctx context.Context) string {
+	if p := auth.FromContext(ctx); !p.Anonymous() {
+		return p.String()
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	if token := bearerToken(md); token != "" {
+		if op, ok := h.s.cfg.HITLPolicy.OperatorForToken(token); ok {
+			return auth.Principal{Operator: op.Name}.String()
+		}
+	}
+	return ""
+}
+
+// keyedInvocationID derives the invocation id of an idempotency key, scoped to its caller so
+// that one caller's key cannot name — and so cannot poison — another caller's invocation
+// (§23). Anonymous callers share the unscoped ids, which keeps the ids of keys used before
+// keys were scoped; a key has no control characters, so the separator is unambiguous.
+func keyedInvocationID(caller, key string) string {
+	if caller == "" {
+		return uuid.NewSHA1(keyedInvocations, []byte(key)).String()
+	}
+	return uuid.NewSHA1(keyedInvocations, []byte(caller+"\n"+key)).String()
+}
+
 // retryAdvice tells the caller what calling again does.
 func retryAdvice(key, id string) string {
 	if key != "" {
@@ -245,9 +273,19 @@ type hitlAdminService struct {
 	s *Server
 }
 
-// authenticate finds the operator of the call's bearer token (§15.1, §23).
-func (h *hitlAdminService) authenticate(ctx context.Context) (hitlsignals.Operator, string, error) {
-	return h.s.operatorFromToken(ctx)
+// authenticate finds the operator making the call (§15.1, §23): the one the auth interceptor
+// already proved, else the one whose bearer token the call carries. The token is checked here
+// and goes no further: what leaves the frontend names the operator, never the secret.
+func (h *hitlAdminService) authenticate(ctx context.Context) (hitlsignals.Operator, error) {
+	if name := auth.FromContext(ctx).Operator; name != "" {
+		op, ok := h.s.cfg.HITLPolicy.Operator(name)
+		if !ok {
+			return hitlsignals.Operator{}, status.Errorf(codes.PermissionDenied, "permission_denied: operator %q is not a HITL operator (SW4RM_HITL_OPERATORS)", name)
+		}
+		return op, nil
+	}
+	op, _, err := h.s.operatorFromToken(ctx)
+	return op, err
 }
 
 // operatorFromToken finds the operator whose token the call carries in the metadata
@@ -255,11 +293,7 @@ func (h *hitlAdminService) authenticate(ctx context.Context) (hitlsignals.Operat
 // operator service authenticates tokens through it.
 func (s *Server) operatorFromToken(ctx context.Context) (hitlsignals.Operator, string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	var token string
-	if v := md.Get("authorization"); len(v) > 0 {
-		token, _ = strings.CutPrefix(v[0], "Bearer ")
-		token = strings.TrimSpace(token)
-	}
+	token := bearerToken(md)
 	if token == "" {
 		return hitlsignals.Operator{}, "", status.Error(codes.Unauthenticated, "permission_denied: an operator token is required (metadata authorization: Bearer <token>; CLI: --token or SW4RM_OPERATOR_TOKEN)")
 	}
@@ -281,7 +315,7 @@ func summary(r store.HITLRecord) *hitladminpb.InvocationSummary {
 
 // ListInvocations lists pending (or all) invocations.
 func (h *hitlAdminService) ListInvocations(ctx context.Context, req *hitladminpb.ListInvocationsRequest) (*hitladminpb.ListInvocationsResponse, error) {
-	if _, _, err := h.authenticate(ctx); err != nil {
+	if _, err := h.authenticate(ctx); err != nil {
 		return nil, err
 	}
 	f := store.HITLFilter{ReasonType: req.GetReasonType(), Limit: int(req.GetLimit())}
@@ -301,7 +335,7 @@ func (h *hitlAdminService) ListInvocations(ctx context.Context, req *hitladminpb
 
 // GetInvocation returns one invocation.
 func (h *hitlAdminService) GetInvocation(ctx context.Context, req *hitladminpb.GetInvocationRequest) (*hitladminpb.InvocationSummary, error) {
-	if _, _, err := h.authenticate(ctx); err != nil {
+	if _, err := h.authenticate(ctx); err != nil {
 		return nil, err
 	}
 	r, err := h.s.store.HITL().GetInvocation(ctx, req.GetInvocationId())
@@ -315,11 +349,13 @@ func (h *hitlAdminService) GetInvocation(ctx context.Context, req *hitladminpb.G
 }
 
 // Decide checks the operator, the decision and the invocation's state, signals the decision
-// to hitl/<invocation_id> and returns the outcome the workflow applied. A repeat of the
-// decision that was applied is answered with it (idempotent); any other decision on a decided
-// invocation is refused and changes nothing.
+// to hitl/<invocation_id> and returns the outcome the workflow applied. The signal names the
+// authenticated operator and carries an attestation by the deployment's decision key
+// (hitlsignals.Attest), never the operator's token: a signal's input stays in the workflow's
+// history. A repeat of the decision that was applied is answered with it (idempotent); any
+// other decision on a decided invocation is refused and changes nothing.
 func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRequest) (*hitladminpb.DecideResponse, error) {
-	op, token, err := h.authenticate(ctx)
+	op, err := h.authenticate(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +367,7 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("sw4rm-client")) > 0 && md.Get("sw4rm-client")[0] == "cli" {
 		via = "cli"
 	}
-	d := hitlsignals.Decision{InvocationID: req.GetInvocationId(), Decision: action, Rationale: req.GetRationale(), Patch: req.GetPatch(), Operator: op.Name, Token: token, Via: via}
+	d := hitlsignals.Decision{InvocationID: req.GetInvocationId(), Decision: action, Rationale: req.GetRationale(), Patch: req.GetPatch(), Operator: op.Name, Via: via}
 	if err := d.Check(); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -342,14 +378,21 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
 	}
-	policy := h.s.cfg.HITLPolicy
-	if err := policy.Authorize(d, rec.ReasonType); err != nil {
+	if err := h.s.cfg.HITLPolicy.Permit(op.Name, rec.ReasonType); err != nil {
 		return nil, status.Error(codes.PermissionDenied, err.Error())
 	}
 	if rec.Status == store.HITLDecided {
 		return alreadyDecided(rec, d)
 	}
-	err = hitlsignals.SendDecision(ctx, h.s.temporal, d)
+	if h.s.cfg.HITLDecisionKey == nil {
+		return nil, status.Error(codes.FailedPrecondition, "internal_error: this server has no HITL decision key (SW4RM_HITL_DECISION_KEY_FILE), so it cannot vouch for decisions")
+	}
+	// A fresh attestation per attempt: repeating a decision after an error signs it again.
+	signed, err := hitlsignals.Attest(d, h.s.cfg.HITLDecisionKey, time.Now().Add(hitlsignals.DefaultAttestationTTL))
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	err = hitlsignals.SendDecision(ctx, h.s.temporal, signed)
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return h.notWaiting(ctx, d, err)
@@ -419,7 +462,7 @@ func (h *hitlAdminService) waitDecided(ctx context.Context, id string) (store.HI
 
 // History returns the audit trail of HITL interactions.
 func (h *hitlAdminService) History(ctx context.Context, req *hitladminpb.HistoryRequest) (*hitladminpb.HistoryResponse, error) {
-	if _, _, err := h.authenticate(ctx); err != nil {
+	if _, err := h.authenticate(ctx); err != nil {
 		return nil, err
 	}
 	evs, err := h.s.store.Audit().List(ctx, store.AuditFilter{TypePrefix: "hitl.", Limit: 10000})

@@ -5,6 +5,7 @@ package frontend
 
 import (
 	"context"
+	"crypto/ed25519"
 	"log/slog"
 	"math"
 	"strings"
@@ -62,6 +63,10 @@ type Config struct {
 	HeartbeatMisses int
 	// HITLPolicy authenticates and authorizes operators (§15.1).
 	HITLPolicy hitlsignals.Policy
+	// HITLDecisionKey is the deployment's decision key, with which the frontend attests the
+	// decisions of operators it authenticated (hitlsignals.Attest); the workers hold its
+	// public key in HITLPolicy.DecisionKeys. Without it HitlAdminService.Decide refuses.
+	HITLDecisionKey ed25519.PrivateKey
 	// HITLTimeout is the deadline of invocations raised through HitlService.Decide.
 	HITLTimeout time.Duration
 	// RoomPolicy is the negotiation room's decision policy (§17.5); zero fields take defaults.

@@ -6,6 +6,7 @@ package hitlsignals
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -30,9 +31,11 @@ const (
 )
 
 // IdempotencyKeyMetadata is the request metadata with which a caller of HitlService.Decide
-// makes its retries safe: every call with the same key names the same invocation, so a retry
-// after an error waits for — or at once returns — that invocation's outcome instead of
-// raising another (docs/hitl.md). The canonical request has no field for it (§5.1).
+// makes its retries safe: every call with the same key by the same caller names the same
+// invocation, so a retry after an error waits for — or at once returns — that invocation's
+// outcome instead of raising another (docs/hitl.md). Keys are scoped to the authenticated
+// caller, so that nobody can poison another caller's key (§23). The canonical request has no
+// field for it (§5.1).
 const IdempotencyKeyMetadata = "sw4rm-idempotency-key"
 
 // WorkflowID is the workflow ID of an invocation: "hitl/<invocation_id>".
@@ -200,10 +203,17 @@ type Decision struct {
 	Patch []byte `json:"patch_b64,omitempty"`
 	// Operator is who decides.
 	Operator string `json:"operator"`
-	// Token is the operator's credential, checked against the operator policy.
-	Token string `json:"token"`
+	// Token is the operator's plaintext credential, the form decisions had before they were
+	// attested. Deprecated: a signal's input stays in the workflow's history, so a token sent
+	// here is a reusable secret stored there. Runs started since attested decisions refuse it;
+	// only runs recorded before accept it (see workflows.HitlWait).
+	Token string `json:"token,omitempty"`
 	// Via records the door: "cli", "grpc" or "signal" (empty means signal).
 	Via string `json:"via,omitempty"`
+	// Attestation proves the decision: a short-lived signature over it by the deployment's
+	// decision key (the CLI and gRPC doors, after the frontend authenticated the operator) or
+	// by the operator's own key (`sw4rm hitl sign`, for the raw signal door). See Attest.
+	Attestation *Attestation `json:"attestation,omitempty"`
 }
 
 // Outcome is how an invocation ended: a human's decision or a fallback.
@@ -218,6 +228,9 @@ type Outcome struct {
 	Patch []byte `json:"patch_b64,omitempty"`
 	// DecidedBy is the operator, or "fallback".
 	DecidedBy string `json:"decided_by"`
+	// AttestedBy names the key whose attestation proved the decision (auth.KeyID), when one
+	// did.
+	AttestedBy string `json:"attested_by,omitempty"`
 	// Via is the door the decision came through, or "fallback".
 	Via string `json:"via"`
 	// DecidedAt is when it was decided.
@@ -255,14 +268,22 @@ type Operator struct {
 	TokenSHA256 string `json:"token_sha256"`
 	// Reasons limits the reason types the operator may decide; empty means all.
 	Reasons []string `json:"reasons,omitempty"`
+	// PublicKeys are the operator's own Ed25519 public keys (SW4RM_HITL_OPERATOR_KEYS): a
+	// decision signed by one of them is accepted from the raw signal door.
+	PublicKeys []ed25519.PublicKey `json:"public_keys,omitempty"`
 }
 
-// Policy is who may decide, loaded by the HITL workflow when it starts.
+// Policy is who may decide, loaded by the HITL workflow when it starts and again for each
+// attested decision it receives. It holds no secret: token hashes and public keys only, since
+// it is recorded in the workflow's history.
 type Policy struct {
 	// Operators lists the operators.
 	Operators []Operator `json:"operators"`
 	// External names an external HITL component (a canonical HitlService) if configured.
 	External string `json:"external,omitempty"`
+	// DecisionKeys are the public keys of the deployment's decision key, with which frontends
+	// attest the decisions of operators they authenticated (SW4RM_HITL_DECISION_KEY_FILE).
+	DecisionKeys []ed25519.PublicKey `json:"decision_keys,omitempty"`
 }
 
 // HashToken returns the hex SHA-256 of a token, the form kept in policies.
@@ -271,9 +292,10 @@ func HashToken(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Authorize checks a decision's credential and the operator's right to decide this reason
-// type. It is deterministic, so the workflow runs it on every decision it receives.
-func (p Policy) Authorize(d Decision, reasonType string) error {
+// AuthorizeToken checks a legacy decision's token and the operator's right to decide this
+// reason type. It is deterministic; the workflow runs it only for runs recorded before
+// decisions were attested (see Authorize).
+func (p Policy) AuthorizeToken(d Decision, reasonType string) error {
 	if d.Operator == "" || d.Token == "" {
 		return fmt.Errorf("permission_denied: an operator and a token are required")
 	}

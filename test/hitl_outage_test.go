@@ -101,12 +101,13 @@ func (h hitlCaller) pending() string {
 	return id
 }
 
-// approve signals alice's approval straight to Temporal, as the CLI's door ends up doing.
+// approve signals alice's approval, signed with her key, straight to Temporal, as the raw
+// signal door does.
 func (h hitlCaller) approve(id, rationale string) {
 	h.t.Helper()
-	require.NoError(h.t, hitlsignals.SendDecision(context.Background(), h.wrk.Temporal(), hitlsignals.Decision{
-		InvocationID: id, Decision: hitlsignals.Approve, Rationale: rationale, Operator: "alice", Token: "alice-token", Via: "signal",
-	}))
+	require.NoError(h.t, hitlsignals.SendDecision(context.Background(), h.wrk.Temporal(), signedBy(h.t, hitlsignals.Decision{
+		InvocationID: id, Decision: hitlsignals.Approve, Rationale: rationale, Operator: "alice",
+	}, aliceKey)))
 }
 
 // lostWait asserts the answer of a call whose wait Temporal's restart interrupted.

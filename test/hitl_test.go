@@ -1,11 +1,16 @@
 package test
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -13,10 +18,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sw4rm/sw4rm-temporal/app"
+	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
@@ -24,6 +33,72 @@ import (
 )
 
 const operatorSpec = "alice=alice-token,carol=carol-token:CONFLICT"
+
+// The operators' own keys (SW4RM_HITL_OPERATOR_KEYS), for the raw signal door, and the seed
+// of the deployment's decision key, which every server and worker of a test reads from a file.
+var (
+	aliceKey        = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{0xa1}, ed25519.SeedSize))
+	carolKey        = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{0xc0}, ed25519.SeedSize))
+	decisionKeySeed = bytes.Repeat([]byte{0xd1}, ed25519.SeedSize)
+)
+
+// operatorKeySpec configures aliceKey and carolKey.
+func operatorKeySpec() string {
+	pub := func(k ed25519.PrivateKey) string {
+		return base64.StdEncoding.EncodeToString(k.Public().(ed25519.PublicKey))
+	}
+	return "alice=" + pub(aliceKey) + ",carol=" + pub(carolKey)
+}
+
+// signedBy is d as an operator signs it with their own key for the raw signal door (what
+// `sw4rm hitl sign` prints), valid for ten minutes.
+func signedBy(t testing.TB, d hitlsignals.Decision, key ed25519.PrivateKey) hitlsignals.Decision {
+	t.Helper()
+	if d.Via == "" {
+		d.Via = "signal"
+	}
+	s, err := hitlsignals.Attest(d, key, time.Now().Add(hitlsignals.DefaultAttestationTTL))
+	require.NoError(t, err)
+	return s
+}
+
+// writeKeyFile writes an Ed25519 seed as a key file (hex, one line) and returns its path.
+func writeKeyFile(t testing.TB, seed []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "hitl-decision.key")
+	require.NoError(t, os.WriteFile(p, []byte(hex.EncodeToString(seed)+"\n"), 0o600))
+	return p
+}
+
+// requireNoSecretInHistory fails if the workflow's history holds an operator token, in
+// clear or hashed, in any payload: signal inputs, activity inputs and results (the policy the
+// workflow loaded), the workflow's input and result.
+func requireNoSecretInHistory(t *testing.T, tc client.Client, workflowID string, tokens ...string) {
+	t.Helper()
+	iter := tc.GetWorkflowHistory(context.Background(), workflowID, "", false, 0)
+	h := &historypb.History{}
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		h.Events = append(h.Events, ev)
+	}
+	b, err := protojson.Marshal(h)
+	require.NoError(t, err)
+	// Payloads are base64 inside the history's JSON: search them decoded.
+	all := string(b)
+	for _, m := range regexp.MustCompile(`"data":"([A-Za-z0-9+/=]+)"`).FindAllStringSubmatch(string(b), -1) {
+		raw, err := base64.StdEncoding.DecodeString(m[1])
+		require.NoError(t, err)
+		all += "\n" + string(raw)
+	}
+	require.Contains(t, all, `"attestation"`, "the history holds the attested decision")
+	require.Contains(t, all, `"decision_keys"`, "the history holds the policy the workflow loaded")
+	for _, tok := range tokens {
+		assert.NotContains(t, all, tok, "a token in the history")
+	}
+	assert.NotContains(t, all, `"token"`)
+	assert.NotRegexp(t, `"token_sha256":"[0-9a-f]`, all, "no token hash in the policy")
+}
 
 var (
 	cliOnce sync.Once
@@ -117,6 +192,8 @@ func awaitDecision(t *testing.T, res chan decideResult) *hitlpb.HitlDecision {
 func hitlConfig(t *testing.T, kind string) app.Config {
 	cfg := newConfig(t, kind)
 	cfg.HITLOperators = operatorSpec
+	cfg.HITLOperatorKeys = operatorKeySpec()
+	cfg.HITLDecisionKeyFile = writeKeyFile(t, decisionKeySeed)
 	return cfg
 }
 
@@ -148,7 +225,12 @@ func TestHitlDecideBlocksUntilCLIApproves(t *testing.T) {
 	require.NoError(t, json.Unmarshal(dec.GetDecisionPayload(), &o))
 	assert.Equal(t, "cli", o.Via)
 	assert.False(t, o.Fallback)
-	recordHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(id), "hitl_wait_cli_approved")
+	assert.Equal(t, auth.KeyID(auth.AlgorithmEd25519, ed25519.NewKeyFromSeed(decisionKeySeed).Public().(ed25519.PublicKey)), o.AttestedBy,
+		"the decision key vouched for alice")
+	requireNoSecretInHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(id), "alice-token", hitlsignals.HashToken("alice-token"))
+	// hitl_wait_cli_approved.json, recorded before decisions were attested, carries a token
+	// and stays as the proof that such runs still replay.
+	recordHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(id), "hitl_wait_cli_attested")
 
 	out, err = runCLI(t, sys, "alice-token", "decide", id, "approve", "--rationale", "scoped to one tenant")
 	require.NoError(t, err, out)
@@ -187,28 +269,47 @@ func TestHitlRawTemporalSignal(t *testing.T) {
 		b, err := cmd.CombinedOutput()
 		require.NoError(t, err, string(b))
 	}
-	signal(`{"invocation_id":"` + id + `","decision":"approve","rationale":"sneaky","operator":"alice","token":"guess"}`)
-	require.Eventually(t, func() bool {
-		evs, _ := sys.app.Store().Audit().List(context.Background(), store.AuditFilter{TypePrefix: "hitl.decision_refused"})
-		for _, e := range evs {
-			if strings.Contains(string(e.Details), "invalid token") {
-				return true
+	refusedFor := func(why string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			evs, _ := sys.app.Store().Audit().List(context.Background(), store.AuditFilter{TypePrefix: "hitl.decision_refused"})
+			for _, e := range evs {
+				if strings.Contains(string(e.Details), why) {
+					return true
+				}
 			}
-		}
-		return false
-	}, 15*time.Second, 50*time.Millisecond)
+			return false
+		}, 15*time.Second, 50*time.Millisecond, why)
+	}
+	// A token is refused even when it is valid: it must not enter history.
+	signal(`{"invocation_id":"` + id + `","decision":"approve","rationale":"sneaky","operator":"carol","token":"carol-token"}`)
+	refusedFor("carrying a token is refused")
+	// alice's own key does not speak for carol.
+	out, err = runCLIArgs(t, sys, "", "hitl", "sign", "--key", writeKeyFile(t, aliceKey.Seed()), "--operator", "carol",
+		"--invocation", id, "--decision", "approve", "--rationale", "posing as carol")
+	require.NoError(t, err, out)
+	signal(strings.SplitN(out, "\n", 2)[0])
+	refusedFor(`nor a key of operator \"carol\"`)
 	rec, err := sys.app.Store().HITL().GetInvocation(context.Background(), id)
 	require.NoError(t, err)
 	assert.Equal(t, store.HITLPending, rec.Status, "a refused decision changes nothing")
 
-	// carol may decide CONFLICT invocations: a valid raw signal completes it.
-	signal(`{"invocation_id":"` + id + `","decision":"deny","rationale":"scopes overlap on src/ui","operator":"carol","token":"carol-token"}`)
+	// carol may decide CONFLICT invocations: a decision signed with her key, printed by
+	// `sw4rm hitl sign` and sent with a raw signal, completes it.
+	out, err = runCLIArgs(t, sys, "", "hitl", "sign", "--key", writeKeyFile(t, carolKey.Seed()), "--operator", "carol",
+		"--invocation", id, "--decision", "deny", "--rationale", "scopes overlap on src/ui")
+	require.NoError(t, err, out)
+	signedJSON, hint, _ := strings.Cut(out, "\n")
+	assert.Contains(t, hint, "temporal workflow signal --workflow-id "+hitlsignals.WorkflowID(id))
+	signal(signedJSON)
 	dec := awaitDecision(t, res)
 	assert.Equal(t, "deny", dec.GetAction())
 	var o hitlsignals.Outcome
 	require.NoError(t, json.Unmarshal(dec.GetDecisionPayload(), &o))
 	assert.Equal(t, "signal", o.Via)
 	assert.Equal(t, "carol", o.DecidedBy)
+	assert.Equal(t, auth.KeyID(auth.AlgorithmEd25519, carolKey.Public().(ed25519.PublicKey)), o.AttestedBy)
+	recordHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(id), "hitl_wait_raw_signed")
 }
 
 // TestHitlSurvivesWorkerRestart kills the worker while an invocation waits; the decision is
@@ -227,9 +328,9 @@ func TestHitlSurvivesWorkerRestart(t *testing.T) {
 	id, res := pendingDecide(t, sys, commonpb.HitlReasonType_TASK_ESCALATION)
 
 	wrk.Stop() // no worker runs now
-	require.NoError(t, hitlsignals.SendDecision(ctx, srv.Temporal(), hitlsignals.Decision{
-		InvocationID: id, Decision: hitlsignals.Approve, Rationale: "approved while the worker was down", Operator: "alice", Token: "alice-token", Via: "signal",
-	}))
+	require.NoError(t, hitlsignals.SendDecision(ctx, srv.Temporal(), signedBy(t, hitlsignals.Decision{
+		InvocationID: id, Decision: hitlsignals.Approve, Rationale: "approved while the worker was down", Operator: "alice",
+	}, aliceKey)))
 	select {
 	case r := <-res:
 		t.Fatalf("decided without a worker: %+v", r)
@@ -258,4 +359,57 @@ func TestHitlDecideFallsBackAtDeadline(t *testing.T) {
 	assert.Equal(t, hitlsignals.DenyByDefault, o.FallbackPolicy)
 	assert.Equal(t, "deadline", o.FallbackReason)
 	recordHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(o.InvocationID), "hitl_wait_deadline_fallback")
+}
+
+// TestHitlInRequiredAuth: with SW4RM_AUTH=required the auth interceptor proves the operator,
+// and the HITL doors take that principal. One idempotency key used by two operators names two
+// invocations (§23: one caller cannot poison another's key), each decided through the CLI.
+func TestHitlInRequiredAuth(t *testing.T) {
+	cfg := hitlConfig(t, "memory")
+	cfg.Auth = auth.Required
+	sys := start(t, cfg)
+	c := hitlpb.NewHitlServiceClient(dialRaw(t, sys))
+	key := uniq(t, "shared")
+	ctxJSON, _ := json.Marshal(hitlsignals.Context{Facts: []string{"two agents edit src/ui"}})
+	raise := func(token string) chan decideResult {
+		res := make(chan decideResult, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token, hitlsignals.IdempotencyKeyMetadata, key)
+			d, err := c.Decide(ctx, &hitlpb.HitlInvocation{ReasonType: commonpb.HitlReasonType_CONFLICT, Context: ctxJSON, ProposedActions: []string{"approve", "deny"}})
+			res <- decideResult{d, err}
+		}()
+		return res
+	}
+	pending := func(n int) []store.HITLRecord {
+		t.Helper()
+		var recs []store.HITLRecord
+		require.Eventually(t, func() bool {
+			var err error
+			recs, err = sys.app.Store().HITL().ListInvocations(context.Background(), store.HITLFilter{Status: store.HITLPending, ReasonType: "CONFLICT"})
+			return err == nil && len(recs) == n
+		}, 20*time.Second, 50*time.Millisecond)
+		return recs
+	}
+	byAlice := raise("alice-token")
+	first := pending(1)[0].InvocationID
+	byCarol := raise("carol-token")
+	recs := pending(2)
+	second := recs[0].InvocationID
+	if second == first {
+		second = recs[1].InvocationID
+	}
+	require.NotEqual(t, first, second, "the same key by another caller is another invocation")
+
+	out, err := runCLI(t, sys, "alice-token", "decide", first, "approve", "--rationale", "alice's own question")
+	require.NoError(t, err, out)
+	out, err = runCLI(t, sys, "carol-token", "decide", second, "deny", "--rationale", "carol's own question")
+	require.NoError(t, err, out)
+	assert.Equal(t, "approve", awaitDecision(t, byAlice).GetAction())
+	assert.Equal(t, "deny", awaitDecision(t, byCarol).GetAction())
+	out, err = runCLI(t, sys, "not-a-token", "list")
+	require.Error(t, err)
+	assert.Contains(t, out, "Unauthenticated")
+	requireNoSecretInHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(first), "alice-token", hitlsignals.HashToken("alice-token"))
 }

@@ -2,7 +2,7 @@ package test
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
 	"os/exec"
 	"testing"
 	"time"
@@ -191,9 +191,11 @@ func TestRoomSplitVoteEscalatesAndOperatorApproves(t *testing.T) {
 	assert.Equal(t, negotiationroompb.DecisionOutcome_ESCALATED_TO_HITL, dec.GetDecision().GetOutcome())
 	assert.Contains(t, dec.GetDecision().GetReason(), "std")
 
-	payload := fmt.Sprintf(`{"invocation_id":%q,"decision":"approve","rationale":"security critic misread the config","operator":"alice","token":"alice-token"}`, st.HITLInvocationID)
+	payload, err := json.Marshal(signedBy(t, hitlsignals.Decision{InvocationID: st.HITLInvocationID, Decision: hitlsignals.Approve,
+		Rationale: "security critic misread the config", Operator: "alice"}, aliceKey))
+	require.NoError(t, err)
 	out, err := exec.Command(temporalCLI(), "workflow", "signal", "--address", temporalAddr, "--namespace", "default",
-		"--workflow-id", hitlsignals.WorkflowID(st.HITLInvocationID), "--name", hitlsignals.DecisionSignal, "--input", payload).CombinedOutput()
+		"--workflow-id", hitlsignals.WorkflowID(st.HITLInvocationID), "--name", hitlsignals.DecisionSignal, "--input", string(payload)).CombinedOutput()
 	require.NoError(t, err, string(out))
 	d := r.wait(t, "deploy-7")
 	assert.Equal(t, negotiationroompb.DecisionOutcome_APPROVED, d.GetOutcome())

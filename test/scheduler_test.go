@@ -318,9 +318,10 @@ func TestScopeConflictGoesToHITL(t *testing.T) {
 	assert.Equal(t, tx, poll.GetEntries()[0].GetTaskId())
 	assert.Contains(t, poll.GetEntries()[0].GetDescription(), "(priority 0) scope: repo:shop path:src/api/**")
 
-	// carol may decide CONFLICT invocations; she approves with a raw Temporal signal.
+	// carol may decide CONFLICT invocations; she approves with a raw Temporal signal, signed
+	// with her own key.
 	require.NoError(t, sys.app.Temporal().SignalWorkflow(context.Background(), hitlsignals.WorkflowID(st.HitlIDs[0]), "", hitlsignals.DecisionSignal,
-		hitlsignals.Decision{InvocationID: st.HitlIDs[0], Decision: hitlsignals.Approve, Rationale: "different files in practice", Operator: "carol", Token: "carol-token"}))
+		signedBy(t, hitlsignals.Decision{InvocationID: st.HitlIDs[0], Decision: hitlsignals.Approve, Rationale: "different files in practice", Operator: "carol"}, carolKey)))
 	ys := waitTask(t, sys, ty, workflows.TaskCompleted)
 	assert.Equal(t, "y done", ys.Result)
 	assert.Contains(t, ys.History, workflows.TaskAwaitingHITL)

@@ -55,21 +55,39 @@ func RequestHITL(ctx workflow.Context, inv hitlsignals.Invocation) (hitlsignals.
 // decision on hitlsignals.DecisionSignal — or for an external HITL component's answer — with
 // the deadline as a durable timer that a decision cancels. On the deadline, or when no HITL
 // component exists or the external one is unavailable, it applies the invocation's fallback
-// and records that it did, which one, why and when (§15.1, §15.3, §15.4). Decisions with a
-// bad credential, for another invocation, or malformed, are refused and audited; the first
-// valid decision wins.
+// and records that it did, which one, why and when (§15.1, §15.3, §15.4). A decision must
+// carry a valid attestation (hitlsignals.Attest): signed by the deployment's decision key or
+// by the operator's own key, unexpired, for this invocation. Decisions without one — a
+// plaintext token included — for another invocation, or malformed, are refused and audited;
+// the first valid decision wins.
 func HitlWait(ctx workflow.Context, in HitlWaitInput) (hitlsignals.Outcome, error) {
 	w := &hitlWait{inv: in.Invocation}
 	return w.run(ctx)
 }
 
+// Change IDs of HitlWait (workflow.GetVersion), so that runs recorded by earlier code replay.
+const (
+	// hitlAttestedDecisions: runs started since refuse decisions carrying a token and accept
+	// attested ones only; runs recorded before keep accepting the token they were started
+	// with (issue 15: no operator secret in history).
+	hitlAttestedDecisions = "hitl-attested-decisions"
+	// hitlPolicyReload: each attested decision reloads the operator policy first
+	// (activities.LoadHitlPolicy), so that a decision key or an operator's key added, rotated
+	// or revoked while the wait lasts counts — and so that runs started before attested
+	// decisions, whose recorded policy has no keys, can still be decided.
+	hitlPolicyReload = "hitl-policy-reload"
+)
+
 type hitlWait struct {
-	inv        hitlsignals.Invocation
-	policy     hitlsignals.Policy
-	deadline   time.Time
-	extensions int
-	refused    int
-	outcome    *hitlsignals.Outcome
+	inv    hitlsignals.Invocation
+	policy hitlsignals.Policy
+	// legacyTokens: the run was recorded before attested decisions and still accepts a
+	// decision's plaintext token.
+	legacyTokens bool
+	deadline     time.Time
+	extensions   int
+	refused      int
+	outcome      *hitlsignals.Outcome
 
 	// What the wait keeps between the steps of its loop (see run).
 	actx           workflow.Context // activity options for the audit and the records
@@ -89,6 +107,7 @@ func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
 	if w.inv.Fallback.Policy == "" {
 		w.inv.Fallback.Policy = hitlsignals.DenyByDefault
 	}
+	w.legacyTokens = workflow.GetVersion(ctx, hitlAttestedDecisions, workflow.DefaultVersion, 1) == workflow.DefaultVersion
 	created := workflow.Now(ctx)
 	w.deadline = created.Add(w.inv.Timeout)
 	if err := workflow.SetQueryHandler(ctx, hitlsignals.StatusQuery, func() (hitlsignals.Status, error) {
@@ -103,6 +122,7 @@ func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
 	var acts *activities.Activities
 	if err := workflow.ExecuteActivity(actx, acts.RecordHitlInvocation, activities.HitlInvocationInput{
 		Invocation: w.inv, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Deadline: w.deadline, CreatedAt: created,
+		OmitTokenHashes: !w.legacyTokens,
 	}).Get(ctx, &w.policy); err != nil {
 		return hitlsignals.Outcome{}, err
 	}
@@ -206,9 +226,16 @@ func (w *hitlWait) extendOrFallback(ctx workflow.Context, reason string) {
 func (w *hitlWait) onDecision(ctx workflow.Context, c workflow.ReceiveChannel) {
 	var d hitlsignals.Decision
 	c.Receive(ctx, &d)
-	if err := w.accept(ctx, d); err != nil {
+	// The time the decision arrived judges its attestation's expiry, not the time after the
+	// policy reload below.
+	received := workflow.Now(ctx)
+	if err := w.accept(ctx, d, received); err != nil {
 		w.refused++
-		w.audit(ctx, "hitl.decision_refused", d.Operator, map[string]any{"reason": err.Error(), "decision": string(d.Decision), "via": via(d.Via)})
+		details := map[string]any{"reason": err.Error(), "decision": string(d.Decision), "via": via(d.Via)}
+		if d.Attestation != nil {
+			details["key_id"] = d.Attestation.KeyID
+		}
+		w.audit(ctx, "hitl.decision_refused", d.Operator, details)
 	}
 }
 
@@ -239,11 +266,14 @@ func (w *hitlWait) onExternal(ctx workflow.Context, f workflow.Future) {
 	w.extendOrFallback(ctx, "hitl_unavailable")
 }
 
-// accept validates a decision and, if it is valid, makes it the outcome.
-func (w *hitlWait) accept(ctx workflow.Context, d hitlsignals.Decision) error {
+// accept validates a decision received at now and, if it is valid, makes it the outcome.
+func (w *hitlWait) accept(ctx workflow.Context, d hitlsignals.Decision, now time.Time) error {
 	if d.InvocationID != w.inv.InvocationID {
 		return fmt.Errorf("validation_error: decision names invocation %q, this is %q", d.InvocationID, w.inv.InvocationID)
 	}
+	// The attestation covers the decision exactly as it was signed, before ParseAction
+	// normalises its case.
+	signed := d
 	action, err := hitlsignals.ParseAction(string(d.Decision))
 	if err != nil {
 		return fmt.Errorf("validation_error: %v", err)
@@ -252,14 +282,50 @@ func (w *hitlWait) accept(ctx workflow.Context, d hitlsignals.Decision) error {
 	if err := d.Check(); err != nil {
 		return err
 	}
-	if err := w.policy.Authorize(d, w.inv.ReasonType); err != nil {
-		return err
+	var keyID string
+	if w.legacyTokens && d.Token != "" {
+		// A run recorded before attested decisions accepts the token it was started with.
+		if err := w.policy.AuthorizeToken(d, w.inv.ReasonType); err != nil {
+			return err
+		}
+	} else {
+		if d.Attestation != nil && d.Token == "" {
+			w.reloadPolicy(ctx)
+		}
+		if keyID, err = w.policy.Authorize(signed, w.inv.ReasonType, now); err != nil {
+			return err
+		}
 	}
 	w.outcome = &hitlsignals.Outcome{
 		InvocationID: w.inv.InvocationID, Decision: action, Rationale: d.Rationale, Patch: d.Patch,
-		DecidedBy: d.Operator, Via: via(d.Via), DecidedAt: workflow.Now(ctx), Extensions: w.extensions,
+		DecidedBy: d.Operator, AttestedBy: keyID, Via: via(d.Via), DecidedAt: workflow.Now(ctx), Extensions: w.extensions,
 	}
 	return nil
+}
+
+// reloadPolicy loads the operator policy the workers hold now, for runs whose change
+// hitlPolicyReload applies (runs that received an attested decision before it did not).
+// A failure keeps the policy the run has.
+func (w *hitlWait) reloadPolicy(ctx workflow.Context) {
+	if workflow.GetVersion(ctx, hitlPolicyReload, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	var acts *activities.Activities
+	var p hitlsignals.Policy
+	if err := workflow.ExecuteActivity(w.actx, acts.LoadHitlPolicy).Get(ctx, &p); err != nil {
+		workflow.GetLogger(ctx).Error("HITL policy reload failed; keeping the loaded one", "error", err)
+		return
+	}
+	if w.legacyTokens {
+		// The reloaded policy has no token hashes; a run that still accepts tokens keeps the
+		// ones it loaded at start.
+		for i := range p.Operators {
+			if old, ok := w.policy.Operator(p.Operators[i].Name); ok {
+				p.Operators[i].TokenSHA256 = old.TokenSHA256
+			}
+		}
+	}
+	w.policy = p
 }
 
 // fallback applies the invocation's fallback policy (§15.1, §15.3, §15.4).

@@ -2,6 +2,7 @@ package workflows_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/router"
@@ -24,10 +26,30 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
+// decisionKey is the deployment's decision key of the tests; aliceKey is alice's own key.
+var (
+	decisionKey = keyOf(1)
+	aliceKey    = keyOf(2)
+	otherKey    = keyOf(9)
+)
+
 var operators = []hitlsignals.Operator{
-	{Name: "alice", TokenSHA256: hitlsignals.HashToken("alice-token")},
+	{Name: "alice", TokenSHA256: hitlsignals.HashToken("alice-token"), PublicKeys: []ed25519.PublicKey{pubOf(aliceKey)}},
 	{Name: "carol", TokenSHA256: hitlsignals.HashToken("carol-token"), Reasons: []string{"CONFLICT"}},
 }
+
+// policy is the operator policy of the tests: operators and the decision key.
+var policy = hitlsignals.Policy{Operators: operators, DecisionKeys: []ed25519.PublicKey{pubOf(decisionKey)}}
+
+func keyOf(b byte) ed25519.PrivateKey {
+	seed := make([]byte, ed25519.SeedSize)
+	for i := range seed {
+		seed[i] = b
+	}
+	return ed25519.NewKeyFromSeed(seed)
+}
+
+func pubOf(k ed25519.PrivateKey) ed25519.PublicKey { return k.Public().(ed25519.PublicKey) }
 
 func hitlEnv(t *testing.T, policy hitlsignals.Policy) (*testsuite.TestWorkflowEnvironment, store.Store) {
 	t.Helper()
@@ -49,8 +71,27 @@ func invocation(id string) hitlsignals.Invocation {
 	}
 }
 
+// decide signals d after a delay, attested by the decision key as a frontend would, valid
+// for ten minutes from the moment it is sent.
 func decide(env *testsuite.TestWorkflowEnvironment, after time.Duration, d hitlsignals.Decision) {
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(hitlsignals.DecisionSignal, d) }, after)
+	signed(env, after, d, decisionKey)
+}
+
+// signed signals d after a delay, attested by key (unless d carries a token: then as is).
+func signed(env *testsuite.TestWorkflowEnvironment, after time.Duration, d hitlsignals.Decision, key ed25519.PrivateKey) {
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(hitlsignals.DecisionSignal, attestAt(env, d, key)) }, after)
+}
+
+// attestAt attests d with key at the environment's time, unless it carries a token.
+func attestAt(env *testsuite.TestWorkflowEnvironment, d hitlsignals.Decision, key ed25519.PrivateKey) hitlsignals.Decision {
+	if d.Token != "" {
+		return d
+	}
+	a, err := hitlsignals.Attest(d, key, env.Now().Add(hitlsignals.DefaultAttestationTTL))
+	if err != nil {
+		panic(err)
+	}
+	return a
 }
 
 func outcomeOf(t *testing.T, env *testsuite.TestWorkflowEnvironment) hitlsignals.Outcome {
@@ -63,14 +104,14 @@ func outcomeOf(t *testing.T, env *testsuite.TestWorkflowEnvironment) hitlsignals
 }
 
 func TestHitlApprovedInTime(t *testing.T) {
-	env, st := hitlEnv(t, hitlsignals.Policy{Operators: operators})
+	env, st := hitlEnv(t, policy)
 	env.RegisterDelayedCallback(func() {
 		rec, err := st.HITL().GetInvocation(context.Background(), "h1")
 		require.NoError(t, err)
 		assert.Equal(t, store.HITLPending, rec.Status, "listed as pending while waiting")
 		assert.Equal(t, "SECURITY_APPROVAL", rec.ReasonType)
 	}, time.Minute)
-	decide(env, 2*time.Minute, hitlsignals.Decision{InvocationID: "h1", Decision: "APPROVE", Rationale: "low risk", Operator: "alice", Token: "alice-token", Via: "cli"})
+	decide(env, 2*time.Minute, hitlsignals.Decision{InvocationID: "h1", Decision: "APPROVE", Rationale: "low risk", Operator: "alice", Via: "cli"})
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h1")})
 	o := outcomeOf(t, env)
 	assert.Equal(t, hitlsignals.Approve, o.Decision)
@@ -94,8 +135,8 @@ func TestHitlApprovedInTime(t *testing.T) {
 }
 
 func TestHitlDenied(t *testing.T) {
-	env, _ := hitlEnv(t, hitlsignals.Policy{Operators: operators})
-	decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h2", Decision: "deny", Rationale: "too risky", Operator: "alice", Token: "alice-token"})
+	env, _ := hitlEnv(t, policy)
+	decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h2", Decision: "deny", Rationale: "too risky", Operator: "alice"})
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h2")})
 	o := outcomeOf(t, env)
 	assert.Equal(t, hitlsignals.Deny, o.Decision)
@@ -103,10 +144,10 @@ func TestHitlDenied(t *testing.T) {
 }
 
 func TestHitlModifyWithPatch(t *testing.T) {
-	env, _ := hitlEnv(t, hitlsignals.Policy{Operators: operators})
+	env, _ := hitlEnv(t, policy)
 	// modify without a patch is refused, the one with a patch wins.
-	decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h3", Decision: "modify", Rationale: "narrow it", Operator: "alice", Token: "alice-token"})
-	decide(env, 2*time.Minute, hitlsignals.Decision{InvocationID: "h3", Decision: "modify", Rationale: "narrow it", Patch: []byte(`{"scope":"src/ui"}`), Operator: "alice", Token: "alice-token"})
+	decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h3", Decision: "modify", Rationale: "narrow it", Operator: "alice"})
+	decide(env, 2*time.Minute, hitlsignals.Decision{InvocationID: "h3", Decision: "modify", Rationale: "narrow it", Patch: []byte(`{"scope":"src/ui"}`), Operator: "alice"})
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h3")})
 	o := outcomeOf(t, env)
 	assert.Equal(t, hitlsignals.Modify, o.Decision)
@@ -114,37 +155,138 @@ func TestHitlModifyWithPatch(t *testing.T) {
 }
 
 func TestHitlRefusesBadDecisionsAndFirstValidWins(t *testing.T) {
-	env, st := hitlEnv(t, hitlsignals.Policy{Operators: operators})
-	for i, d := range []hitlsignals.Decision{
-		{InvocationID: "h4", Decision: "approve", Rationale: "x"},                                             // no credential
-		{InvocationID: "h4", Decision: "approve", Rationale: "x", Operator: "alice", Token: "wrong"},          // bad token
-		{InvocationID: "h4", Decision: "approve", Rationale: "x", Operator: "mallory", Token: "alice-token"},  // unknown operator
-		{InvocationID: "h4", Decision: "approve", Rationale: "x", Operator: "carol", Token: "carol-token"},    // not authorized for SECURITY_APPROVAL
-		{InvocationID: "other", Decision: "approve", Rationale: "x", Operator: "alice", Token: "alice-token"}, // wrong invocation
-		{InvocationID: "h4", Decision: "maybe", Rationale: "x", Operator: "alice", Token: "alice-token"},      // bad action
-		{InvocationID: "h4", Decision: "approve", Rationale: " ", Operator: "alice", Token: "alice-token"},    // no rationale
-	} {
-		decide(env, time.Duration(i+1)*time.Second, d)
+	env, st := hitlEnv(t, policy)
+	type attempt struct {
+		d   hitlsignals.Decision
+		key ed25519.PrivateKey // nil: sent without attestation
 	}
+	approve := func(op string) hitlsignals.Decision {
+		return hitlsignals.Decision{InvocationID: "h4", Decision: "approve", Rationale: "x", Operator: op}
+	}
+	wrongInvocation := approve("alice")
+	wrongInvocation.InvocationID = "other"
+	badAction, noRationale := approve("alice"), approve("alice")
+	badAction.Decision, noRationale.Rationale = "maybe", " "
+	withToken := approve("alice")
+	withToken.Token = "alice-token"
+	attempts := []attempt{
+		{approve("alice"), nil},           // no attestation
+		{withToken, nil},                  // a valid token, refused on a new run
+		{approve("alice"), otherKey},      // a key nobody configured
+		{approve("mallory"), decisionKey}, // unknown operator
+		{approve("carol"), decisionKey},   // not authorized for SECURITY_APPROVAL
+		{wrongInvocation, decisionKey},    // wrong invocation
+		{badAction, decisionKey},          // bad action
+		{noRationale, decisionKey},        // no rationale
+	}
+	for i, a := range attempts {
+		env.RegisterDelayedCallback(func() {
+			d := a.d
+			if a.key != nil {
+				d = attestAt(env, d, a.key)
+			}
+			env.SignalWorkflow(hitlsignals.DecisionSignal, d)
+		}, time.Duration(i+1)*time.Second)
+	}
+	// Signed at once, arriving after its ten minutes: expired.
+	env.RegisterDelayedCallback(func() {
+		late := attestAt(env, approve("alice"), decisionKey)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(hitlsignals.DecisionSignal, late) }, 11*time.Minute-10*time.Second)
+	}, 10*time.Second)
 	env.RegisterDelayedCallback(func() {
 		v, err := env.QueryWorkflow(hitlsignals.StatusQuery)
 		require.NoError(t, err)
 		var s hitlsignals.Status
 		require.NoError(t, v.Get(&s))
-		assert.Equal(t, 7, s.Refused)
+		assert.Equal(t, len(attempts)+1, s.Refused)
 		assert.Nil(t, s.Outcome, "nothing changed")
-	}, 30*time.Second)
-	decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h4", Decision: "deny", Rationale: "first", Operator: "alice", Token: "alice-token"})
-	decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h4", Decision: "approve", Rationale: "second", Operator: "alice", Token: "alice-token"})
-	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h4")})
+	}, 11*time.Minute+30*time.Second)
+	inv := invocation("h4")
+	inv.Timeout = time.Hour
+	decide(env, 12*time.Minute, hitlsignals.Decision{InvocationID: "h4", Decision: "deny", Rationale: "first", Operator: "alice"})
+	decide(env, 12*time.Minute, hitlsignals.Decision{InvocationID: "h4", Decision: "approve", Rationale: "second", Operator: "alice"})
+	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: inv})
 	o := outcomeOf(t, env)
 	assert.Equal(t, hitlsignals.Deny, o.Decision, "the first valid decision wins")
 	assert.Equal(t, "first", o.Rationale)
+	assert.Equal(t, auth.KeyID(auth.AlgorithmEd25519, pubOf(decisionKey)), o.AttestedBy)
 	refusals, err := st.Audit().List(context.Background(), store.AuditFilter{TypePrefix: "hitl.decision_refused"})
 	require.NoError(t, err)
-	require.Len(t, refusals, 7)
-	assert.Contains(t, string(refusals[1].Details), "invalid token")
-	assert.NotContains(t, string(refusals[1].Details), "wrong", "tokens are never audited")
+	require.Len(t, refusals, len(attempts)+1)
+	for i, want := range []string{"no attestation", "carrying a token is refused", "neither the deployment's decision key", `unknown operator \"mallory\"`,
+		"may not decide SECURITY_APPROVAL", "names invocation", "not one of approve", "rationale is required", "expired"} {
+		assert.Contains(t, string(refusals[i].Details), want, "refusal %d", i)
+		assert.NotContains(t, string(refusals[i].Details), "alice-token", "tokens are never audited")
+	}
+	assert.Contains(t, string(refusals[1].Details), "permission_denied: a decision carrying a token")
+}
+
+// TestHitlLegacyRunAcceptsToken: a run recorded before attested decisions (GetVersion answers
+// the default version, as when its history has no marker) still accepts the token it was
+// started with, and refuses a wrong one — even after an attested decision made it reload the
+// policy, which comes without token hashes.
+func TestHitlLegacyRunAcceptsToken(t *testing.T) {
+	env, _ := hitlEnv(t, policy)
+	env.OnGetVersion("hitl-attested-decisions", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	reloads := 0
+	var acts *activities.Activities
+	env.OnActivity(acts.LoadHitlPolicy, mock.Anything).Return(func(context.Context) (hitlsignals.Policy, error) {
+		reloads++
+		return policy.WithoutTokens(), nil
+	})
+	signed(env, 30*time.Second, hitlsignals.Decision{InvocationID: "h13", Decision: "approve", Rationale: "x", Operator: "alice"}, otherKey)
+	decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h13", Decision: "approve", Rationale: "x", Operator: "alice", Token: "wrong"})
+	decide(env, 2*time.Minute, hitlsignals.Decision{InvocationID: "h13", Decision: "approve", Rationale: "legacy", Operator: "alice", Token: "alice-token"})
+	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h13")})
+	o := outcomeOf(t, env)
+	assert.Equal(t, hitlsignals.Approve, o.Decision)
+	assert.Equal(t, "legacy", o.Rationale)
+	assert.Empty(t, o.AttestedBy)
+	assert.Equal(t, 1, reloads)
+}
+
+// TestHitlOperatorKeySignedDecision: a decision alice signed with her own key, sent through
+// the raw signal door, is accepted and names her key; her key cannot vouch for the CLI door.
+func TestHitlOperatorKeySignedDecision(t *testing.T) {
+	env, st := hitlEnv(t, policy)
+	signed(env, time.Minute, hitlsignals.Decision{InvocationID: "h14", Decision: "approve", Rationale: "x", Operator: "alice", Via: "cli"}, aliceKey)
+	signed(env, 2*time.Minute, hitlsignals.Decision{InvocationID: "h14", Decision: "approve", Rationale: "signed myself", Operator: "alice", Via: "signal"}, aliceKey)
+	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h14")})
+	o := outcomeOf(t, env)
+	assert.Equal(t, "signed myself", o.Rationale)
+	assert.Equal(t, "signal", o.Via)
+	assert.Equal(t, auth.KeyID(auth.AlgorithmEd25519, pubOf(aliceKey)), o.AttestedBy)
+	refusals, err := st.Audit().List(context.Background(), store.AuditFilter{TypePrefix: "hitl.decision_refused"})
+	require.NoError(t, err)
+	require.Len(t, refusals, 1)
+	assert.Contains(t, string(refusals[0].Details), "signal door only")
+}
+
+// TestHitlReloadsPolicyForEachDecision: the policy a run loaded at start is not the last word
+// — a decision key configured later is accepted (a run started before decision keys existed
+// can be decided), and a key revoked while the run waits is refused (§23).
+func TestHitlReloadsPolicyForEachDecision(t *testing.T) {
+	t.Run("key added", func(t *testing.T) {
+		env, _ := hitlEnv(t, hitlsignals.Policy{Operators: operators}) // loaded at start: no decision key
+		var acts *activities.Activities
+		env.OnActivity(acts.LoadHitlPolicy, mock.Anything).Return(policy, nil)
+		decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h15", Decision: "approve", Rationale: "key arrived", Operator: "alice"})
+		env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h15")})
+		assert.Equal(t, "key arrived", outcomeOf(t, env).Rationale)
+	})
+	t.Run("key revoked", func(t *testing.T) {
+		env, st := hitlEnv(t, policy)
+		var acts *activities.Activities
+		env.OnActivity(acts.LoadHitlPolicy, mock.Anything).Return(hitlsignals.Policy{Operators: operators}, nil)
+		decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h16", Decision: "approve", Rationale: "revoked", Operator: "alice"})
+		env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h16")})
+		o := outcomeOf(t, env)
+		assert.True(t, o.Fallback, "the revoked key decided nothing")
+		refusals, err := st.Audit().List(context.Background(), store.AuditFilter{TypePrefix: "hitl.decision_refused"})
+		require.NoError(t, err)
+		require.Len(t, refusals, 1)
+		assert.Contains(t, string(refusals[0].Details), "neither the deployment's decision key")
+	})
 }
 
 func TestHitlDeadlineFallbacks(t *testing.T) {
@@ -159,7 +301,7 @@ func TestHitlDeadlineFallbacks(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			env, st := hitlEnv(t, hitlsignals.Policy{Operators: operators})
+			env, st := hitlEnv(t, policy)
 			inv := invocation("h5")
 			inv.Fallback = c.fallback
 			var start time.Time
@@ -184,7 +326,7 @@ func TestHitlDeadlineFallbacks(t *testing.T) {
 }
 
 func TestHitlExtendTimeoutCappedAtThree(t *testing.T) {
-	env, st := hitlEnv(t, hitlsignals.Policy{Operators: operators})
+	env, st := hitlEnv(t, policy)
 	inv := invocation("h6")
 	inv.Fallback = hitlsignals.Fallback{Policy: hitlsignals.ExtendTimeout}
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: inv})
@@ -198,10 +340,10 @@ func TestHitlExtendTimeoutCappedAtThree(t *testing.T) {
 }
 
 func TestHitlExtendedThenDecided(t *testing.T) {
-	env, _ := hitlEnv(t, hitlsignals.Policy{Operators: operators})
+	env, _ := hitlEnv(t, policy)
 	inv := invocation("h7")
 	inv.Fallback = hitlsignals.Fallback{Policy: hitlsignals.ExtendTimeout, ExtendBy: 5 * time.Minute}
-	decide(env, 12*time.Minute, hitlsignals.Decision{InvocationID: "h7", Decision: "approve", Rationale: "back from lunch", Operator: "alice", Token: "alice-token"})
+	decide(env, 12*time.Minute, hitlsignals.Decision{InvocationID: "h7", Decision: "approve", Rationale: "back from lunch", Operator: "alice"})
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: inv})
 	o := outcomeOf(t, env)
 	assert.Equal(t, hitlsignals.Approve, o.Decision)
@@ -266,12 +408,12 @@ func requester(ctx workflow.Context, inv hitlsignals.Invocation) (hitlsignals.Ou
 }
 
 func TestRequestHITLFromAnotherWorkflow(t *testing.T) {
-	env, _ := hitlEnv(t, hitlsignals.Policy{Operators: operators})
+	env, _ := hitlEnv(t, policy)
 	env.RegisterWorkflow(requester)
 	inv := invocation("h11")
 	env.RegisterDelayedCallback(func() {
 		require.NoError(t, env.SignalWorkflowByID(hitlsignals.WorkflowID("h11"), hitlsignals.DecisionSignal,
-			hitlsignals.Decision{InvocationID: "h11", Decision: "approve", Rationale: "fine", Operator: "alice", Token: "alice-token"}))
+			attestAt(env, hitlsignals.Decision{InvocationID: "h11", Decision: "approve", Rationale: "fine", Operator: "alice"}, decisionKey)))
 	}, time.Minute)
 	env.ExecuteWorkflow(requester, inv)
 	o := outcomeOf(t, env)
@@ -280,7 +422,7 @@ func TestRequestHITLFromAnotherWorkflow(t *testing.T) {
 }
 
 func TestHitlRejectsInvalidInvocation(t *testing.T) {
-	env, _ := hitlEnv(t, hitlsignals.Policy{Operators: operators})
+	env, _ := hitlEnv(t, policy)
 	inv := invocation("h12")
 	inv.ReasonType = "HITL_REASON_UNSPECIFIED"
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: inv})

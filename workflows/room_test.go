@@ -112,7 +112,7 @@ func TestRoomLowScoresRequestRevision(t *testing.T) {
 }
 
 func TestRoomSplitVoteEscalatesAndHumanDecides(t *testing.T) {
-	env, _ := roomEnv(t, hitlsignals.Policy{Operators: operators})
+	env, _ := roomEnv(t, policy)
 	vote(env, time.Second, v("c1", 9.5, 0.9, true), &voteResult{})
 	vote(env, 2*time.Second, v("c2", 1.0, 0.9, false), &voteResult{})
 	vote(env, 3*time.Second, v("c3", 9.0, 0.9, true), &voteResult{})
@@ -123,8 +123,8 @@ func TestRoomSplitVoteEscalatesAndHumanDecides(t *testing.T) {
 		require.NoError(t, val.Get(&st))
 		require.NotEmpty(t, st.HITLInvocationID)
 		assert.Equal(t, negotiationroompb.DecisionOutcome_ESCALATED_TO_HITL, st.Decision.GetOutcome())
-		require.NoError(t, env.SignalWorkflowByID(hitlsignals.WorkflowID(st.HITLInvocationID), hitlsignals.DecisionSignal, hitlsignals.Decision{
-			InvocationID: st.HITLInvocationID, Decision: hitlsignals.Approve, Rationale: "the outlier misread it", Operator: "alice", Token: "alice-token"}))
+		require.NoError(t, env.SignalWorkflowByID(hitlsignals.WorkflowID(st.HITLInvocationID), hitlsignals.DecisionSignal, attestAt(env, hitlsignals.Decision{
+			InvocationID: st.HITLInvocationID, Decision: hitlsignals.Approve, Rationale: "the outlier misread it", Operator: "alice"}, decisionKey)))
 	}, time.Minute)
 	env.ExecuteWorkflow(workflows.RoomCoordinator, workflows.RoomInput{Proposal: proposal(), Version: 1})
 	d := decisionOf(t, env)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,12 +13,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 )
 
-// newHitlCmd builds `sw4rm hitl list|decide|history`: thin clients of the HitlAdminService
-// extension, authenticated with an operator token.
+// newHitlCmd builds `sw4rm hitl list|decide|history`, thin clients of the HitlAdminService
+// extension authenticated with an operator token, and `sw4rm hitl sign`, which signs a
+// decision for the raw signal door without any server.
 func newHitlCmd() *cobra.Command {
 	var of operatorFlags
 	cmd := &cobra.Command{
@@ -131,8 +135,74 @@ func newHitlCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(list, decide, history)
+	cmd.AddCommand(list, decide, history, newHitlSignCmd(), newHitlOperatorKeyCmd())
 	return cmd
+}
+
+// newHitlSignCmd builds `sw4rm hitl sign`: the raw signal door's half that needs a key. It
+// signs a decision with the operator's own Ed25519 key and prints it as the JSON input of
+// `temporal workflow signal`; the workflow accepts it when the key is one of the operator's
+// (SW4RM_HITL_OPERATOR_KEYS) and it has not expired. It needs no server: the operator may
+// sign on a machine that only reaches Temporal.
+func newHitlSignCmd() *cobra.Command {
+	var keyFile, operator, invocation, decision, rationale, patchFile string
+	var ttl time.Duration
+	sign := &cobra.Command{
+		Use:   "sign --key FILE --operator NAME --invocation ID --decision approve|deny|modify|defer --rationale \"...\"",
+		Short: "Sign a decision with your own key, for a plain `temporal workflow signal`",
+		Long: "Sign a decision with your own Ed25519 key (the file holds its 32-byte seed in hex, or base64, or PKCS#8 PEM)\n" +
+			"and print the decision JSON. Send it with the command printed on stderr. The signature expires after --ttl\n" +
+			"and names this invocation and this decision only: what stays in the workflow's history can decide nothing else.\n" +
+			"The key's public half must be configured for you on the workers: see `sw4rm hitl operator-key`.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if keyFile == "" || operator == "" || invocation == "" {
+				return fmt.Errorf("--key, --operator (or SW4RM_OPERATOR) and --invocation are required")
+			}
+			if ttl <= 0 || ttl > hitlsignals.MaxAttestationTTL {
+				return fmt.Errorf("--ttl %s: want a positive duration of at most %s", ttl, hitlsignals.MaxAttestationTTL)
+			}
+			action, err := hitlsignals.ParseAction(decision)
+			if err != nil {
+				return err
+			}
+			var patch []byte
+			if patchFile != "" {
+				if patch, err = os.ReadFile(patchFile); err != nil {
+					return fmt.Errorf("read patch: %w", err)
+				}
+			}
+			d := hitlsignals.Decision{InvocationID: invocation, Decision: action, Rationale: rationale, Patch: patch, Operator: operator, Via: "signal"}
+			if err := d.Check(); err != nil {
+				return err
+			}
+			key, err := auth.LoadPrivateKey(keyFile)
+			if err != nil {
+				return err
+			}
+			signed, err := hitlsignals.Attest(d, key, time.Now().Add(ttl))
+			if err != nil {
+				return err
+			}
+			b, err := json.Marshal(signed)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), string(b))
+			fmt.Fprintf(cmd.ErrOrStderr(), "# valid until %s; send it with:\n# temporal workflow signal --workflow-id %s --name %s --input '<the JSON above>'\n",
+				time.UnixMilli(signed.Attestation.ExpiresAt).UTC().Format(time.RFC3339), hitlsignals.WorkflowID(invocation), hitlsignals.DecisionSignal)
+			return nil
+		},
+	}
+	f := sign.Flags()
+	f.StringVar(&keyFile, "key", os.Getenv("SW4RM_OPERATOR_KEY_FILE"), "file holding your Ed25519 private key (SW4RM_OPERATOR_KEY_FILE)")
+	f.StringVar(&operator, "operator", os.Getenv("SW4RM_OPERATOR"), "your operator name (SW4RM_OPERATOR)")
+	f.StringVar(&invocation, "invocation", "", "the invocation id")
+	f.StringVar(&decision, "decision", "", "approve, deny, modify or defer")
+	f.StringVar(&rationale, "rationale", "", "why (required)")
+	f.StringVar(&patchFile, "patch-file", "", "the modification, for modify")
+	f.DurationVar(&ttl, "ttl", hitlsignals.DefaultAttestationTTL, "how long the signed decision stays valid")
+	return sign
 }
 
 func envOr(name, def string) string {
@@ -154,4 +224,32 @@ func until(now, t time.Time) string {
 		return "passed"
 	}
 	return "in " + t.Sub(now).Truncate(time.Second).String()
+}
+
+// newHitlOperatorKeyCmd builds `sw4rm hitl operator-key`: it prints the entry of
+// SW4RM_HITL_OPERATOR_KEYS that lets the workers check decisions signed with a key file —
+// only the public half, which the operator hands to whoever configures the deployment.
+func newHitlOperatorKeyCmd() *cobra.Command {
+	var keyFile, operator string
+	c := &cobra.Command{
+		Use:   "operator-key --key FILE --operator NAME",
+		Short: "Print your SW4RM_HITL_OPERATOR_KEYS entry (name=<base64 public key>) for a key file",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if keyFile == "" || operator == "" {
+				return fmt.Errorf("--key and --operator (or SW4RM_OPERATOR) are required")
+			}
+			key, err := auth.LoadPrivateKey(keyFile)
+			if err != nil {
+				return err
+			}
+			pub, _ := key.Public().(ed25519.PublicKey)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s=%s\n", operator, base64.StdEncoding.EncodeToString(pub))
+			fmt.Fprintf(cmd.ErrOrStderr(), "# key id %s\n", auth.KeyID(auth.AlgorithmEd25519, pub))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&keyFile, "key", os.Getenv("SW4RM_OPERATOR_KEY_FILE"), "file holding your Ed25519 private key (SW4RM_OPERATOR_KEY_FILE)")
+	c.Flags().StringVar(&operator, "operator", os.Getenv("SW4RM_OPERATOR"), "your operator name (SW4RM_OPERATOR)")
+	return c
 }

@@ -56,6 +56,8 @@ func newRootWith(start startFunc) *cobra.Command {
 	pf.StringVar(&cfg.HITLOperators, "hitl-operators", "", "HITL operators, name=token[:REASON|REASON],... (SW4RM_HITL_OPERATORS)")
 	pf.DurationVar(&cfg.HITLTimeout, "hitl-timeout", cfg.HITLTimeout, "deadline of invocations raised by HitlService.Decide (SW4RM_HITL_TIMEOUT)")
 	pf.StringVar(&cfg.HITLExternal, "hitl-external", "", "address of an external HITL component (SW4RM_HITL_EXTERNAL)")
+	pf.StringVar(&cfg.HITLOperatorKeys, "hitl-operator-keys", "", "operators' own Ed25519 public keys for signed raw decisions, name=<base64>,... (SW4RM_HITL_OPERATOR_KEYS)")
+	pf.StringVar(&cfg.HITLDecisionKeyFile, "hitl-decision-key-file", "", "file holding the HITL decision key (Ed25519 seed), the same on every server and worker (SW4RM_HITL_DECISION_KEY_FILE)")
 	pf.DurationVar(&cfg.AckTimeout, "ack-timeout", cfg.AckTimeout, "SENT → TIMED_OUT timeout, §11 (SW4RM_ACK_TIMEOUT)")
 	pf.IntVar(&cfg.MaxRetries, "max-retries", cfg.MaxRetries, "retry budget before the dead-letter queue, §21.1 (SW4RM_MAX_RETRIES)")
 	pf.DurationVar(&cfg.DedupWindow, "dedup-window", cfg.DedupWindow, "idempotency window, §11.2 (SW4RM_DEDUP_WINDOW)")
@@ -121,6 +123,8 @@ func newRootWith(start startFunc) *cobra.Command {
 		}
 		apply("hitl-timeout", func() { merged.HITLTimeout = cfg.HITLTimeout })
 		apply("hitl-external", func() { merged.HITLExternal = cfg.HITLExternal })
+		apply("hitl-operator-keys", func() { merged.HITLOperatorKeys = cfg.HITLOperatorKeys })
+		apply("hitl-decision-key-file", func() { merged.HITLDecisionKeyFile = cfg.HITLDecisionKeyFile })
 		apply("tls-cert-file", func() { merged.TLSCertFile = cfg.TLSCertFile })
 		apply("tls-key-file", func() { merged.TLSKeyFile = cfg.TLSKeyFile })
 		apply("tls-client-ca-file", func() { merged.TLSClientCAFile = cfg.TLSClientCAFile })

@@ -44,6 +44,24 @@ func TestSplitRolesRefuseTheMemoryStore(t *testing.T) {
 	}
 }
 
+// TestSplitRolesRefuseOperatorsWithoutDecisionKey: a server or worker alone with HITL
+// operators but no decision key refuses to start, before it contacts Temporal, and names
+// the setting; `sw4rm dev` generates its own (app.LoadHITLDecisionKey).
+func TestSplitRolesRefuseOperatorsWithoutDecisionKey(t *testing.T) {
+	t.Setenv("SW4RM_DATABASE_URL", "postgres://127.0.0.1:1/sw4rm")
+	t.Setenv("SW4RM_HITL_OPERATORS", "alice=alice-token")
+	unsetenv(t, "SW4RM_HITL_DECISION_KEY_FILE")
+	for _, role := range []string{"server", "worker"} {
+		_, err := run(t, role, "--temporal-address", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:0", "--http-addr", "")
+		require.Error(t, err, role)
+		assert.Contains(t, err.Error(), "`sw4rm "+role+"` has HITL operators", role)
+		assert.Contains(t, err.Error(), "SW4RM_HITL_DECISION_KEY_FILE", role)
+	}
+	cfg, _, _ := configOf(t, "server", "--hitl-decision-key-file", "/run/secrets/hitl.key", "--hitl-operator-keys", "alice=AAAA")
+	assert.Equal(t, "/run/secrets/hitl.key", cfg.HITLDecisionKeyFile)
+	assert.Equal(t, "alice=AAAA", cfg.HITLOperatorKeys)
+}
+
 // configOf runs the sw4rm command line with args up to the start of its roles and returns the
 // configuration and roles it would start with, and what it logged before.
 func configOf(t *testing.T, args ...string) (app.Config, app.Roles, string) {
