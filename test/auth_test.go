@@ -45,6 +45,9 @@ func authConfig(t testing.TB, kind string, mode auth.Mode) app.Config {
 	cfg := newConfig(t, kind)
 	cfg.Auth = mode
 	cfg.HITLOperators = authOperator + "=" + authOperatorToken
+	// Every process of a deployment shares the HITL decision key (docs/hitl.md); a second
+	// frontend started with this configuration needs it.
+	cfg.HITLDecisionKeyFile = writeKeyFile(t, decisionKeySeed)
 	return cfg
 }
 
