@@ -56,6 +56,8 @@ type Store interface {
 	ActivityBuffer() ActivityBuffer
 	// Keys returns the agents' public keys and the nonces of signed calls (§6.2, §23).
 	Keys() Keys
+	// Handoffs returns the handoff projection and fences (§17.6).
+	Handoffs() Handoffs
 	// Kind names the implementation ("memory" or "postgres") for logs.
 	Kind() string
 	// Close releases connections and stops background work.
