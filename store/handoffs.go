@@ -56,21 +56,27 @@ type Fence struct {
 // Handoffs holds the handoff projection and the fences.
 type Handoffs interface {
 	// CreateHandoff stores a new handoff and writes handoffs (its workflow's start) to the
-	// Outbox in the same transaction, leased for HandoffLease. When the request_id exists it
-	// writes nothing and returns the existing record with ErrDuplicateHandoff.
+	// Outbox in the same transaction, leased for HandoffLease, and returns the record as
+	// stored. The store sets CreatedAt and UpdatedAt; a zero Status is stored as PENDING. When
+	// the request_id exists it writes nothing (neither record nor handoffs) and returns the
+	// existing record with ErrDuplicateHandoff: of concurrent creations of one request_id,
+	// exactly one succeeds.
 	CreateHandoff(ctx context.Context, rec HandoffRecord, handoffs ...Handoff) (HandoffRecord, error)
 	// GetHandoff returns one handoff, or ErrNotFound.
 	GetHandoff(ctx context.Context, requestID string) (HandoffRecord, error)
 	// UpdateHandoff records a transition: status, the current target, the accepting agent and
-	// the end reason (empty strings keep the stored values); ErrNotFound for an unknown id.
+	// the end reason (empty strings, and HANDOFF_STATUS_UNSPECIFIED, keep the stored values)
+	// and sets UpdatedAt; ErrNotFound for an unknown id.
 	UpdateHandoff(ctx context.Context, requestID string, status handoffpb.HandoffStatus, target, acceptedBy, endReason string) error
 	// ListOfferedTo returns the PENDING handoffs whose Target is agentID, oldest first.
 	ListOfferedTo(ctx context.Context, agentID string) ([]HandoffRecord, error)
 	// ListByCorrelation returns every handoff of a correlation, oldest first.
 	ListByCorrelation(ctx context.Context, correlation string) ([]HandoffRecord, error)
-	// OpenDelegations counts, per target agent, the handoffs PENDING on it or ACCEPTED by it.
+	// OpenDelegations counts, per agent, the handoffs PENDING with it as Target or ACCEPTED by
+	// it (AcceptedBy, or Target when no AcceptedBy was recorded); agents with none are absent.
 	OpenDelegations(ctx context.Context) (map[string]int, error)
-	// Fence records a fence; setting an existing one again changes nothing.
+	// Fence records a fence; a zero At means now. Setting a fence on a (Correlation, AgentID)
+	// that has one changes nothing (the first stands) and leaves FencesGeneration as it was.
 	Fence(ctx context.Context, f Fence) error
 	// Fenced returns the fence of (correlation, agentID), if there is one.
 	Fenced(ctx context.Context, correlation, agentID string) (Fence, bool, error)

@@ -71,6 +71,14 @@ type Store struct {
 	handoffs     map[string]*handoffRow
 	handoffOrder int64
 
+	// handoffReqs holds the handoff projection (§17.6) by request_id, fences the fences by
+	// (correlation, agent) (see handoffs.go); they share s.mu with the outbox so that a
+	// handoff and the start of its workflow are written together.
+	handoffReqs      map[string]*handoffReqRow
+	handoffReqOrder  int64
+	fences           map[fenceKey]store.Fence
+	fencesGeneration int64
+
 	// hub fans wake-ups out to Subscribe channels. It has its own lock and never blocks, so
 	// it is safe to wake it while s.mu is held.
 	hub *hub.Hub
@@ -124,19 +132,21 @@ var _ store.Store = (*Store)(nil)
 // New returns an empty in-memory store.
 func New() *Store {
 	return &Store{
-		messages:   make(map[string]*messageRow),
-		deliveries: make(map[int64]*deliveryRow),
-		pending:    make(map[string][]int64),
-		data:       make(map[string]int),
-		sent:       make(map[string]struct{}),
-		idem:       make(map[idemKey]*store.IdempotencyEntry),
-		horizons:   make(map[string]int64),
-		responses:  make(map[string]*store.PendingResponse),
-		agents:     make(map[string]*agentRow),
-		hitl:       make(map[string]*store.HITLRecord),
-		handoffs:   make(map[string]*handoffRow),
-		hub:        hub.New(),
-		dlq:        newDLQState(),
+		messages:    make(map[string]*messageRow),
+		deliveries:  make(map[int64]*deliveryRow),
+		pending:     make(map[string][]int64),
+		data:        make(map[string]int),
+		sent:        make(map[string]struct{}),
+		idem:        make(map[idemKey]*store.IdempotencyEntry),
+		horizons:    make(map[string]int64),
+		responses:   make(map[string]*store.PendingResponse),
+		agents:      make(map[string]*agentRow),
+		hitl:        make(map[string]*store.HITLRecord),
+		handoffs:    make(map[string]*handoffRow),
+		handoffReqs: make(map[string]*handoffReqRow),
+		fences:      make(map[fenceKey]store.Fence),
+		hub:         hub.New(),
+		dlq:         newDLQState(),
 	}
 }
 
