@@ -27,22 +27,26 @@ func TestValidateHandoffRequest(t *testing.T) {
 		ct   string
 		want string // "" = valid; else a substring of the refusal
 	}{
-		"valid":                {valid(), "", ""},
-		"routed":               {with(func(r *handoffpb.HandoffRequest) { r.ToAgent, r.CapabilitiesRequired = "", []string{"x"} }), "text/plain", ""},
-		"params ignored":       {valid(), "application/json; charset=utf-8", ""},
-		"nil":                  {nil, "", "required"},
-		"no request_id":        {with(func(r *handoffpb.HandoffRequest) { r.RequestId = "" }), "", "request_id is required"},
-		"bad request_id":       {with(func(r *handoffpb.HandoffRequest) { r.RequestId = "a/b" }), "", "request_id"},
-		"no from":              {with(func(r *handoffpb.HandoffRequest) { r.FromAgent = "" }), "", "from_agent is required"},
-		"no target":            {with(func(r *handoffpb.HandoffRequest) { r.ToAgent = "" }), "", "to_agent or capabilities_required"},
-		"to self":              {with(func(r *handoffpb.HandoffRequest) { r.ToAgent = "a" }), "", "itself"},
-		"priority high":        {with(func(r *handoffpb.HandoffRequest) { r.Priority = 21 }), "", "priority"},
-		"priority low":         {with(func(r *handoffpb.HandoffRequest) { r.Priority = -20 }), "", "priority"},
-		"no timeout":           {with(func(r *handoffpb.HandoffRequest) { r.Timeout = nil }), "", "timeout is required"},
-		"zero timeout":         {with(func(r *handoffpb.HandoffRequest) { r.Timeout = durationpb.New(0) }), "", "positive"},
-		"long timeout":         {with(func(r *handoffpb.HandoffRequest) { r.Timeout = durationpb.New(25 * time.Hour) }), "", "at most"},
-		"depth reached":        {with(func(r *handoffpb.HandoffRequest) { r.Budget = &handoffpb.BudgetEnvelope{CurrentDepth: 3, MaxDelegationDepth: 3} }), "", "delegation depth 3 reaches max 3"},
-		"depth below":          {with(func(r *handoffpb.HandoffRequest) { r.Budget = &handoffpb.BudgetEnvelope{CurrentDepth: 2, MaxDelegationDepth: 3} }), "", ""},
+		"valid":          {valid(), "", ""},
+		"routed":         {with(func(r *handoffpb.HandoffRequest) { r.ToAgent, r.CapabilitiesRequired = "", []string{"x"} }), "text/plain", ""},
+		"params ignored": {valid(), "application/json; charset=utf-8", ""},
+		"nil":            {nil, "", "required"},
+		"no request_id":  {with(func(r *handoffpb.HandoffRequest) { r.RequestId = "" }), "", "request_id is required"},
+		"bad request_id": {with(func(r *handoffpb.HandoffRequest) { r.RequestId = "a/b" }), "", "request_id"},
+		"no from":        {with(func(r *handoffpb.HandoffRequest) { r.FromAgent = "" }), "", "from_agent is required"},
+		"no target":      {with(func(r *handoffpb.HandoffRequest) { r.ToAgent = "" }), "", "to_agent or capabilities_required"},
+		"to self":        {with(func(r *handoffpb.HandoffRequest) { r.ToAgent = "a" }), "", "itself"},
+		"priority high":  {with(func(r *handoffpb.HandoffRequest) { r.Priority = 21 }), "", "priority"},
+		"priority low":   {with(func(r *handoffpb.HandoffRequest) { r.Priority = -20 }), "", "priority"},
+		"no timeout":     {with(func(r *handoffpb.HandoffRequest) { r.Timeout = nil }), "", "timeout is required"},
+		"zero timeout":   {with(func(r *handoffpb.HandoffRequest) { r.Timeout = durationpb.New(0) }), "", "positive"},
+		"long timeout":   {with(func(r *handoffpb.HandoffRequest) { r.Timeout = durationpb.New(25 * time.Hour) }), "", "at most"},
+		"depth reached": {with(func(r *handoffpb.HandoffRequest) {
+			r.Budget = &handoffpb.BudgetEnvelope{CurrentDepth: 3, MaxDelegationDepth: 3}
+		}), "", "delegation depth 3 reaches max 3"},
+		"depth below": {with(func(r *handoffpb.HandoffRequest) {
+			r.Budget = &handoffpb.BudgetEnvelope{CurrentDepth: 2, MaxDelegationDepth: 3}
+		}), "", ""},
 		"unknown content type": {valid(), "image/png", "content type"},
 		"oversize context":     {with(func(r *handoffpb.HandoffRequest) { r.ContextSnapshot = make([]byte, DefaultMaxPayloadBytes+1) }), "", "context_snapshot"},
 	} {
