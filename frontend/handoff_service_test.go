@@ -104,7 +104,9 @@ func (f *fakeHandoffs) list(keep func(store.HandoffRecord) bool) []store.Handoff
 }
 
 func (f *fakeHandoffs) ListOfferedTo(_ context.Context, agent string) ([]store.HandoffRecord, error) {
-	return f.list(func(r store.HandoffRecord) bool { return r.Status == handoffpb.HandoffStatus_PENDING && r.Target == agent }), nil
+	return f.list(func(r store.HandoffRecord) bool {
+		return r.Status == handoffpb.HandoffStatus_PENDING && r.Target == agent
+	}), nil
 }
 
 func (f *fakeHandoffs) ListByCorrelation(_ context.Context, corr string) ([]store.HandoffRecord, error) {
@@ -181,7 +183,7 @@ type headerStream struct {
 	md metadata.MD
 }
 
-func (s *headerStream) Method() string                 { return "/test" }
+func (s *headerStream) Method() string                  { return "/test" }
 func (s *headerStream) SetHeader(md metadata.MD) error  { s.md = metadata.Join(s.md, md); return nil }
 func (s *headerStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
 func (s *headerStream) SetTrailer(metadata.MD) error    { return nil }
@@ -249,8 +251,12 @@ func TestRequestHandoffRefusals(t *testing.T) {
 		code codes.Code
 		msg  string
 	}{
-		"invalid":               {handoffReq("h1", "a", "a"), nil, codes.InvalidArgument, "validation_error: "},
-		"depth":                 {func() *handoffpb.HandoffRequest { r := handoffReq("h1", "a", "b"); r.Budget = &handoffpb.BudgetEnvelope{CurrentDepth: 2, MaxDelegationDepth: 2}; return r }(), nil, codes.InvalidArgument, "delegation depth 2 reaches max 2"},
+		"invalid": {handoffReq("h1", "a", "a"), nil, codes.InvalidArgument, "validation_error: "},
+		"depth": {func() *handoffpb.HandoffRequest {
+			r := handoffReq("h1", "a", "b")
+			r.Budget = &handoffpb.BudgetEnvelope{CurrentDepth: 2, MaxDelegationDepth: 2}
+			return r
+		}(), nil, codes.InvalidArgument, "delegation depth 2 reaches max 2"},
 		"unknown from":          {handoffReq("h1", "x", "b"), nil, codes.NotFound, "no_route: from_agent"},
 		"unknown to":            {handoffReq("h1", "a", "x"), nil, codes.NotFound, "no_route: to_agent"},
 		"modality":              {handoffReq("h1", "a", "img"), nil, codes.InvalidArgument, "modalities"},
