@@ -9,9 +9,10 @@ import (
 
 // Limits of a handoff request (§17.6).
 const (
-	// MinHandoffPriority and MaxHandoffPriority bound HandoffRequest.priority, the range of
-	// task priorities (§9).
-	MinHandoffPriority, MaxHandoffPriority = -19, 20
+	// MinHandoffPriority is the lowest HandoffRequest.priority, as for tasks (§7.1).
+	MinHandoffPriority = -19
+	// MaxHandoffPriority is the highest HandoffRequest.priority.
+	MaxHandoffPriority = 20
 	// MaxHandoffTimeout bounds HandoffRequest.timeout, the wait for acceptance.
 	MaxHandoffTimeout = 24 * time.Hour
 	// DefaultHandoffContentType is the context snapshot's content type when none is given.
