@@ -91,3 +91,9 @@ clean:
 .PHONY: example-room
 example-room:
 	go run ./examples/negotiation-room
+
+## example-handoff: run the handoff example against a running server (`make dev`;
+## SW4RM_SERVER overrides localhost:50051). See examples/handoff/README.md.
+.PHONY: example-handoff
+example-handoff:
+	go run ./examples/handoff

@@ -8,6 +8,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
@@ -100,6 +101,21 @@ var methodRules = map[string]rule{
 	dlqadminpb.DlqAdminService_Requeue_FullMethodName:           {who: operator},
 	dlqadminpb.DlqAdminService_Export_FullMethodName:            {who: operator},
 
+	// Handoffs (§17.6): an agent hands off only its own work and answers only offers made to
+	// it; the handlers check the rest — CompleteHandoff that the caller accepted the handoff
+	// (the workflow's validator, given the proven caller), CancelDelegation that the caller
+	// requested the correlation's handoffs or is an operator.
+	handoffpb.HandoffService_RequestHandoff_FullMethodName: {who: self, what: "from_agent",
+		field: func(r any) string { return r.(*handoffpb.HandoffRequest).GetFromAgent() }},
+	handoffpb.HandoffService_AcceptHandoff_FullMethodName: {who: self, what: "accepting_agent",
+		field: func(r any) string { return r.(*handoffpb.HandoffResponse).GetAcceptingAgent() }},
+	handoffpb.HandoffService_RejectHandoff_FullMethodName: {who: self, what: "accepting_agent",
+		field: func(r any) string { return r.(*handoffpb.HandoffResponse).GetAcceptingAgent() }},
+	handoffpb.HandoffService_GetPendingHandoffs_FullMethodName: {who: selfOrOperator, what: "agent_id",
+		field: func(r any) string { return r.(*handoffpb.GetPendingHandoffsRequest).GetAgentId() }},
+	handoffpb.HandoffService_CompleteHandoff_FullMethodName:  {who: authenticated},
+	handoffpb.HandoffService_CancelDelegation_FullMethodName: {who: authenticated},
+
 	loggingpb.LoggingService_Ingest_FullMethodName: {who: selfOrOperator, what: "agent_id",
 		field: func(r any) string { return r.(*loggingpb.LogEvent).GetAgentId() }},
 	activitypb.ActivityService_AppendArtifact_FullMethodName:   {who: authenticated},
@@ -113,7 +129,6 @@ var methodRules = map[string]rule{
 // a proven caller reaches the capability gate and learns what is missing. Each pattern
 // replaces its entry with per-method rules when it lands.
 var serviceRules = map[string]rule{
-	"/sw4rm.handoff.HandoffService/":                    {who: authenticated},
 	"/sw4rm.workflow.WorkflowService/":                  {who: authenticated},
 	"/sw4rm.negotiation.NegotiationService/":            {who: authenticated},
 	"/sw4rm.scheduler.SchedulerPolicyService/":          {who: authenticated},

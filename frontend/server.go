@@ -125,7 +125,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	connectorpb.RegisterConnectorServiceServer(g, connectorpb.UnimplementedConnectorServiceServer{})
 	negotiationpb.RegisterNegotiationServiceServer(g, negotiationpb.UnimplementedNegotiationServiceServer{})
 	negotiationroompb.RegisterNegotiationRoomServiceServer(g, &roomService{s: s})
-	handoffpb.RegisterHandoffServiceServer(g, handoffpb.UnimplementedHandoffServiceServer{})
+	handoffpb.RegisterHandoffServiceServer(g, &handoffService{s: s})
 	workflowpb.RegisterWorkflowServiceServer(g, workflowpb.UnimplementedWorkflowServiceServer{})
 	reasoningpb.RegisterReasoningProxyServer(g, &reasoningService{s: s, engine: &inference.RuleEngine{}})
 

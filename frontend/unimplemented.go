@@ -18,7 +18,6 @@ var notYetBuilt = map[string]string{
 	"/sw4rm.tool.ToolService/":                 "policy-bound tool calling (§18)",
 	"/sw4rm.connector.ConnectorService/":       "tool provider registration (§18.1)",
 	"/sw4rm.negotiation.NegotiationService/":   "scheduler-run negotiation and debate (§17)",
-	"/sw4rm.handoff.HandoffService/":           "agent handoffs (§17.6)",
 	"/sw4rm.workflow.WorkflowService/":         "DAG workflows (§17.7)",
 }
 

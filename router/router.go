@@ -156,6 +156,7 @@ type Router struct {
 	agents     agentCache
 	records    recordCache
 	confirms   controlConfirms
+	fenceCache fenceCache
 	// streams numbers the streams Stream serves, for confirms.
 	streams atomic.Uint64
 }
@@ -189,6 +190,13 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 	}
 	if perr == nil && route.Recipient == protocol.SchedulerID {
 		return r.toSchedulerControl(ctx, env)
+	}
+	// A producer that handed this correlation's context away may not work on it any more
+	// (§17.6). ACKs and control traffic to the scheduler above are not work on the context.
+	if fperr, err := r.checkFence(ctx, env); err != nil {
+		return nil, err
+	} else if fperr != nil {
+		return r.reject(ctx, env, recipient, fperr)
 	}
 	link, lerr := protocol.ParseLinkage(env.GetContentType())
 	if lerr != nil {

@@ -22,7 +22,8 @@ const housekeepingEvery = time.Minute
 // deadlines (004 §1) and the retention of stream rows, idempotency entries and dead letters.
 // Every frontend runs it; the store hands each expired item to exactly one of them, so the
 // timeouts hold with any number of frontends sharing the store. It also runs the writer of
-// control-traffic confirmations (see controlConfirms), which defers them only while Run runs.
+// control-traffic confirmations (see controlConfirms), which defers them only while Run runs,
+// and keeps the router's copy of the handoff fences fresh (fence.go).
 func (r *Router) Run(ctx context.Context) {
 	written := make(chan struct{})
 	go func() {
@@ -30,6 +31,12 @@ func (r *Router) Run(ctx context.Context) {
 		r.confirms.run(ctx, r.st.Messages())
 	}()
 	defer func() { <-written }() // Run returns once the last confirmations are written
+	fenced := make(chan struct{})
+	go func() {
+		defer close(fenced)
+		r.watchFences(ctx)
+	}()
+	defer func() { <-fenced }()
 	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()
 	lastHousekeeping := time.Time{}

@@ -16,7 +16,6 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/store"
-	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
 
 // errOutage is what the message plane answers while the database is away.
@@ -116,7 +115,7 @@ func runSweeps(t *testing.T, r *Router) {
 // TTLs, which the producer set as deadlines of their own, still apply at once.
 func TestAckTimeoutDiscountsDatabaseOutage(t *testing.T) {
 	const ackTimeout = time.Second
-	st := memory.New()
+	st := newTestStore()
 	t.Cleanup(st.Close)
 	fs := &flakyStore{Store: st}
 	r := sweepFixture(t, fs, ackTimeout)
@@ -156,7 +155,7 @@ func TestAckTimeoutDiscountsDatabaseOutage(t *testing.T) {
 // same store: consumers reconnecting to it get a full ACK timeout to confirm.
 func TestAckTimeoutDiscountsFrontendRestart(t *testing.T) {
 	const ackTimeout = time.Second
-	st := memory.New()
+	st := newTestStore()
 	t.Cleanup(st.Close)
 	first := sweepFixture(t, st, ackTimeout)
 	id := sendToC(t, first, 0)
@@ -178,7 +177,7 @@ func TestAckTimeoutDiscountsFrontendRestart(t *testing.T) {
 // database is back, the call does not go through with ACK timeouts decided before the outage.
 func TestAckTimeoutDiscountsHangingDatabase(t *testing.T) {
 	const ackTimeout = time.Second
-	st := memory.New()
+	st := newTestStore()
 	t.Cleanup(st.Close)
 	fs := &flakyStore{Store: st}
 	r := sweepFixture(t, fs, ackTimeout)

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/frontend"
-	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 )
 
 // TestRefusalsCarryTheErrorCode: every refused call, whatever service and whatever refused
@@ -47,7 +47,7 @@ func TestRefusalsCarryTheErrorCode(t *testing.T) {
 			return err
 		}, codes.InvalidArgument, "VALIDATION_ERROR", "validation_error: seq"},
 		"service not built": {func(o ...grpc.CallOption) error {
-			_, err := handoffpb.NewHandoffServiceClient(conn).RequestHandoff(ctx, &handoffpb.HandoffRequest{}, o...)
+			_, err := workflowpb.NewWorkflowServiceClient(conn).CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{}, o...)
 			return err
 		}, codes.Unimplemented, "UNSUPPORTED_MESSAGE_TYPE", ""},
 	} {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
@@ -78,6 +79,9 @@ func TestServiceSurface(t *testing.T) {
 	_, err = hitlpb.NewHitlServiceClient(conn).Decide(ctx, &hitlpb.HitlInvocation{})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "HITL is built: a missing reason_type is bad input")
 	assert.Contains(t, status.Convert(err).Message(), "reason_type")
+	_, err = handoffpb.NewHandoffServiceClient(conn).RequestHandoff(ctx, &handoffpb.HandoffRequest{})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "handoff is built: a request without request_id is bad input")
+	assert.Contains(t, status.Convert(err).Message(), "validation_error: request_id is required")
 	cs, err := toolpb.NewToolServiceClient(conn).CallStream(ctx, &toolpb.ToolCall{})
 	require.NoError(t, err)
 	_, err = cs.Recv()

@@ -1,0 +1,383 @@
+package frontend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/router"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// Metadata of the handoff service (docs/handoff.md).
+const (
+	// CorrelationMetadataKey is the RequestHandoff request metadata naming the correlation
+	// whose context is handed off (fencing and CancelDelegation act on it); absent, the
+	// request_id is the correlation. GetPendingHandoffs answers it as a response header, one
+	// value per pending request, in order.
+	CorrelationMetadataKey = "sw4rm-correlation-id"
+	// ContextContentTypeMetadataKey is the RequestHandoff request metadata carrying the
+	// context snapshot's content type (004 item 8; absent means application/json), which
+	// HandoffRequest has no field for. GetPendingHandoffs answers it as a response header,
+	// one value per pending request, in order.
+	ContextContentTypeMetadataKey = "sw4rm-context-content-type"
+	// HandoffStateHeader is the response header of RequestHandoff, AcceptHandoff and
+	// RejectHandoff holding the handoff's state after the call (e.g. "PENDING"); a
+	// RequestHandoff that reuses a request_id learns the existing handoff's state from it.
+	HandoffStateHeader = "sw4rm-handoff-state"
+)
+
+// handoffService serves sw4rm.handoff.HandoffService (§17.6): each handoff is the durable
+// workflow handoff/<request_id>; the store holds its projection and the context snapshot,
+// which never enters workflow history.
+type handoffService struct {
+	handoffpb.UnimplementedHandoffServiceServer
+	s *Server
+}
+
+// firstMD returns the first value of an incoming metadata key, or "".
+func firstMD(ctx context.Context, key string) string {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(key); len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// RequestHandoff validates the request, stores it with its context snapshot and starts its
+// workflow, which routes and offers it (§17.6). A request_id already used answers OK with the
+// existing handoff's state in the sw4rm-handoff-state header, and starts nothing.
+func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.HandoffRequest) (*commonpb.Empty, error) {
+	ct := firstMD(ctx, ContextContentTypeMetadataKey)
+	if ct == "" {
+		ct = protocol.DefaultHandoffContentType
+	}
+	if perr := protocol.ValidateHandoffRequest(req, ct); perr != nil {
+		return nil, perr
+	}
+	if limit := h.s.router.Config().MaxPayloadBytes; limit > 0 && len(req.GetContextSnapshot()) > limit {
+		return nil, protocol.Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "context_snapshot is %d bytes; this server's limit is %d (SW4RM_MAX_PAYLOAD_BYTES)", len(req.GetContextSnapshot()), limit)
+	}
+	corr := firstMD(ctx, CorrelationMetadataKey)
+	if corr == "" {
+		corr = req.GetRequestId()
+	}
+	if len(corr) > 256 {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s is longer than 256 bytes", CorrelationMetadataKey)
+	}
+	id, from, to := req.GetRequestId(), req.GetFromAgent(), req.GetToAgent()
+	// A reuse is answered before any other check: the handoff exists, whatever changed since.
+	if prev, err := h.s.store.Handoffs().GetHandoff(ctx, id); err == nil {
+		return h.reused(ctx, prev, from)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, failed("handoff lookup", err)
+	}
+	if _, err := h.s.router.Agent(ctx, from); errors.Is(err, store.ErrNotFound) {
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "from_agent %q is not a registered agent; register it first", from)
+	} else if err != nil {
+		return nil, failed("registry lookup", err)
+	}
+	// The originator may not hand off a context it already handed away (§17.6).
+	if f, fenced, err := h.s.router.Fenced(ctx, corr, from); err != nil {
+		return nil, failed("fence lookup", err)
+	} else if fenced {
+		return nil, router.FenceError(f)
+	}
+	if to != "" {
+		rec, err := h.s.router.Agent(ctx, to)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "to_agent %q is not a registered agent", to)
+		}
+		if err != nil {
+			return nil, failed("registry lookup", err)
+		}
+		if !protocol.AcceptsContentType(rec.Descriptor.GetModalitiesSupported(), ct) {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "context content type %q is not among the modalities agent %q declared %v (004 item 8)",
+				ct, to, rec.Descriptor.GetModalitiesSupported())
+		}
+		// Ping-pong: B may not hand back to A a context A handed to it on this correlation.
+		if f, fenced, err := h.s.router.Fenced(ctx, corr, to); err != nil {
+			return nil, failed("fence lookup", err)
+		} else if fenced {
+			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "fenced: %s handed correlation %s to %s by handoff %s and may not take it back (§17.6: no ping-pong)",
+				to, corr, f.NewOwner, f.RequestID)
+		}
+	}
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
+	}
+	now := time.Now().UTC()
+	in := handoffInput(req, corr, ct, now)
+	start, err := newHandoff(workflows.HandoffStart, workflows.HandoffWorkflowID(id), workflows.HandoffStartHandoff{Input: in})
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
+	}
+	// The record (with the snapshot) and the workflow's start are one store write, so no
+	// stored handoff is ever left without its workflow, whatever fails next.
+	rec := store.HandoffRecord{RequestID: id, Correlation: corr, From: from, Target: to, Status: handoffpb.HandoffStatus_PENDING,
+		Request: body, ContextContentType: ct}
+	if prev, err := h.s.store.Handoffs().CreateHandoff(ctx, rec, start); errors.Is(err, store.ErrDuplicateHandoff) {
+		return h.reused(ctx, prev, from)
+	} else if err != nil {
+		return nil, failed("handoff write", err)
+	}
+	details := map[string]any{"from_agent": from, "to_agent": to, "capabilities_required": req.GetCapabilitiesRequired(),
+		"context_content_type": ct, "context_bytes": len(req.GetContextSnapshot()), "workflow": "started"}
+	if err := h.s.relay.Deliver(ctx, start); err != nil {
+		// Stored all the same: the relay starts the workflow once Temporal takes it.
+		h.s.log.Warn("handoff stored; its workflow starts when Temporal is reachable", "request_id", id, "error", err)
+		details["workflow"], details["workflow_error"] = "pending", err.Error()
+	}
+	h.s.sink.Record(ctx, observe.Event{CorrelationID: corr, Actor: from, Type: "handoff.requested", AgentID: to, Details: details})
+	_ = grpc.SetHeader(ctx, metadata.Pairs(HandoffStateHeader, handoffpb.HandoffStatus_PENDING.String()))
+	return &commonpb.Empty{}, nil
+}
+
+// reused answers a RequestHandoff whose request_id exists: the existing handoff's state, to
+// its originator only.
+func (h *handoffService) reused(ctx context.Context, prev store.HandoffRecord, from string) (*commonpb.Empty, error) {
+	if prev.From != from {
+		return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "request_id %q names a handoff of another agent; choose a new request_id", prev.RequestID)
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(HandoffStateHeader, prev.Status.String()))
+	return &commonpb.Empty{}, nil
+}
+
+// handoffInput is the workflow input of a validated request: everything but the snapshot,
+// of which it keeps the size and digest.
+func handoffInput(req *handoffpb.HandoffRequest, corr, ct string, now time.Time) workflows.HandoffInput {
+	sum := sha256.Sum256(req.GetContextSnapshot())
+	b, p := req.GetBudget(), req.GetDelegationPolicy()
+	ms := func(v uint64) time.Duration { return time.Duration(v) * time.Millisecond }
+	return workflows.HandoffInput{
+		RequestID: req.GetRequestId(), Correlation: corr, From: req.GetFromAgent(), To: req.GetToAgent(), Reason: req.GetReason(),
+		Capabilities: req.GetCapabilitiesRequired(), Priority: req.GetPriority(), Timeout: req.GetTimeout().AsDuration(),
+		Budget: workflows.HandoffBudget{CurrentDepth: b.GetCurrentDepth(), MaxDepth: b.GetMaxDelegationDepth(),
+			TokenBudget: b.GetTokenBudgetRemaining(), WallTimeMs: b.GetWallTimeRemainingMs(), DeadlineEpochMs: b.GetDeadlineEpochMs()},
+		Policy: workflows.HandoffPolicy{MaxRetriesOnOverloaded: p.GetMaxRetriesOnOverloaded(), InitialBackoff: ms(p.GetInitialBackoffMs()),
+			Multiplier: p.GetBackoffMultiplier(), MaxBackoff: ms(p.GetMaxBackoffMs()), AllowSpillover: p.GetAllowSpilloverRouting(), MaxRedirects: p.GetMaxRedirects()},
+		ContextContentType: ct, ContextSize: len(req.GetContextSnapshot()), ContextSHA256: hex.EncodeToString(sum[:]), RequestedAt: now,
+	}
+}
+
+// answering returns the agent a HandoffResponse answers as: the proven caller when there is
+// one (the authorization rule already held it to accepting_agent), else accepting_agent.
+func answering(ctx context.Context, req *handoffpb.HandoffResponse) (string, error) {
+	if req.GetRequestId() == "" {
+		return "", protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "request_id is required")
+	}
+	if perr := protocol.ValidateAgentID(req.GetAcceptingAgent()); perr != nil {
+		return "", protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "accepting_agent: %s", perr.Msg)
+	}
+	if p := auth.FromContext(ctx); p.Agent != "" {
+		return p.Agent, nil
+	}
+	return req.GetAcceptingAgent(), nil
+}
+
+// AcceptHandoff takes the offered handoff (§17.6). The workflow's validator refuses it
+// unless the handoff is PENDING and offered to the caller; a refusal leaves no trace in the
+// workflow's history and answers FailedPrecondition.
+func (h *handoffService) AcceptHandoff(ctx context.Context, req *handoffpb.HandoffResponse) (*commonpb.Empty, error) {
+	agent, err := answering(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	st, err := h.update(ctx, req.GetRequestId(), agent, "offered to", workflows.HandoffAcceptUpdate, workflows.HandoffAnswer{Agent: agent})
+	if err != nil {
+		return nil, err
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(HandoffStateHeader, st.Status.String()))
+	return &commonpb.Empty{}, nil
+}
+
+// RejectHandoff declines the offered handoff (§17.6): rejection_code OVERLOADED (with
+// retry_after_ms) has the workflow offer it again after a backoff, REDIRECT with
+// redirect_to_agent_id offers it to that agent, anything else moves on to the next capable
+// agent or ends the handoff REJECTED (docs/handoff.md).
+func (h *handoffService) RejectHandoff(ctx context.Context, req *handoffpb.HandoffResponse) (*commonpb.Empty, error) {
+	agent, err := answering(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetRejectionCode() == commonpb.ErrorCode_REDIRECT {
+		if perr := protocol.ValidateAgentID(req.GetRedirectToAgentId()); perr != nil {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "rejection_code REDIRECT needs redirect_to_agent_id: %s", perr.Msg)
+		}
+	}
+	ans := workflows.HandoffAnswer{Agent: agent, Reason: req.GetRejectionReason(), Code: req.GetRejectionCode(),
+		RetryAfterMs: req.GetRetryAfterMs(), RedirectTo: req.GetRedirectToAgentId()}
+	st, err := h.update(ctx, req.GetRequestId(), agent, "offered to", workflows.HandoffRejectUpdate, ans)
+	if err != nil {
+		return nil, err
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(HandoffStateHeader, st.Status.String()))
+	return &commonpb.Empty{}, nil
+}
+
+// update sends a validated update to handoff/<id> and waits for its answer. A refusal — by
+// the validator, or because the workflow has ended — is FailedPrecondition "handoff X is not
+// <relation> Y (state S)".
+func (h *handoffService) update(ctx context.Context, id, agent, relation, name string, arg any) (workflows.HandoffState, error) {
+	var st workflows.HandoffState
+	hd, err := h.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.HandoffWorkflowID(id), UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = hd.Get(ctx, &st)
+	}
+	if err == nil {
+		return st, nil
+	}
+	if ctx.Err() != nil {
+		return st, status.FromContextError(ctx.Err()).Err()
+	}
+	var app *temporal.ApplicationError
+	var nf *serviceerror.NotFound
+	refused := errors.As(err, &app) || isCompleted(err) || strings.Contains(err.Error(), "closing workflow")
+	if errors.As(err, &nf) && !isCompleted(err) {
+		if _, gerr := h.s.store.Handoffs().GetHandoff(ctx, id); errors.Is(gerr, store.ErrNotFound) {
+			return st, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no handoff %q", id)
+		}
+		refused = true // stored, but its workflow has ended (or not started yet)
+	}
+	if !refused {
+		return st, temporalStatus(ctx, "reach the handoff's workflow", err)
+	}
+	state := "unknown"
+	if rec, gerr := h.s.store.Handoffs().GetHandoff(ctx, id); gerr == nil {
+		state = rec.Status.String()
+	}
+	return st, status.Errorf(codes.FailedPrecondition, "validation_error: handoff %s is not %s %s (state %s)", id, relation, agent, state)
+}
+
+// GetPendingHandoffs lists the handoffs offered to an agent and waiting for its answer, with
+// their context snapshots (§17.6: agents call it after recovering from a failure). The
+// snapshots' content types and correlations are the response headers
+// sw4rm-context-content-type and sw4rm-correlation-id, one value per request, in order.
+func (h *handoffService) GetPendingHandoffs(ctx context.Context, req *handoffpb.GetPendingHandoffsRequest) (*handoffpb.GetPendingHandoffsResponse, error) {
+	if perr := protocol.ValidateAgentID(req.GetAgentId()); perr != nil {
+		return nil, perr
+	}
+	recs, err := h.s.store.Handoffs().ListOfferedTo(ctx, req.GetAgentId())
+	if err != nil {
+		return nil, failed("list pending handoffs", err)
+	}
+	resp := &handoffpb.GetPendingHandoffsResponse{}
+	md := metadata.MD{}
+	for _, rec := range recs {
+		var r handoffpb.HandoffRequest
+		if err := proto.Unmarshal(rec.Request, &r); err != nil {
+			h.s.log.Error("stored handoff request does not decode", "request_id", rec.RequestID, "error", err)
+			continue
+		}
+		resp.PendingRequests = append(resp.PendingRequests, &r)
+		md.Append(ContextContentTypeMetadataKey, rec.ContextContentType)
+		md.Append(CorrelationMetadataKey, rec.Correlation)
+	}
+	if len(resp.PendingRequests) > 0 {
+		_ = grpc.SetHeader(ctx, md)
+	}
+	return resp, nil
+}
+
+// CompleteHandoff records that the accepting agent took the context over (§17.6): the
+// handoff becomes COMPLETED and its originator is fenced on the correlation. Only the
+// accepting agent (the proven caller; anyone when authentication is off) or an operator may
+// complete it.
+func (h *handoffService) CompleteHandoff(ctx context.Context, req *handoffpb.CompleteHandoffRequest) (*handoffpb.CompleteHandoffResponse, error) {
+	id := req.GetRequestId()
+	if id == "" {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "request_id is required")
+	}
+	switch req.GetStatus() {
+	case handoffpb.HandoffStatus_COMPLETED, handoffpb.HandoffStatus_HANDOFF_STATUS_UNSPECIFIED:
+	default:
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "status %s cannot be set by CompleteHandoff: only COMPLETED (a handoff is rejected with RejectHandoff and cancelled with CancelDelegation)", req.GetStatus())
+	}
+	p := auth.FromContext(ctx)
+	who := p.Agent
+	if who == "" {
+		who = "the caller"
+	}
+	st, err := h.update(ctx, id, who, "accepted by", workflows.HandoffCompleteUpdate,
+		workflows.HandoffCompletion{Agent: p.Agent, Status: handoffpb.HandoffStatus_COMPLETED})
+	if err != nil {
+		return nil, err
+	}
+	return &handoffpb.CompleteHandoffResponse{Success: true,
+		Message: fmt.Sprintf("handoff %s is %s; correlation %s belongs to %s", id, st.Status, st.Correlation, st.AcceptedBy)}, nil
+}
+
+// CancelDelegation cancels every open (PENDING or ACCEPTED) handoff of a correlation, with
+// its grace period; each workflow tells the agents involved and ends EXPIRED. Only the
+// originator of those handoffs, or an operator, may cancel them.
+func (h *handoffService) CancelDelegation(ctx context.Context, req *handoffpb.CancelDelegation) (*handoffpb.CancelDelegationResponse, error) {
+	corr := req.GetCorrelationId()
+	if corr == "" {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "correlation_id is required")
+	}
+	recs, err := h.s.store.Handoffs().ListByCorrelation(ctx, corr)
+	if err != nil {
+		return nil, failed("list the correlation's handoffs", err)
+	}
+	if len(recs) == 0 {
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no handoff on correlation %q", corr)
+	}
+	p := auth.FromContext(ctx)
+	var open []store.HandoffRecord
+	for _, rec := range recs {
+		if rec.Status != handoffpb.HandoffStatus_PENDING && rec.Status != handoffpb.HandoffStatus_ACCEPTED {
+			continue
+		}
+		if p.Operator == "" && p.Agent != "" && rec.From != p.Agent {
+			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "handoff %s on correlation %s was requested by %q, not %q: only its originator or an operator may cancel it",
+				rec.RequestID, corr, rec.From, p.Agent)
+		}
+		open = append(open, rec)
+	}
+	cancel := workflows.HandoffCancel{Reason: req.GetReason(), GracePeriod: time.Duration(req.GetGracePeriodMs()) * time.Millisecond, By: p.String()}
+	if p.Anonymous() {
+		cancel.By = ""
+	}
+	n := 0
+	for _, rec := range open {
+		err := h.s.temporal.SignalWorkflow(ctx, workflows.HandoffWorkflowID(rec.RequestID), "", workflows.HandoffCancelSignal, cancel)
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+			continue // ended meanwhile: nothing left to cancel
+		case err != nil:
+			return nil, temporalStatus(ctx, "signal handoff "+rec.RequestID, err)
+		}
+		n++
+	}
+	h.s.sink.Record(ctx, observe.Event{CorrelationID: corr, Actor: cancel.By, Type: "handoff.cancel_requested",
+		Details: map[string]any{"reason": req.GetReason(), "grace_period_ms": req.GetGracePeriodMs(), "cancelled": n}})
+	msg := fmt.Sprintf("cancelled %d open handoff(s) of correlation %s", n, corr)
+	if n == 0 {
+		msg = "no open handoff on correlation " + corr
+	}
+	return &handoffpb.CancelDelegationResponse{Acknowledged: true, Message: msg}, nil
+}
