@@ -80,6 +80,9 @@ type Handoffs interface {
 	Fence(ctx context.Context, f Fence) error
 	// Fenced returns the fence of (correlation, agentID), if there is one.
 	Fenced(ctx context.Context, correlation, agentID string) (Fence, bool, error)
+	// ListFences returns every fence, ordered by correlation and agent; the router holds them
+	// all so that no message costs a store round trip (router/fence.go).
+	ListFences(ctx context.Context) ([]Fence, error)
 	// FencesGeneration returns a number that changes whenever a fence is added; frontends
 	// poll it to refresh the fences they cache.
 	FencesGeneration(ctx context.Context) (int64, error)

@@ -218,6 +218,24 @@ func (h *handoffsStore) Fenced(ctx context.Context, correlation, agentID string)
 	return f, ok, nil
 }
 
+// ListFences implements store.Handoffs.
+func (h *handoffsStore) ListFences(ctx context.Context) ([]store.Fence, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := h.s()
+	s.mu.Lock()
+	out := make([]store.Fence, 0, len(s.fences))
+	for _, f := range s.fences {
+		out = append(out, f)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b store.Fence) int {
+		return cmp.Or(cmp.Compare(a.Correlation, b.Correlation), cmp.Compare(a.AgentID, b.AgentID))
+	})
+	return out, nil
+}
+
 // FencesGeneration implements store.Handoffs.
 func (h *handoffsStore) FencesGeneration(ctx context.Context) (int64, error) {
 	if err := ctx.Err(); err != nil {

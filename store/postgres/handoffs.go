@@ -213,6 +213,27 @@ func (h *handoffsStore) Fenced(ctx context.Context, correlation, agentID string)
 	return f, true, nil
 }
 
+// ListFences implements store.Handoffs.
+func (h *handoffsStore) ListFences(ctx context.Context) ([]store.Fence, error) {
+	rows, err := h.s().pool.Query(ctx, `
+		SELECT correlation, agent_id, request_id, new_owner, at FROM handoff_fences ORDER BY correlation, agent_id`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list fences: %w", unavailable(err))
+	}
+	var out []store.Fence
+	var f store.Fence
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&f.Correlation, &f.AgentID, &f.RequestID, &f.NewOwner, &at}, func() error {
+		f.At = utc(at)
+		out = append(out, f)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list fences: %w", unavailable(err))
+	}
+	return out, nil
+}
+
 // FencesGeneration implements store.Handoffs.
 func (h *handoffsStore) FencesGeneration(ctx context.Context) (int64, error) {
 	var g int64

@@ -303,6 +303,10 @@ func runHandoffs(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, store.Fence{Correlation: "corr-1", AgentID: "bob", RequestID: "r2", NewOwner: "carol", At: at}, f2)
 		require.NotEqual(t, g1, fencesGeneration(t, h))
 
+		all, err := h.ListFences(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, []store.Fence{f, f2}, all, "every fence, ordered by correlation and agent")
+
 		require.Error(t, h.Fence(t.Context(), store.Fence{AgentID: "alice"}), "a correlation is required")
 		require.Error(t, h.Fence(t.Context(), store.Fence{Correlation: "corr-1"}), "an agent is required")
 	})
