@@ -17,8 +17,8 @@ import (
 
 // RegisterHandoffs installs on rel the handlers of the handoffs the frontend writes: the
 // start of an agent's lifecycle after its registration, its end after its deregistration,
-// the ACKs of the scheduler's CONTROL messages, and the beginning and end of an agent's wait
-// on a response. Every process that runs a relay registers them, so any process can deliver
+// the ACKs of the scheduler's CONTROL messages, the beginning and end of an agent's wait
+// on a response, and the start of an agent-to-agent handoff's workflow (§17.6). Every process that runs a relay registers them, so any process can deliver
 // what another wrote.
 func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQueue string) {
 	// An ACK for a lifecycle that has ended concerns nobody: nothing is left to schedule.
@@ -47,6 +47,21 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQ
 		}
 		_, err := tc.SignalWithStartWorkflow(ctx, workflows.AgentWorkflowID(p.Input.AgentID), workflows.AgentRegisterSignal, p.Registration,
 			workflows.AgentStartOptions(p.Input.AgentID, taskQueue), workflows.AgentLifecycle, p.Input)
+		return err
+	})
+	rel.Handle(workflows.HandoffStart, func(ctx context.Context, h store.Handoff) error {
+		var p workflows.HandoffStartHandoff
+		if err := json.Unmarshal(h.Payload, &p); err != nil {
+			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
+		}
+		in := p.Input
+		_, err := tc.ExecuteWorkflow(ctx, workflows.HandoffStartOptions(in.RequestID, taskQueue, in.From, in.To), workflows.HandoffWorkflow, in)
+		// A request_id's workflow runs once, ever (RejectDuplicate): one that was started, by
+		// this delivery's first attempt or another relay, is the promise kept.
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) {
+			return nil
+		}
 		return err
 	})
 }
