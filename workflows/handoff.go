@@ -285,6 +285,11 @@ func (w *handoffRun) run(ctx workflow.Context) (HandoffResult, error) {
 			}
 			target, why = route.Agent, route.Reason
 		}
+		// A start delivered late by the outbox, or a long redirect chain, may find the
+		// deadline passed: an offer nobody can accept is not made.
+		if !workflow.Now(ctx).Before(w.deadline) {
+			return w.end(ctx, handoffpb.HandoffStatus_EXPIRED, fmt.Sprintf("timeout: %s passed since the request before %s was offered it (§17.6)", timeout, target), "")
+		}
 		if err := w.offer(ctx, target, why); err != nil {
 			return w.st, err
 		}

@@ -549,3 +549,16 @@ func TestHandoffInputFrom(t *testing.T) {
 	assert.Equal(t, uint32(2), in.Policy.MaxRedirects)
 	assert.Equal(t, workflows.HandoffBudget{CurrentDepth: 1, MaxDepth: 3}, in.Budget)
 }
+
+func TestHandoffDeadlinePassedBeforeTheOffer(t *testing.T) {
+	h := newHandoffHarness(t)
+	in := handoffInput("b")
+	in.Timeout = time.Minute
+	h.env.SetStartTime(time.Date(2030, 1, 1, 12, 2, 0, 0, time.UTC))
+	in.RequestedAt = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC) // the start was delivered two minutes late
+	res := h.run(in)
+	assert.Equal(t, handoffpb.HandoffStatus_EXPIRED, res.Status)
+	assert.Contains(t, res.EndReason, "before b was offered it")
+	assert.Empty(t, h.offers)
+	assert.Equal(t, []string{"a:handoff_expired"}, h.told())
+}
