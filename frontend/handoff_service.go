@@ -2,8 +2,6 @@ package frontend
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -128,7 +126,7 @@ func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.Hand
 		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
 	}
 	now := time.Now().UTC()
-	in := handoffInput(req, corr, ct, now)
+	in := workflows.HandoffInputFrom(req, corr, ct, now)
 	start, err := newHandoff(workflows.HandoffStart, workflows.HandoffWorkflowID(id), workflows.HandoffStartHandoff{Input: in})
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
@@ -162,23 +160,6 @@ func (h *handoffService) reused(ctx context.Context, prev store.HandoffRecord, f
 	}
 	_ = grpc.SetHeader(ctx, metadata.Pairs(HandoffStateHeader, prev.Status.String()))
 	return &commonpb.Empty{}, nil
-}
-
-// handoffInput is the workflow input of a validated request: everything but the snapshot,
-// of which it keeps the size and digest.
-func handoffInput(req *handoffpb.HandoffRequest, corr, ct string, now time.Time) workflows.HandoffInput {
-	sum := sha256.Sum256(req.GetContextSnapshot())
-	b, p := req.GetBudget(), req.GetDelegationPolicy()
-	ms := func(v uint64) time.Duration { return time.Duration(v) * time.Millisecond }
-	return workflows.HandoffInput{
-		RequestID: req.GetRequestId(), Correlation: corr, From: req.GetFromAgent(), To: req.GetToAgent(), Reason: req.GetReason(),
-		Capabilities: req.GetCapabilitiesRequired(), Priority: req.GetPriority(), Timeout: req.GetTimeout().AsDuration(),
-		Budget: workflows.HandoffBudget{CurrentDepth: b.GetCurrentDepth(), MaxDepth: b.GetMaxDelegationDepth(),
-			TokenBudget: b.GetTokenBudgetRemaining(), WallTimeMs: b.GetWallTimeRemainingMs(), DeadlineEpochMs: b.GetDeadlineEpochMs()},
-		Policy: workflows.HandoffPolicy{MaxRetriesOnOverloaded: p.GetMaxRetriesOnOverloaded(), InitialBackoff: ms(p.GetInitialBackoffMs()),
-			Multiplier: p.GetBackoffMultiplier(), MaxBackoff: ms(p.GetMaxBackoffMs()), AllowSpillover: p.GetAllowSpilloverRouting(), MaxRedirects: p.GetMaxRedirects()},
-		ContextContentType: ct, ContextSize: len(req.GetContextSnapshot()), ContextSHA256: hex.EncodeToString(sum[:]), RequestedAt: now,
-	}
 }
 
 // answering returns the agent a HandoffResponse answers as: the proven caller when there is

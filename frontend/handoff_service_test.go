@@ -130,6 +130,16 @@ func (f *fakeHandoffs) Fenced(_ context.Context, corr, agent string) (store.Fenc
 	return fe, ok, nil
 }
 
+func (f *fakeHandoffs) ListFences(context.Context) ([]store.Fence, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]store.Fence, 0, len(f.fences))
+	for _, fe := range f.fences {
+		out = append(out, fe)
+	}
+	return out, nil
+}
+
 func (f *fakeHandoffs) FencesGeneration(context.Context) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -161,7 +171,7 @@ func newHandoffHarness(t *testing.T, agents map[string][]string) *handoffHarness
 			Descriptor: &registrypb.AgentDescriptor{AgentId: id, Name: id, ModalitiesSupported: modalities}, State: commonpb.AgentState_RUNNABLE}))
 	}
 	h := &handoffHarness{st: st, tc: &mocks.Client{}}
-	h.tc.On("ExecuteWorkflow", mock.Anything, mock.Anything, handoffWorkflowType, mock.Anything).Return(
+	h.tc.On("ExecuteWorkflow", mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, o client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
 			in := args[0].(workflows.HandoffInput)
 			require.Equal(t, workflows.HandoffWorkflowID(in.RequestID), o.ID)

@@ -17,8 +17,8 @@ import (
 
 // RegisterHandoffs installs on rel the handlers of the handoffs the frontend writes: the
 // start of an agent's lifecycle after its registration, its end after its deregistration,
-// the ACKs of the scheduler's CONTROL messages, the beginning and end of an agent's wait on
-// a response, and the start of a handoff's workflow after RequestHandoff stored it. Every process that runs a relay registers them, so any process can deliver
+// the ACKs of the scheduler's CONTROL messages, the beginning and end of an agent's wait
+// on a response, and the start of an agent-to-agent handoff's workflow (§17.6). Every process that runs a relay registers them, so any process can deliver
 // what another wrote.
 func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQueue string) {
 	// An ACK for a lifecycle that has ended concerns nobody: nothing is left to schedule.
@@ -49,14 +49,15 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQ
 			workflows.AgentStartOptions(p.Input.AgentID, taskQueue), workflows.AgentLifecycle, p.Input)
 		return err
 	})
-	// A handoff's workflow that already runs, or ran, is the start done: the options reuse a
-	// running one and refuse to start a closed one again (§17.6: one handoff per request_id).
 	rel.Handle(workflows.HandoffStart, func(ctx context.Context, h store.Handoff) error {
 		var p workflows.HandoffStartHandoff
 		if err := json.Unmarshal(h.Payload, &p); err != nil {
 			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
 		}
-		_, err := tc.ExecuteWorkflow(ctx, workflows.HandoffStartOptions(p.Input.RequestID, taskQueue), handoffWorkflowType, p.Input)
+		in := p.Input
+		_, err := tc.ExecuteWorkflow(ctx, workflows.HandoffStartOptions(in.RequestID, taskQueue, in.From, in.To), workflows.HandoffWorkflow, in)
+		// A request_id's workflow runs once, ever (RejectDuplicate): one that was started, by
+		// this delivery's first attempt or another relay, is the promise kept.
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
 		if errors.As(err, &started) {
 			return nil
@@ -64,10 +65,6 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQ
 		return err
 	})
 }
-
-// handoffWorkflowType is the registered type name of workflows.HandoffWorkflow (a function
-// registered under its own name).
-const handoffWorkflowType = "HandoffWorkflow"
 
 // signalHandoff is the handler of a handoff that signals one workflow: target decodes the
 // payload P into the workflow ID, the signal name and its argument. A workflow that no

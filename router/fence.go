@@ -22,7 +22,7 @@ import (
 // frontend holds the fences in memory and polls the store's fences generation every
 // fenceRefresh (as frontend/auth.go does for keys); when it changes the cache is rebuilt:
 //
-//   - If the store can list its fences (FenceLister), the cache holds all of them and is
+//   - The store lists its fences (store.Handoffs.ListFences): the cache holds all of them and is
 //     complete: while it is fresh (the last poll succeeded within fenceStale) a message is
 //     checked in memory only, whatever its correlation.
 //   - Otherwise the cache remembers the answer of store.Handoffs.Fenced for each (correlation,
@@ -44,13 +44,6 @@ const fenceStale = 4 * fenceRefresh
 // dropped and asked again.
 const fenceCacheBound = 100_000
 
-// FenceLister is implemented by a store.Handoffs that can list every fence, which lets the
-// router hold them all and check each message in memory only.
-type FenceLister interface {
-	// ListFences returns every fence.
-	ListFences(ctx context.Context) ([]store.Fence, error)
-}
-
 type fenceKey struct{ correlation, agent string }
 
 // fenceCache is the router's copy of the fences.
@@ -63,7 +56,7 @@ type fenceCache struct {
 	// epoch counts rebuilds, so a lookup that started before one does not write into the
 	// rebuilt cache what it read before the change.
 	epoch uint64
-	// complete: fences holds every fence (a FenceLister loaded them at gen).
+	// complete: fences holds every fence (ListFences loaded them at gen).
 	complete bool
 	fences   map[fenceKey]store.Fence
 	// clear holds pairs the store said were not fenced at gen (incomplete caches only).
@@ -149,8 +142,8 @@ func (r *Router) refreshFences(ctx context.Context) error {
 	}
 	fences := map[fenceKey]store.Fence{}
 	complete := false
-	if l, ok := h.(FenceLister); ok {
-		all, err := l.ListFences(ctx)
+	{
+		all, err := h.ListFences(ctx)
 		if err != nil {
 			return err
 		}

@@ -26,17 +26,32 @@ var (
 	HitlPendingKey = temporal.NewSearchAttributeKeyBool("SW4RMHitlPending")
 	// RoomIDKey is a negotiation room coordinator's room (§17.5).
 	RoomIDKey = temporal.NewSearchAttributeKeyKeyword("SW4RMRoomID")
+	// HandoffStateKey is a handoff's state (§17.6): PENDING, ACCEPTED, COMPLETED, REJECTED
+	// or EXPIRED.
+	HandoffStateKey = temporal.NewSearchAttributeKeyKeyword("SW4RMHandoffState")
+	// HandoffAgentsKey lists a handoff's agents: the originator and every agent offered it
+	// so far, so `SW4RMHandoffAgents = 'b'` finds every handoff that involved b.
+	HandoffAgentsKey = temporal.NewSearchAttributeKeyKeywordList("SW4RMHandoffAgents")
 )
 
 // SearchAttributes lists every custom search attribute with its type, for registration.
 func SearchAttributes() map[string]enums.IndexedValueType {
 	return map[string]enums.IndexedValueType{
-		KindKey.GetName():        enums.INDEXED_VALUE_TYPE_KEYWORD,
-		AgentIDKey.GetName():     enums.INDEXED_VALUE_TYPE_KEYWORD,
-		AgentStateKey.GetName():  enums.INDEXED_VALUE_TYPE_KEYWORD,
-		HitlPendingKey.GetName(): enums.INDEXED_VALUE_TYPE_BOOL,
-		RoomIDKey.GetName():      enums.INDEXED_VALUE_TYPE_KEYWORD,
+		KindKey.GetName():          enums.INDEXED_VALUE_TYPE_KEYWORD,
+		AgentIDKey.GetName():       enums.INDEXED_VALUE_TYPE_KEYWORD,
+		AgentStateKey.GetName():    enums.INDEXED_VALUE_TYPE_KEYWORD,
+		HitlPendingKey.GetName():   enums.INDEXED_VALUE_TYPE_BOOL,
+		RoomIDKey.GetName():        enums.INDEXED_VALUE_TYPE_KEYWORD,
+		HandoffStateKey.GetName():  enums.INDEXED_VALUE_TYPE_KEYWORD,
+		HandoffAgentsKey.GetName(): enums.INDEXED_VALUE_TYPE_KEYWORD_LIST,
 	}
+}
+
+// flagTypes spells the attribute types the way `temporal server start-dev` reads them.
+var flagTypes = map[enums.IndexedValueType]string{
+	enums.INDEXED_VALUE_TYPE_KEYWORD:      "Keyword",
+	enums.INDEXED_VALUE_TYPE_KEYWORD_LIST: "KeywordList",
+	enums.INDEXED_VALUE_TYPE_BOOL:         "Bool",
 }
 
 // SearchAttributeFlags returns SearchAttributes as the flags of `temporal server start-dev`
@@ -46,11 +61,7 @@ func SearchAttributeFlags() []string {
 	attrs := SearchAttributes()
 	var out []string
 	for _, name := range slices.Sorted(maps.Keys(attrs)) {
-		typ := "Keyword"
-		if attrs[name] == enums.INDEXED_VALUE_TYPE_BOOL {
-			typ = "Bool"
-		}
-		out = append(out, "--search-attribute", name+"="+typ)
+		out = append(out, "--search-attribute", name+"="+flagTypes[attrs[name]])
 	}
 	return out
 }

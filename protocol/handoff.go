@@ -1,0 +1,305 @@
+package protocol
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
+)
+
+// The rules of the agent handoff protocol (§17.6; 000 §3.11.2; 004 item 8): what a
+// HandoffRequest must satisfy, how a target is chosen among capable agents, how long an
+// OVERLOADED target is left alone before the offer is repeated, and the lifecycle table.
+
+// Handoff limits and defaults.
+const (
+	// MaxHandoffTimeout bounds a handoff's timeout, the longest an offer may wait for
+	// acceptance (§17.6 "timeout: maximum duration to wait for acceptance").
+	MaxHandoffTimeout = 24 * time.Hour
+	// DefaultHandoffContentType is the context snapshot's content type when the request
+	// names none (004 item 8).
+	DefaultHandoffContentType = "application/json"
+	// DefaultHandoffMaxRedirects bounds the REDIRECTs a handoff follows when its policy sets
+	// no max_redirects (proto3 cannot tell "unset" from 0, and 0 would make REDIRECT useless).
+	DefaultHandoffMaxRedirects = 3
+)
+
+// HandoffContentTypes are the context snapshot content types 004 item 8 admits.
+var HandoffContentTypes = []string{"application/json", "application/protobuf", "text/plain"}
+
+// HandoffContentType returns the content type a snapshot travels with: the declared one, or
+// DefaultHandoffContentType when it is empty (004 item 8).
+func HandoffContentType(declared string) string { return cmp.Or(declared, DefaultHandoffContentType) }
+
+// ValidateHandoffRequest checks a HandoffRequest and its context's content type (§17.6,
+// 004 item 8) against the default payload limit; see ValidateHandoffRequestLimits.
+func ValidateHandoffRequest(req *handoffpb.HandoffRequest, contentType string) *Error {
+	return ValidateHandoffRequestLimits(req, contentType, Limits{})
+}
+
+// ValidateHandoffRequestLimits checks a HandoffRequest (§17.6): a request_id usable in a
+// workflow ID, a from_agent, a to_agent or capabilities_required (an empty to_agent asks for
+// routing), a to_agent other than the originator, a priority in -19..20 (§7.1), a timeout in
+// (0, 24h], a delegation budget not yet exhausted, a context content type of 004 item 8 (empty
+// means application/json) and a context snapshot within the payload limit (§5.4). Refusals
+// are validation_error, except an oversized context, which is oversize_payload like every
+// payload over the limit.
+func ValidateHandoffRequestLimits(req *handoffpb.HandoffRequest, contentType string, lim Limits) *Error {
+	if req == nil {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "handoff request is required")
+	}
+	// request_id becomes the workflow ID handoff/<request_id>: the agent-id charset keeps it
+	// usable there and in the Temporal UI's queries.
+	switch id := req.GetRequestId(); {
+	case id == "":
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "request_id is required (§17.6)")
+	case !agentIDPattern.MatchString(id):
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "request_id %q must be 1-128 characters of letters, digits and . _ : @ - starting with a letter or digit", truncate(id))
+	}
+	if req.GetFromAgent() == "" {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "from_agent is required (§17.6)")
+	}
+	if err := ValidateAgentID(req.GetFromAgent()); err != nil {
+		return Errorf(err.Code, "from_agent: %s", err.Msg)
+	}
+	if req.GetToAgent() == "" && len(req.GetCapabilitiesRequired()) == 0 {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "to_agent or capabilities_required is required: name the target, or the capabilities to route on (§17.6)")
+	}
+	if to := req.GetToAgent(); to != "" {
+		if err := ValidateAgentID(to); err != nil {
+			return Errorf(err.Code, "to_agent: %s", err.Msg)
+		}
+		if to == req.GetFromAgent() {
+			return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "to_agent %q is the originator: an agent cannot hand work to itself", to)
+		}
+	}
+	for _, c := range req.GetCapabilitiesRequired() {
+		if c == "" {
+			return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "capabilities_required has an empty entry")
+		}
+	}
+	if p := req.GetPriority(); p < MinPriority || p > MaxPriority {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "priority %d is outside %d (highest) .. %d (lowest) (§7.1)", p, MinPriority, MaxPriority)
+	}
+	if req.GetTimeout() == nil {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "timeout is required: how long the offer may wait for acceptance (§17.6)")
+	}
+	if err := req.GetTimeout().CheckValid(); err != nil {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "timeout: %v", err)
+	}
+	if d := req.GetTimeout().AsDuration(); d <= 0 || d > MaxHandoffTimeout {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "timeout %s must be positive and at most %s", d, MaxHandoffTimeout)
+	}
+	if b := req.GetBudget(); b.GetMaxDelegationDepth() > 0 && b.GetCurrentDepth() >= b.GetMaxDelegationDepth() {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "delegation depth %d reaches max %d: this chain may not delegate further", b.GetCurrentDepth(), b.GetMaxDelegationDepth())
+	}
+	if p := req.GetDelegationPolicy(); p != nil && (math.IsNaN(p.GetBackoffMultiplier()) || p.GetBackoffMultiplier() < 0) {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "delegation_policy.backoff_multiplier %v must be a non-negative number", p.GetBackoffMultiplier())
+	}
+	ct := HandoffContentType(contentType)
+	mt, err := parseMIME(ct)
+	if err != nil || !slices.Contains(HandoffContentTypes, mt) {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "context content type %q is not one of %v (004 item 8)", truncate(ct), HandoffContentTypes)
+	}
+	maxPayload := lim.MaxPayloadBytes
+	if maxPayload <= 0 {
+		maxPayload = DefaultMaxPayloadBytes
+	}
+	if n := len(req.GetContextSnapshot()); n > maxPayload {
+		return Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "context_snapshot of %d bytes exceeds the %d-byte limit (§5.4)", n, maxPayload)
+	}
+	return nil
+}
+
+// HandoffPolicy is the SwarmDelegationPolicy of a handoff in Go units: how an OVERLOADED
+// target is retried, whether a rejection spills over to the next candidate, and how many
+// REDIRECTs are followed. Zero fields take defaults (see NextOverloadBackoff, OverloadRetries
+// and MaxRedirectsOf).
+type HandoffPolicy struct {
+	// MaxRetriesOnOverloaded is how often an OVERLOADED target is offered the handoff again.
+	MaxRetriesOnOverloaded uint32
+	// InitialBackoff is the wait before the first retry.
+	InitialBackoff time.Duration
+	// Multiplier grows the wait from one retry to the next.
+	Multiplier float64
+	// MaxBackoff caps the wait.
+	MaxBackoff time.Duration
+	// AllowSpillover lets a rejected handoff with a named to_agent go to the next capable
+	// agent; a routed handoff (no to_agent) always does.
+	AllowSpillover bool
+	// MaxRedirects bounds the REDIRECTs followed.
+	MaxRedirects uint32
+}
+
+// Defaults of an empty HandoffPolicy.
+const (
+	// DefaultHandoffInitialBackoff is the first OVERLOADED wait.
+	DefaultHandoffInitialBackoff = time.Second
+	// DefaultHandoffBackoffMultiplier doubles each wait.
+	DefaultHandoffBackoffMultiplier = 2.0
+	// DefaultHandoffMaxBackoff caps the wait.
+	DefaultHandoffMaxBackoff = 30 * time.Second
+	// DefaultHandoffOverloadRetries is the number of retries when the policy is empty.
+	DefaultHandoffOverloadRetries = 3
+)
+
+// HandoffPolicyFromProto converts a SwarmDelegationPolicy (nil is the empty policy).
+func HandoffPolicyFromProto(p *handoffpb.SwarmDelegationPolicy) HandoffPolicy {
+	return HandoffPolicy{
+		MaxRetriesOnOverloaded: p.GetMaxRetriesOnOverloaded(),
+		InitialBackoff:         msDuration(p.GetInitialBackoffMs()),
+		Multiplier:             p.GetBackoffMultiplier(),
+		MaxBackoff:             msDuration(p.GetMaxBackoffMs()),
+		AllowSpillover:         p.GetAllowSpilloverRouting(),
+		MaxRedirects:           p.GetMaxRedirects(),
+	}
+}
+
+// msDuration converts milliseconds, saturating instead of overflowing.
+func msDuration(ms uint64) time.Duration {
+	if ms > uint64(math.MaxInt64/int64(time.Millisecond)) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// OverloadRetries is how many times an OVERLOADED target is retried: the policy's
+// max_retries_on_overloaded, or DefaultHandoffOverloadRetries when the whole policy is empty
+// (a policy that sets anything else and no retries asks for none).
+func OverloadRetries(p HandoffPolicy) int {
+	if p == (HandoffPolicy{}) {
+		return DefaultHandoffOverloadRetries
+	}
+	return int(p.MaxRetriesOnOverloaded)
+}
+
+// MaxRedirectsOf is how many REDIRECTs a handoff follows: the policy's max_redirects, or
+// DefaultHandoffMaxRedirects when it is 0.
+func MaxRedirectsOf(p HandoffPolicy) int {
+	if p.MaxRedirects == 0 {
+		return DefaultHandoffMaxRedirects
+	}
+	return int(p.MaxRedirects)
+}
+
+// NextOverloadBackoff is the wait before retry number retry (from 0) of an OVERLOADED
+// target: initial × multiplier^retry, capped at the maximum. Zero fields take the defaults
+// (1 s, ×2, 30 s); a multiplier below 1 is taken as 1, so waits never shrink.
+func NextOverloadBackoff(p HandoffPolicy, retry int) time.Duration {
+	initial := cmp.Or(p.InitialBackoff, DefaultHandoffInitialBackoff)
+	maxWait := cmp.Or(p.MaxBackoff, DefaultHandoffMaxBackoff)
+	mult := p.Multiplier
+	switch {
+	case mult == 0 || math.IsNaN(mult):
+		mult = DefaultHandoffBackoffMultiplier
+	case mult < 1:
+		mult = 1
+	}
+	if initial > maxWait {
+		return maxWait
+	}
+	// Computed in float64 and capped before converting, so a large retry cannot overflow.
+	d := float64(initial) * math.Pow(mult, float64(max(retry, 0)))
+	if d >= float64(maxWait) || math.IsInf(d, 0) {
+		return maxWait
+	}
+	return time.Duration(d)
+}
+
+// OverloadWait is the wait before retry number retry of a target that answered OVERLOADED
+// with retry_after_ms: NextOverloadBackoff, or the target's own retry_after when that is
+// longer (the target knows best when it will have room).
+func OverloadWait(p HandoffPolicy, retry int, retryAfterMs uint64) time.Duration {
+	return max(NextOverloadBackoff(p, retry), msDuration(retryAfterMs))
+}
+
+// HandoffCandidate is one registered agent as routing sees it (§17.6: capability-based
+// routing when to_agent is empty).
+type HandoffCandidate struct {
+	// AgentID names the agent.
+	AgentID string
+	// State is its lifecycle state (§8); only RUNNABLE agents are offered work.
+	State commonpb.AgentState
+	// Capabilities and Modalities come from its descriptor (§14, §12).
+	Capabilities, Modalities []string
+	// MaxConcurrentDelegations bounds its open handoffs; 0 means no limit.
+	MaxConcurrentDelegations uint32
+	// OpenDelegations counts the handoffs offered to or accepted by it and not yet ended.
+	OpenDelegations int
+	// Load is its current load (e.g. the messages waiting in its buffer).
+	Load int
+}
+
+// RankCandidates chooses among agents for a routed handoff (§17.6): it keeps the RUNNABLE
+// agents that have every capability in need, accept contentType (§12, 004 item 8), are under
+// their max_concurrent_delegations and are not in exclude (the originator, agents that
+// refused, fenced agents), and orders them by Load+OpenDelegations, then agent_id, so equal
+// agents are chosen the same way every time. The string is the reason of the first choice,
+// or, when none is left, why not.
+func RankCandidates(agents []HandoffCandidate, need []string, contentType string, exclude map[string]bool) ([]HandoffCandidate, string) {
+	var out []HandoffCandidate
+	var excluded, notRunnable, incapable, modality, full int
+	for _, a := range agents {
+		switch {
+		case exclude[a.AgentID]:
+			excluded++
+		case a.State != commonpb.AgentState_RUNNABLE:
+			notRunnable++
+		case !hasAll(a.Capabilities, need):
+			incapable++
+		case !AcceptsContentType(a.Modalities, contentType):
+			modality++
+		case a.MaxConcurrentDelegations > 0 && a.OpenDelegations >= int(a.MaxConcurrentDelegations):
+			full++
+		default:
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Sprintf("no capable agent left among %d registered (%d excluded, %d not RUNNABLE, %d without %v, %d not accepting %s, %d at max_concurrent_delegations)",
+			len(agents), excluded, notRunnable, incapable, need, modality, contentType, full)
+	}
+	slices.SortStableFunc(out, func(a, b HandoffCandidate) int {
+		return cmp.Or(cmp.Compare(a.Load+a.OpenDelegations, b.Load+b.OpenDelegations), cmp.Compare(a.AgentID, b.AgentID))
+	})
+	first := out[0]
+	return out, fmt.Sprintf("least loaded of %d capable: load %d", len(out), first.Load+first.OpenDelegations)
+}
+
+// hasAll reports whether have contains every entry of need.
+func hasAll(have, need []string) bool {
+	for _, n := range need {
+		if !slices.Contains(have, n) {
+			return false
+		}
+	}
+	return true
+}
+
+// handoffTransitions is the handoff lifecycle (§17.6, 000 §3.11.2): PENDING is answered by
+// acceptance, rejection or the timeout; an accepted handoff completes. ACCEPTED → EXPIRED is
+// not in the diagram: it is CancelDelegation's, the only way an accepted handoff ends
+// without completing (the timeout bounds acceptance, not the work).
+var handoffTransitions = map[handoffpb.HandoffStatus][]handoffpb.HandoffStatus{
+	handoffpb.HandoffStatus_PENDING:  {handoffpb.HandoffStatus_ACCEPTED, handoffpb.HandoffStatus_REJECTED, handoffpb.HandoffStatus_EXPIRED},
+	handoffpb.HandoffStatus_ACCEPTED: {handoffpb.HandoffStatus_COMPLETED, handoffpb.HandoffStatus_EXPIRED},
+}
+
+// CanTransition reports whether a handoff may move from one state to another (§17.6). The
+// table allows ACCEPTED → EXPIRED; callers take it only on a cancellation.
+func CanTransition(from, to handoffpb.HandoffStatus) bool {
+	return slices.Contains(handoffTransitions[from], to)
+}
+
+// HandoffTerminal reports whether a handoff state is final: COMPLETED, REJECTED or EXPIRED.
+func HandoffTerminal(s handoffpb.HandoffStatus) bool {
+	switch s {
+	case handoffpb.HandoffStatus_COMPLETED, handoffpb.HandoffStatus_REJECTED, handoffpb.HandoffStatus_EXPIRED:
+		return true
+	}
+	return false
+}

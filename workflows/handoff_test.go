@@ -1,0 +1,564 @@
+package workflows_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// handoffHarness runs HandoffWorkflow with its activities mocked: routing picks the first of
+// candidates not excluded, redirects are checked against fenced, and every offer,
+// notification, record and fence is remembered.
+type handoffHarness struct {
+	t   *testing.T
+	env *testsuite.TestWorkflowEnvironment
+
+	mu         sync.Mutex
+	candidates []string
+	fenced     []string
+	routes     []activities.RouteHandoffInput
+	offers     []activities.OfferHandoffInput
+	notes      []activities.NotifyHandoffInput
+	records    []activities.RecordHandoffInput
+	fences     []activities.FenceHandoffInput
+	timers     []time.Duration
+}
+
+func newHandoffHarness(t *testing.T, candidates ...string) *handoffHarness {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	h := &handoffHarness{t: t, env: suite.NewTestWorkflowEnvironment(), candidates: candidates}
+	var acts *activities.Activities
+	h.env.OnActivity(acts.RouteHandoff, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RouteHandoffInput) (activities.HandoffRoute, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.routes = append(h.routes, in)
+		if in.Only != "" {
+			if slices.Contains(h.fenced, in.Only) {
+				return activities.HandoffRoute{Reason: "redirect to " + in.Only + " refused: fenced"}, nil
+			}
+			return activities.HandoffRoute{Agent: in.Only, Reason: "redirect"}, nil
+		}
+		for _, c := range h.candidates {
+			if !slices.Contains(in.Exclude, c) {
+				return activities.HandoffRoute{Agent: c, Reason: "least loaded of 1 capable: load 0"}, nil
+			}
+		}
+		return activities.HandoffRoute{Reason: "no capable agent left among 3 registered"}, nil
+	})
+	h.env.OnActivity(acts.OfferHandoff, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.OfferHandoffInput) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.offers = append(h.offers, in)
+		return nil
+	})
+	h.env.OnActivity(acts.NotifyHandoff, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.NotifyHandoffInput) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.notes = append(h.notes, in)
+		return nil
+	})
+	h.env.OnActivity(acts.RecordHandoff, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RecordHandoffInput) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.records = append(h.records, in)
+		return nil
+	})
+	h.env.OnActivity(acts.FenceHandoff, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FenceHandoffInput) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.fences = append(h.fences, in)
+		return nil
+	})
+	h.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.timers = append(h.timers, d)
+	})
+	return h
+}
+
+// handoffInput hands corr-1 from a to "to" (empty: route on "billing"), with a 10-minute
+// timeout from the workflow's start.
+func handoffInput(to string) workflows.HandoffInput {
+	return workflows.HandoffInput{RequestID: "h-1", Correlation: "corr-1", From: "a", To: to, Reason: "needs billing",
+		Capabilities: []string{"billing"}, Timeout: 10 * time.Minute, ContextContentType: "application/json", ContextSize: 12}
+}
+
+// updateResult is what the test environment's callbacks reported for one update.
+type updateResult struct {
+	rejected error
+	accepted bool
+	state    workflows.HandoffState
+	err      error
+	done     bool
+}
+
+// update sends an update at a moment of workflow time and records the outcome.
+func (h *handoffHarness) update(after time.Duration, name string, arg any) *updateResult {
+	res := &updateResult{}
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { res.rejected = err },
+			OnAccept: func() { res.accepted = true },
+			OnComplete: func(v any, err error) {
+				res.done, res.err = true, err
+				if s, ok := v.(workflows.HandoffState); ok {
+					res.state = s
+				}
+			},
+		}, arg)
+	}, after)
+	return res
+}
+
+func (h *handoffHarness) accept(after time.Duration, agent string) *updateResult {
+	return h.update(after, workflows.HandoffAcceptUpdate, workflows.HandoffAnswer{Agent: agent})
+}
+
+func (h *handoffHarness) reject(after time.Duration, a workflows.HandoffAnswer) *updateResult {
+	return h.update(after, workflows.HandoffRejectUpdate, a)
+}
+
+func (h *handoffHarness) complete(after time.Duration, agent string) *updateResult {
+	return h.update(after, workflows.HandoffCompleteUpdate, workflows.HandoffCompletion{Agent: agent, Status: handoffpb.HandoffStatus_COMPLETED})
+}
+
+func (h *handoffHarness) cancel(after time.Duration, c workflows.HandoffCancel) {
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(workflows.HandoffCancelSignal, c) }, after)
+}
+
+func (h *handoffHarness) run(in workflows.HandoffInput) workflows.HandoffResult {
+	h.t.Helper()
+	h.env.ExecuteWorkflow(workflows.HandoffWorkflow, in)
+	require.True(h.t, h.env.IsWorkflowCompleted())
+	require.NoError(h.t, h.env.GetWorkflowError())
+	var res workflows.HandoffResult
+	require.NoError(h.t, h.env.GetWorkflowResult(&res))
+	return res
+}
+
+func (h *handoffHarness) offered() []string {
+	var out []string
+	for _, o := range h.offers {
+		out = append(out, o.Target)
+	}
+	return out
+}
+
+// told lists "agent:event" for every notification, in order.
+func (h *handoffHarness) told() []string {
+	var out []string
+	for _, n := range h.notes {
+		out = append(out, n.To+":"+n.Event)
+	}
+	return out
+}
+
+func (h *handoffHarness) recorded() []handoffpb.HandoffStatus {
+	var out []handoffpb.HandoffStatus
+	for _, r := range h.records {
+		out = append(out, r.Status)
+	}
+	return out
+}
+
+func requireAccepted(t *testing.T, r *updateResult) {
+	t.Helper()
+	require.NoError(t, r.rejected)
+	require.True(t, r.accepted && r.done, "the update ran")
+	require.NoError(t, r.err)
+}
+
+func requireRefused(t *testing.T, r *updateResult, msg string) {
+	t.Helper()
+	require.Error(t, r.rejected, "the validator refuses it: nothing enters history")
+	assert.False(t, r.accepted)
+	assert.Contains(t, r.rejected.Error(), msg)
+}
+
+func TestHandoffAcceptThenComplete(t *testing.T) {
+	h := newHandoffHarness(t)
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	h.env.SetStartTime(t0)
+	acc := h.accept(time.Second, "b")
+	done := h.complete(2*time.Second, "b")
+	res := h.run(handoffInput("b"))
+
+	requireAccepted(t, acc)
+	assert.Equal(t, handoffpb.HandoffStatus_ACCEPTED, acc.state.Status, "accept answers with the state it produced")
+	assert.Equal(t, "b", acc.state.AcceptedBy)
+	requireAccepted(t, done)
+	assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, done.state.Status)
+
+	assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+	assert.Equal(t, "b", res.AcceptedBy)
+	assert.Empty(t, res.EndReason)
+	assert.Equal(t, []string{"b"}, h.offered())
+	assert.Empty(t, h.routes, "a named target is not routed")
+	assert.Equal(t, []activities.FenceHandoffInput{{Correlation: "corr-1", AgentID: "a", RequestID: "h-1", NewOwner: "b"}}, h.fences)
+	assert.Equal(t, []string{"a:handoff_accepted", "a:handoff_completed"}, h.told())
+	assert.Equal(t, []handoffpb.HandoffStatus{handoffpb.HandoffStatus_ACCEPTED, handoffpb.HandoffStatus_COMPLETED}, h.recorded())
+	// Offer: the deadline is the request's time plus its timeout; the message ids derive from numbers.
+	require.Len(t, h.offers, 1)
+	assert.Equal(t, 1, h.offers[0].Offer)
+	assert.Equal(t, t0.Add(10*time.Minute), h.offers[0].ExpiresAt.UTC())
+	assert.Equal(t, []int{1, 2}, []int{h.notes[0].N, h.notes[1].N})
+}
+
+func TestHandoffRoutedRejectGoesToNextCandidate(t *testing.T) {
+	h := newHandoffHarness(t, "b", "c")
+	rej := h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Reason: "not my queue"})
+	h.accept(2*time.Second, "c")
+	h.complete(3*time.Second, "c")
+	res := h.run(handoffInput(""))
+
+	requireAccepted(t, rej)
+	assert.Equal(t, []string{"b"}, rej.state.Refused)
+	assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+	assert.Equal(t, []string{"b", "c"}, h.offered())
+	assert.Equal(t, []string{"b"}, res.Refused)
+	require.Len(t, h.routes, 2)
+	assert.Equal(t, []string{"a"}, h.routes[0].Exclude, "the originator is never chosen")
+	assert.Equal(t, []string{"a", "b"}, h.routes[1].Exclude, "nor an agent that refused")
+	assert.Equal(t, []string{"billing"}, h.routes[0].Capabilities)
+	require.Len(t, res.Offers, 2)
+	assert.Equal(t, "least loaded of 1 capable: load 0", res.Offers[1].Reason, "the choice's reason is kept")
+	assert.Equal(t, "c", h.fences[0].NewOwner)
+}
+
+func TestHandoffNamedTargetSpillsOverWhenAllowed(t *testing.T) {
+	h := newHandoffHarness(t, "b", "c")
+	h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Reason: "no"})
+	h.accept(2*time.Second, "c")
+	h.complete(3*time.Second, "c")
+	in := handoffInput("b")
+	in.Policy.AllowSpillover = true
+	res := h.run(in)
+	assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+	assert.Equal(t, []string{"b", "c"}, h.offered())
+}
+
+func TestHandoffRejectWithoutSpilloverEndsRejected(t *testing.T) {
+	h := newHandoffHarness(t, "c")
+	rej := h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Reason: "busy with audits"})
+	res := h.run(handoffInput("b"))
+
+	requireAccepted(t, rej)
+	assert.Equal(t, handoffpb.HandoffStatus_REJECTED, rej.state.Status)
+	assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+	assert.Equal(t, "rejected by b: busy with audits", res.EndReason)
+	assert.Empty(t, h.routes, "no spillover: nobody else is asked")
+	assert.Empty(t, h.fences)
+	assert.Equal(t, []string{"a:handoff_rejected"}, h.told())
+	assert.Equal(t, "rejected by b: busy with audits", h.notes[0].Reason, "the originator is told why")
+	assert.Equal(t, []handoffpb.HandoffStatus{handoffpb.HandoffStatus_REJECTED}, h.recorded())
+}
+
+func TestHandoffOverloadedWaitsThenReoffers(t *testing.T) {
+	h := newHandoffHarness(t)
+	in := handoffInput("b")
+	in.Policy = protocol.HandoffPolicy{MaxRetriesOnOverloaded: 2, InitialBackoff: 3 * time.Second, Multiplier: 2}
+	// Offered at 0; OVERLOADED at 1 s → 3 s backoff → offered again at 4 s; OVERLOADED with
+	// retry_after 10 s at 5 s (the policy's 6 s is shorter) → offered again at 15 s.
+	h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_OVERLOADED, Reason: "queue full"})
+	h.reject(5*time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_OVERLOADED, RetryAfterMs: 10_000})
+	early := h.accept(14*time.Second, "b") // during the backoff the target may still take it
+	h.complete(20*time.Second, "b")
+	res := h.run(in)
+
+	assert.Contains(t, h.timers, 3*time.Second, "first backoff: the policy's initial")
+	assert.Contains(t, h.timers, 10*time.Second, "second backoff: retry_after_ms, longer than 6 s")
+	assert.Equal(t, []string{"b", "b"}, h.offered()[:2])
+	require.Len(t, h.offers, 2, "accepted during the second backoff: no third offer")
+	assert.Equal(t, h.offers[0].ExpiresAt, h.offers[1].ExpiresAt, "a retry does not move the deadline")
+	requireAccepted(t, early)
+	assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+	assert.Equal(t, 2, res.OverloadRetries)
+}
+
+func TestHandoffOverloadedRetryOffersAgainAfterBackoff(t *testing.T) {
+	h := newHandoffHarness(t)
+	in := handoffInput("b")
+	in.Policy = protocol.HandoffPolicy{MaxRetriesOnOverloaded: 1, InitialBackoff: 4 * time.Second}
+	h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_OVERLOADED})
+	early := h.accept(3*time.Second, "c")
+	late := h.accept(6*time.Second, "b")
+	h.complete(7*time.Second, "b")
+	res := h.run(in)
+
+	requireRefused(t, early, "not offered to c")
+	requireAccepted(t, late)
+	assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+	assert.Equal(t, []string{"b", "b"}, h.offered())
+	assert.Equal(t, 2, h.offers[1].Offer, "the re-offer is a new message")
+	assert.Equal(t, 1, res.OverloadRetries)
+	assert.Contains(t, h.timers, 4*time.Second)
+}
+
+func TestHandoffOverloadRetriesExhausted(t *testing.T) {
+	t.Run("named target ends REJECTED", func(t *testing.T) {
+		h := newHandoffHarness(t, "c")
+		in := handoffInput("b")
+		in.Policy = protocol.HandoffPolicy{MaxRetriesOnOverloaded: 1, InitialBackoff: 5 * time.Second}
+		h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_OVERLOADED})
+		h.reject(7*time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_OVERLOADED, Reason: "still full"})
+		res := h.run(in)
+		assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+		assert.Equal(t, "rejected by b: overloaded: still full; 1 retries on OVERLOADED used", res.EndReason)
+		assert.Equal(t, []string{"b", "b"}, h.offered())
+	})
+	t.Run("routed goes to the next candidate", func(t *testing.T) {
+		h := newHandoffHarness(t, "b", "c")
+		in := handoffInput("")
+		in.Policy = protocol.HandoffPolicy{MaxRetriesOnOverloaded: 1, InitialBackoff: 5 * time.Second}
+		h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_OVERLOADED})
+		h.reject(7*time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_OVERLOADED})
+		h.accept(8*time.Second, "c")
+		h.complete(9*time.Second, "c")
+		res := h.run(in)
+		assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+		assert.Equal(t, []string{"b", "b", "c"}, h.offered())
+	})
+}
+
+func TestHandoffRedirectFollowed(t *testing.T) {
+	h := newHandoffHarness(t)
+	h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "c", Reason: "c handles refunds"})
+	h.accept(2*time.Second, "c")
+	h.complete(3*time.Second, "c")
+	res := h.run(handoffInput("b"))
+
+	assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+	assert.Equal(t, []string{"b", "c"}, h.offered())
+	assert.Equal(t, 1, res.Redirects)
+	assert.Equal(t, []string{"b"}, res.Refused)
+	require.Len(t, h.routes, 1)
+	assert.Equal(t, "c", h.routes[0].Only, "the redirect's target is checked (registered, not fenced)")
+	assert.Contains(t, res.Offers[1].Reason, "redirected by b")
+	assert.Equal(t, "c", h.fences[0].NewOwner)
+}
+
+func TestHandoffRedirectLoopCapped(t *testing.T) {
+	t.Run("max_redirects", func(t *testing.T) {
+		h := newHandoffHarness(t)
+		in := handoffInput("b")
+		in.Policy = protocol.HandoffPolicy{MaxRedirects: 2}
+		h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "c"})
+		h.reject(2*time.Second, workflows.HandoffAnswer{Agent: "c", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "d"})
+		h.reject(3*time.Second, workflows.HandoffAnswer{Agent: "d", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "e"})
+		res := h.run(in)
+		assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+		assert.Equal(t, []string{"b", "c", "d"}, h.offered())
+		assert.Equal(t, 2, res.Redirects)
+		assert.Contains(t, res.EndReason, "rejected by d")
+		assert.Contains(t, res.EndReason, "the 2 redirects allowed are used")
+	})
+	t.Run("default of 3", func(t *testing.T) {
+		h := newHandoffHarness(t)
+		for i, to := range []string{"c", "d", "e", "f"} {
+			from := string(rune('b' + i))
+			h.reject(time.Duration(i+1)*time.Second, workflows.HandoffAnswer{Agent: from, Code: commonpb.ErrorCode_REDIRECT, RedirectTo: to})
+		}
+		res := h.run(handoffInput("b"))
+		assert.Equal(t, []string{"b", "c", "d", "e"}, h.offered())
+		assert.Equal(t, 3, res.Redirects)
+		assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+	})
+	t.Run("ping-pong", func(t *testing.T) {
+		h := newHandoffHarness(t)
+		h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "c"})
+		h.reject(2*time.Second, workflows.HandoffAnswer{Agent: "c", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "b"})
+		res := h.run(handoffInput("b"))
+		assert.Equal(t, []string{"b", "c"}, h.offered())
+		assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+		assert.Contains(t, res.EndReason, "redirect to b refused: it already refused")
+	})
+}
+
+func TestHandoffRedirectToOriginatorRefused(t *testing.T) {
+	h := newHandoffHarness(t)
+	h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "a"})
+	res := h.run(handoffInput("b"))
+	assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+	assert.Contains(t, res.EndReason, "redirect to a refused: it is the originator")
+	assert.Equal(t, []string{"b"}, h.offered())
+	assert.Empty(t, h.routes)
+	assert.Zero(t, res.Redirects)
+}
+
+func TestHandoffRedirectToFencedAgentIsARejection(t *testing.T) {
+	h := newHandoffHarness(t, "b", "c")
+	h.fenced = []string{"f"}
+	h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "f"})
+	h.accept(2*time.Second, "c")
+	h.complete(3*time.Second, "c")
+	res := h.run(handoffInput(""))
+	assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+	assert.Equal(t, []string{"b", "c"}, h.offered(), "routed: the refused redirect is a rejection, the next candidate follows")
+	assert.Equal(t, []string{"b"}, res.Refused)
+	assert.Zero(t, res.Redirects)
+}
+
+func TestHandoffTimeoutExpires(t *testing.T) {
+	h := newHandoffHarness(t)
+	in := handoffInput("b")
+	in.Timeout = 5 * time.Minute
+	res := h.run(in)
+
+	assert.Equal(t, handoffpb.HandoffStatus_EXPIRED, res.Status)
+	assert.Contains(t, res.EndReason, "timeout: b did not answer within 5m0s")
+	assert.Equal(t, []string{"b:handoff_expired", "a:handoff_expired"}, h.told(), "the target drops the offer, the originator learns why")
+	assert.Contains(t, h.timers, 5*time.Minute)
+	assert.Equal(t, []handoffpb.HandoffStatus{handoffpb.HandoffStatus_EXPIRED}, h.recorded())
+}
+
+func TestHandoffTimeoutCountsFromTheRequest(t *testing.T) {
+	h := newHandoffHarness(t)
+	in := handoffInput("b")
+	in.Timeout = 5 * time.Minute
+	h.env.SetStartTime(time.Date(2030, 1, 1, 12, 2, 0, 0, time.UTC))
+	in.RequestedAt = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC) // the frontend accepted it 2 minutes before the start
+	res := h.run(in)
+	assert.Equal(t, handoffpb.HandoffStatus_EXPIRED, res.Status)
+	assert.Contains(t, h.timers, 3*time.Minute)
+}
+
+func TestHandoffCancelledWhilePending(t *testing.T) {
+	h := newHandoffHarness(t)
+	h.cancel(time.Second, workflows.HandoffCancel{Reason: "customer withdrew", By: "a"})
+	res := h.run(handoffInput("b"))
+
+	assert.Equal(t, handoffpb.HandoffStatus_EXPIRED, res.Status)
+	assert.Equal(t, "cancelled: customer withdrew (by a)", res.EndReason)
+	assert.Equal(t, []string{"b:handoff_cancelled", "a:handoff_cancelled"}, h.told())
+	assert.Equal(t, []handoffpb.HandoffStatus{handoffpb.HandoffStatus_EXPIRED}, h.recorded())
+}
+
+func TestHandoffCancelledAfterAcceptance(t *testing.T) {
+	t.Run("grace runs out", func(t *testing.T) {
+		h := newHandoffHarness(t)
+		h.accept(time.Second, "b")
+		h.cancel(time.Minute, workflows.HandoffCancel{Reason: "superseded", GracePeriod: 30 * time.Second})
+		res := h.run(handoffInput("b"))
+		assert.Equal(t, handoffpb.HandoffStatus_EXPIRED, res.Status)
+		assert.Equal(t, "cancelled: superseded", res.EndReason)
+		assert.Equal(t, []string{"a:handoff_accepted", "b:handoff_cancelled", "a:handoff_cancelled"}, h.told())
+		assert.Equal(t, 30*time.Second, h.notes[1].GracePeriod, "the target learns its grace period")
+		assert.Contains(t, h.timers, 30*time.Second)
+		assert.Empty(t, h.fences)
+	})
+	t.Run("completion within the grace counts", func(t *testing.T) {
+		h := newHandoffHarness(t)
+		h.accept(time.Second, "b")
+		h.cancel(time.Minute, workflows.HandoffCancel{Reason: "superseded", GracePeriod: 30 * time.Second})
+		h.complete(time.Minute+10*time.Second, "b")
+		res := h.run(handoffInput("b"))
+		assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+		assert.Len(t, h.fences, 1)
+	})
+}
+
+func TestHandoffNoCandidateExpires(t *testing.T) {
+	h := newHandoffHarness(t)
+	res := h.run(handoffInput(""))
+	assert.Equal(t, handoffpb.HandoffStatus_EXPIRED, res.Status)
+	assert.Equal(t, "no capable agent left among 3 registered", res.EndReason)
+	assert.Empty(t, h.offers)
+	assert.Equal(t, []string{"a:handoff_expired"}, h.told())
+}
+
+func TestHandoffCandidatesRunOut(t *testing.T) {
+	h := newHandoffHarness(t, "b")
+	h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Reason: "no"})
+	res := h.run(handoffInput(""))
+	assert.Equal(t, handoffpb.HandoffStatus_EXPIRED, res.Status)
+	assert.Contains(t, res.EndReason, "no capable agent left")
+	assert.Equal(t, []string{"a:handoff_expired"}, h.told(), "b refused: it holds no offer to withdraw")
+}
+
+func TestHandoffUpdateValidators(t *testing.T) {
+	h := newHandoffHarness(t)
+	wrongAgent := h.accept(time.Second, "c")
+	wrongRejecter := h.reject(2*time.Second, workflows.HandoffAnswer{Agent: "a", Reason: "mine"})
+	tooEarly := h.complete(3*time.Second, "b")
+	acc := h.accept(4*time.Second, "b")
+	twice := h.accept(5*time.Second, "b")
+	rejectAfter := h.reject(6*time.Second, workflows.HandoffAnswer{Agent: "b"})
+	byOther := h.complete(7*time.Second, "c")
+	wrongStatus := h.update(8*time.Second, workflows.HandoffCompleteUpdate, workflows.HandoffCompletion{Agent: "b", Status: handoffpb.HandoffStatus_REJECTED})
+	var mid workflows.HandoffState
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(workflows.HandoffStateQuery)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&mid))
+	}, 9*time.Second)
+	anonymous := h.complete(10*time.Second, "") // authentication off: the frontend has no caller to name
+	res := h.run(handoffInput("b"))
+
+	requireRefused(t, wrongAgent, "handoff h-1 is not offered to c (state PENDING)")
+	requireRefused(t, wrongRejecter, "not offered to a")
+	requireRefused(t, tooEarly, "is not accepted (state PENDING)")
+	requireAccepted(t, acc)
+	requireRefused(t, twice, "not offered to b (state ACCEPTED)")
+	requireRefused(t, rejectAfter, "state ACCEPTED")
+	requireRefused(t, byOther, "accepted by b, not c")
+	requireRefused(t, wrongStatus, "only COMPLETED")
+	assert.Equal(t, handoffpb.HandoffStatus_ACCEPTED, mid.Status, "refused updates changed nothing")
+	assert.Equal(t, "b", mid.AcceptedBy)
+	assert.Empty(t, mid.Refused)
+	requireAccepted(t, anonymous)
+	assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+	assert.Equal(t, []handoffpb.HandoffStatus{handoffpb.HandoffStatus_ACCEPTED, handoffpb.HandoffStatus_COMPLETED}, h.recorded())
+}
+
+func TestHandoffStartOptions(t *testing.T) {
+	o := workflows.HandoffStartOptions("h-1", "q", "a", "")
+	assert.Equal(t, "handoff/h-1", o.ID)
+	assert.Equal(t, "q", o.TaskQueue)
+	kind, _ := o.TypedSearchAttributes.GetKeyword(workflows.KindKey)
+	state, _ := o.TypedSearchAttributes.GetKeyword(workflows.HandoffStateKey)
+	agents, _ := o.TypedSearchAttributes.GetKeywordList(workflows.HandoffAgentsKey)
+	assert.Equal(t, workflows.KindHandoff, kind)
+	assert.Equal(t, "PENDING", state)
+	assert.Equal(t, []string{"a"}, agents, "an empty to_agent is not an agent")
+	assert.Contains(t, workflows.SearchAttributeFlags(), "SW4RMHandoffAgents=KeywordList")
+	assert.Contains(t, workflows.SearchAttributeFlags(), "SW4RMHandoffState=Keyword")
+}
+
+func TestHandoffInputFrom(t *testing.T) {
+	req := &handoffpb.HandoffRequest{RequestId: "h-1", FromAgent: "a", CapabilitiesRequired: []string{"billing"}, ContextSnapshot: []byte("abc"),
+		Budget: &handoffpb.BudgetEnvelope{CurrentDepth: 1, MaxDelegationDepth: 3}, DelegationPolicy: &handoffpb.SwarmDelegationPolicy{MaxRedirects: 2}}
+	in := workflows.HandoffInputFrom(req, "corr-1", "", time.Unix(0, 0))
+	assert.Equal(t, "application/json", in.ContextContentType)
+	assert.Equal(t, 3, in.ContextSize)
+	assert.Equal(t, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", in.ContextSHA256)
+	assert.Equal(t, uint32(2), in.Policy.MaxRedirects)
+	assert.Equal(t, workflows.HandoffBudget{CurrentDepth: 1, MaxDepth: 3}, in.Budget)
+}
+
+func TestHandoffDeadlinePassedBeforeTheOffer(t *testing.T) {
+	h := newHandoffHarness(t)
+	in := handoffInput("b")
+	in.Timeout = time.Minute
+	h.env.SetStartTime(time.Date(2030, 1, 1, 12, 2, 0, 0, time.UTC))
+	in.RequestedAt = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC) // the start was delivered two minutes late
+	res := h.run(in)
+	assert.Equal(t, handoffpb.HandoffStatus_EXPIRED, res.Status)
+	assert.Contains(t, res.EndReason, "before b was offered it")
+	assert.Empty(t, h.offers)
+	assert.Equal(t, []string{"a:handoff_expired"}, h.told())
+}
