@@ -293,11 +293,11 @@ func TestHandoffRouting(t *testing.T) {
 				assert.Equal(t, codes.InvalidArgument, status.Code(err), "depth limit: %v", err)
 				assert.Contains(t, status.Convert(err).Message(), "validation_error: ")
 				for name, r := range map[string]*handoffpb.HandoffRequest{
-					"no request_id":          {FromAgent: a.ID(), ToAgent: x.ID(), Timeout: durationpb.New(time.Minute)},
-					"no target":              {RequestId: uniq(t, "n"), FromAgent: a.ID(), Timeout: durationpb.New(time.Minute)},
-					"no timeout":             {RequestId: uniq(t, "n"), FromAgent: a.ID(), ToAgent: x.ID()},
-					"priority out of range":  {RequestId: uniq(t, "n"), FromAgent: a.ID(), ToAgent: x.ID(), Priority: 21, Timeout: durationpb.New(time.Minute)},
-					"to itself":              {RequestId: uniq(t, "n"), FromAgent: a.ID(), ToAgent: a.ID(), Timeout: durationpb.New(time.Minute)},
+					"no request_id":         {FromAgent: a.ID(), ToAgent: x.ID(), Timeout: durationpb.New(time.Minute)},
+					"no target":             {RequestId: uniq(t, "n"), FromAgent: a.ID(), Timeout: durationpb.New(time.Minute)},
+					"no timeout":            {RequestId: uniq(t, "n"), FromAgent: a.ID(), ToAgent: x.ID()},
+					"priority out of range": {RequestId: uniq(t, "n"), FromAgent: a.ID(), ToAgent: x.ID(), Priority: 21, Timeout: durationpb.New(time.Minute)},
+					"to itself":             {RequestId: uniq(t, "n"), FromAgent: a.ID(), ToAgent: a.ID(), Timeout: durationpb.New(time.Minute)},
 				} {
 					_, err := a.hc.RequestHandoff(ctx, r)
 					assert.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)

@@ -20,6 +20,7 @@ var baselineOf = map[string]string{
 	"RoomDecision":          "BaselineBareTemporalRoom",
 	"PreemptRequest":        "BaselineBareTemporalSignal",
 	"TaskRoundTrip":         "BaselineBareTemporalTask",
+	"HandoffRoundTrip":      "BaselineBareTemporalHandoff",
 }
 
 type result struct {
