@@ -30,10 +30,10 @@ func BenchmarkHandoffRoundTrip(b *testing.B) {
 		b.Cleanup(func() { _ = a.Close() })
 		require.NoError(b, a.Register(ctx, &registrypb.AgentDescriptor{Name: name, Description: "bench", Capabilities: []string{"bench"},
 			CommunicationClass: commonpb.CommunicationClass_STANDARD, ModalitiesSupported: []string{"application/json"}}))
-		waitState(b, sys, a.ID(), commonpb.AgentState_RUNNABLE)
-		s, err := a.Receive(ctx)
+		s, err := a.Receive(ctx) // the open stream shows the agent ready (§8.3)
 		require.NoError(b, err)
 		b.Cleanup(s.Close)
+		waitState(b, sys, a.ID(), commonpb.AgentState_RUNNABLE)
 		return a, s
 	}
 	a, aStream := dial("a")
