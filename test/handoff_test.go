@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
@@ -356,4 +357,42 @@ func TestHandoffOfferSurvivesRestart(t *testing.T) {
 	_, err = b.hc.CompleteHandoff(ctx, &handoffpb.CompleteHandoffRequest{RequestId: req.GetRequestId(), Status: handoffpb.HandoffStatus_COMPLETED})
 	require.NoError(t, err)
 	waitHandoff(t, second, req.GetRequestId(), handoffpb.HandoffStatus_COMPLETED)
+}
+
+// TestHandoffIdentity: in required mode every handoff RPC checks the proven caller — nobody
+// requests as another agent, answers an offer made to another, completes a handoff it did not
+// accept or cancels another originator's delegation.
+func TestHandoffIdentity(t *testing.T) {
+	sys := start(t, authConfig(t, "memory", auth.Required))
+	ctx := context.Background()
+	a, b, mallory := dialSigned(t, sys, "a"), dialSigned(t, sys, "b"), dialSigned(t, sys, "mallory")
+	ha, hb, hm := handoffpb.NewHandoffServiceClient(a.Conn()), handoffpb.NewHandoffServiceClient(b.Conn()), handoffpb.NewHandoffServiceClient(mallory.Conn())
+
+	forged := handoffReq(t, a.ID(), b.ID())
+	_, err := hm.RequestHandoff(ctx, forged)
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "requesting as another agent: %v", err)
+
+	corr := "corr-" + uniq(t, "id")
+	req := handoffReq(t, a.ID(), b.ID())
+	_, err = ha.RequestHandoff(metadata.AppendToOutgoingContext(ctx, "sw4rm-correlation-id", corr), req)
+	require.NoError(t, err)
+	waitOffered(t, sys, req.GetRequestId())
+
+	_, err = hm.GetPendingHandoffs(ctx, &handoffpb.GetPendingHandoffsRequest{AgentId: b.ID()})
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "reading another agent's offers: %v", err)
+	_, err = hm.AcceptHandoff(ctx, &handoffpb.HandoffResponse{RequestId: req.GetRequestId(), Accepted: true, AcceptingAgent: b.ID()})
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "accepting as the offered agent: %v", err)
+	_, err = hm.AcceptHandoff(ctx, &handoffpb.HandoffResponse{RequestId: req.GetRequestId(), Accepted: true, AcceptingAgent: mallory.ID()})
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "accepting an offer made to another: %v", err)
+	_, err = hm.CancelDelegation(ctx, &handoffpb.CancelDelegation{CorrelationId: corr, Reason: "takeover"})
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "cancelling another originator's delegation: %v", err)
+	assert.Equal(t, handoffpb.HandoffStatus_PENDING, handoffState(t, sys, req.GetRequestId()).Status, "nothing changed")
+
+	_, err = hb.AcceptHandoff(ctx, &handoffpb.HandoffResponse{RequestId: req.GetRequestId(), Accepted: true, AcceptingAgent: b.ID()})
+	require.NoError(t, err)
+	_, err = hm.CompleteHandoff(ctx, &handoffpb.CompleteHandoffRequest{RequestId: req.GetRequestId(), Status: handoffpb.HandoffStatus_COMPLETED})
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "completing a handoff another accepted: %v", err)
+	_, err = hb.CompleteHandoff(ctx, &handoffpb.CompleteHandoffRequest{RequestId: req.GetRequestId(), Status: handoffpb.HandoffStatus_COMPLETED})
+	require.NoError(t, err)
+	assert.Equal(t, b.ID(), waitHandoff(t, sys, req.GetRequestId(), handoffpb.HandoffStatus_COMPLETED).AcceptedBy)
 }
