@@ -191,7 +191,7 @@ func run(ctx context.Context, server string, wait time.Duration) error {
 			return errors.New("triage was not fenced after the handoff completed")
 		}
 	}
-	say("", "done: the ticket went from triage to %s, past an overloaded and a redirecting specialist", ids["expert"])
+	say("", "done: the ticket went from triage to %s; the offers it passed on the way are listed above", ids["expert"])
 	return nil
 }
 
