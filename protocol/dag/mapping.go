@@ -31,7 +31,7 @@ func workflowData(data []byte) (map[string]any, error) {
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("workflow_data must be a JSON object, not a %s", jsonKind(v))
+		return nil, fmt.Errorf("workflow_data must be a JSON object, not %s", aKind(v))
 	}
 	return m, nil
 }

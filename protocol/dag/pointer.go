@@ -150,8 +150,17 @@ func setAt(cur any, p pointer, at int, val any) (any, error) {
 		c[i] = child
 		return c, nil
 	default:
-		return nil, fmt.Errorf("cannot write %s: %s is a %s, not an object or array", p, p[:at], jsonKind(c))
+		return nil, fmt.Errorf("cannot write %s: %s is %s, not an object or array", p, p[:at], aKind(c))
 	}
+}
+
+// aKind is jsonKind with its article: "a string", "an array".
+func aKind(v any) string {
+	k := jsonKind(v)
+	if k == "array" || k == "object" {
+		return "an " + k
+	}
+	return "a " + k
 }
 
 func jsonKind(v any) string {

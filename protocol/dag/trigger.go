@@ -65,7 +65,7 @@ func Skip(node *workflowpb.WorkflowNode, data []byte) (bool, error) {
 	case bool:
 		return v, nil
 	default:
-		return false, fmt.Errorf("node %q: metadata %s=%q names a %s in workflow_data; it must be true, false or absent", node.GetNodeId(), MetaSkipIf, ref, jsonKind(v))
+		return false, fmt.Errorf("node %q: metadata %s=%q names %s in workflow_data; it must be true, false, null or absent", node.GetNodeId(), MetaSkipIf, ref, aKind(v))
 	}
 }
 
