@@ -17,6 +17,8 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 )
 
 // Authorization: one rule per method, deny by default (§6.5: "comprehensive authorization
@@ -123,13 +125,21 @@ var methodRules = map[string]rule{
 	reasoningpb.ReasoningProxy_CheckParallelism_FullMethodName: {who: authenticated},
 	reasoningpb.ReasoningProxy_EvaluateDebate_FullMethodName:   {who: authenticated},
 	reasoningpb.ReasoningProxy_Summarize_FullMethodName:        {who: authenticated},
+
+	// DAG workflows (§17.7): any proven agent or operator may define a workflow (it is
+	// recorded as the creator) and read definitions back. Starting, reading and resuming runs
+	// are authenticated too until the run slice decides who may act on a run.
+	workflowpb.WorkflowService_CreateWorkflow_FullMethodName:     {who: authenticated},
+	workflowpb.WorkflowService_StartWorkflow_FullMethodName:      {who: authenticated},
+	workflowpb.WorkflowService_GetWorkflowState_FullMethodName:   {who: authenticated},
+	workflowpb.WorkflowService_ResumeWorkflow_FullMethodName:     {who: authenticated},
+	workflowdefpb.DefinitionService_GetDefinition_FullMethodName: {who: authenticated},
 }
 
 // serviceRules covers the services that answer Unimplemented until their issue builds them:
 // a proven caller reaches the capability gate and learns what is missing. Each pattern
 // replaces its entry with per-method rules when it lands.
 var serviceRules = map[string]rule{
-	"/sw4rm.workflow.WorkflowService/":                  {who: authenticated},
 	"/sw4rm.negotiation.NegotiationService/":            {who: authenticated},
 	"/sw4rm.scheduler.SchedulerPolicyService/":          {who: authenticated},
 	"/sw4rm.worktree.WorktreeService/":                  {who: authenticated},

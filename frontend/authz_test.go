@@ -10,6 +10,8 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 )
 
 // TestEveryServedMethodHasARule: required mode denies a method without a rule, so every
@@ -52,6 +54,10 @@ func TestAuthorizeRules(t *testing.T) {
 		"operator calls an operator service": {"/sw4rmext.dlq.v1.DlqAdminService/Requeue", nil, ops, true},
 		"anonymous health check":             {"/grpc.health.v1.Health/Check", nil, auth.Principal{}, true},
 		"unknown method":                     {"/sw4rm.secret.Service/Do", nil, ops, false},
+		"agent creates a workflow":           {workflowpb.WorkflowService_CreateWorkflow_FullMethodName, &workflowpb.CreateWorkflowRequest{}, alice, true},
+		"anonymous creates a workflow":       {workflowpb.WorkflowService_CreateWorkflow_FullMethodName, &workflowpb.CreateWorkflowRequest{}, auth.Principal{}, false},
+		"operator reads a definition":        {workflowdefpb.DefinitionService_GetDefinition_FullMethodName, &workflowdefpb.GetDefinitionRequest{}, ops, true},
+		"anonymous reads a definition":       {workflowdefpb.DefinitionService_GetDefinition_FullMethodName, &workflowdefpb.GetDefinitionRequest{}, auth.Principal{}, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := a.authorize(tc.method, tc.req, tc.p)

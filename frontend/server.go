@@ -39,6 +39,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -126,7 +127,8 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	negotiationpb.RegisterNegotiationServiceServer(g, negotiationpb.UnimplementedNegotiationServiceServer{})
 	negotiationroompb.RegisterNegotiationRoomServiceServer(g, &roomService{s: s})
 	handoffpb.RegisterHandoffServiceServer(g, &handoffService{s: s})
-	workflowpb.RegisterWorkflowServiceServer(g, workflowpb.UnimplementedWorkflowServiceServer{})
+	workflowpb.RegisterWorkflowServiceServer(g, &workflowService{s: s})
+	workflowdefpb.RegisterDefinitionServiceServer(g, &definitionService{s: s})
 	reasoningpb.RegisterReasoningProxyServer(g, &reasoningService{s: s, engine: &inference.RuleEngine{}})
 
 	hs := health.NewServer()

@@ -58,6 +58,8 @@ type Store interface {
 	Keys() Keys
 	// Handoffs returns the handoff projection and fences (§17.6).
 	Handoffs() Handoffs
+	// Definitions returns the versioned DAG workflow definitions (§17.7).
+	Definitions() WorkflowDefinitions
 	// Kind names the implementation ("memory" or "postgres") for logs.
 	Kind() string
 	// Close releases connections and stops background work.

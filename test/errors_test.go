@@ -14,6 +14,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 )
 
@@ -47,9 +48,20 @@ func TestRefusalsCarryTheErrorCode(t *testing.T) {
 			return err
 		}, codes.InvalidArgument, "VALIDATION_ERROR", "validation_error: seq"},
 		"service not built": {func(o ...grpc.CallOption) error {
-			_, err := workflowpb.NewWorkflowServiceClient(conn).CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{}, o...)
+			_, err := toolpb.NewToolServiceClient(conn).Call(ctx, &toolpb.ToolCall{}, o...)
 			return err
 		}, codes.Unimplemented, "UNSUPPORTED_MESSAGE_TYPE", ""},
+		"method not built": {func(o ...grpc.CallOption) error {
+			_, err := workflowpb.NewWorkflowServiceClient(conn).StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{}, o...)
+			return err
+		}, codes.Unimplemented, "UNSUPPORTED_MESSAGE_TYPE", ""},
+		"workflow cycle": {func(o ...grpc.CallOption) error {
+			def := &workflowpb.WorkflowDefinition{WorkflowId: uniq(t, "wf"), Nodes: map[string]*workflowpb.WorkflowNode{
+				"r": {NodeId: "r", AgentId: "a"}, "x": {NodeId: "x", AgentId: "a", Dependencies: []string{"r", "y"}},
+				"y": {NodeId: "y", AgentId: "a", Dependencies: []string{"x"}}}}
+			_, err := workflowpb.NewWorkflowServiceClient(conn).CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{Definition: def}, o...)
+			return err
+		}, codes.InvalidArgument, "VALIDATION_ERROR", "workflow_cycle_detected: "},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var trailer metadata.MD

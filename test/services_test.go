@@ -22,6 +22,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -86,6 +87,13 @@ func TestServiceSurface(t *testing.T) {
 	require.NoError(t, err)
 	_, err = cs.Recv()
 	assert.Equal(t, codes.Unimplemented, status.Code(err), "streaming RPCs are gated too")
+	// A partly built service: CreateWorkflow is served, the run methods are gated one by one.
+	wf := workflowpb.NewWorkflowServiceClient(conn)
+	_, err = wf.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "CreateWorkflow is built: no definition is bad input")
+	_, err = wf.StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: "wf"})
+	assert.Equal(t, codes.Unimplemented, status.Code(err))
+	assert.Contains(t, status.Convert(err).Message(), "DAG workflow runs (next slice)")
 
 	// Registry: a bad descriptor is refused with the reason, nothing is stored.
 	reg := registrypb.NewRegistryServiceClient(conn)

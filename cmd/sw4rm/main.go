@@ -187,6 +187,7 @@ func newRootWith(start startFunc) *cobra.Command {
 	root.AddCommand(newHitlCmd())
 	root.AddCommand(newDLQCmd())
 	root.AddCommand(newKeysCmd())
+	root.AddCommand(newDAGCmd())
 	root.AddCommand(newSearchAttributesCmd())
 	return root
 }

@@ -79,6 +79,10 @@ type Store struct {
 	fences           map[fenceKey]store.Fence
 	fencesGeneration int64
 
+	// definitions holds the versions of each DAG workflow definition, oldest first (see
+	// definitions.go); version v is at index v-1.
+	definitions map[string][]store.WorkflowDefinitionRecord
+
 	// hub fans wake-ups out to Subscribe channels. It has its own lock and never blocks, so
 	// it is safe to wake it while s.mu is held.
 	hub *hub.Hub
@@ -145,6 +149,7 @@ func New() *Store {
 		handoffs:    make(map[string]*handoffRow),
 		handoffReqs: make(map[string]*handoffReqRow),
 		fences:      make(map[fenceKey]store.Fence),
+		definitions: make(map[string][]store.WorkflowDefinitionRecord),
 		hub:         hub.New(),
 		dlq:         newDLQState(),
 	}

@@ -1,0 +1,200 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// Metadata of the workflow service (docs/dag.md). CreateWorkflowResponse has no field for
+// the version stored or for warnings, and the canonical contract cannot change (§5.1), so
+// they travel as response headers.
+const (
+	// WorkflowVersionHeader is CreateWorkflow's response header holding the version the
+	// definition was stored as (decimal; a byte-identical retry answers the existing one).
+	WorkflowVersionHeader = "sw4rm-workflow-version"
+	// WorkflowWarningsHeader is CreateWorkflow's response header holding what validation
+	// warned about (unreachable nodes, agents left to late binding), one value per warning.
+	WorkflowWarningsHeader = "sw4rm-workflow-warnings"
+	// LateBindingMetadataKey is the WorkflowDefinition metadata key that, set to "true",
+	// lets a definition name agents that are not registered yet: they must be registered
+	// by the time their node runs. Without it every node's agent must be registered when
+	// the definition is created.
+	LateBindingMetadataKey = "late_binding"
+)
+
+// maxListedAgents bounds how many unregistered agents a refusal names.
+const maxListedAgents = 20
+
+// workflowService serves sw4rm.workflow.WorkflowService (§17.7). This slice builds
+// CreateWorkflow; StartWorkflow, GetWorkflowState and ResumeWorkflow answer Unimplemented
+// from the capability gate (unimplemented.go) until the run workflow is built.
+type workflowService struct {
+	workflowpb.UnimplementedWorkflowServiceServer
+	s *Server
+}
+
+// marshalDefinition is the stored form of a definition: deterministic, so that the same
+// definition always has the same bytes and a retry is recognised (store.PutDefinition), and
+// without created_at, which the store's CreatedAt of each version replaces.
+func marshalDefinition(def *workflowpb.WorkflowDefinition) ([]byte, error) {
+	c := proto.Clone(def).(*workflowpb.WorkflowDefinition)
+	c.CreatedAt = nil
+	return proto.MarshalOptions{Deterministic: true}.Marshal(c)
+}
+
+// CreateWorkflow validates a definition before anything is stored (§17.7: a DAG, no cycles;
+// see protocol/dag), checks that every node's agent is registered unless the definition asks
+// for late binding, and stores it as the workflow_id's next version, created by the proven
+// caller. A definition byte-identical to the latest version answers that version and stores
+// nothing. The version and any warnings come back in the sw4rm-workflow-version and
+// sw4rm-workflow-warnings headers.
+func (w *workflowService) CreateWorkflow(ctx context.Context, req *workflowpb.CreateWorkflowRequest) (*workflowpb.CreateWorkflowResponse, error) {
+	def := req.GetDefinition()
+	if def == nil {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "definition is required")
+	}
+	res, err := dag.Validate(def)
+	if err != nil {
+		var cyc *dag.CycleError
+		if errors.As(err, &cyc) {
+			// Its text starts with workflow_cycle_detected, which is not one of the ErrorCode
+			// values, so the trailer falls back to the status code's: VALIDATION_ERROR.
+			return nil, status.Error(codes.InvalidArgument, cyc.Error())
+		}
+		return nil, err // a *protocol.Error (validation_error)
+	}
+	warnings := slices.Clone(res.Warnings)
+	missing, err := w.unregisteredAgents(ctx, def)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		if def.GetMetadata()[LateBindingMetadataKey] != "true" {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
+				"nodes name agents that are not registered: %s; register them first, or set the definition's metadata %s to \"true\" to bind them when their nodes run",
+				listAgents(missing), LateBindingMetadataKey)
+		}
+		warnings = append(warnings, "late binding: agents not registered yet: "+listAgents(missing))
+	}
+	body, err := marshalDefinition(def)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "internal_error: marshal the definition: %v", err)
+	}
+	id := def.GetWorkflowId()
+	// The latest version is read first only to tell a retry from a change for the audit log:
+	// PutDefinition itself decides, under its lock, which version the bytes get.
+	prev, err := w.s.store.Definitions().GetDefinition(ctx, id, 0)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, failed("read the latest definition", err)
+	}
+	retry := err == nil && string(prev.Definition) == string(body)
+	rec, err := w.s.store.Definitions().PutDefinition(ctx, id, body, auth.FromContext(ctx).String())
+	if err != nil {
+		return nil, failed("store the definition", err)
+	}
+	if !retry {
+		w.s.sink.Record(ctx, observe.Event{Actor: auth.FromContext(ctx).String(), Type: "workflow.definition_created",
+			Details: map[string]any{"workflow_id": id, "version": rec.Version, "nodes": len(def.GetNodes()),
+				"roots": res.Roots, "warnings": warnings}})
+	}
+	md := metadata.Pairs(WorkflowVersionHeader, strconv.Itoa(rec.Version))
+	if len(warnings) > 0 {
+		md.Append(WorkflowWarningsHeader, warnings...)
+	}
+	_ = grpc.SetHeader(ctx, md)
+	return &workflowpb.CreateWorkflowResponse{WorkflowId: id, Success: true}, nil
+}
+
+// unregisteredAgents returns the agents the definition's nodes name that the registry does
+// not know, sorted; each distinct agent is looked up once.
+func (w *workflowService) unregisteredAgents(ctx context.Context, def *workflowpb.WorkflowDefinition) ([]string, error) {
+	agents := make([]string, 0, len(def.GetNodes()))
+	for _, n := range def.GetNodes() {
+		agents = append(agents, n.GetAgentId())
+	}
+	slices.Sort(agents)
+	var missing []string
+	for _, a := range slices.Compact(agents) {
+		_, err := w.s.store.Registry().GetAgent(ctx, a)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			missing = append(missing, a)
+		case err != nil:
+			return nil, failed("look up agent "+a, err)
+		}
+	}
+	return missing, nil
+}
+
+// listAgents names agents for a message, at most maxListedAgents of them.
+func listAgents(agents []string) string {
+	if len(agents) <= maxListedAgents {
+		return strings.Join(agents, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(agents[:maxListedAgents], ", "), len(agents)-maxListedAgents)
+}
+
+// definitionService serves the extension sw4rmext.workflow.v1.DefinitionService: reading
+// the definitions CreateWorkflow stored (the canonical service has no such call, §5.1).
+type definitionService struct {
+	workflowdefpb.UnimplementedDefinitionServiceServer
+	s *Server
+}
+
+// GetDefinition returns one stored version of a workflow's definition, the latest when
+// version is 0, with its created_at set to when that version was stored.
+func (d *definitionService) GetDefinition(ctx context.Context, req *workflowdefpb.GetDefinitionRequest) (*workflowdefpb.GetDefinitionResponse, error) {
+	id, version := req.GetWorkflowId(), int(req.GetVersion())
+	switch {
+	case id == "":
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
+	case version < 0:
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "version must be 0 (the latest) or a stored version, not %d", version)
+	}
+	defs := d.s.store.Definitions()
+	rec, err := defs.GetDefinition(ctx, id, version)
+	if errors.Is(err, store.ErrNotFound) {
+		if version == 0 {
+			return nil, status.Errorf(codes.NotFound, "no_route: workflow %q has no definition (CreateWorkflow stores one)", id)
+		}
+		return nil, status.Errorf(codes.NotFound, "no_route: workflow %q has no definition version %d", id, version)
+	}
+	if err != nil {
+		return nil, failed("read the definition", err)
+	}
+	latest := rec
+	if version != 0 {
+		if latest, err = defs.GetDefinition(ctx, id, 0); err != nil {
+			return nil, failed("read the latest definition", err)
+		}
+	}
+	def := &workflowpb.WorkflowDefinition{}
+	if err := proto.Unmarshal(rec.Definition, def); err != nil {
+		return nil, status.Errorf(codes.Internal, "internal_error: stored definition %q version %d does not decode: %v", id, rec.Version, err)
+	}
+	def.CreatedAt = timestamppb.New(rec.CreatedAt)
+	return &workflowdefpb.GetDefinitionResponse{
+		Definition: def, Version: int32(rec.Version), LatestVersion: int32(latest.Version),
+		CreatedAt: timestamppb.New(rec.CreatedAt), CreatedBy: rec.CreatedBy,
+	}, nil
+}
