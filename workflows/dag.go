@@ -284,12 +284,6 @@ func (r *dagRun) run(ctx workflow.Context) (DAGRunState, error) {
 		if r.st.Status == DAGCompleted {
 			return r.snapshot(), nil
 		}
-		if !r.draining && r.continueSuggested(ctx) {
-			// Start nothing new; continue as new once the children in flight are done, so
-			// none is left behind (their results come to this execution).
-			r.draining = true
-			workflow.GetLogger(ctx).Info("DAG run draining to continue as new", "workflow_id", r.st.WorkflowID, "in_flight", r.inflight)
-		}
 		if r.draining && r.inflight == 0 && len(r.done) == 0 {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return r.snapshot(), err
@@ -520,6 +514,12 @@ func (r *dagRun) step(ctx workflow.Context) {
 	r.done = nil
 	for _, d := range done {
 		r.finish(ctx, d)
+	}
+	if !r.draining && r.continueSuggested(ctx) {
+		// Start nothing new; continue as new once the children in flight are done, so none
+		// is left behind (their results come to this execution).
+		r.draining = true
+		workflow.GetLogger(ctx).Info("DAG run draining to continue as new", "workflow_id", r.st.WorkflowID, "in_flight", r.inflight)
 	}
 	now := workflow.Now(ctx)
 	for i, id := range r.order {
