@@ -29,6 +29,7 @@ func Register(r sdkworker.Registry, acts *activities.Activities) {
 // that checks recorded histories for determinism.
 func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(workflows.AgentLifecycle)
+	r.RegisterWorkflow(workflows.DAGRun)
 	r.RegisterWorkflow(workflows.HandoffWorkflow)
 	r.RegisterWorkflowWithOptions(workflows.HitlWait, workflow.RegisterOptions{Name: hitlsignals.WorkflowType})
 	r.RegisterWorkflow(workflows.RoomCoordinator)

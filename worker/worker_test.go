@@ -3,9 +3,15 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/testsuite"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // Search-attribute registration retries what a starting or busy server answers, and gives up
@@ -26,5 +32,21 @@ func TestTransient(t *testing.T) {
 		if got := transient(tc.err); got != tc.want {
 			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// The DAG run is registered under its function name, which the frontend starts it by.
+func TestRegisterWorkflowsIncludesDAGRun(t *testing.T) {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	RegisterWorkflows(env)
+	def, err := proto.Marshal(&workflowpb.WorkflowDefinition{WorkflowId: "wf", Nodes: map[string]*workflowpb.WorkflowNode{
+		"a": {NodeId: "a", AgentId: "x", Dependencies: []string{"b"}}, "b": {NodeId: "b", AgentId: "x", Dependencies: []string{"a"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.ExecuteWorkflow("DAGRun", workflows.DAGRunInput{WorkflowID: "wf", Definition: def})
+	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "workflow_cycle_detected") {
+		t.Fatalf("DAGRun of a cyclic definition: %v, want workflow_cycle_detected", err)
 	}
 }

@@ -32,6 +32,9 @@ var (
 	// HandoffAgentsKey lists a handoff's agents: the originator and every agent offered it
 	// so far, so `SW4RMHandoffAgents = 'b'` finds every handoff that involved b.
 	HandoffAgentsKey = temporal.NewSearchAttributeKeyKeywordList("SW4RMHandoffAgents")
+	// DAGStateKey is a DAG run's state (§17.7): RUNNING, WAITING (a node failed; the run
+	// waits for ResumeWorkflow), COMPLETED or FAILED.
+	DAGStateKey = temporal.NewSearchAttributeKeyKeyword("SW4RMDAGState")
 )
 
 // SearchAttributes lists every custom search attribute with its type, for registration.
@@ -44,6 +47,7 @@ func SearchAttributes() map[string]enums.IndexedValueType {
 		RoomIDKey.GetName():        enums.INDEXED_VALUE_TYPE_KEYWORD,
 		HandoffStateKey.GetName():  enums.INDEXED_VALUE_TYPE_KEYWORD,
 		HandoffAgentsKey.GetName(): enums.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+		DAGStateKey.GetName():      enums.INDEXED_VALUE_TYPE_KEYWORD,
 	}
 }
 

@@ -192,6 +192,9 @@ func (c *conflicts) kth(k int32) int32 {
 
 func sortedValues(m map[string]string) []string {
 	vs := make([]string, 0, len(m))
+	// Collected, then sorted: the order of the map does not leak out (workflow code calls
+	// this package; docs/architecture.md, determinism).
+	//workflowcheck:ignore
 	for _, v := range m {
 		vs = append(vs, v)
 	}
@@ -201,6 +204,9 @@ func sortedValues(m map[string]string) []string {
 
 func sortedTrieKeys(m map[string]*trie) []string {
 	keys := make([]string, 0, len(m))
+	// Collected, then sorted: the order of the map does not leak out (workflow code calls
+	// this package; docs/architecture.md, determinism).
+	//workflowcheck:ignore
 	for k := range m {
 		keys = append(keys, k)
 	}

@@ -49,7 +49,9 @@ func Input(node *workflowpb.WorkflowNode, data []byte) ([]byte, error) {
 		return encodeJSON(doc)
 	}
 	in := make(map[string]any, len(node.GetInputMapping()))
-	for name, ref := range node.GetInputMapping() {
+	// In key order, so that the first bad reference is always the one reported.
+	for _, name := range sortedKeys(node.GetInputMapping()) {
+		ref := node.GetInputMapping()[name]
 		p, err := parseRef(ref)
 		if err != nil {
 			return nil, fmt.Errorf("node %q: input_mapping %q: %w", node.GetNodeId(), name, err)
@@ -83,7 +85,8 @@ func ApplyOutput(node *workflowpb.WorkflowNode, data, output []byte) ([]byte, er
 		from, to string
 	}
 	writes := make([]write, 0, len(node.GetOutputMapping()))
-	for from, to := range node.GetOutputMapping() {
+	for _, from := range sortedKeys(node.GetOutputMapping()) {
+		to := node.GetOutputMapping()[from]
 		src, err := parseRef(from)
 		if err != nil {
 			return nil, fmt.Errorf("node %q: output_mapping source %q: %w", node.GetNodeId(), from, err)

@@ -1,0 +1,763 @@
+package workflows
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
+)
+
+// KindDAG is the SW4RMKind search-attribute value of DAG runs.
+const KindDAG = "dag"
+
+// Names of the DAG run's messages (§17.7).
+const (
+	// DAGStateQuery returns the DAGRunState.
+	DAGStateQuery = "state"
+	// DAGResumeUpdate carries a DAGResume (ResumeWorkflow); it returns the DAGRunState once
+	// the node and its descendants are PENDING again.
+	DAGResumeUpdate = "resume"
+	// DAGTriggerUpdate carries a DAGTrigger, the authenticated trigger of one MANUAL node; it
+	// returns the DAGRunState once the trigger is recorded.
+	DAGTriggerUpdate = "trigger"
+	// DAGEventSignal carries a DAGEvent, which releases the EVENT nodes waiting for it.
+	DAGEventSignal = "event"
+)
+
+// DAG run states, the value of SW4RMDAGState.
+const (
+	// DAGRunning: nodes run or wait for their dependencies or triggers.
+	DAGRunning = "RUNNING"
+	// DAGWaiting: a node FAILED (after its retries) and nothing is running; the run stays
+	// open until ResumeWorkflow.
+	DAGWaiting = "WAITING"
+	// DAGCompleted: every node is COMPLETED or SKIPPED; the run closed.
+	DAGCompleted = "COMPLETED"
+	// DAGFailed: the run could not start, e.g. its definition does not validate.
+	DAGFailed = "FAILED"
+)
+
+// DAGUpdateRefused is the error type of a refused resume or trigger update (unknown node, a
+// node not in a state the call needs). The frontend answers it with InvalidArgument or
+// FailedPrecondition; a refused update leaves nothing in history.
+const DAGUpdateRefused = "dag_update_refused"
+
+// DAGHistoryLimit is the history length past which a run continues as new (at a quiescent
+// point), even if Temporal has not suggested it yet.
+const DAGHistoryLimit = 10_000
+
+// DAGLargeOutput is the size above which a node's output is stored as an artifact
+// (activities.StoreDAGOutput) and the run's state keeps only its reference.
+const DAGLargeOutput = 64 << 10
+
+// maxDAGTaskIDLen is the task-id length limit of SubmitTask (frontend/tasks.go).
+const maxDAGTaskIDLen = 200
+
+// DAGWorkflowID is the workflow ID of a DAG run: "dag/<workflow_id>".
+func DAGWorkflowID(workflowID string) string { return "dag/" + workflowID }
+
+// DAGStartOptions are the start options of workflow dag/<workflowID> on taskQueue. A closed
+// run may be resumed by a new execution (reuse allowed), but a second start of an open run
+// fails.
+func DAGStartOptions(workflowID, taskQueue string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID: DAGWorkflowID(workflowID), TaskQueue: taskQueue,
+		WorkflowIDReusePolicy:                    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(KindKey.ValueSet(KindDAG), DAGStateKey.ValueSet(DAGRunning)),
+	}
+}
+
+// DAGTaskID is the task id of one attempt of a node: "dag-<workflow_id>-<node_id>-<attempt>",
+// with characters SubmitTask refuses (spaces, controls, invalid UTF-8) replaced by "_", and,
+// when longer than SubmitTask allows, cut and completed with a hash of the whole so distinct
+// nodes keep distinct ids.
+func DAGTaskID(workflowID, nodeID string, attempt int) string {
+	raw := "dag-" + workflowID + "-" + nodeID + "-" + strconv.Itoa(attempt)
+	var b strings.Builder
+	for i, r := range raw {
+		if r == utf8.RuneError && !strings.HasPrefix(raw[i:], string(utf8.RuneError)) || r <= ' ' || r == 0x7f {
+			r = '_'
+		}
+		b.WriteRune(r)
+	}
+	id := b.String()
+	if len(id) <= maxDAGTaskIDLen {
+		return id
+	}
+	sum := sha256.Sum256([]byte(raw))
+	suffix := "-" + hex.EncodeToString(sum[:8]) + "-" + strconv.Itoa(attempt)
+	cut := maxDAGTaskIDLen - len(suffix)
+	for cut > 0 && !utf8.RuneStart(id[cut]) {
+		cut--
+	}
+	return id[:cut] + suffix
+}
+
+// DAGRunInput starts a DAG run (StartWorkflow), resumes a closed one, or continues one as new.
+type DAGRunInput struct {
+	// WorkflowID and Version name the stored definition.
+	WorkflowID string
+	Version    int
+	// Definition is the marshalled workflowpb.WorkflowDefinition.
+	Definition []byte
+	// Data is the initial workflow_data, a JSON object; empty means "{}". Ignored with Prior.
+	Data string `json:",omitempty"`
+	// Metadata is StartWorkflow's metadata.
+	Metadata map[string]string `json:",omitempty"`
+	// Prior is the state of the execution before: set when a closed run is resumed (with
+	// Resume) and on continue-as-new. Node states, outputs and workflow_data carry over;
+	// COMPLETED nodes never run again.
+	Prior *DAGRunState `json:",omitempty"`
+	// Resume, with Prior, is the ResumeWorkflow of a closed run, applied before anything runs.
+	Resume *DAGResume `json:",omitempty"`
+	// ContinueAsNewAfter continues the run as new after this many node attempts finished in
+	// one execution (0: only when Temporal suggests it or history passes DAGHistoryLimit).
+	ContinueAsNewAfter int `json:",omitempty"`
+}
+
+// DAGRunState is the answer of DAGStateQuery and of the updates, and the run's result.
+type DAGRunState struct {
+	// WorkflowID and Version name the definition.
+	WorkflowID string
+	Version    int
+	// Status is DAGRunning, DAGWaiting or DAGCompleted.
+	Status string
+	// Nodes are the node states by node_id (for reading; the run decides in dag order).
+	Nodes map[string]DAGNodeState
+	// Data is the workflow_data, JSON.
+	Data string
+	// Metadata is StartWorkflow's metadata.
+	Metadata map[string]string `json:",omitempty"`
+	// StartedAt is when the run first started; CompletedAt when it completed.
+	StartedAt, CompletedAt time.Time
+	// Runs counts the executions (1, then +1 per continue-as-new or resume of a closed run).
+	Runs int
+}
+
+// DAGNodeState is one node's state.
+type DAGNodeState struct {
+	// Status is the node's status (§17.7 node status transitions).
+	Status workflowpb.NodeStatus
+	// StartedAt and CompletedAt are the last attempt's times.
+	StartedAt, CompletedAt time.Time
+	// Output is the last completed attempt's output, JSON, or "artifact:<...>" when larger
+	// than DAGLargeOutput (activities.DAGOutputRef).
+	Output string `json:",omitempty"`
+	// Error is the last failure's reason.
+	Error string `json:",omitempty"`
+	// Attempts counts every attempt the node ever made (its task ids end in it).
+	Attempts int
+	// TaskID is the last attempt's task.
+	TaskID string `json:",omitempty"`
+	// Tries counts the attempts since the node became PENDING (for metadata "retries");
+	// a resume starts it again from zero.
+	Tries int `json:",omitempty"`
+	// Released is set when a MANUAL node was triggered, an EVENT node's event arrived or a
+	// SCHEDULE node's time came (or a resume named the node).
+	Released bool `json:",omitempty"`
+	// DueAt is a SCHEDULE node's next cron time, set once its dependencies are done.
+	DueAt time.Time `json:",omitempty"`
+}
+
+// DAGResume is the payload of DAGResumeUpdate (ResumeWorkflow).
+type DAGResume struct {
+	// NodeID is the node to run again, with its descendants.
+	NodeID string
+	// Data, when set, replaces workflow_data (a JSON object).
+	Data string `json:",omitempty"`
+	// By is the proven caller.
+	By string `json:",omitempty"`
+}
+
+// DAGTrigger is the payload of DAGTriggerUpdate.
+type DAGTrigger struct {
+	// NodeID is the MANUAL node to release.
+	NodeID string
+	// By is the proven caller.
+	By string `json:",omitempty"`
+}
+
+// DAGEvent is the payload of DAGEventSignal.
+type DAGEvent struct {
+	// Name releases every PENDING EVENT node whose metadata "event" equals it.
+	Name string
+}
+
+// DAGRun is the durable run of a DAG workflow (§17.7; 000 §3.11.3). Nodes run in dependency
+// order as ordinary tasks (child TaskWorkflow runs, so a node inherits priorities,
+// preemption, scope checks and HITL admission): a PENDING node whose dependencies are all
+// COMPLETED or SKIPPED is SKIPPED when its metadata "skip_if" says so (its dependents still
+// run), waits for its trigger (MANUAL: DAGTriggerUpdate; EVENT: DAGEventSignal; SCHEDULE: a
+// durable timer to the next time of its metadata "schedule") and is then dispatched, many in
+// parallel. Outputs are merged into workflow_data in topological order, never in completion
+// order. A node that fails after metadata "retries" re-runs leaves its dependents PENDING;
+// once nothing runs the run is WAITING and stays open until DAGResumeUpdate re-runs a node
+// and its descendants (no other COMPLETED node ever runs again). The run continues as new at
+// a quiescent point when its history grows large, and returns its state once every node is
+// COMPLETED or SKIPPED.
+func DAGRun(ctx workflow.Context, in DAGRunInput) (DAGRunState, error) {
+	r := &dagRun{in: in}
+	st, err := r.run(ctx)
+	// An update being applied finishes, and its caller gets the answer, before the run ends.
+	if aerr := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); aerr != nil && err == nil {
+		err = aerr
+	}
+	return st, err
+}
+
+// dagDone is a finished child the main loop has not applied yet.
+type dagDone struct {
+	pos    int
+	taskID string
+	status TaskStatus
+	err    error
+}
+
+// dagRun is one execution's state. Node states are kept by position in the topological
+// order, so every decision iterates that order and never a map.
+type dagRun struct {
+	in    DAGRunInput
+	def   *workflowpb.WorkflowDefinition
+	order []string
+	pos   map[string]int // lookups only
+	deps  [][]int        // dependencies by position
+	nodes []DAGNodeState
+	st    DAGRunState
+
+	done     []dagDone
+	inflight int
+	// dirty is set by whatever may let the main loop make progress.
+	dirty bool
+	// finished counts the attempts that finished in this execution.
+	finished int
+	draining bool
+	// timers marks the SCHEDULE nodes (by position) whose timer this execution started, for
+	// their DueAt.
+	timers map[int]time.Time
+	// stateSet is the last value of SW4RMDAGState upserted.
+	stateSet string
+	// events is the DAGEventSignal channel.
+	events workflow.ReceiveChannel
+}
+
+func (r *dagRun) run(ctx workflow.Context) (DAGRunState, error) {
+	if err := r.load(ctx); err != nil {
+		r.st.Status = DAGFailed
+		if uerr := r.setState(ctx); uerr != nil {
+			workflow.GetLogger(ctx).Warn("could not set SW4RMDAGState", "error", uerr)
+		}
+		return r.snapshot(), temporal.NewNonRetryableApplicationError(err.Error(), "validation_error", err)
+	}
+	if err := r.handlers(ctx); err != nil {
+		return r.snapshot(), err
+	}
+	if res := r.in.Resume; res != nil {
+		if err := r.validateResume(*res); err != nil {
+			return r.snapshot(), temporal.NewNonRetryableApplicationError(err.Error(), DAGUpdateRefused, err)
+		}
+		r.resume(ctx, *res)
+	}
+	for {
+		r.step(ctx)
+		if err := r.setState(ctx); err != nil {
+			return r.snapshot(), err
+		}
+		if r.st.Status == DAGCompleted {
+			return r.snapshot(), nil
+		}
+		if r.draining && r.inflight == 0 && len(r.done) == 0 {
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return r.snapshot(), err
+			}
+			// An event that came in this very workflow task is kept, not lost with the run.
+			for {
+				var ev DAGEvent
+				if !r.events.ReceiveAsync(&ev) {
+					break
+				}
+				r.event(ctx, ev)
+			}
+			next := r.in
+			prior := r.snapshot()
+			next.Prior, next.Resume, next.Data = &prior, nil, ""
+			return prior, workflow.NewContinueAsNewError(ctx, DAGRun, next)
+		}
+		r.dirty = false
+		if err := workflow.Await(ctx, func() bool { return r.dirty }); err != nil {
+			return r.snapshot(), err
+		}
+	}
+}
+
+// load reads the definition, validates it, and sets up the node states (from Prior).
+func (r *dagRun) load(ctx workflow.Context) error {
+	now := workflow.Now(ctx)
+	r.st = DAGRunState{WorkflowID: r.in.WorkflowID, Version: r.in.Version, Status: DAGRunning, Data: r.in.Data,
+		Metadata: r.in.Metadata, StartedAt: now, Runs: 1}
+	if r.st.Data == "" {
+		r.st.Data = "{}"
+	}
+	r.def = &workflowpb.WorkflowDefinition{}
+	if err := proto.Unmarshal(r.in.Definition, r.def); err != nil {
+		return fmt.Errorf("validation_error: the definition does not decode: %w", err)
+	}
+	res, err := dag.Validate(r.def)
+	if err != nil {
+		return err
+	}
+	r.order = res.Order
+	r.pos = make(map[string]int, len(r.order))
+	for i, id := range r.order {
+		r.pos[id] = i
+	}
+	r.deps = make([][]int, len(r.order))
+	r.nodes = make([]DAGNodeState, len(r.order))
+	for i, id := range r.order {
+		for _, d := range r.def.GetNodes()[id].GetDependencies() {
+			r.deps[i] = append(r.deps[i], r.pos[d])
+		}
+		r.nodes[i].Status = workflowpb.NodeStatus_PENDING
+	}
+	r.timers = map[int]time.Time{}
+	if p := r.in.Prior; p != nil {
+		r.st.Data, r.st.StartedAt, r.st.Runs = p.Data, p.StartedAt, p.Runs+1
+		if p.Metadata != nil {
+			r.st.Metadata = p.Metadata
+		}
+		for i, id := range r.order {
+			ns, ok := p.Nodes[id]
+			if !ok {
+				continue // a node new in this definition version
+			}
+			if ns.Status == workflowpb.NodeStatus_RUNNING || ns.Status == workflowpb.NodeStatus_READY {
+				// Never the case after continue-as-new (it waits for children); a state read
+				// from a run that was terminated mid-node runs the node again.
+				ns.Status = workflowpb.NodeStatus_PENDING
+			}
+			r.nodes[i] = ns
+		}
+	}
+	return nil
+}
+
+// handlers registers the query, the updates and the event signal.
+func (r *dagRun) handlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, DAGStateQuery, func() (DAGRunState, error) { return r.snapshot(), nil }); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, DAGResumeUpdate,
+		func(ctx workflow.Context, u DAGResume) (DAGRunState, error) {
+			r.resume(ctx, u)
+			return r.snapshot(), nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(_ workflow.Context, u DAGResume) error {
+			if err := r.validateResume(u); err != nil {
+				return temporal.NewApplicationError(err.Error(), DAGUpdateRefused)
+			}
+			return nil
+		}}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, DAGTriggerUpdate,
+		func(ctx workflow.Context, t DAGTrigger) (DAGRunState, error) {
+			i := r.pos[t.NodeID]
+			r.nodes[i].Released = true
+			r.dirty = true
+			workflow.GetLogger(ctx).Info("DAG node triggered", "workflow_id", r.st.WorkflowID, "node_id", t.NodeID, "by", t.By)
+			return r.snapshot(), nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(_ workflow.Context, t DAGTrigger) error {
+			if err := r.validateTrigger(t); err != nil {
+				return temporal.NewApplicationError(err.Error(), DAGUpdateRefused)
+			}
+			return nil
+		}}); err != nil {
+		return err
+	}
+	r.events = workflow.GetSignalChannel(ctx, DAGEventSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var ev DAGEvent
+			r.events.Receive(ctx, &ev)
+			r.event(ctx, ev)
+		}
+	})
+	return nil
+}
+
+// validateTrigger refuses a trigger of anything but a PENDING MANUAL node whose
+// dependencies are done and which was not triggered yet.
+func (r *dagRun) validateTrigger(t DAGTrigger) error {
+	i, ok := r.pos[t.NodeID]
+	if !ok {
+		return fmt.Errorf("validation_error: workflow %s has no node %q", r.st.WorkflowID, t.NodeID)
+	}
+	node, ns := r.def.GetNodes()[t.NodeID], r.nodes[i]
+	switch {
+	case node.GetTriggerType() != workflowpb.TriggerType_MANUAL:
+		return fmt.Errorf("validation_error: node %s has trigger %s, not MANUAL", t.NodeID, node.GetTriggerType())
+	case ns.Status != workflowpb.NodeStatus_PENDING:
+		return fmt.Errorf("failed_precondition: node %s is %s, not PENDING", t.NodeID, ns.Status)
+	case ns.Released:
+		return fmt.Errorf("failed_precondition: node %s was already triggered", t.NodeID)
+	case !r.depsDone(i):
+		return fmt.Errorf("failed_precondition: node %s still waits for its dependencies", t.NodeID)
+	}
+	return nil
+}
+
+// validateResume refuses a resume of an unknown node, of a node that neither FAILED nor
+// COMPLETED while the run is not WAITING, bad workflow_data, and a resume that would reset a
+// node still running.
+func (r *dagRun) validateResume(u DAGResume) error {
+	i, ok := r.pos[u.NodeID]
+	if !ok {
+		return fmt.Errorf("validation_error: workflow %s has no node %q", r.st.WorkflowID, u.NodeID)
+	}
+	s := r.nodes[i].Status
+	if r.st.Status != DAGWaiting && s != workflowpb.NodeStatus_FAILED && s != workflowpb.NodeStatus_COMPLETED {
+		return fmt.Errorf("failed_precondition: node %s is %s and the run is %s; resume a FAILED or COMPLETED node, or any node of a WAITING run", u.NodeID, s, r.st.Status)
+	}
+	if u.Data != "" {
+		if d := strings.TrimSpace(u.Data); !json.Valid([]byte(d)) || !strings.HasPrefix(d, "{") {
+			return errors.New("validation_error: workflow_data must be a JSON object")
+		}
+	}
+	for _, j := range r.descendants(i) {
+		if r.nodes[j].Status == workflowpb.NodeStatus_RUNNING {
+			return fmt.Errorf("failed_precondition: node %s is still running; resume once it finished", r.order[j])
+		}
+	}
+	return nil
+}
+
+// descendants are node i and every node that depends on it, directly or not, in order.
+func (r *dagRun) descendants(i int) []int {
+	in := map[int]bool{i: true}
+	out := []int{i}
+	for j := i + 1; j < len(r.order); j++ {
+		if slices.ContainsFunc(r.deps[j], func(d int) bool { return in[d] }) {
+			in[j] = true
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// resume puts the node and its descendants back to PENDING (the named node released: the
+// resume is its trigger; descendants wait for their triggers again) and replaces
+// workflow_data when the resume carries some. Every other node keeps its state.
+func (r *dagRun) resume(ctx workflow.Context, u DAGResume) {
+	i := r.pos[u.NodeID]
+	if u.Data != "" {
+		r.st.Data = u.Data
+	}
+	for _, j := range r.descendants(i) {
+		ns := &r.nodes[j]
+		*ns = DAGNodeState{Status: workflowpb.NodeStatus_PENDING, Attempts: ns.Attempts, TaskID: ns.TaskID, Released: j == i}
+	}
+	r.st.Status, r.st.CompletedAt = DAGRunning, time.Time{}
+	r.dirty = true
+	workflow.GetLogger(ctx).Info("DAG run resumed", "workflow_id", r.st.WorkflowID, "node_id", u.NodeID, "by", u.By, "new_data", u.Data != "")
+}
+
+// event releases the PENDING EVENT nodes waiting for ev.Name (also before their
+// dependencies are done: they run as soon as those are).
+func (r *dagRun) event(ctx workflow.Context, ev DAGEvent) {
+	n := 0
+	for i, id := range r.order {
+		node := r.def.GetNodes()[id]
+		if node.GetTriggerType() == workflowpb.TriggerType_EVENT && node.GetMetadata()["event"] == ev.Name &&
+			r.nodes[i].Status == workflowpb.NodeStatus_PENDING && !r.nodes[i].Released {
+			r.nodes[i].Released = true
+			n++
+		}
+	}
+	r.dirty = true
+	workflow.GetLogger(ctx).Info("DAG event", "workflow_id", r.st.WorkflowID, "event", ev.Name, "released", n)
+}
+
+// depsDone reports whether every dependency of node i is COMPLETED or SKIPPED.
+func (r *dagRun) depsDone(i int) bool {
+	for _, d := range r.deps[i] {
+		if s := r.nodes[d].Status; s != workflowpb.NodeStatus_COMPLETED && s != workflowpb.NodeStatus_SKIPPED {
+			return false
+		}
+	}
+	return true
+}
+
+// step applies the finished children in topological order, then skips or dispatches every
+// node that may run, and works out the run's status.
+func (r *dagRun) step(ctx workflow.Context) {
+	slices.SortFunc(r.done, func(a, b dagDone) int { return a.pos - b.pos })
+	done := r.done
+	r.done = nil
+	for _, d := range done {
+		r.finish(ctx, d)
+	}
+	if !r.draining && r.continueSuggested(ctx) {
+		// Start nothing new; continue as new once the children in flight are done, so none
+		// is left behind (their results come to this execution).
+		r.draining = true
+		workflow.GetLogger(ctx).Info("DAG run draining to continue as new", "workflow_id", r.st.WorkflowID, "in_flight", r.inflight)
+	}
+	now := workflow.Now(ctx)
+	for i, id := range r.order {
+		ns := &r.nodes[i]
+		if ns.Status != workflowpb.NodeStatus_PENDING || !r.depsDone(i) {
+			continue
+		}
+		node := r.def.GetNodes()[id]
+		skip, err := dag.Skip(node, []byte(r.st.Data))
+		if err != nil {
+			r.fail(ns, now, "skip_if: "+err.Error())
+			continue
+		}
+		if skip {
+			ns.Status, ns.StartedAt, ns.CompletedAt = workflowpb.NodeStatus_SKIPPED, now, now
+			continue
+		}
+		if !r.released(ctx, i, node, now) || r.draining {
+			continue
+		}
+		r.dispatch(ctx, i, node, now)
+	}
+	r.st.Status = r.status()
+	if r.st.Status == DAGCompleted {
+		r.st.CompletedAt = now
+	}
+}
+
+// status is the run's status from its nodes.
+func (r *dagRun) status() string {
+	all, failed := true, false
+	for i := range r.nodes {
+		switch r.nodes[i].Status {
+		case workflowpb.NodeStatus_COMPLETED, workflowpb.NodeStatus_SKIPPED:
+		case workflowpb.NodeStatus_FAILED:
+			all, failed = false, true
+		default:
+			all = false
+		}
+	}
+	switch {
+	case all:
+		return DAGCompleted
+	case failed && r.inflight == 0:
+		return DAGWaiting
+	}
+	return DAGRunning
+}
+
+// released reports whether node i's trigger let it run; for a SCHEDULE node it starts the
+// durable timer to its next cron time once.
+func (r *dagRun) released(ctx workflow.Context, i int, node *workflowpb.WorkflowNode, now time.Time) bool {
+	ns := &r.nodes[i]
+	switch node.GetTriggerType() {
+	case workflowpb.TriggerType_MANUAL, workflowpb.TriggerType_EVENT:
+		return ns.Released
+	case workflowpb.TriggerType_SCHEDULE:
+		if ns.Released {
+			return true
+		}
+		if ns.DueAt.IsZero() {
+			sched, err := dag.ParseSchedule(node)
+			if err != nil {
+				r.fail(ns, now, "schedule: "+err.Error())
+				return false
+			}
+			ns.DueAt = sched.Next(now)
+		}
+		if !ns.DueAt.After(now) {
+			ns.Released = true
+			return true
+		}
+		if due, ok := r.timers[i]; !ok || !due.Equal(ns.DueAt) {
+			due := ns.DueAt
+			r.timers[i] = due
+			timer := workflow.NewTimer(ctx, due.Sub(now))
+			workflow.Go(ctx, func(ctx workflow.Context) {
+				if err := timer.Get(ctx, nil); err != nil {
+					return
+				}
+				// A resume may have reset the node meanwhile: only its current time counts.
+				if n := &r.nodes[i]; n.Status == workflowpb.NodeStatus_PENDING && n.DueAt.Equal(due) {
+					n.Released = true
+				}
+				r.dirty = true
+			})
+		}
+		return false
+	}
+	return true
+}
+
+// fail marks a node FAILED.
+func (r *dagRun) fail(ns *DAGNodeState, now time.Time, reason string) {
+	ns.Status, ns.Error, ns.CompletedAt = workflowpb.NodeStatus_FAILED, reason, now
+}
+
+// dispatch starts node i's next attempt as a child TaskWorkflow.
+func (r *dagRun) dispatch(ctx workflow.Context, i int, node *workflowpb.WorkflowNode, now time.Time) {
+	ns := &r.nodes[i]
+	id := r.order[i]
+	md := node.GetMetadata()
+	var priority int64
+	if p, ok := md["priority"]; ok {
+		var err error
+		if priority, err = strconv.ParseInt(p, 10, 32); err != nil || priority < int64(protocol.MinPriority) || priority > int64(protocol.MaxPriority) {
+			r.fail(ns, now, fmt.Sprintf("validation_error: metadata priority %q is not an integer in %d .. %d (§7.1)", p, protocol.MinPriority, protocol.MaxPriority))
+			return
+		}
+	}
+	scope := md["scope"]
+	if scope == "" {
+		scope = "dag:" + r.st.WorkflowID + "/" + id
+	}
+	params, err := dag.Input(node, []byte(r.st.Data))
+	if err != nil {
+		r.fail(ns, now, "input_mapping: "+err.Error())
+		return
+	}
+	ns.Attempts++
+	ns.Tries++
+	taskID := DAGTaskID(r.st.WorkflowID, id, ns.Attempts)
+	ns.Status, ns.StartedAt, ns.CompletedAt, ns.TaskID = workflowpb.NodeStatus_RUNNING, now, time.Time{}, taskID
+	in := TaskInput{TaskID: taskID, AgentID: node.GetAgentId(), Priority: int32(priority), Params: params,
+		ContentType: "application/json", Scope: scope, SubmittedAt: now}
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID: TaskWorkflowID(taskID),
+		// A task is an ordinary task: if the run is terminated, the agent's work and the
+		// task's own bookkeeping (its activity entry) still finish.
+		ParentClosePolicy:     enums.PARENT_CLOSE_POLICY_ABANDON,
+		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet(KindTask), AgentIDKey.ValueSet(node.GetAgentId())),
+	})
+	f := workflow.ExecuteChildWorkflow(cctx, TaskWorkflow, in)
+	r.inflight++
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		var s TaskStatus
+		err := f.Get(ctx, &s)
+		r.inflight--
+		r.done = append(r.done, dagDone{pos: i, taskID: taskID, status: s, err: err})
+		r.dirty = true
+	})
+}
+
+// finish applies a finished attempt: output merged into workflow_data on COMPLETED; a retry
+// or FAILED otherwise.
+func (r *dagRun) finish(ctx workflow.Context, d dagDone) {
+	ns := &r.nodes[d.pos]
+	if ns.TaskID != d.taskID || ns.Status != workflowpb.NodeStatus_RUNNING {
+		return // an attempt a resume has superseded
+	}
+	r.finished++
+	now := workflow.Now(ctx)
+	id := r.order[d.pos]
+	node := r.def.GetNodes()[id]
+	reason := ""
+	switch {
+	case d.err != nil:
+		reason = "task " + d.taskID + ": " + d.err.Error()
+	case d.status.State != TaskCompleted:
+		reason = "task " + d.taskID + " " + d.status.State
+		if d.status.Reason != "" {
+			reason += ": " + d.status.Reason
+		}
+	default:
+		out := dagOutput(d.status.Result)
+		data, err := dag.ApplyOutput(node, []byte(r.st.Data), out)
+		if err != nil {
+			reason = "output_mapping: " + err.Error()
+			break
+		}
+		stored := string(out)
+		if len(out) > DAGLargeOutput {
+			var acts *activities.Activities
+			lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+				StartToCloseTimeout: 30 * time.Second,
+				RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumInterval: 10 * time.Second, MaximumAttempts: 10},
+			})
+			in := activities.DAGOutputInput{WorkflowID: r.st.WorkflowID, NodeID: id, Attempt: ns.Attempts, Content: out}
+			if err := workflow.ExecuteLocalActivity(lctx, acts.StoreDAGOutput, in).Get(ctx, &stored); err != nil {
+				reason = "storing the output: " + err.Error()
+				break
+			}
+		}
+		r.st.Data = string(data)
+		ns.Status, ns.CompletedAt, ns.Output, ns.Error = workflowpb.NodeStatus_COMPLETED, now, stored, ""
+		return
+	}
+	retries, _ := strconv.Atoi(node.GetMetadata()["retries"])
+	ns.Error = reason
+	if ns.Tries <= retries {
+		// Re-run with the next attempt's task id; the trigger that released it still holds.
+		ns.Status = workflowpb.NodeStatus_PENDING
+		workflow.GetLogger(ctx).Info("DAG node retried", "workflow_id", r.st.WorkflowID, "node_id", id, "tries", ns.Tries, "reason", reason)
+		return
+	}
+	r.fail(ns, now, reason)
+	workflow.GetLogger(ctx).Warn("DAG node failed", "workflow_id", r.st.WorkflowID, "node_id", id, "reason", reason)
+}
+
+// dagOutput is a task result as JSON: a result that is not JSON becomes a JSON string.
+func dagOutput(result string) []byte {
+	if result == "" {
+		return []byte("null")
+	}
+	if json.Valid([]byte(result)) {
+		return []byte(result)
+	}
+	// Encoding a string is deterministic; workflowcheck flags encoding/json only because its
+	// reflection reaches runtime internals.
+	//workflowcheck:ignore
+	b, _ := json.Marshal(result) // a string always marshals
+	return b
+}
+
+// continueSuggested reports whether the run should continue as new: Temporal suggests it,
+// history passed DAGHistoryLimit, or the input's ContinueAsNewAfter was reached.
+func (r *dagRun) continueSuggested(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > DAGHistoryLimit ||
+		(r.in.ContinueAsNewAfter > 0 && r.finished >= r.in.ContinueAsNewAfter)
+}
+
+// setState upserts SW4RMDAGState when the status changed.
+func (r *dagRun) setState(ctx workflow.Context) error {
+	if r.st.Status == r.stateSet {
+		return nil
+	}
+	r.stateSet = r.st.Status
+	return workflow.UpsertTypedSearchAttributes(ctx, DAGStateKey.ValueSet(r.st.Status))
+}
+
+// snapshot is the run's state, with the node states by node_id.
+func (r *dagRun) snapshot() DAGRunState {
+	st := r.st
+	st.Nodes = make(map[string]DAGNodeState, len(r.order))
+	for i, id := range r.order {
+		st.Nodes[id] = r.nodes[i]
+	}
+	return st
+}
