@@ -1,0 +1,279 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// Runs of DAG workflows (§17.7): StartWorkflow starts dag/<workflow_id> from the latest stored
+// definition, GetWorkflowState answers from the open run's query or the closed run's result,
+// and ResumeWorkflow re-runs a node and its descendants — on the open run through a validated
+// update, on a closed run as a new execution that carries the old one's state. The canonical
+// ResumeWorkflowRequest also carries the two ways to release a waiting node, as documented
+// metadata (docs/dag.md): {"action": "trigger"} releases a MANUAL node, {"event": "<name>"}
+// releases the EVENT nodes waiting for that name.
+
+// Metadata keys of ResumeWorkflowRequest.metadata.
+const (
+	// DAGActionMetadataKey set to "trigger" makes ResumeWorkflow the authenticated trigger of
+	// the MANUAL node node_id.
+	DAGActionMetadataKey = "action"
+	// DAGEventMetadataKey makes ResumeWorkflow deliver a named event to the run (node_id may be
+	// empty): every PENDING EVENT node whose metadata "event" equals it is released.
+	DAGEventMetadataKey = "event"
+)
+
+// StartWorkflow starts the run of the latest stored definition of workflow_id with the
+// initial workflow_data (a JSON object; empty means {}). A run already open is refused with
+// AlreadyExists naming it.
+func (w *workflowService) StartWorkflow(ctx context.Context, req *workflowpb.StartWorkflowRequest) (*workflowpb.StartWorkflowResponse, error) {
+	id := req.GetWorkflowId()
+	if id == "" {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
+	}
+	data, perr := dataObject(req.GetWorkflowData())
+	if perr != nil {
+		return nil, perr
+	}
+	rec, err := w.s.store.Definitions().GetDefinition(ctx, id, 0)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no workflow definition %q: create it with CreateWorkflow first", id)
+	}
+	if err != nil {
+		return nil, failed("definition lookup", err)
+	}
+	in := workflows.DAGRunInput{WorkflowID: id, Version: rec.Version, Definition: rec.Definition, Data: data, Metadata: req.GetMetadata()}
+	_, err = w.s.temporal.ExecuteWorkflow(ctx, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return nil, status.Errorf(codes.AlreadyExists, "already_in_progress: workflow %q has an open run (%s); resume it, or wait until it completes", id, workflows.DAGWorkflowID(id))
+	}
+	if err != nil {
+		return nil, temporalStatus(ctx, "start the run", err)
+	}
+	w.s.sink.Record(ctx, observe.Event{CorrelationID: workflows.DAGWorkflowID(id), Actor: auth.FromContext(ctx).String(), Type: "workflow.started",
+		Details: map[string]any{"version": rec.Version}})
+	st, err := w.state(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &workflowpb.StartWorkflowResponse{WorkflowId: id, State: st, Success: true}, nil
+}
+
+// GetWorkflowState answers the run's node states, outputs, errors and workflow_data, while
+// it is open and after it closed.
+func (w *workflowService) GetWorkflowState(ctx context.Context, req *workflowpb.GetWorkflowStateRequest) (*workflowpb.GetWorkflowStateResponse, error) {
+	if req.GetWorkflowId() == "" {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
+	}
+	st, err := w.state(ctx, req.GetWorkflowId())
+	if err != nil {
+		return nil, err
+	}
+	return &workflowpb.GetWorkflowStateResponse{State: st, Success: true}, nil
+}
+
+// ResumeWorkflow re-runs node_id and its descendants, optionally with new workflow_data
+// (§17.7); COMPLETED nodes elsewhere never run again. A closed run is resumed as a new
+// execution carrying its state. With metadata action=trigger it is the trigger of a MANUAL
+// node, with metadata event=<name> the delivery of a named event.
+func (w *workflowService) ResumeWorkflow(ctx context.Context, req *workflowpb.ResumeWorkflowRequest) (*workflowpb.ResumeWorkflowResponse, error) {
+	id, node := req.GetWorkflowId(), req.GetNodeId()
+	if id == "" {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
+	}
+	by := auth.FromContext(ctx).String()
+	md := req.GetMetadata()
+	switch {
+	case md[DAGEventMetadataKey] != "":
+		if err := w.s.temporal.SignalWorkflow(ctx, workflows.DAGWorkflowID(id), "", workflows.DAGEventSignal, workflows.DAGEvent{Name: md[DAGEventMetadataKey]}); err != nil {
+			return nil, w.runError(ctx, id, "deliver the event", err)
+		}
+	case md[DAGActionMetadataKey] == "trigger":
+		if node == "" {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "node_id is required to trigger a MANUAL node")
+		}
+		if err := w.update(ctx, id, workflows.DAGTriggerUpdate, workflows.DAGTrigger{NodeID: node, By: by}); err != nil {
+			return nil, err
+		}
+	case md[DAGActionMetadataKey] != "":
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "metadata action %q: the only action is \"trigger\"", md[DAGActionMetadataKey])
+	default:
+		if node == "" {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "node_id is required: the node to run again with its descendants")
+		}
+		data := ""
+		if req.GetWorkflowData() != "" {
+			var perr *protocol.Error
+			if data, perr = dataObject(req.GetWorkflowData()); perr != nil {
+				return nil, perr
+			}
+		}
+		resume := workflows.DAGResume{NodeID: node, Data: data, By: by}
+		err := w.update(ctx, id, workflows.DAGResumeUpdate, resume)
+		if errors.Is(err, errRunClosed) {
+			err = w.resumeClosed(ctx, id, resume)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	w.s.sink.Record(ctx, observe.Event{CorrelationID: workflows.DAGWorkflowID(id), Actor: by, Type: "workflow.resumed",
+		Details: map[string]any{"node_id": node, "metadata": md}})
+	st, err := w.state(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &workflowpb.ResumeWorkflowResponse{WorkflowId: id, State: st, Success: true}, nil
+}
+
+// errRunClosed reports that the run has no open execution to update.
+var errRunClosed = errors.New("the run is closed")
+
+// update sends a validated update to the open run and waits for its answer.
+func (w *workflowService) update(ctx context.Context, id, name string, arg any) error {
+	hd, err := w.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.DAGWorkflowID(id), UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = hd.Get(ctx, nil)
+	}
+	if err == nil {
+		return nil
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && app.Type() == workflows.DAGUpdateRefused {
+		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
+	}
+	if isCompleted(err) || strings.Contains(err.Error(), "closing workflow") {
+		return errRunClosed
+	}
+	return w.runError(ctx, id, "reach the run", err)
+}
+
+// resumeClosed resumes a closed run: a new execution of dag/<id> that starts from the last
+// one's state with the resume applied before anything runs.
+func (w *workflowService) resumeClosed(ctx context.Context, id string, resume workflows.DAGResume) error {
+	prior, err := w.closedState(ctx, id)
+	if err != nil {
+		return err
+	}
+	if _, ok := prior.Nodes[resume.NodeID]; !ok {
+		return status.Errorf(codes.FailedPrecondition, "validation_error: workflow %q has no node %q", id, resume.NodeID)
+	}
+	rec, err := w.s.store.Definitions().GetDefinition(ctx, id, prior.Version)
+	if err != nil {
+		return failed("definition lookup", err)
+	}
+	in := workflows.DAGRunInput{WorkflowID: id, Version: prior.Version, Definition: rec.Definition, Metadata: prior.Metadata, Prior: &prior, Resume: &resume}
+	_, err = w.s.temporal.ExecuteWorkflow(ctx, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		// Another resume started it first: this one goes to the open run.
+		return w.update(ctx, id, workflows.DAGResumeUpdate, resume)
+	}
+	if err != nil {
+		return temporalStatus(ctx, "resume the closed run", err)
+	}
+	return nil
+}
+
+// state reads the run's state: the open run's query, else the closed run's result.
+func (w *workflowService) state(ctx context.Context, id string) (*workflowpb.WorkflowState, error) {
+	var st workflows.DAGRunState
+	v, err := w.s.temporal.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
+		WorkflowID: workflows.DAGWorkflowID(id), QueryType: workflows.DAGStateQuery,
+		QueryRejectCondition: enums.QUERY_REJECT_CONDITION_NOT_OPEN,
+	})
+	if err == nil && v.QueryRejected == nil && v.QueryResult != nil {
+		if err := v.QueryResult.Get(&st); err != nil {
+			return nil, status.Errorf(codes.Internal, "internal_error: decode the run's state: %v", err)
+		}
+		return wireState(st), nil
+	}
+	if err != nil && !isNotFound(err) {
+		return nil, w.runError(ctx, id, "query the run", err)
+	}
+	st, err = w.closedState(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return wireState(st), nil
+}
+
+// closedState is the result of the latest execution of dag/<id>, which has closed.
+func (w *workflowService) closedState(ctx context.Context, id string) (workflows.DAGRunState, error) {
+	var st workflows.DAGRunState
+	run := w.s.temporal.GetWorkflow(ctx, workflows.DAGWorkflowID(id), "")
+	if err := run.Get(ctx, &st); err != nil {
+		return st, w.runError(ctx, id, "read the run's result", err)
+	}
+	return st, nil
+}
+
+// runError maps a Temporal error about dag/<id>: no run is NotFound (no_route).
+func (w *workflowService) runError(ctx context.Context, id, what string, err error) error {
+	if isNotFound(err) {
+		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "workflow %q has no run: start it with StartWorkflow", id)
+	}
+	return temporalStatus(ctx, what, err)
+}
+
+func isNotFound(err error) bool {
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf)
+}
+
+// dataObject checks workflow_data is a JSON object ("" is {}).
+func dataObject(s string) (string, *protocol.Error) {
+	if strings.TrimSpace(s) == "" {
+		return "{}", nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &obj); err != nil || obj == nil {
+		return "", protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_data must be a JSON object: %v", err)
+	}
+	return s, nil
+}
+
+// wireState is a run's state as the canonical WorkflowState.
+func wireState(st workflows.DAGRunState) *workflowpb.WorkflowState {
+	ts := func(t time.Time) *timestamppb.Timestamp {
+		if t.IsZero() {
+			return nil
+		}
+		return timestamppb.New(t)
+	}
+	out := &workflowpb.WorkflowState{WorkflowId: st.WorkflowID, NodeStates: make(map[string]*workflowpb.NodeState, len(st.Nodes)),
+		WorkflowData: st.Data, StartedAt: ts(st.StartedAt), CompletedAt: ts(st.CompletedAt), Metadata: map[string]string{}}
+	for k, v := range st.Metadata {
+		out.Metadata[k] = v
+	}
+	// The run's own status travels in metadata: WorkflowState has no field for it.
+	out.Metadata["sw4rm.run_status"] = st.Status
+	for id, n := range st.Nodes {
+		out.NodeStates[id] = &workflowpb.NodeState{NodeId: id, Status: n.Status, StartedAt: ts(n.StartedAt), CompletedAt: ts(n.CompletedAt),
+			Output: n.Output, Error: n.Error}
+	}
+	return proto.Clone(out).(*workflowpb.WorkflowState)
+}

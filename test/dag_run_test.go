@@ -1,0 +1,200 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/sdk"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// pipelineAgents are SDK agents that serve DAG nodes as tasks and count what they ran, by
+// node (the node's id is the part of the task id between the workflow id and the attempt).
+type pipelineAgents struct {
+	mu   sync.Mutex
+	runs map[string]int
+	// failOnce names nodes whose first run fails.
+	failOnce map[string]bool
+}
+
+func (p *pipelineAgents) count(node string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.runs[node]
+}
+
+// serve registers an agent named name that answers every task with {"by": name, "input":
+// params}, failing the first run of the nodes in failOnce.
+func (p *pipelineAgents) serve(t *testing.T, sys *system, name, workflowID string) string {
+	t.Helper()
+	a := dialAgent(t, sys, name)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = a.Serve(ctx, func(_ context.Context, run *sdk.TaskRun) ([]byte, error) {
+			node := nodeOfTask(run.Task().ID, workflowID)
+			p.mu.Lock()
+			p.runs[node]++
+			n := p.runs[node]
+			p.mu.Unlock()
+			if p.failOnce[node] && n == 1 {
+				return nil, errors.New("flaky test suite")
+			}
+			var in any
+			_ = json.Unmarshal(run.Task().Params, &in)
+			return json.Marshal(map[string]any{"by": name, "node": node, "input": in})
+		}, &sdk.ServeOptions{Logf: t.Logf})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitState(t, sys, a.ID(), commonpb.AgentState_RUNNABLE)
+	return a.ID()
+}
+
+// nodeOfTask recovers the node id from a DAG task id "dag-<workflow>-<node>-<attempt>".
+func nodeOfTask(taskID, workflowID string) string {
+	s := strings.TrimPrefix(taskID, "dag-"+workflowID+"-")
+	if i := strings.LastIndex(s, "-"); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// diamond is build → {test, lint} → package, with mapped data.
+func diamond(id string, agents map[string]string) *workflowpb.WorkflowDefinition {
+	node := func(nid, agent string, deps []string, in, out map[string]string) *workflowpb.WorkflowNode {
+		return &workflowpb.WorkflowNode{NodeId: nid, AgentId: agent, Dependencies: deps, TriggerType: workflowpb.TriggerType_DEPENDENCY,
+			InputMapping: in, OutputMapping: out}
+	}
+	return &workflowpb.WorkflowDefinition{WorkflowId: id, Nodes: map[string]*workflowpb.WorkflowNode{
+		"build":   node("build", agents["build"], nil, map[string]string{"version": "/version"}, map[string]string{"/input/version": "/build/version"}),
+		"test":    node("test", agents["test"], []string{"build"}, map[string]string{"built": "/build/version"}, map[string]string{"/by": "/test/by"}),
+		"lint":    node("lint", agents["lint"], []string{"build"}, map[string]string{"built": "/build/version"}, map[string]string{"/by": "/lint/by"}),
+		"package": node("package", agents["package"], []string{"test", "lint"}, map[string]string{"tested": "/test/by", "linted": "/lint/by"}, map[string]string{"/input": "/package"}),
+	}}
+}
+
+// waitRun polls GetWorkflowState until the run's status is want.
+func waitRun(t *testing.T, wc workflowpb.WorkflowServiceClient, id, want string) *workflowpb.WorkflowState {
+	t.Helper()
+	var st *workflowpb.WorkflowState
+	require.Eventually(t, func() bool {
+		resp, err := wc.GetWorkflowState(context.Background(), &workflowpb.GetWorkflowStateRequest{WorkflowId: id})
+		if err != nil {
+			return false
+		}
+		st = resp.GetState()
+		return st.GetMetadata()["sw4rm.run_status"] == want
+	}, 60*time.Second, 100*time.Millisecond, "run %s never reached %s (last: %v)", id, want, st.GetMetadata())
+	return st
+}
+
+// TestDAGRunDiamondFailResume: on both stores, a diamond DAG of four SDK agents runs with
+// mapped data; a node that fails stops its dependents and the run waits (open); ResumeWorkflow
+// from that node completes the run, and every completed node ran exactly once.
+func TestDAGRunDiamondFailResume(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			id := uniq(t, "pipeline")
+			p := &pipelineAgents{runs: map[string]int{}, failOnce: map[string]bool{"test": true}}
+			agents := map[string]string{}
+			for _, n := range []string{"build", "test", "lint", "package"} {
+				agents[n] = p.serve(t, sys, n, id)
+			}
+			wc := workflowpb.NewWorkflowServiceClient(dialBenchT(t, sys))
+			_, err := wc.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{Definition: diamond(id, agents)})
+			require.NoError(t, err)
+			_, err = wc.GetWorkflowState(ctx, &workflowpb.GetWorkflowStateRequest{WorkflowId: id})
+			assert.Equal(t, codes.NotFound, status.Code(err), "no run yet: %v", err)
+
+			resp, err := wc.StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: id, WorkflowData: `{"version":"1.4.2"}`})
+			require.NoError(t, err)
+			assert.True(t, resp.GetSuccess())
+			_, err = wc.StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: id})
+			assert.Equal(t, codes.AlreadyExists, status.Code(err), "one open run per workflow: %v", err)
+
+			st := waitRun(t, wc, id, workflows.DAGWaiting)
+			assert.Equal(t, workflowpb.NodeStatus_FAILED, st.GetNodeStates()["test"].GetStatus())
+			assert.NotEmpty(t, st.GetNodeStates()["test"].GetError())
+			assert.Equal(t, workflowpb.NodeStatus_PENDING, st.GetNodeStates()["package"].GetStatus(), "a failed node's dependents do not run")
+			assert.Equal(t, workflowpb.NodeStatus_COMPLETED, st.GetNodeStates()["lint"].GetStatus())
+			assert.Zero(t, p.count("package"))
+
+			_, err = wc.ResumeWorkflow(ctx, &workflowpb.ResumeWorkflowRequest{WorkflowId: id, NodeId: "nope"})
+			assert.Equal(t, codes.FailedPrecondition, status.Code(err), "an unknown node: %v", err)
+			_, err = wc.ResumeWorkflow(ctx, &workflowpb.ResumeWorkflowRequest{WorkflowId: id, NodeId: "test"})
+			require.NoError(t, err)
+			st = waitRun(t, wc, id, workflows.DAGCompleted)
+			for _, n := range []string{"build", "test", "lint", "package"} {
+				assert.Equal(t, workflowpb.NodeStatus_COMPLETED, st.GetNodeStates()[n].GetStatus(), n)
+			}
+			assert.Equal(t, map[string]int{"build": 1, "test": 2, "lint": 1, "package": 1}, p.runs, "completed nodes ran exactly once")
+			var data map[string]any
+			require.NoError(t, json.Unmarshal([]byte(st.GetWorkflowData()), &data))
+			assert.Equal(t, map[string]any{"version": "1.4.2"}, data["build"], "build's output mapped into workflow_data")
+			assert.Equal(t, map[string]any{"tested": "test", "linted": "lint"}, data["package"], "package saw both branches' outputs")
+
+			// A closed run can be resumed too: package runs again, nothing else.
+			_, err = wc.ResumeWorkflow(ctx, &workflowpb.ResumeWorkflowRequest{WorkflowId: id, NodeId: "package"})
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return p.count("package") == 2 }, 30*time.Second, 100*time.Millisecond)
+			waitRun(t, wc, id, workflows.DAGCompleted)
+			assert.Equal(t, map[string]int{"build": 1, "test": 2, "lint": 1, "package": 2}, p.runs)
+			recordHistory(t, sys.app.Temporal(), workflows.DAGWorkflowID(id), "dag_run_"+kind)
+		})
+	}
+}
+
+// TestDAGRunManualTrigger: a MANUAL node waits for its authenticated trigger
+// (ResumeWorkflow with metadata action=trigger), then runs.
+func TestDAGRunManualTrigger(t *testing.T) {
+	sys := start(t, newConfig(t, "memory"))
+	ctx := context.Background()
+	id := uniq(t, "manual")
+	p := &pipelineAgents{runs: map[string]int{}}
+	ag := p.serve(t, sys, "worker", id)
+	def := &workflowpb.WorkflowDefinition{WorkflowId: id, Nodes: map[string]*workflowpb.WorkflowNode{
+		"prepare": {NodeId: "prepare", AgentId: ag, TriggerType: workflowpb.TriggerType_DEPENDENCY},
+		"release": {NodeId: "release", AgentId: ag, Dependencies: []string{"prepare"}, TriggerType: workflowpb.TriggerType_MANUAL},
+	}}
+	wc := workflowpb.NewWorkflowServiceClient(dialBenchT(t, sys))
+	_, err := wc.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{Definition: def})
+	require.NoError(t, err)
+	_, err = wc.StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: id})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return p.count("prepare") == 1 }, 30*time.Second, 100*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	assert.Zero(t, p.count("release"), "a MANUAL node waits for its trigger")
+	_, err = wc.ResumeWorkflow(ctx, &workflowpb.ResumeWorkflowRequest{WorkflowId: id, NodeId: "prepare", Metadata: map[string]string{"action": "trigger"}})
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "only a MANUAL node is triggered: %v", err)
+	_, err = wc.ResumeWorkflow(ctx, &workflowpb.ResumeWorkflowRequest{WorkflowId: id, NodeId: "release", Metadata: map[string]string{"action": "trigger"}})
+	require.NoError(t, err)
+	waitRun(t, wc, id, workflows.DAGCompleted)
+	assert.Equal(t, 1, p.count("release"))
+}
+
+// dialBenchT is a plain connection to the system for tests.
+func dialBenchT(t *testing.T, sys *system) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(sys.app.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
