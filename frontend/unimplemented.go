@@ -6,7 +6,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
 )
 
 // notYetBuilt maps each canonical service this server version does not implement yet to the
@@ -24,8 +23,7 @@ var notYetBuilt = map[string]string{
 // notYetBuiltMethods maps single methods of partly built services to the capability they
 // lack; it is consulted before notYetBuilt. A service built one slice at a time leaves
 // notYetBuilt with its first slice and lists here the methods that are still missing.
-var notYetBuiltMethods = map[string]string{
-}
+var notYetBuiltMethods = map[string]string{}
 
 func unimplemented(fullMethod string) error {
 	capability, ok := notYetBuiltMethods[fullMethod]
