@@ -66,8 +66,11 @@ func TestAgentWaitsOnResponse(t *testing.T) {
 				case <-ctx.Done():
 					return nil, ctx.Err()
 				}
-				// Nobody answers this one: one attempt of 2 s, then FAILED ack_timeout.
-				req2, err := a.Send(ctx, sdk.Message{To: b.ID(), Payload: []byte(`{"q":"anyone?"}`), ResponseTimeout: 2 * time.Second, MaxAttempts: 1})
+				// Nobody answers this one: one attempt of 6 s, then FAILED ack_timeout. Long
+				// enough that on a loaded 2-core machine the wait's beginning reaches the
+				// lifecycle before its end does (at 2 s the end overtook it now and then, and
+				// the lifecycle rightly never entered WAITING for it).
+				req2, err := a.Send(ctx, sdk.Message{To: b.ID(), Payload: []byte(`{"q":"anyone?"}`), ResponseTimeout: 6 * time.Second, MaxAttempts: 1})
 				if err != nil {
 					return nil, err
 				}
