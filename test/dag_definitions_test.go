@@ -23,7 +23,7 @@ import (
 // validated and stored as version 1, an identical retry answers version 1 and a change is
 // version 2; a cycle is refused with workflow_cycle_detected naming the cycle and the
 // VALIDATION_ERROR trailer; an unregistered agent is refused unless the definition asks for
-// late binding; `sw4rm dag show` draws what was stored; StartWorkflow is not built yet.
+// late binding; `sw4rm dag show` draws what was stored; a run refuses bad workflow_data.
 func TestDAGDefinitions(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
@@ -129,11 +129,10 @@ func TestDAGDefinitions(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, out, "no definition version 3")
 
-			// Runs are the next slice.
-			_, err = wf.StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: id, WorkflowData: "{}"}, grpc.Trailer(&trailer))
-			require.Equal(t, codes.Unimplemented, status.Code(err))
-			assert.Contains(t, status.Convert(err).Message(), "DAG workflow runs (next slice)")
-			assert.Equal(t, []string{"UNSUPPORTED_MESSAGE_TYPE"}, trailer.Get(frontend.ErrorCodeTrailer))
+			// Bad workflow_data is refused before anything starts.
+			_, err = wf.StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: id, WorkflowData: "[1,2]"}, grpc.Trailer(&trailer))
+			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(frontend.ErrorCodeTrailer))
 		})
 	}
 }

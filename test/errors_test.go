@@ -51,10 +51,10 @@ func TestRefusalsCarryTheErrorCode(t *testing.T) {
 			_, err := toolpb.NewToolServiceClient(conn).Call(ctx, &toolpb.ToolCall{}, o...)
 			return err
 		}, codes.Unimplemented, "UNSUPPORTED_MESSAGE_TYPE", ""},
-		"method not built": {func(o ...grpc.CallOption) error {
-			_, err := workflowpb.NewWorkflowServiceClient(conn).StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{}, o...)
+		"unknown workflow": {func(o ...grpc.CallOption) error {
+			_, err := workflowpb.NewWorkflowServiceClient(conn).StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: "no-such-workflow"}, o...)
 			return err
-		}, codes.Unimplemented, "UNSUPPORTED_MESSAGE_TYPE", ""},
+		}, codes.NotFound, "NO_ROUTE", "no_route: "},
 		"workflow cycle": {func(o ...grpc.CallOption) error {
 			def := &workflowpb.WorkflowDefinition{WorkflowId: uniq(t, "wf"), Nodes: map[string]*workflowpb.WorkflowNode{
 				"r": {NodeId: "r", AgentId: "a"}, "x": {NodeId: "x", AgentId: "a", Dependencies: []string{"r", "y"}},

@@ -87,13 +87,13 @@ func TestServiceSurface(t *testing.T) {
 	require.NoError(t, err)
 	_, err = cs.Recv()
 	assert.Equal(t, codes.Unimplemented, status.Code(err), "streaming RPCs are gated too")
-	// A partly built service: CreateWorkflow is served, the run methods are gated one by one.
+	// WorkflowService is built: no definition is bad input, an unknown workflow no route.
 	wf := workflowpb.NewWorkflowServiceClient(conn)
 	_, err = wf.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{})
-	assert.Equal(t, codes.InvalidArgument, status.Code(err), "CreateWorkflow is built: no definition is bad input")
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "no definition is bad input")
 	_, err = wf.StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: "wf"})
-	assert.Equal(t, codes.Unimplemented, status.Code(err))
-	assert.Contains(t, status.Convert(err).Message(), "DAG workflow runs (next slice)")
+	assert.Equal(t, codes.NotFound, status.Code(err), "no stored definition: %v", err)
+	assert.Contains(t, status.Convert(err).Message(), "no_route: ")
 
 	// Registry: a bad descriptor is refused with the reason, nothing is stored.
 	reg := registrypb.NewRegistryServiceClient(conn)
