@@ -21,6 +21,8 @@ var baselineOf = map[string]string{
 	"PreemptRequest":        "BaselineBareTemporalSignal",
 	"TaskRoundTrip":         "BaselineBareTemporalTask",
 	"HandoffRoundTrip":      "BaselineBareTemporalHandoff",
+	"DAGRun":                "BaselineBareTemporalDAG", // sub-benchmarks pair by name: chain with chain
+
 }
 
 type result struct {
@@ -79,7 +81,11 @@ func main() {
 		}
 		fmt.Printf("%-40s %12s %10s %10s %12s", r.name, num("msgs/s", "%.1f"), num("p50-ms", "%.3f"), num("p99-ms", "%.3f"), dp)
 		for _, b := range baselines {
-			want, ok := baselineOf[strings.SplitN(r.name, "/", 2)[0]]
+			parts := strings.SplitN(r.name, "/", 2)
+			want, ok := baselineOf[parts[0]]
+			if ok && len(parts) == 2 && strings.HasPrefix(b.name, want+"/") {
+				want += "/" + parts[1] // a baseline with sub-benchmarks pairs sub with sub
+			}
 			if strings.HasPrefix(r.name, "Baseline") {
 				want, ok = r.name, true
 			}
