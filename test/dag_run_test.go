@@ -157,6 +157,10 @@ func TestDAGRunDiamondFailResume(t *testing.T) {
 			require.Eventually(t, func() bool { return p.count("package") == 2 }, 30*time.Second, 100*time.Millisecond)
 			waitRun(t, wc, id, workflows.DAGCompleted)
 			assert.Equal(t, map[string]int{"build": 1, "test": 2, "lint": 1, "package": 2}, p.runs)
+			// The picture of the run shows its node states (`sw4rm dag show`).
+			out, err := runCLIArgs(t, sys, "", "dag", "show", id, "--server", sys.app.GRPCAddr())
+			require.NoError(t, err, out)
+			assert.Contains(t, out, "package<br/>agent: "+agents["package"]+"<br/>COMPLETED")
 			recordHistory(t, sys.app.Temporal(), workflows.DAGWorkflowID(id), "dag_run_"+kind)
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
@@ -26,8 +28,9 @@ func newDAGCmd() *cobra.Command {
 	)
 	show := &cobra.Command{
 		Use:   "show <workflow_id> [--version N] [--format mermaid|dot]",
-		Short: "Draw a workflow's definition as a Mermaid flowchart or a Graphviz digraph",
-		Long: "Draw a workflow's stored definition, the latest version unless --version names one. " +
+		Short: "Draw a workflow and its run's node states as a Mermaid flowchart or a Graphviz digraph",
+		Long: "Draw a workflow's stored definition, the latest version unless --version names one, " +
+			"with the node states of its run when it has one (open or closed). " +
 			"Mermaid renders on GitHub and in docs; pipe DOT into `dot -Tsvg`.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -48,8 +51,18 @@ func newDAGCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// A definition has no run yet, so no node states: the next slice draws runs.
-			_, err = fmt.Fprint(cmd.OutOrStdout(), draw(resp.GetDefinition(), nil))
+			// With a run, its node states colour the picture; without one, the bare definition.
+			var states map[string]workflowpb.NodeStatus
+			if run, err := workflowpb.NewWorkflowServiceClient(conn).GetWorkflowState(ctx,
+				&workflowpb.GetWorkflowStateRequest{WorkflowId: args[0]}); err == nil && version == 0 {
+				states = map[string]workflowpb.NodeStatus{}
+				for id, n := range run.GetState().GetNodeStates() {
+					states[id] = n.GetStatus()
+				}
+			} else if c := status.Code(err); err != nil && c != codes.NotFound && c != codes.Unimplemented {
+				return err
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), draw(resp.GetDefinition(), states))
 			return err
 		},
 	}
