@@ -12,6 +12,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/negotiationpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/proto/reasoningpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
@@ -118,6 +119,26 @@ var methodRules = map[string]rule{
 	handoffpb.HandoffService_CompleteHandoff_FullMethodName:  {who: authenticated},
 	handoffpb.HandoffService_CancelDelegation_FullMethodName: {who: authenticated},
 
+	// Negotiations (§17): any proven agent or operator may open one (it is recorded as the
+	// opener); drafts and evaluations are their participant's own (the workflow checks that
+	// the agent participates and that it is its turn); Decide is the opener's or an
+	// operator's, Abort also a participant's (the handlers check it against the negotiation).
+	negotiationpb.NegotiationService_Open_FullMethodName: {who: authenticated},
+	negotiationpb.NegotiationService_Propose_FullMethodName: {who: self, what: "from_agent",
+		field: func(r any) string { return r.(*negotiationpb.Proposal).GetFromAgent() }},
+	negotiationpb.NegotiationService_Counter_FullMethodName: {who: self, what: "from_agent",
+		field: func(r any) string { return r.(*negotiationpb.CounterProposal).GetFromAgent() }},
+	negotiationpb.NegotiationService_Evaluate_FullMethodName: {who: self, what: "from_agent",
+		field: func(r any) string { return r.(*negotiationpb.Evaluation).GetFromAgent() }},
+	negotiationpb.NegotiationService_Decide_FullMethodName: {who: authenticated},
+	negotiationpb.NegotiationService_Abort_FullMethodName:  {who: authenticated},
+	// The scheduler's policy (§17.2): reading is anyone's proven; an evaluation report is its
+	// participant's own; the HITL door of a negotiation is an operator's.
+	schedulerpb.SchedulerPolicyService_GetEffectivePolicy_FullMethodName: {who: authenticated},
+	schedulerpb.SchedulerPolicyService_SubmitEvaluation_FullMethodName: {who: self, what: "report.from_agent",
+		field: func(r any) string { return r.(*schedulerpb.SubmitEvaluationRequest).GetReport().GetFromAgent() }},
+	schedulerpb.SchedulerPolicyService_HitlAction_FullMethodName: {who: operator},
+
 	loggingpb.LoggingService_Ingest_FullMethodName: {who: selfOrOperator, what: "agent_id",
 		field: func(r any) string { return r.(*loggingpb.LogEvent).GetAgentId() }},
 	activitypb.ActivityService_AppendArtifact_FullMethodName:   {who: authenticated},
@@ -140,7 +161,6 @@ var methodRules = map[string]rule{
 // a proven caller reaches the capability gate and learns what is missing. Each pattern
 // replaces its entry with per-method rules when it lands.
 var serviceRules = map[string]rule{
-	"/sw4rm.negotiation.NegotiationService/":            {who: authenticated},
 	"/sw4rm.scheduler.SchedulerPolicyService/":          {who: authenticated},
 	"/sw4rm.worktree.WorktreeService/":                  {who: authenticated},
 	"/sw4rm.tool.ToolService/":                          {who: authenticated},

@@ -124,7 +124,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	worktreepb.RegisterWorktreeServiceServer(g, worktreepb.UnimplementedWorktreeServiceServer{})
 	toolpb.RegisterToolServiceServer(g, toolpb.UnimplementedToolServiceServer{})
 	connectorpb.RegisterConnectorServiceServer(g, connectorpb.UnimplementedConnectorServiceServer{})
-	negotiationpb.RegisterNegotiationServiceServer(g, negotiationpb.UnimplementedNegotiationServiceServer{})
+	negotiationpb.RegisterNegotiationServiceServer(g, &negotiationService{s: s})
 	negotiationroompb.RegisterNegotiationRoomServiceServer(g, &roomService{s: s})
 	handoffpb.RegisterHandoffServiceServer(g, &handoffService{s: s})
 	workflowpb.RegisterWorkflowServiceServer(g, &workflowService{s: s})

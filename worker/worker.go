@@ -31,6 +31,7 @@ func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(workflows.AgentLifecycle)
 	r.RegisterWorkflow(workflows.DAGRun)
 	r.RegisterWorkflow(workflows.HandoffWorkflow)
+	r.RegisterWorkflow(workflows.Negotiation)
 	r.RegisterWorkflowWithOptions(workflows.HitlWait, workflow.RegisterOptions{Name: hitlsignals.WorkflowType})
 	r.RegisterWorkflow(workflows.RoomCoordinator)
 	r.RegisterWorkflow(workflows.TaskWorkflow)

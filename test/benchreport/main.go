@@ -21,6 +21,7 @@ var baselineOf = map[string]string{
 	"PreemptRequest":        "BaselineBareTemporalSignal",
 	"TaskRoundTrip":         "BaselineBareTemporalTask",
 	"HandoffRoundTrip":      "BaselineBareTemporalHandoff",
+	"NegotiationRound":      "BaselineBareTemporalNegotiation",
 	"DAGRun":                "BaselineBareTemporalDAG", // sub-benchmarks pair by name: chain with chain
 
 }

@@ -1,0 +1,157 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/reasoningpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// NegotiationEvent is one §17.1 event: its position and its JSON, built by the workflow.
+type NegotiationEvent struct {
+	// Seq is the event's position in the negotiation, from 1.
+	Seq int
+	// Kind is open, policy, propose, counter, evaluate, decide or abort.
+	Kind string
+	// JSON is the payload, sent byte for byte.
+	JSON []byte
+}
+
+// NegotiationArtifact is one §17.4 record: kind and version name it (contract v3 is
+// contract_v3.json, diff v2_to_v3 is diff_v2_to_v3.json; docs/negotiation.md).
+type NegotiationArtifact struct {
+	// Kind is policy, contract, diff, evaluation, decision, result or turn.
+	Kind string
+	// Version names the artifact within its kind.
+	Version string
+	// ContentType and Content are the artifact.
+	ContentType string
+	Content     []byte
+}
+
+// NegotiationPublishInput asks PublishNegotiation to store artifacts and deliver events.
+type NegotiationPublishInput struct {
+	// NegotiationID is the negotiation (and the events' correlation_id).
+	NegotiationID string
+	// Recipients receive every event, in order.
+	Recipients []string
+	// Events are delivered in order.
+	Events []NegotiationEvent
+	// Artifacts are stored (a stored one is left as it is).
+	Artifacts []NegotiationArtifact
+}
+
+// negotiationMessages is the UUID namespace of negotiation event message_ids.
+var negotiationMessages = uuid.MustParse("3c1e7f52-9a0d-4b7e-8f21-5d6c4a0b9e17")
+
+// NegotiationMessageID is the message_id of event seq of a negotiation sent to an agent: a
+// UUIDv5, the same on every retry and replay, so the router admits each once.
+func NegotiationMessageID(negotiationID string, seq int, agent string) string {
+	return uuid.NewSHA1(negotiationMessages, []byte(negotiationID+"/"+strconv.Itoa(seq)+"/"+agent)).String()
+}
+
+// PublishNegotiation stores the artifacts first (so a listed report never refers to an event
+// that was not sent yet) and then sends every event to every recipient as a NEGOTIATION
+// envelope with correlation_id = negotiation_id and the event's JSON as payload (§17.1),
+// in seq order. A retry repeats nothing: artifacts and message_ids are idempotent.
+func (a *Activities) PublishNegotiation(ctx context.Context, in NegotiationPublishInput) error {
+	for _, art := range in.Artifacts {
+		err := a.Store.Artifacts().AppendArtifact(ctx, store.Artifact{NegotiationID: in.NegotiationID, Kind: art.Kind, Version: art.Version,
+			ContentType: art.ContentType, Content: art.Content})
+		if err != nil && !errors.Is(err, store.ErrDuplicateArtifact) {
+			return fmt.Errorf("store %s %s of negotiation %s: %w", art.Kind, art.Version, in.NegotiationID, err)
+		}
+	}
+	for _, ev := range in.Events {
+		for _, to := range in.Recipients {
+			env := &commonpb.Envelope{
+				MessageId: NegotiationMessageID(in.NegotiationID, ev.Seq, to), CorrelationId: in.NegotiationID,
+				MessageType: commonpb.MessageType_NEGOTIATION, ContentType: "application/json",
+				ContentLength: uint64(len(ev.JSON)), Payload: ev.JSON, SequenceNumber: uint64(ev.Seq),
+			}
+			err := a.Router.Notify(ctx, to, env)
+			switch {
+			case err == nil, errors.Is(err, store.ErrDuplicateMessage):
+			case errors.Is(err, store.ErrNotFound):
+				// A participant that deregistered mid-negotiation misses the rest; the others
+				// do not wait for it.
+				a.Sink.Record(ctx, observe.Event{CorrelationID: in.NegotiationID, Actor: protocol.SchedulerID, Type: "negotiation.undeliverable",
+					AgentID: to, Details: map[string]any{"seq": ev.Seq, "kind": ev.Kind, "error": err.Error()}})
+			default:
+				return fmt.Errorf("send %s event %d of negotiation %s to %s: %w", ev.Kind, ev.Seq, in.NegotiationID, to, err)
+			}
+		}
+		a.Sink.Record(ctx, observe.Event{CorrelationID: in.NegotiationID, Actor: protocol.SchedulerID, Type: "negotiation." + ev.Kind,
+			Details: map[string]any{"seq": ev.Seq, "recipients": in.Recipients, "bytes": len(ev.JSON)}})
+	}
+	return nil
+}
+
+// DebateEvaluationInput asks EvaluateNegotiationDrafts to compare two versions.
+type DebateEvaluationInput struct {
+	// NegotiationID, the two drafts and the intensity, as EvaluateDebate takes them.
+	NegotiationID, ProposalA, ProposalB, Intensity string
+}
+
+// DebateEvaluation is the ReasoningProxy's answer.
+type DebateEvaluation struct {
+	// Confidence is in [0, 1]; Notes explain it.
+	Confidence float64
+	Notes      string
+}
+
+// EvaluateNegotiationDrafts asks the ReasoningProxy (built-in or external) for its
+// confidence in the newer draft against the older one (§17.3, C.9).
+func (a *Activities) EvaluateNegotiationDrafts(ctx context.Context, in DebateEvaluationInput) (DebateEvaluation, error) {
+	if a.Reasoning == nil {
+		return DebateEvaluation{}, errors.New("no reasoning engine configured")
+	}
+	resp, err := a.Reasoning.EvaluateDebate(ctx, &reasoningpb.DebateEvaluateRequest{NegotiationId: in.NegotiationID,
+		ProposalA: in.ProposalA, ProposalB: in.ProposalB, Intensity: in.Intensity})
+	if err != nil {
+		return DebateEvaluation{}, fmt.Errorf("EvaluateDebate: %w", err)
+	}
+	c := resp.GetConfidenceScore()
+	if !(c >= 0 && c <= 1) {
+		return DebateEvaluation{}, fmt.Errorf("EvaluateDebate answered confidence %v outside [0, 1]", c)
+	}
+	return DebateEvaluation{Confidence: c, Notes: resp.GetNotes()}, nil
+}
+
+// SummarizeInput asks SummarizeTranscript for a summary of a debate transcript.
+type SummarizeInput struct {
+	// NegotiationID is the session.
+	NegotiationID string
+	// Turns are summarised in order.
+	Turns []debate.Turn
+	// MaxTokens bounds the summary.
+	MaxTokens uint32
+}
+
+// SummarizeTranscript asks the ReasoningProxy's Summarize for a summary of the turns, so a
+// long debate's later turns carry the summary instead of the whole transcript (ADR-011).
+func (a *Activities) SummarizeTranscript(ctx context.Context, in SummarizeInput) (string, error) {
+	if a.Reasoning == nil {
+		return "", errors.New("no reasoning engine configured")
+	}
+	req := &reasoningpb.SummarizeRequest{SessionId: in.NegotiationID, MaxTokens: in.MaxTokens, Mode: "debate"}
+	for i, t := range in.Turns {
+		req.Segments = append(req.Segments, &reasoningpb.TextSegment{Kind: "turn", Seq: int64(i + 1),
+			Content: fmt.Sprintf("[round %d] %s: %s", t.Round, t.Agent, strings.TrimSpace(t.Text))})
+	}
+	resp, err := a.Reasoning.Summarize(ctx, req)
+	if err != nil {
+		return "", fmt.Errorf("summarize: %w", err)
+	}
+	return resp.GetSummary(), nil
+}

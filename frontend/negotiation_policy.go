@@ -1,0 +1,138 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// GetEffectivePolicy answers the effective policy of a negotiation (§17.2): the one the
+// negotiation persisted when it opened (artifact kind "policy", version "effective"), or,
+// in the moment before it did, the one its workflow runs.
+func (p *schedulerPolicyService) GetEffectivePolicy(ctx context.Context, req *schedulerpb.GetEffectivePolicyRequest) (*schedulerpb.GetEffectivePolicyResponse, error) {
+	id := req.GetNegotiationId()
+	if err := validNegotiationID(id); err != nil {
+		return nil, err
+	}
+	arts, err := p.s.store.Artifacts().ListArtifacts(ctx, id, "policy")
+	if err != nil {
+		return nil, failed("artifact lookup", err)
+	}
+	for _, a := range arts {
+		if a.Version != "effective" {
+			continue
+		}
+		var eff policypb.EffectivePolicy
+		if err := json.Unmarshal(a.Content, &eff); err != nil {
+			return nil, failed("decode the stored effective policy", err)
+		}
+		return &schedulerpb.GetEffectivePolicyResponse{Effective: &eff}, nil
+	}
+	st, err := negotiationState(ctx, p.s, id)
+	if err != nil {
+		return nil, err
+	}
+	return &schedulerpb.GetEffectivePolicyResponse{Effective: st.Effective}, nil
+}
+
+// SubmitEvaluation records a participant's EvaluationReport for the current version (§17.3):
+// its llm_confidence is the participant's confidence, the report is stored. A report the
+// negotiation refuses (not a participant's, nothing to evaluate, closed) answers
+// accepted=false with the reason.
+func (p *schedulerPolicyService) SubmitEvaluation(ctx context.Context, req *schedulerpb.SubmitEvaluationRequest) (*schedulerpb.SubmitEvaluationResponse, error) {
+	id := req.GetNegotiationId()
+	if err := validNegotiationID(id); err != nil {
+		return nil, err
+	}
+	rep := req.GetReport()
+	if rep == nil {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "report is required")
+	}
+	if perr := protocol.ValidateAgentID(rep.GetFromAgent()); perr != nil {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "report.from_agent: %s", perr.Msg)
+	}
+	var version int
+	err := negotiationUpdate(ctx, p.s, id, workflows.NegotiationEvaluateUpdate, workflows.NegotiationEvaluation{
+		From: rep.GetFromAgent(), Confidence: float64(rep.GetLlmConfidence()), Notes: rep.GetNotes(), Report: rep}, &version)
+	if err != nil {
+		if reason, refused := refusal(err); refused {
+			return &schedulerpb.SubmitEvaluationResponse{Accepted: false, Reason: reason}, nil
+		}
+		return nil, err
+	}
+	return &schedulerpb.SubmitEvaluationResponse{Accepted: true}, nil
+}
+
+// refusal tells a negotiation's own refusal (answered in the response) from a failure to
+// reach it (answered as an error).
+func refusal(err error) (string, bool) {
+	var perr *protocol.Error
+	if errors.As(err, &perr) && perr.Code != commonpb.ErrorCode_NO_ROUTE {
+		return err.Error(), true
+	}
+	if st, ok := status.FromError(err); ok && strings.HasPrefix(st.Message(), "validation_error:") {
+		return st.Message(), true
+	}
+	return "", false
+}
+
+// HitlAction is the operator's door to a negotiation's HITL gates and deadlock escalation
+// (§17.2, §17): approve (or continue, accept), deny (or reject), modify, defer decide the
+// HITL wait the negotiation is in, through the same attested path as HitlAdminService.Decide;
+// abort aborts the negotiation. ok=false with the reason when there is nothing to decide.
+func (p *schedulerPolicyService) HitlAction(ctx context.Context, req *schedulerpb.HitlActionRequest) (*schedulerpb.HitlActionResponse, error) {
+	id := req.GetNegotiationId()
+	if err := validNegotiationID(id); err != nil {
+		return nil, err
+	}
+	action := strings.ToLower(strings.TrimSpace(req.GetAction()))
+	switch action {
+	case "continue", "accept":
+		action = "approve"
+	case "reject":
+		action = "deny"
+	}
+	if action == "abort" {
+		by := auth.FromContext(ctx)
+		reason := req.GetRationale()
+		if reason == "" {
+			reason = "aborted by " + by.String()
+		}
+		var out string
+		err := negotiationUpdate(ctx, p.s, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: by.String(), Operator: true, Reason: reason}, &out)
+		if err != nil {
+			if why, refused := refusal(err); refused {
+				return &schedulerpb.HitlActionResponse{Ok: false, Reason: why}, nil
+			}
+			return nil, err
+		}
+		return &schedulerpb.HitlActionResponse{Ok: true}, nil
+	}
+	st, err := negotiationState(ctx, p.s, id)
+	if err != nil {
+		return nil, err
+	}
+	if st.HITLInvocationID == "" {
+		return &schedulerpb.HitlActionResponse{Ok: false, Reason: "negotiation " + id + " is " + st.Status + ", not waiting for a human"}, nil
+	}
+	rationale := req.GetRationale()
+	if rationale == "" {
+		rationale = "HitlAction " + action + " on negotiation " + id
+	}
+	resp, err := (&hitlAdminService{s: p.s}).Decide(ctx, &hitladminpb.DecideRequest{InvocationId: st.HITLInvocationID, Decision: action, Rationale: rationale})
+	if err != nil {
+		return nil, err
+	}
+	return &schedulerpb.HitlActionResponse{Ok: true, Reason: resp.GetOutcomeJson()}, nil
+}

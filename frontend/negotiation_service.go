@@ -1,0 +1,395 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/negotiationpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
+	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// Open metadata of the negotiation service (docs/negotiation.md): NegotiationOpen has no
+// fields for them, and a canonical client sets them as plain gRPC metadata.
+const (
+	// PolicyProfileMetadataKey names the policy profile to start from (§17.2 profile hint).
+	PolicyProfileMetadataKey = "sw4rm-policy-profile"
+	// AgentPreferencesMetadataKey carries a JSON object agent_id → AgentPreferences
+	// (protojson field names), clamped to the guardrails (§17.2).
+	AgentPreferencesMetadataKey = "sw4rm-agent-preferences"
+	// NegotiationSchemaMetadataKey carries the JSON Schema drafts must satisfy (§17.3).
+	NegotiationSchemaMetadataKey = "sw4rm-negotiation-schema"
+	// NegotiationExamplesMetadataKey carries the executable examples: a JSON array of
+	// {"name", "instance", "valid"} (§17.3).
+	NegotiationExamplesMetadataKey = "sw4rm-negotiation-examples"
+	// NegotiationModeMetadataKey selects "contract" (default) or "debate" (ADR-011).
+	NegotiationModeMetadataKey = "sw4rm-negotiation-mode"
+)
+
+// negotiationService serves sw4rm.negotiation.NegotiationService (§17): each negotiation is
+// the workflow negotiation/<negotiation_id>, which the RPCs reach with updates that answer
+// synchronously with the negotiation's own refusals.
+type negotiationService struct {
+	negotiationpb.UnimplementedNegotiationServiceServer
+	s *Server
+}
+
+// incomingMD flattens the request metadata to its first values.
+func incomingMD(ctx context.Context) map[string]string {
+	out := map[string]string{}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for k, v := range md {
+		if len(v) > 0 {
+			out[k] = v[0]
+		}
+	}
+	return out
+}
+
+// validNegotiationID checks a negotiation_id: it becomes part of a Temporal workflow id and
+// of task ids, so it has the shape of an agent id.
+func validNegotiationID(id string) error {
+	if id == "" {
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "negotiation_id is required")
+	}
+	if perr := protocol.ValidateAgentID(id); perr != nil {
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "negotiation_id: %s", perr.Msg)
+	}
+	return nil
+}
+
+// Open validates the request, derives the effective policy (§17.2) and starts the
+// negotiation's workflow, which broadcasts open and policy. Repeating an Open with the same
+// topic and participants by the same opener is answered OK; another Open of a used
+// negotiation_id is refused with AlreadyExists.
+func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.NegotiationOpen) (*commonpb.Empty, error) {
+	id := req.GetNegotiationId()
+	if err := validNegotiationID(id); err != nil {
+		return nil, err
+	}
+	if c := req.GetCorrelationId(); c != "" && c != id {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "correlation_id %q must equal negotiation_id %q (§17: a negotiation is scoped by its own id)", c, id)
+	}
+	if strings.TrimSpace(req.GetTopic()) == "" {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "topic is required (§17)")
+	}
+	parts := req.GetParticipants()
+	if len(parts) < 2 {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "a negotiation needs at least two participants (§17), got %d", len(parts))
+	}
+	for i, p := range parts {
+		if perr := protocol.ValidateAgentID(p); perr != nil {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "participants[%d]: %s", i, perr.Msg)
+		}
+		if slices.Contains(parts[:i], p) {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "participant %q is listed twice", p)
+		}
+		if _, err := n.s.router.Agent(ctx, p); errors.Is(err, store.ErrNotFound) {
+			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "participant %q is not a registered agent; register it first", p)
+		} else if err != nil {
+			return nil, failed("registry lookup", err)
+		}
+	}
+	if _, err := negotiation.GuardrailsFor(req.GetIntensity()); err != nil {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "intensity: %v", err)
+	}
+	var timeout time.Duration
+	if d := req.GetDebateTimeout(); d != nil {
+		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "debate_timeout is not a valid positive duration")
+		}
+		timeout = d.AsDuration()
+	}
+	md := incomingMD(ctx)
+	in := workflows.NegotiationInput{NegotiationID: id, Topic: req.GetTopic(), Participants: parts, Intensity: req.GetIntensity()}
+	derive := negotiation.DeriveInput{Intensity: req.GetIntensity(), DebateTimeout: timeout}
+	base, err := n.s.store.NegotiationPolicies().GetBasePolicy(ctx)
+	if err != nil {
+		return nil, failed("base policy lookup", err)
+	}
+	derive.Base = base
+	if name := md[PolicyProfileMetadataKey]; name != "" {
+		prof, err := n.s.store.NegotiationPolicies().GetProfile(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: no policy profile %q (SchedulerPolicyService.ListPolicyProfiles lists them)", PolicyProfileMetadataKey, name)
+		}
+		if err != nil {
+			return nil, failed("policy profile lookup", err)
+		}
+		derive.Profile, in.Profile = prof, name
+	}
+	if raw := md[AgentPreferencesMetadataKey]; raw != "" {
+		prefs, perr := parsePreferences(raw, parts)
+		if perr != nil {
+			return nil, perr
+		}
+		derive.Preferences = prefs
+	}
+	if s, e := md[NegotiationSchemaMetadataKey], md[NegotiationExamplesMetadataKey]; s != "" || e != "" {
+		if _, err := negotiation.ParseConfig([]byte(s), []byte(e)); err != nil {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s / %s: %v", NegotiationSchemaMetadataKey, NegotiationExamplesMetadataKey, err)
+		}
+		if s != "" {
+			in.Schema = json.RawMessage(s)
+		}
+		if e != "" {
+			in.Examples = json.RawMessage(e)
+		}
+	}
+	switch mode := md[NegotiationModeMetadataKey]; mode {
+	case "", workflows.NegotiationModeContract:
+		in.Mode = workflows.NegotiationModeContract
+	case workflows.NegotiationModeDebate:
+		opts, err := debate.ParseOptions(md)
+		if err != nil {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "debate options: %v", err)
+		}
+		in.Mode, in.Debate = workflows.NegotiationModeDebate, opts
+	default:
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s %q: want contract or debate", NegotiationModeMetadataKey, mode)
+	}
+	d, err := negotiation.Derive(derive)
+	if err != nil {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "policy: %v", err)
+	}
+	in.Effective, in.PolicyNotes, in.DebateTimeout = d.Effective, d.Notes, d.DebateTimeout
+	p := auth.FromContext(ctx)
+	in.Opener, in.OpenerAgent = p.String(), p.Agent
+
+	_, err = n.s.temporal.ExecuteWorkflow(ctx, workflows.NegotiationStartOptions(id, n.s.cfg.TaskQueue), workflows.Negotiation, in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) || isAlreadyStarted(err) {
+		return n.reopened(ctx, in)
+	}
+	if err != nil {
+		return nil, temporalStatus(ctx, "open the negotiation", err)
+	}
+	n.s.sink.Record(ctx, observe.Event{CorrelationID: id, Actor: in.Opener, Type: "negotiation.opened",
+		Details: map[string]any{"topic": in.Topic, "participants": parts, "intensity": req.GetIntensity().String(), "mode": in.Mode,
+			"profile": in.Profile, "debate_timeout": in.DebateTimeout.String(), "policy_notes": in.PolicyNotes}})
+	return &commonpb.Empty{}, nil
+}
+
+// isAlreadyStarted recognises the already-started error however the client wraps it.
+func isAlreadyStarted(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "already started")
+}
+
+// reopened answers an Open of a negotiation_id in use: OK for the same opener, topic and
+// participants (a retried Open), AlreadyExists otherwise.
+func (n *negotiationService) reopened(ctx context.Context, in workflows.NegotiationInput) (*commonpb.Empty, error) {
+	st, err := n.state(ctx, in.NegotiationID)
+	if err != nil {
+		return nil, err
+	}
+	if st.Opener == in.Opener && st.Topic == in.Topic && slices.Equal(st.Participants, in.Participants) {
+		return &commonpb.Empty{}, nil
+	}
+	return nil, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "negotiation %q exists (topic %q, opened by %s); choose a new negotiation_id", in.NegotiationID, st.Topic, st.Opener)
+}
+
+// parsePreferences reads the AgentPreferences metadata: participants only.
+func parsePreferences(raw string, parts []string) (map[string]*policypb.AgentPreferences, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s is not a JSON object: %v", AgentPreferencesMetadataKey, err)
+	}
+	out := make(map[string]*policypb.AgentPreferences, len(m))
+	for agent, v := range m {
+		if !slices.Contains(parts, agent) {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s names %q, who is not a participant", AgentPreferencesMetadataKey, agent)
+		}
+		var p policypb.AgentPreferences
+		if err := protojson.Unmarshal(v, &p); err != nil {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s[%q]: %v", AgentPreferencesMetadataKey, agent, err)
+		}
+		out[agent] = &p
+	}
+	return out, nil
+}
+
+// Propose submits the first draft (§17): from a participant, in turn, valid (§17.3).
+func (n *negotiationService) Propose(ctx context.Context, req *negotiationpb.Proposal) (*commonpb.Empty, error) {
+	return n.draft(ctx, req.GetNegotiationId(), req.GetFromAgent(), req.GetContentType(), req.GetPayload(), false)
+}
+
+// Counter submits a counter-proposal: the next version, from the participant whose turn it is.
+func (n *negotiationService) Counter(ctx context.Context, req *negotiationpb.CounterProposal) (*commonpb.Empty, error) {
+	return n.draft(ctx, req.GetNegotiationId(), req.GetFromAgent(), req.GetContentType(), req.GetPayload(), true)
+}
+
+func (n *negotiationService) draft(ctx context.Context, id, from, ct string, payload []byte, counter bool) (*commonpb.Empty, error) {
+	if err := validNegotiationID(id); err != nil {
+		return nil, err
+	}
+	if perr := protocol.ValidateAgentID(from); perr != nil {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "from_agent: %s", perr.Msg)
+	}
+	if ct == "" {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "content_type is required")
+	}
+	if limit := n.s.router.Config().MaxPayloadBytes; limit > 0 && len(payload) > limit {
+		return nil, protocol.Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "payload is %d bytes; this server's limit is %d (SW4RM_MAX_PAYLOAD_BYTES)", len(payload), limit)
+	}
+	var version int
+	if err := n.update(ctx, id, workflows.NegotiationDraftUpdate, workflows.NegotiationDraft{From: from, Counter: counter, ContentType: ct, Payload: payload}, &version); err != nil {
+		return nil, err
+	}
+	return &commonpb.Empty{}, nil
+}
+
+// Evaluate records a participant's confidence in the current version (§17.3).
+func (n *negotiationService) Evaluate(ctx context.Context, req *negotiationpb.Evaluation) (*commonpb.Empty, error) {
+	if err := validNegotiationID(req.GetNegotiationId()); err != nil {
+		return nil, err
+	}
+	if perr := protocol.ValidateAgentID(req.GetFromAgent()); perr != nil {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "from_agent: %s", perr.Msg)
+	}
+	var version int
+	err := n.update(ctx, req.GetNegotiationId(), workflows.NegotiationEvaluateUpdate,
+		workflows.NegotiationEvaluation{From: req.GetFromAgent(), Confidence: req.GetConfidenceScore(), Notes: req.GetNotes()}, &version)
+	if err != nil {
+		return nil, err
+	}
+	return &commonpb.Empty{}, nil
+}
+
+// Decide records a result: the opener's (the parent that synthesises a debate) or an
+// operator's. A Decide with an empty result decides the latest version.
+func (n *negotiationService) Decide(ctx context.Context, req *negotiationpb.Decision) (*commonpb.Empty, error) {
+	id := req.GetNegotiationId()
+	if err := validNegotiationID(id); err != nil {
+		return nil, err
+	}
+	p := auth.FromContext(ctx)
+	if !p.Anonymous() && p.Operator == "" {
+		st, err := n.state(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if st.Opener != p.String() {
+			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "only the negotiation's opener (%s) or an operator may decide negotiation %s", st.Opener, id)
+		}
+	}
+	by := req.GetDecidedBy()
+	if by == "" {
+		by = p.String()
+	}
+	var out string
+	err := n.update(ctx, id, workflows.NegotiationDecideUpdate, workflows.NegotiationDecision{By: p.String(), Operator: p.Operator != "", DecidedBy: by,
+		ContentType: req.GetContentType(), Result: req.GetResult()}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &commonpb.Empty{}, nil
+}
+
+// Abort ends the negotiation: a participant's, the opener's or an operator's call.
+func (n *negotiationService) Abort(ctx context.Context, req *negotiationpb.AbortRequest) (*commonpb.Empty, error) {
+	id := req.GetNegotiationId()
+	if err := validNegotiationID(id); err != nil {
+		return nil, err
+	}
+	p := auth.FromContext(ctx)
+	if !p.Anonymous() && p.Operator == "" {
+		st, err := n.state(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if st.Opener != p.String() && !slices.Contains(st.Participants, p.Agent) {
+			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s is neither a participant nor the opener of negotiation %s", p, id)
+		}
+	}
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "aborted by " + p.String()
+	}
+	var out string
+	if err := n.update(ctx, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: p.String(), Operator: p.Operator != "", Reason: reason}, &out); err != nil {
+		return nil, err
+	}
+	return &commonpb.Empty{}, nil
+}
+
+// state queries the negotiation's workflow, open or closed.
+func (n *negotiationService) state(ctx context.Context, id string) (workflows.NegotiationState, error) {
+	return negotiationState(ctx, n.s, id)
+}
+
+// negotiationState queries negotiation/<id>.
+func negotiationState(ctx context.Context, s *Server, id string) (workflows.NegotiationState, error) {
+	var st workflows.NegotiationState
+	v, err := s.temporal.QueryWorkflow(ctx, workflows.NegotiationWorkflowID(id), "", workflows.NegotiationStateQuery)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return st, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no negotiation %q", id)
+	}
+	if err != nil {
+		return st, temporalStatus(ctx, "read the negotiation", err)
+	}
+	return st, nil
+}
+
+// update sends an update to negotiation/<id> and maps the negotiation's refusals onto gRPC
+// codes: permission_denied → PermissionDenied, validation_error → InvalidArgument, anything
+// else the workflow refuses → FailedPrecondition.
+func (n *negotiationService) update(ctx context.Context, id, name string, arg, out any) error {
+	return negotiationUpdate(ctx, n.s, id, name, arg, out)
+}
+
+func negotiationUpdate(ctx context.Context, s *Server, id, name string, arg, out any) error {
+	h, err := s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.NegotiationWorkflowID(id), UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(ctx, out)
+	}
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		switch app.Type() {
+		case workflows.NegotiationErrPermission:
+			return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s", app.Message())
+		case workflows.NegotiationErrValidation:
+			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
+		}
+		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
+	}
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) && !isCompleted(err) {
+		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no open negotiation %q", id)
+	}
+	if isCompleted(err) || strings.Contains(err.Error(), "closing workflow") {
+		return status.Errorf(codes.FailedPrecondition, "validation_error: negotiation %s is closed", id)
+	}
+	return temporalStatus(ctx, fmt.Sprintf("reach negotiation %s", id), err)
+}

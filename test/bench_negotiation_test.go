@@ -1,0 +1,137 @@
+package test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/sdk"
+	"github.com/sw4rm/sw4rm-temporal/sdk/negotiation"
+)
+
+// BenchmarkNegotiationRound times one two-party negotiation over gRPC with SDK agents on
+// PostgreSQL: Open, A's Propose, B's Counter, A's Evaluate, and the decide event arriving on
+// A's stream (docs/benchmarks.md).
+func BenchmarkNegotiationRound(b *testing.B) {
+	ctx := context.Background()
+	sys := start(b, newConfig(b, "postgres"))
+	dial := func(name string) (*sdk.Agent, *sdk.Stream) {
+		a := dialAgent(b, sys, name)
+		s, err := a.Receive(ctx)
+		require.NoError(b, err)
+		b.Cleanup(s.Close)
+		return a, s
+	}
+	a, aStream := dial("a")
+	bb, _ := dial("b")
+	na, nb := negotiation.New(a), negotiation.New(bb)
+	decided := func(id string) {
+		for {
+			d, err := aStream.Next()
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = d.Confirm(ctx)
+			if ev, ok, _ := negotiation.ParseEvent(d.Envelope); ok && ev.NegotiationID == id && ev.Kind == "decide" {
+				return
+			}
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		id := "bench-" + uuid.NewString()
+		if err := na.Open(ctx, negotiation.Options{ID: id, Topic: "bench", Participants: []string{a.ID(), bb.ID()}, Intensity: commonpb.DebateIntensity_LOW}); err != nil {
+			b.Fatal(err)
+		}
+		if err := na.Propose(ctx, id, "application/json", []byte(`{"price":120,"rps":100,"burst":200}`)); err != nil {
+			b.Fatal(err)
+		}
+		if err := nb.Counter(ctx, id, "application/json", []byte(`{"price":110,"rps":100,"burst":200}`)); err != nil {
+			b.Fatal(err)
+		}
+		if err := na.Evaluate(ctx, id, 0.99, "ok"); err != nil {
+			b.Fatal(err)
+		}
+		decided(id)
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+// bareNegotiation is what BenchmarkBaselineBareTemporalNegotiation runs: a workflow that
+// takes three updates (propose, counter, evaluate) and one activity per event, as the
+// negotiation publishes six events.
+func bareNegotiation(ctx workflow.Context) error {
+	n := 0
+	for _, name := range []string{"propose", "counter", "evaluate"} {
+		if err := workflow.SetUpdateHandler(ctx, name, func(ctx workflow.Context) error { n++; return nil }); err != nil {
+			return err
+		}
+	}
+	actx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
+	publish := func() error { return workflow.ExecuteLocalActivity(actx, bareEvent).Get(ctx, nil) }
+	if err := publish(); err != nil { // open + policy
+		return err
+	}
+	for i := 1; i <= 3; i++ {
+		if err := workflow.Await(ctx, func() bool { return n >= i }); err != nil {
+			return err
+		}
+		if err := publish(); err != nil {
+			return err
+		}
+	}
+	return publish() // decide
+}
+
+// bareEvent is the bare baseline's side effect: nothing.
+func bareEvent(context.Context) error { return nil }
+
+// BenchmarkBaselineBareTemporalNegotiation is the negotiation's floor in the same run: bare
+// Temporal starting a workflow, three updates and five local activities.
+func BenchmarkBaselineBareTemporalNegotiation(b *testing.B) {
+	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
+	require.NoError(b, err)
+	defer c.Close()
+	tq := "bare-" + uuid.NewString()[:8]
+	w := sdkworker.New(c, tq, sdkworker.Options{})
+	w.RegisterWorkflow(bareNegotiation)
+	w.RegisterActivity(bareEvent)
+	require.NoError(b, w.Start())
+	defer w.Stop()
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "bare/" + uuid.NewString(), TaskQueue: tq}, bareNegotiation)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, name := range []string{"propose", "counter", "evaluate"} {
+			h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: run.GetID(), UpdateName: name, WaitForStage: client.WorkflowUpdateStageCompleted})
+			if err == nil {
+				err = h.Get(ctx, nil)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := run.Get(ctx, nil); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
