@@ -97,3 +97,9 @@ example-room:
 .PHONY: example-handoff
 example-handoff:
 	go run ./examples/handoff
+
+## example-dag: run the DAG workflow example against a running server (`make dev`;
+## SW4RM_SERVER overrides localhost:50051). See examples/dag/README.md.
+.PHONY: example-dag
+example-dag:
+	go run ./examples/dag

@@ -1,6 +1,7 @@
 // Package dag is the Go SDK of DAG workflows (§17.7): a fluent builder of
-// workflowpb.WorkflowDefinition and Create, which registers a definition through the
-// canonical WorkflowService and reports the version it was stored as (docs/dag.md).
+// workflowpb.WorkflowDefinition, Create, which registers a definition through the
+// canonical WorkflowService and reports the version it was stored as, and RunStatus, which
+// reads a run's status from its WorkflowState (docs/dag.md).
 //
 //	def, err := dag.New("release").
 //		Node("build", "builder").Output("artifact", "/build/artifact").
@@ -38,6 +39,24 @@ const (
 	// agents not registered yet.
 	LateBindingKey = "late_binding"
 )
+
+// The run's own status, which GetWorkflowState answers in WorkflowState.metadata because the
+// canonical WorkflowState has no field for it (docs/dag.md, "The RPCs of a run").
+const (
+	// RunStatusKey is the WorkflowState metadata key of the run's status.
+	RunStatusKey = "sw4rm.run_status"
+	// RunRunning: nodes run, or wait for their dependencies or triggers.
+	RunRunning = "RUNNING"
+	// RunWaiting: a node failed (after its retries) and nothing runs; the run stays open
+	// until ResumeWorkflow re-runs a node.
+	RunWaiting = "WAITING"
+	// RunCompleted: every node completed or was skipped; the run closed.
+	RunCompleted = "COMPLETED"
+)
+
+// RunStatus returns the run's status in st (RunRunning, RunWaiting or RunCompleted), or ""
+// when st carries none.
+func RunStatus(st *workflowpb.WorkflowState) string { return st.GetMetadata()[RunStatusKey] }
 
 // Builder builds a WorkflowDefinition. Its methods record the first misuse (a node defined
 // twice, an empty id) and Build reports it, so a chain needs one error check.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	pdag "github.com/sw4rm/sw4rm-temporal/protocol/dag"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 func TestBuilderProducesTheDefinition(t *testing.T) {
@@ -95,4 +96,13 @@ func TestCreate(t *testing.T) {
 
 	_, err = Create(t.Context(), conn, &workflowpb.WorkflowDefinition{WorkflowId: "bad"})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+}
+
+// The run statuses the SDK names are the ones the run reports.
+func TestRunStatusNamesTheServersStatuses(t *testing.T) {
+	assert.Equal(t, workflows.DAGRunning, RunRunning)
+	assert.Equal(t, workflows.DAGWaiting, RunWaiting)
+	assert.Equal(t, workflows.DAGCompleted, RunCompleted)
+	assert.Equal(t, RunWaiting, RunStatus(&workflowpb.WorkflowState{Metadata: map[string]string{RunStatusKey: RunWaiting}}))
+	assert.Empty(t, RunStatus(nil))
 }
