@@ -18,6 +18,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/reasoning"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -36,6 +37,17 @@ type Activities struct {
 	Scheduler admission.Policy
 	// Temporal signals workflows from local activities (SignalWorkflow).
 	Temporal client.Client
+	// Reasoning evaluates proposals and summarises transcripts (EvaluateDebate, Summarize;
+	// reasoning.FromConfig). Nil means reasoning.Builtin: see ReasoningEngine.
+	Reasoning reasoning.Engine
+}
+
+// ReasoningEngine returns the configured reasoning engine, or reasoning.Builtin when none is.
+func (a *Activities) ReasoningEngine() reasoning.Engine {
+	if a.Reasoning == nil {
+		return reasoning.Builtin{}
+	}
+	return a.Reasoning
 }
 
 // AgentStateInput asks RecordAgentState to record a lifecycle transition.
