@@ -120,7 +120,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	activitypb.RegisterActivityServiceServer(g, &activityService{s: s})
 
 	schedulerpb.RegisterSchedulerServiceServer(g, &schedulerService{s: s})
-	schedulerpb.RegisterSchedulerPolicyServiceServer(g, schedulerpb.UnimplementedSchedulerPolicyServiceServer{})
+	schedulerpb.RegisterSchedulerPolicyServiceServer(g, &schedulerPolicyService{s: s})
 	hitlpb.RegisterHitlServiceServer(g, &hitlService{s: s})
 	hitladminpb.RegisterHitlAdminServiceServer(g, &hitlAdminService{s: s})
 	dlqadminpb.RegisterDlqAdminServiceServer(g, &dlqAdminService{s: s, requeue: s.router})
