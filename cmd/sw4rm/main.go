@@ -190,6 +190,7 @@ func newRootWith(start startFunc) *cobra.Command {
 	root.AddCommand(newDLQCmd())
 	root.AddCommand(newKeysCmd())
 	root.AddCommand(newDAGCmd())
+	root.AddCommand(newNegotiationCmd())
 	root.AddCommand(newSearchAttributesCmd())
 	return root
 }
