@@ -38,12 +38,14 @@ type Activities struct {
 	// Temporal signals workflows from local activities (SignalWorkflow).
 	Temporal client.Client
 	// Reasoning evaluates proposals and summarises transcripts (EvaluateDebate, Summarize;
-	// reasoning.FromConfig). Nil means reasoning.Builtin: see ReasoningEngine.
+	// reasoning.FromConfig). Nil means reasoning.Builtin: see reasoningEngine.
 	Reasoning reasoning.Engine
 }
 
-// ReasoningEngine returns the configured reasoning engine, or reasoning.Builtin when none is.
-func (a *Activities) ReasoningEngine() reasoning.Engine {
+// reasoningEngine returns the configured reasoning engine, or reasoning.Builtin when none
+// is. It is unexported because the worker registers every exported method of Activities as
+// an activity.
+func (a *Activities) reasoningEngine() reasoning.Engine {
 	if a.Reasoning == nil {
 		return reasoning.Builtin{}
 	}
