@@ -18,6 +18,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/reasoning"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -36,6 +37,19 @@ type Activities struct {
 	Scheduler admission.Policy
 	// Temporal signals workflows from local activities (SignalWorkflow).
 	Temporal client.Client
+	// Reasoning evaluates proposals and summarises transcripts (EvaluateDebate, Summarize;
+	// reasoning.FromConfig). Nil means reasoning.Builtin: see reasoningEngine.
+	Reasoning reasoning.Engine
+}
+
+// reasoningEngine returns the configured reasoning engine, or reasoning.Builtin when none
+// is. It is unexported because the worker registers every exported method of Activities as
+// an activity.
+func (a *Activities) reasoningEngine() reasoning.Engine {
+	if a.Reasoning == nil {
+		return reasoning.Builtin{}
+	}
+	return a.Reasoning
 }
 
 // AgentStateInput asks RecordAgentState to record a lifecycle transition.

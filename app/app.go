@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -34,6 +35,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
+	"github.com/sw4rm/sw4rm-temporal/reasoning"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -143,6 +145,11 @@ type Config struct {
 	// ACLFile is the access-control list of §6.3 (SW4RM_ACL_FILE, docs/acl.md); empty means
 	// no ACL.
 	ACLFile string
+	// ReasoningExternal is the address of an external reasoning engine serving the canonical
+	// ReasoningProxy, which answers EvaluateDebate and Summarize for the frontend and the
+	// workers' activities; empty means the builtin engine (SW4RM_REASONING_EXTERNAL,
+	// docs/reasoning.md).
+	ReasoningExternal string
 }
 
 // DevHITLOperators is the HITL operator policy of `sw4rm dev` when none is configured: one
@@ -208,6 +215,7 @@ func (c Config) FromEnv() (Config, error) {
 	str("SW4RM_TLS_KEY_FILE", &c.TLSKeyFile)
 	str("SW4RM_TLS_CLIENT_CA_FILE", &c.TLSClientCAFile)
 	str("SW4RM_ACL_FILE", &c.ACLFile)
+	str("SW4RM_REASONING_EXTERNAL", &c.ReasoningExternal)
 	if v, ok := os.LookupEnv("SW4RM_CONFLICT_THRESHOLD"); ok {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f <= 0 || f > 1 {
@@ -398,6 +406,8 @@ type App struct {
 	relayDone chan struct{}
 	// auth authenticates the gRPC frontend's callers (nil without the server role).
 	auth *frontend.Authenticator
+	// reasoning answers EvaluateDebate and Summarize for the frontend and the activities.
+	reasoning reasoning.Engine
 }
 
 // OpenStore opens the store the configuration names: PostgreSQL when DatabaseURL is set
@@ -530,6 +540,10 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		return nil, fmt.Errorf("SW4RM_INFERENCE_UNAVAILABLE: %w", err)
 	}
 	schedPolicy := admission.Policy{MaxParallel: maxParallel, ConflictThreshold: cfg.ConflictThreshold, Unavailable: unavailable}
+	if a.reasoning, err = reasoning.FromConfig(cfg.ReasoningExternal); err != nil {
+		return nil, fmt.Errorf("SW4RM_REASONING_EXTERNAL: %w", err)
+	}
+	log.Info("reasoning engine", "engine", reasoning.NameOf(a.reasoning))
 	if len(operators) == 0 && cfg.HITLExternal == "" {
 		log.Warn("no HITL operators and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
 	}
@@ -562,7 +576,8 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 
 	if roles.Worker {
 		a.worker = sdkworker.New(a.temporal, cfg.TaskQueue, sdkworker.Options{})
-		worker.Register(a.worker, &activities.Activities{Store: st, Router: rt, Sink: sink, HITL: hitlPolicy, Scheduler: schedPolicy, Temporal: a.temporal})
+		worker.Register(a.worker, &activities.Activities{Store: st, Router: rt, Sink: sink, HITL: hitlPolicy, Scheduler: schedPolicy, Temporal: a.temporal,
+			Reasoning: a.reasoning})
 		if err := a.worker.Start(); err != nil {
 			return nil, fmt.Errorf("start worker: %w", err)
 		}
@@ -588,7 +603,7 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		fe := frontend.New(st, rt, a.temporal, a.relay, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout,
 			HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatMisses: cfg.HeartbeatMisses, HITLPolicy: hitlPolicy, HITLDecisionKey: decisionKey, HITLTimeout: cfg.HITLTimeout,
 			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout, PreemptTimeout: cfg.PreemptTimeout, TerminateGrace: cfg.TerminateGrace, SchedulerPolicy: schedPolicy,
-			ACL: sec.acl, Auth: a.auth})
+			ACL: sec.acl, Auth: a.auth, Reasoning: a.reasoning})
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", a.metrics.Handler())
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -663,6 +678,9 @@ func (a *App) stop() {
 	}
 	if a.temporal != nil {
 		a.temporal.Close()
+	}
+	if c, ok := a.reasoning.(io.Closer); ok {
+		_ = c.Close() // after the worker and the gRPC server, its last callers
 	}
 	a.sink.Close() // flush audit rows before the store goes away
 	if a.store != nil {

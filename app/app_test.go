@@ -140,3 +140,15 @@ func TestSecurityFromEnv(t *testing.T) {
 	assert.Equal(t, "/etc/sw4rm/clients.pem", cfg.TLSClientCAFile)
 	assert.Equal(t, "/etc/sw4rm/acl.json", cfg.ACLFile)
 }
+
+// TestReasoningExternalFromEnv: the external reasoning engine comes from
+// SW4RM_REASONING_EXTERNAL; without it the builtin engine answers.
+func TestReasoningExternalFromEnv(t *testing.T) {
+	cfg, err := app.DefaultConfig().FromEnv()
+	require.NoError(t, err)
+	assert.Empty(t, cfg.ReasoningExternal, "the builtin engine by default")
+	t.Setenv("SW4RM_REASONING_EXTERNAL", "reasoner:7000")
+	cfg, err = app.DefaultConfig().FromEnv()
+	require.NoError(t, err)
+	assert.Equal(t, "reasoner:7000", cfg.ReasoningExternal)
+}

@@ -84,6 +84,13 @@ var methodRules = map[string]rule{
 	schedulerpb.SchedulerService_PurgeActivity_FullMethodName: {who: selfOrOperator, what: "agent_id",
 		field: func(r any) string { return r.(*schedulerpb.PurgeActivityRequest).GetAgentId() }},
 
+	// The scheduler's negotiation policy (§17.2) is the deployment's: operators set it, any
+	// proven participant reads it (a negotiator may want to know the rules it is held to).
+	schedulerpb.SchedulerPolicyService_SetNegotiationPolicy_FullMethodName: {who: operator},
+	schedulerpb.SchedulerPolicyService_SetPolicyProfiles_FullMethodName:    {who: operator},
+	schedulerpb.SchedulerPolicyService_GetNegotiationPolicy_FullMethodName: {who: authenticated},
+	schedulerpb.SchedulerPolicyService_ListPolicyProfiles_FullMethodName:   {who: authenticated},
+
 	// The room (§17.5): a proposal is its producer's, a vote its critic's.
 	negotiationroompb.NegotiationRoomService_SubmitProposal_FullMethodName: {who: self, what: "proposal.producer_id",
 		field: func(r any) string { return r.(*negotiationroompb.SubmitProposalRequest).GetProposal().GetProducerId() }},
@@ -138,7 +145,8 @@ var methodRules = map[string]rule{
 
 // serviceRules covers the services that answer Unimplemented until their issue builds them:
 // a proven caller reaches the capability gate and learns what is missing. Each pattern
-// replaces its entry with per-method rules when it lands.
+// replaces its entry with per-method rules when it lands; SchedulerPolicyService's entry
+// covers its methods not built yet (notYetBuiltMethods), methodRules the built ones.
 var serviceRules = map[string]rule{
 	"/sw4rm.negotiation.NegotiationService/":            {who: authenticated},
 	"/sw4rm.scheduler.SchedulerPolicyService/":          {who: authenticated},

@@ -10,6 +10,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 )
@@ -43,21 +44,28 @@ func TestAuthorizeRules(t *testing.T) {
 		p      auth.Principal
 		ok     bool
 	}{
-		"agent streams its inbox":            {routerpb.RouterService_StreamIncoming_FullMethodName, &routerpb.StreamRequest{AgentId: "alice"}, alice, true},
-		"agent streams another's inbox":      {routerpb.RouterService_StreamIncoming_FullMethodName, &routerpb.StreamRequest{AgentId: "bob"}, alice, false},
-		"operator cannot stream an inbox":    {routerpb.RouterService_StreamIncoming_FullMethodName, &routerpb.StreamRequest{AgentId: "bob"}, ops, false},
-		"operator deregisters an agent":      {registrypb.RegistryService_DeregisterAgent_FullMethodName, &registrypb.DeregisterAgentRequest{AgentId: "bob"}, ops, true},
-		"agent deregisters itself":           {registrypb.RegistryService_DeregisterAgent_FullMethodName, &registrypb.DeregisterAgentRequest{AgentId: "alice"}, alice, true},
-		"agent deregisters another":          {registrypb.RegistryService_DeregisterAgent_FullMethodName, &registrypb.DeregisterAgentRequest{AgentId: "bob"}, alice, false},
-		"anonymous heartbeat":                {registrypb.RegistryService_Heartbeat_FullMethodName, &registrypb.HeartbeatRequest{AgentId: "alice"}, auth.Principal{}, false},
-		"agent calls an operator service":    {"/sw4rmext.dlq.v1.DlqAdminService/Requeue", nil, alice, false},
-		"operator calls an operator service": {"/sw4rmext.dlq.v1.DlqAdminService/Requeue", nil, ops, true},
-		"anonymous health check":             {"/grpc.health.v1.Health/Check", nil, auth.Principal{}, true},
-		"unknown method":                     {"/sw4rm.secret.Service/Do", nil, ops, false},
-		"agent creates a workflow":           {workflowpb.WorkflowService_CreateWorkflow_FullMethodName, &workflowpb.CreateWorkflowRequest{}, alice, true},
-		"anonymous creates a workflow":       {workflowpb.WorkflowService_CreateWorkflow_FullMethodName, &workflowpb.CreateWorkflowRequest{}, auth.Principal{}, false},
-		"operator reads a definition":        {workflowdefpb.DefinitionService_GetDefinition_FullMethodName, &workflowdefpb.GetDefinitionRequest{}, ops, true},
-		"anonymous reads a definition":       {workflowdefpb.DefinitionService_GetDefinition_FullMethodName, &workflowdefpb.GetDefinitionRequest{}, auth.Principal{}, false},
+		"agent streams its inbox":              {routerpb.RouterService_StreamIncoming_FullMethodName, &routerpb.StreamRequest{AgentId: "alice"}, alice, true},
+		"agent streams another's inbox":        {routerpb.RouterService_StreamIncoming_FullMethodName, &routerpb.StreamRequest{AgentId: "bob"}, alice, false},
+		"operator cannot stream an inbox":      {routerpb.RouterService_StreamIncoming_FullMethodName, &routerpb.StreamRequest{AgentId: "bob"}, ops, false},
+		"operator deregisters an agent":        {registrypb.RegistryService_DeregisterAgent_FullMethodName, &registrypb.DeregisterAgentRequest{AgentId: "bob"}, ops, true},
+		"agent deregisters itself":             {registrypb.RegistryService_DeregisterAgent_FullMethodName, &registrypb.DeregisterAgentRequest{AgentId: "alice"}, alice, true},
+		"agent deregisters another":            {registrypb.RegistryService_DeregisterAgent_FullMethodName, &registrypb.DeregisterAgentRequest{AgentId: "bob"}, alice, false},
+		"anonymous heartbeat":                  {registrypb.RegistryService_Heartbeat_FullMethodName, &registrypb.HeartbeatRequest{AgentId: "alice"}, auth.Principal{}, false},
+		"agent calls an operator service":      {"/sw4rmext.dlq.v1.DlqAdminService/Requeue", nil, alice, false},
+		"operator calls an operator service":   {"/sw4rmext.dlq.v1.DlqAdminService/Requeue", nil, ops, true},
+		"anonymous health check":               {"/grpc.health.v1.Health/Check", nil, auth.Principal{}, true},
+		"unknown method":                       {"/sw4rm.secret.Service/Do", nil, ops, false},
+		"agent creates a workflow":             {workflowpb.WorkflowService_CreateWorkflow_FullMethodName, &workflowpb.CreateWorkflowRequest{}, alice, true},
+		"anonymous creates a workflow":         {workflowpb.WorkflowService_CreateWorkflow_FullMethodName, &workflowpb.CreateWorkflowRequest{}, auth.Principal{}, false},
+		"operator reads a definition":          {workflowdefpb.DefinitionService_GetDefinition_FullMethodName, &workflowdefpb.GetDefinitionRequest{}, ops, true},
+		"anonymous reads a definition":         {workflowdefpb.DefinitionService_GetDefinition_FullMethodName, &workflowdefpb.GetDefinitionRequest{}, auth.Principal{}, false},
+		"agent sets the negotiation policy":    {schedulerpb.SchedulerPolicyService_SetNegotiationPolicy_FullMethodName, &schedulerpb.SetNegotiationPolicyRequest{}, alice, false},
+		"operator sets the negotiation policy": {schedulerpb.SchedulerPolicyService_SetNegotiationPolicy_FullMethodName, &schedulerpb.SetNegotiationPolicyRequest{}, ops, true},
+		"agent sets policy profiles":           {schedulerpb.SchedulerPolicyService_SetPolicyProfiles_FullMethodName, &schedulerpb.SetPolicyProfilesRequest{}, alice, false},
+		"operator sets policy profiles":        {schedulerpb.SchedulerPolicyService_SetPolicyProfiles_FullMethodName, &schedulerpb.SetPolicyProfilesRequest{}, ops, true},
+		"agent reads the negotiation policy":   {schedulerpb.SchedulerPolicyService_GetNegotiationPolicy_FullMethodName, &schedulerpb.GetNegotiationPolicyRequest{}, alice, true},
+		"agent lists policy profiles":          {schedulerpb.SchedulerPolicyService_ListPolicyProfiles_FullMethodName, &schedulerpb.ListPolicyProfilesRequest{}, alice, true},
+		"anonymous lists policy profiles":      {schedulerpb.SchedulerPolicyService_ListPolicyProfiles_FullMethodName, &schedulerpb.ListPolicyProfilesRequest{}, auth.Principal{}, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := a.authorize(tc.method, tc.req, tc.p)

@@ -2,6 +2,8 @@ package frontend
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"strconv"
 	"strings"
@@ -11,11 +13,13 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/reasoningpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
+	"github.com/sw4rm/sw4rm-temporal/reasoning"
 )
 
 // reasoningService serves sw4rm.reasoning.ReasoningProxy, the Inference Engine proxy (§9.3).
-// CheckParallelism scores two task scopes with engine; EvaluateDebate and Summarize need
-// capabilities this server version does not have and answer codes.Unimplemented.
+// CheckParallelism scores two task scopes with engine; EvaluateDebate and Summarize ask the
+// reasoning engine of the server's configuration (Config.Reasoning: the builtin one, or an
+// external ReasoningProxy named by SW4RM_REASONING_EXTERNAL).
 type reasoningService struct {
 	reasoningpb.UnimplementedReasoningProxyServer
 	s *Server
@@ -97,16 +101,108 @@ func (r *reasoningService) logCheck(ctx context.Context, req *reasoningpb.Parall
 		"engine", as.Engine, "rule", as.Rule, "confidence_score", as.Confidence, "overlaps", as.Overlaps)...)
 }
 
-// EvaluateDebate answers codes.Unimplemented: scoring negotiation proposals (§17) needs a
-// debate-capable (LLM or ML) inference engine, which this server version does not have.
-func (r *reasoningService) EvaluateDebate(context.Context, *reasoningpb.DebateEvaluateRequest) (*reasoningpb.DebateEvaluateResponse, error) {
-	return nil, status.Error(codes.Unimplemented,
-		"/sw4rm.reasoning.ReasoningProxy/EvaluateDebate is not implemented in this server version: debate evaluation of negotiation proposals (§17) needs an LLM/ML inference engine; only the rule-based CheckParallelism (§9.3) is available")
+// reasoningEngine is the engine of EvaluateDebate and Summarize: the configured one, else
+// reasoning.Builtin.
+func (r *reasoningService) reasoningEngine() reasoning.Engine {
+	if r.s != nil && r.s.cfg.Reasoning != nil {
+		return r.s.cfg.Reasoning
+	}
+	return reasoning.Builtin{}
 }
 
-// Summarize answers codes.Unimplemented: summarising session text needs a language model,
-// which this server version does not have.
-func (r *reasoningService) Summarize(context.Context, *reasoningpb.SummarizeRequest) (*reasoningpb.SummarizeResponse, error) {
-	return nil, status.Error(codes.Unimplemented,
-		"/sw4rm.reasoning.ReasoningProxy/Summarize is not implemented in this server version: session summarisation needs a language-model inference engine; only the rule-based CheckParallelism (§9.3) is available")
+// EvaluateDebate answers the engine's confidence, in [0, 1], that proposal_b is acceptable
+// where proposal_a was, with notes that name the engine and explain the score (§17.3's
+// optional Inference Engine confidence; see package reasoning for the builtin algorithm).
+// Empty proposals and an unknown intensity are refused with InvalidArgument
+// (validation_error) before the engine is asked; an engine that cannot answer gives
+// Unavailable, and the caller applies its inference-unavailable policy (§9.3).
+func (r *reasoningService) EvaluateDebate(ctx context.Context, req *reasoningpb.DebateEvaluateRequest) (*reasoningpb.DebateEvaluateResponse, error) {
+	if err := reasoning.CheckDebateRequest(req); err != nil {
+		return nil, reasoning.InvalidArgument(err)
+	}
+	eng := r.reasoningEngine()
+	resp, err := eng.EvaluateDebate(ctx, req)
+	if err == nil {
+		if c := resp.GetConfidenceScore(); math.IsNaN(c) || c < 0 || c > 1 {
+			err = status.Errorf(codes.Internal, "internal_error: inference engine %q returned confidence %v outside [0, 1]", reasoning.NameOf(eng), c)
+		}
+	}
+	if err != nil {
+		err = engineFailure(err)
+		r.logDebate(ctx, eng, req, nil, err)
+		return nil, err
+	}
+	r.logDebate(ctx, eng, req, resp, nil)
+	return resp, nil
+}
+
+// Summarize condenses the segments into at most max_tokens tokens with the engine and
+// answers the summary, its token count, cost and the model that wrote it. A request without
+// any segment with content is refused with InvalidArgument (validation_error); an engine
+// that cannot answer gives Unavailable.
+func (r *reasoningService) Summarize(ctx context.Context, req *reasoningpb.SummarizeRequest) (*reasoningpb.SummarizeResponse, error) {
+	if err := reasoning.CheckSummarizeRequest(req); err != nil {
+		return nil, reasoning.InvalidArgument(err)
+	}
+	eng := r.reasoningEngine()
+	resp, err := eng.Summarize(ctx, req)
+	if err != nil {
+		err = engineFailure(err)
+		r.logSummary(ctx, eng, req, nil, err)
+		return nil, err
+	}
+	r.logSummary(ctx, eng, req, resp, nil)
+	return resp, nil
+}
+
+// engineFailure keeps an engine's gRPC status (a refusal stays InvalidArgument, an outage
+// Unavailable) and makes any other error Unavailable, as CheckParallelism does.
+func engineFailure(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Errorf(codes.Unavailable, "inference engine unavailable: %v", err)
+}
+
+// digest is the short SHA-256 of a text the log records instead of the text itself.
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:8])
+}
+
+// logDebate records an EvaluateDebate request and its response or failure (§24). Proposals
+// are negotiation payloads that may hold secrets (§24: "SHOULD redact secrets"), so the log
+// keeps their size and a digest, which matches them with the negotiation's artifacts.
+func (r *reasoningService) logDebate(ctx context.Context, eng reasoning.Engine, req *reasoningpb.DebateEvaluateRequest, resp *reasoningpb.DebateEvaluateResponse, err error) {
+	if r.s == nil || r.s.log == nil {
+		return
+	}
+	attrs := []any{"engine", reasoning.NameOf(eng), "negotiation_id", req.GetNegotiationId(), "intensity", req.GetIntensity(),
+		"proposal_a_bytes", len(req.GetProposalA()), "proposal_a_sha256", digest(req.GetProposalA()),
+		"proposal_b_bytes", len(req.GetProposalB()), "proposal_b_sha256", digest(req.GetProposalB())}
+	if err != nil {
+		r.s.log.WarnContext(ctx, "inference evaluate_debate failed", append(attrs, "error", err)...)
+		return
+	}
+	r.s.log.InfoContext(ctx, "inference evaluate_debate", append(attrs, "confidence_score", resp.GetConfidenceScore(), "notes", resp.GetNotes())...)
+}
+
+// logSummary records a Summarize request and its response or failure (§24), the texts by
+// size and digest like logDebate.
+func (r *reasoningService) logSummary(ctx context.Context, eng reasoning.Engine, req *reasoningpb.SummarizeRequest, resp *reasoningpb.SummarizeResponse, err error) {
+	if r.s == nil || r.s.log == nil {
+		return
+	}
+	n := 0
+	for _, seg := range req.GetSegments() {
+		n += len(seg.GetContent())
+	}
+	attrs := []any{"engine", reasoning.NameOf(eng), "session_id", req.GetSessionId(), "segments", len(req.GetSegments()),
+		"segment_bytes", n, "max_tokens", req.GetMaxTokens(), "mode", req.GetMode()}
+	if err != nil {
+		r.s.log.WarnContext(ctx, "inference summarize failed", append(attrs, "error", err)...)
+		return
+	}
+	r.s.log.InfoContext(ctx, "inference summarize", append(attrs, "model", resp.GetModel(), "tokens", resp.GetTokens(),
+		"cost_cents", resp.GetCostCents(), "summary_bytes", len(resp.GetSummary()), "summary_sha256", digest(resp.GetSummary()))...)
 }

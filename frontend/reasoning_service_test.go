@@ -19,6 +19,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/reasoningpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
+	"github.com/sw4rm/sw4rm-temporal/reasoning"
 )
 
 var _ reasoningpb.ReasoningProxyServer = (*reasoningService)(nil)
@@ -159,21 +160,139 @@ func TestReasoningCheckParallelismLogs(t *testing.T) {
 	assert.Contains(t, buf.String(), "error=boom")
 }
 
-func TestReasoningUnimplementedMethods(t *testing.T) {
-	r := &reasoningService{}
-	_, err := r.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{NegotiationId: "n1", ProposalA: "a", ProposalB: "b"})
-	assert.Equal(t, codes.Unimplemented, status.Code(err))
-	assert.Contains(t, status.Convert(err).Message(), "EvaluateDebate is not implemented in this server version")
-	assert.Contains(t, status.Convert(err).Message(), "debate evaluation of negotiation proposals (§17)")
-
-	_, err = r.Summarize(t.Context(), &reasoningpb.SummarizeRequest{SessionId: "s1"})
-	assert.Equal(t, codes.Unimplemented, status.Code(err))
-	assert.Contains(t, status.Convert(err).Message(), "Summarize is not implemented in this server version")
-	assert.Contains(t, status.Convert(err).Message(), "session summarisation")
+// fakeReasoning answers debate/summary and err, and counts the calls.
+type fakeReasoning struct {
+	debate  *reasoningpb.DebateEvaluateResponse
+	summary *reasoningpb.SummarizeResponse
+	err     error
+	calls   int
 }
 
-// TestReasoningOverGRPC registers the service the way Server.Register is meant to (without the
-// capability gate, which still blocks the whole service) and calls it over a connection.
+func (f *fakeReasoning) EvaluateDebate(context.Context, *reasoningpb.DebateEvaluateRequest) (*reasoningpb.DebateEvaluateResponse, error) {
+	f.calls++
+	return f.debate, f.err
+}
+
+func (f *fakeReasoning) Summarize(context.Context, *reasoningpb.SummarizeRequest) (*reasoningpb.SummarizeResponse, error) {
+	f.calls++
+	return f.summary, f.err
+}
+
+func TestReasoningEvaluateDebateAndSummarizeWithTheBuiltinEngine(t *testing.T) {
+	r := &reasoningService{} // no configuration: the builtin engine
+	resp, err := r.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{NegotiationId: "n1",
+		ProposalA: `{"price": 10, "qty": 5}`, ProposalB: `{"qty": 5, "price": 12}`, Intensity: "MEDIUM"})
+	require.NoError(t, err)
+	assert.Equal(t, 1.0/3, resp.GetConfidenceScore())
+	assert.Contains(t, resp.GetNotes(), "engine "+reasoning.BuiltinModel)
+	assert.Contains(t, resp.GetNotes(), "differ at /price")
+
+	sum, err := r.Summarize(t.Context(), &reasoningpb.SummarizeRequest{SessionId: "s1", MaxTokens: 9, Segments: []*reasoningpb.TextSegment{
+		{Kind: "bob", Content: "I disagree. Too costly.", Seq: 2}, {Kind: "alice", Content: "Ship it. Now.", Seq: 1}}})
+	require.NoError(t, err)
+	assert.Equal(t, "alice: Ship it.\nbob: I disagree.", sum.GetSummary())
+	assert.Equal(t, reasoning.BuiltinModel, sum.GetModel())
+	assert.Equal(t, uint32(8), sum.GetTokens())
+}
+
+func TestReasoningEvaluateDebateAndSummarizeRefuseBadInput(t *testing.T) {
+	eng := &fakeReasoning{}
+	r := &reasoningService{s: &Server{cfg: Config{Reasoning: eng}}}
+	for name, tc := range map[string]struct {
+		call func() error
+		msg  string
+	}{
+		"empty proposal_a": {func() error {
+			_, err := r.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{ProposalB: "b"})
+			return err
+		}, "validation_error: proposal_a is required"},
+		"blank proposal_b": {func() error {
+			_, err := r.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{ProposalA: "a", ProposalB: "\t"})
+			return err
+		}, "validation_error: proposal_b is required"},
+		"unknown intensity": {func() error {
+			_, err := r.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{ProposalA: "a", ProposalB: "b", Intensity: "max"})
+			return err
+		}, `validation_error: intensity "max"`},
+		"no segments": {func() error {
+			_, err := r.Summarize(t.Context(), &reasoningpb.SummarizeRequest{SessionId: "s"})
+			return err
+		}, "validation_error: segments are required"},
+		"only blank segments": {func() error {
+			_, err := r.Summarize(t.Context(), &reasoningpb.SummarizeRequest{Segments: []*reasoningpb.TextSegment{{Content: "  "}}})
+			return err
+		}, "validation_error: segments: all 1 are blank"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := tc.call()
+			assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+			assert.Contains(t, status.Convert(err).Message(), tc.msg)
+		})
+	}
+	assert.Zero(t, eng.calls, "the engine is not asked about bad input")
+}
+
+func TestReasoningEvaluateDebateAndSummarizeEngineFailures(t *testing.T) {
+	cases := []struct {
+		name string
+		eng  *fakeReasoning
+		code codes.Code
+		msg  string
+	}{
+		{"plain error is Unavailable", &fakeReasoning{err: errors.New("model server down")}, codes.Unavailable, "inference engine unavailable: model server down"},
+		{"gRPC status keeps its code", &fakeReasoning{err: status.Error(codes.Unavailable, "external engine gone")}, codes.Unavailable, "external engine gone"},
+		{"engine refusal stays InvalidArgument", &fakeReasoning{err: status.Error(codes.InvalidArgument, "validation_error: mode x")}, codes.InvalidArgument, "mode x"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &reasoningService{s: &Server{cfg: Config{Reasoning: tc.eng}}}
+			_, err := r.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{ProposalA: "a", ProposalB: "b"})
+			assert.Equal(t, tc.code, status.Code(err), "%v", err)
+			assert.Contains(t, status.Convert(err).Message(), tc.msg)
+			_, err = r.Summarize(t.Context(), &reasoningpb.SummarizeRequest{Segments: []*reasoningpb.TextSegment{{Content: "x"}}})
+			assert.Equal(t, tc.code, status.Code(err), "%v", err)
+			assert.Equal(t, 2, tc.eng.calls)
+		})
+	}
+	for _, c := range []float64{-0.5, 1.01, math.NaN()} {
+		r := &reasoningService{s: &Server{cfg: Config{Reasoning: &fakeReasoning{debate: &reasoningpb.DebateEvaluateResponse{ConfidenceScore: c}}}}}
+		_, err := r.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{ProposalA: "a", ProposalB: "b"})
+		assert.Equal(t, codes.Internal, status.Code(err), "confidence %v: %v", c, err)
+		assert.Contains(t, status.Convert(err).Message(), "outside [0, 1]")
+	}
+}
+
+func TestReasoningEvaluateDebateAndSummarizeLog(t *testing.T) {
+	var buf bytes.Buffer
+	r := &reasoningService{s: &Server{log: slog.New(slog.NewTextHandler(&buf, nil))}}
+	_, err := r.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{NegotiationId: "n9", ProposalA: "secret plan a", ProposalB: "secret plan b"})
+	require.NoError(t, err)
+	out := buf.String()
+	for _, want := range []string{"inference evaluate_debate", "engine=" + reasoning.BuiltinModel, "negotiation_id=n9", "proposal_a_bytes=13",
+		"proposal_b_sha256=", "confidence_score=0.5", "notes="} {
+		assert.Contains(t, out, want)
+	}
+	assert.NotContains(t, out, "secret plan", "payloads are logged by size and digest only (§24)")
+
+	buf.Reset()
+	_, err = r.Summarize(t.Context(), &reasoningpb.SummarizeRequest{SessionId: "s9", Segments: []*reasoningpb.TextSegment{{Content: "hush. hush."}}})
+	require.NoError(t, err)
+	for _, want := range []string{"inference summarize", "session_id=s9", "segments=1", "segment_bytes=11", "model=" + reasoning.BuiltinModel, "tokens=3", "summary_sha256="} {
+		assert.Contains(t, buf.String(), want)
+	}
+	assert.NotContains(t, buf.String(), "hush")
+
+	buf.Reset()
+	r.s.cfg.Reasoning = &fakeReasoning{err: errors.New("boom")}
+	_, err = r.Summarize(t.Context(), &reasoningpb.SummarizeRequest{Segments: []*reasoningpb.TextSegment{{Content: "x"}}})
+	require.Error(t, err)
+	assert.Contains(t, buf.String(), "inference summarize failed")
+	assert.Contains(t, buf.String(), "engine=*frontend.fakeReasoning")
+	assert.Contains(t, buf.String(), "boom")
+}
+
+// TestReasoningOverGRPC registers the service as Server.Register does and calls it over a
+// connection.
 func TestReasoningOverGRPC(t *testing.T) {
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
@@ -196,7 +315,13 @@ func TestReasoningOverGRPC(t *testing.T) {
 	_, err = c.CheckParallelism(t.Context(), &reasoningpb.ParallelismCheckRequest{ScopeA: "", ScopeB: "repo:r"})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	_, err = c.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{})
-	assert.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	deb, err := c.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{ProposalA: "a b", ProposalB: "a c"})
+	require.NoError(t, err)
+	assert.Equal(t, 1.0/3, deb.GetConfidenceScore())
 	_, err = c.Summarize(t.Context(), &reasoningpb.SummarizeRequest{})
-	assert.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	sum, err := c.Summarize(t.Context(), &reasoningpb.SummarizeRequest{Segments: []*reasoningpb.TextSegment{{Content: "One. Two."}}})
+	require.NoError(t, err)
+	assert.Equal(t, "One. Two.", sum.GetSummary())
 }

@@ -46,6 +46,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
+	"github.com/sw4rm/sw4rm-temporal/reasoning"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -87,6 +88,9 @@ type Config struct {
 	// ACL is the access-control policy of §6.3 (SW4RM_ACL_FILE, docs/acl.md); nil means none
 	// is configured, and its Decide allows everything.
 	ACL *acl.Policy
+	// Reasoning answers ReasoningProxy.EvaluateDebate and Summarize (reasoning.FromConfig:
+	// SW4RM_REASONING_EXTERNAL); nil means reasoning.Builtin.
+	Reasoning reasoning.Engine
 }
 
 // Server holds the collaborators shared by every service.
@@ -116,7 +120,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	activitypb.RegisterActivityServiceServer(g, &activityService{s: s})
 
 	schedulerpb.RegisterSchedulerServiceServer(g, &schedulerService{s: s})
-	schedulerpb.RegisterSchedulerPolicyServiceServer(g, schedulerpb.UnimplementedSchedulerPolicyServiceServer{})
+	schedulerpb.RegisterSchedulerPolicyServiceServer(g, &schedulerPolicyService{s: s})
 	hitlpb.RegisterHitlServiceServer(g, &hitlService{s: s})
 	hitladminpb.RegisterHitlAdminServiceServer(g, &hitlAdminService{s: s})
 	dlqadminpb.RegisterDlqAdminServiceServer(g, &dlqAdminService{s: s, requeue: s.router})

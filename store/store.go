@@ -60,6 +60,9 @@ type Store interface {
 	Handoffs() Handoffs
 	// Definitions returns the versioned DAG workflow definitions (§17.7).
 	Definitions() WorkflowDefinitions
+	// NegotiationPolicies returns the base negotiation policy and the policy profiles
+	// (§17.2).
+	NegotiationPolicies() NegotiationPolicies
 	// Kind names the implementation ("memory" or "postgres") for logs.
 	Kind() string
 	// Close releases connections and stops background work.

@@ -139,7 +139,9 @@ func TestEveryDocumentedVariableIsRead(t *testing.T) {
 	t.Setenv("SW4RM_PREEMPT_TIMEOUT", "45s")
 	t.Setenv("SW4RM_TERMINATE_GRACE", "7s")
 	t.Setenv("SW4RM_ACK_TIMEOUT", "20s")
+	t.Setenv("SW4RM_REASONING_EXTERNAL", "env-reasoner:7000")
 	cfg, _, _ := configOf(t, "dev", "--ack-timeout", "15s")
+	assert.Equal(t, "env-reasoner:7000", cfg.ReasoningExternal)
 	assert.Equal(t, "coder=2,*=8", cfg.MaxParallel)
 	assert.InDelta(t, 0.4, cfg.ConflictThreshold, 1e-9)
 	assert.Equal(t, "allow", cfg.InferenceUnavailable)
@@ -148,6 +150,8 @@ func TestEveryDocumentedVariableIsRead(t *testing.T) {
 	assert.Equal(t, 15*time.Second, cfg.AckTimeout, "the flag wins over its variable")
 	cfg, _, _ = configOf(t, "dev")
 	assert.Equal(t, 20*time.Second, cfg.AckTimeout, "the variable wins over the default")
+	cfg, _, _ = configOf(t, "worker", "--reasoning-external", "flag-reasoner:7000")
+	assert.Equal(t, "flag-reasoner:7000", cfg.ReasoningExternal, "the flag wins over its variable")
 }
 
 // TestSecuritySettings: the TLS and ACL files come from their variables or flags, the flag

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/internal/hub"
 )
@@ -82,6 +83,11 @@ type Store struct {
 	// definitions holds the versions of each DAG workflow definition, oldest first (see
 	// definitions.go); version v is at index v-1.
 	definitions map[string][]store.WorkflowDefinitionRecord
+
+	// basePolicy is the base negotiation policy (nil until set) and profiles the policy
+	// profiles by name (see negotiation_policies.go).
+	basePolicy *policyRow[*policypb.NegotiationPolicy]
+	profiles   map[string]policyRow[*policypb.PolicyProfile]
 
 	// hub fans wake-ups out to Subscribe channels. It has its own lock and never blocks, so
 	// it is safe to wake it while s.mu is held.

@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Keys", func(t *testing.T) { runKeys(t, newStore) })
 	t.Run("Handoffs", func(t *testing.T) { runHandoffs(t, newStore) })
 	t.Run("Definitions", func(t *testing.T) { runDefinitions(t, newStore) })
+	t.Run("NegotiationPolicies", func(t *testing.T) { runNegotiationPolicies(t, newStore) })
 }
 
 // Envelope returns a fully populated test envelope with the given message_id.

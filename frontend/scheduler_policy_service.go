@@ -1,0 +1,214 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+)
+
+// MaxProfileNameLength is the longest policy profile name, in characters: a name travels as
+// the sw4rm-policy-profile metadata value of Open and in policy events (§17.1), so it stays
+// short.
+const MaxProfileNameLength = 64
+
+// Audit event types of the scheduler's policy RPCs.
+const (
+	// AuditNegotiationPolicySet records a stored base policy or set of profiles.
+	AuditNegotiationPolicySet = "negotiation.policy_set"
+	// AuditNegotiationPolicyRefused records a policy or profile set refused by the rules.
+	AuditNegotiationPolicyRefused = "negotiation.policy_refused"
+)
+
+// schedulerPolicyService serves sw4rm.scheduler.SchedulerPolicyService, the scheduler's
+// negotiation policy (§17.2: "The Scheduler is the source of truth for negotiation policy").
+// This file holds the policy store's four RPCs — SetNegotiationPolicy, GetNegotiationPolicy,
+// SetPolicyProfiles, ListPolicyProfiles — kept in store.NegotiationPolicies. Setting is an
+// operator's (frontend/authz.go), reading any proven caller's, and every set is audited.
+//
+// Refusals: a request without the message it sets (SetNegotiationPolicy without policy) is
+// malformed and answers InvalidArgument with validation_error. A well-formed request whose
+// policy or profiles break §17.2's rules answers status OK with ok=false and a reason that
+// starts with "validation_error: " and names every problem, since the response has ok and
+// reason fields for exactly that; nothing is stored, and the refusal is audited too.
+type schedulerPolicyService struct {
+	schedulerpb.UnimplementedSchedulerPolicyServiceServer
+	s *Server
+}
+
+// SetNegotiationPolicy validates and stores the base negotiation policy every negotiation's
+// effective policy starts from (§17.2). It replaces the previous one whole: zero fields mean
+// "unset" (the intensity's defaults apply).
+func (ps *schedulerPolicyService) SetNegotiationPolicy(ctx context.Context, req *schedulerpb.SetNegotiationPolicyRequest) (*schedulerpb.SetNegotiationPolicyResponse, error) {
+	p := req.GetPolicy()
+	if p == nil {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
+			"policy is required: send the whole base policy (zero fields mean unset, §17.2)")
+	}
+	by := auth.FromContext(ctx).String()
+	if err := validatePolicy(p); err != nil {
+		reason := "validation_error: " + err.Error()
+		ps.audit(ctx, by, AuditNegotiationPolicyRefused, map[string]any{"scope": "base", "reason": reason, "policy": policyDetails(p)})
+		return &schedulerpb.SetNegotiationPolicyResponse{Ok: false, Reason: reason}, nil
+	}
+	if err := ps.s.store.NegotiationPolicies().SetBasePolicy(ctx, p, by); err != nil {
+		return nil, failed("store the base negotiation policy", err)
+	}
+	ps.audit(ctx, by, AuditNegotiationPolicySet, map[string]any{"scope": "base", "policy": policyDetails(p)})
+	return &schedulerpb.SetNegotiationPolicyResponse{Ok: true}, nil
+}
+
+// GetNegotiationPolicy answers the base negotiation policy; policy is unset when none was
+// ever set (negotiations then start from their intensity's defaults).
+func (ps *schedulerPolicyService) GetNegotiationPolicy(ctx context.Context, _ *schedulerpb.GetNegotiationPolicyRequest) (*schedulerpb.GetNegotiationPolicyResponse, error) {
+	p, err := ps.s.store.NegotiationPolicies().GetBasePolicy(ctx)
+	if err != nil {
+		return nil, failed("read the base negotiation policy", err)
+	}
+	return &schedulerpb.GetNegotiationPolicyResponse{Policy: p}, nil
+}
+
+// SetPolicyProfiles validates and stores the named policy profiles a negotiation's profile
+// hint selects (§17.2), replacing every existing profile at once: afterwards exactly these
+// exist, and an empty list removes them all. Names must be non-blank, unique and at most
+// MaxProfileNameLength characters; each policy follows SetNegotiationPolicy's rules.
+func (ps *schedulerPolicyService) SetPolicyProfiles(ctx context.Context, req *schedulerpb.SetPolicyProfilesRequest) (*schedulerpb.SetPolicyProfilesResponse, error) {
+	profiles := req.GetProfiles()
+	by := auth.FromContext(ctx).String()
+	names := make([]string, len(profiles))
+	for i, p := range profiles {
+		names[i] = p.GetName()
+	}
+	if err := validateProfiles(profiles); err != nil {
+		reason := "validation_error: " + err.Error()
+		ps.audit(ctx, by, AuditNegotiationPolicyRefused, map[string]any{"scope": "profiles", "reason": reason, "profiles": names})
+		return &schedulerpb.SetPolicyProfilesResponse{Ok: false, Reason: reason}, nil
+	}
+	if err := ps.s.store.NegotiationPolicies().SetProfiles(ctx, profiles, by); err != nil {
+		return nil, failed("store the policy profiles", err)
+	}
+	details := make(map[string]any, len(profiles))
+	for _, p := range profiles {
+		details[p.GetName()] = policyDetails(p.GetPolicy())
+	}
+	ps.audit(ctx, by, AuditNegotiationPolicySet, map[string]any{"scope": "profiles", "profiles": names, "policies": details})
+	return &schedulerpb.SetPolicyProfilesResponse{Ok: true}, nil
+}
+
+// ListPolicyProfiles answers every policy profile, sorted by name.
+func (ps *schedulerPolicyService) ListPolicyProfiles(ctx context.Context, _ *schedulerpb.ListPolicyProfilesRequest) (*schedulerpb.ListPolicyProfilesResponse, error) {
+	profiles, err := ps.s.store.NegotiationPolicies().ListProfiles(ctx)
+	if err != nil {
+		return nil, failed("list the policy profiles", err)
+	}
+	return &schedulerpb.ListPolicyProfilesResponse{Profiles: profiles}, nil
+}
+
+// audit records a policy event with the proven caller as actor.
+func (ps *schedulerPolicyService) audit(ctx context.Context, by, typ string, details map[string]any) {
+	if ps.s.sink == nil {
+		return
+	}
+	ps.s.sink.Record(ctx, observe.Event{Actor: by, Type: typ, Details: details})
+}
+
+// policyDetails is a policy as audit details: its protojson (proto field names) as a JSON
+// object, so the audit row shows the values set.
+func policyDetails(p *policypb.NegotiationPolicy) any {
+	if p == nil {
+		return nil
+	}
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(p)
+	if err != nil {
+		return p.String()
+	}
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return string(b)
+	}
+	return out
+}
+
+// hitlModes are the HITL gate modes of §17.2 a policy's hitl.mode may name; empty means
+// unset.
+var hitlModes = []string{"None", "PauseBetweenRounds", "PauseOnFinalAccept"}
+
+// maxRoundTimeoutMs is the largest round_timeout_ms that still fits a time.Duration.
+const maxRoundTimeoutMs = uint64(math.MaxInt64 / int64(time.Millisecond))
+
+// validatePolicy applies §17.2's domain rules to a policy: score_threshold, diff_tolerance
+// and scoring.llm_weight are finite and within 0..1, hitl.mode is empty or one of
+// hitlModes, and round_timeout_ms fits a duration. Zero fields mean "unset" and pass; so
+// does a nil policy (a profile that overrides nothing). Values inside their domain but
+// outside an intensity's guardrails are not refused: deriving a negotiation's effective
+// policy clamps them. The error lists every problem, separated by "; ". It mirrors
+// protocol/negotiation's ValidatePolicy, the one rule set negotiations use.
+func validatePolicy(p *policypb.NegotiationPolicy) error {
+	if p == nil {
+		return nil
+	}
+	var problems []string
+	unit := func(name string, v float32) {
+		if f := float64(v); math.IsNaN(f) || f < 0 || f > 1 {
+			problems = append(problems, fmt.Sprintf("%s %v is outside 0..1", name, v))
+		}
+	}
+	unit("score_threshold", p.GetScoreThreshold())
+	unit("diff_tolerance", p.GetDiffTolerance())
+	unit("scoring.llm_weight", p.GetScoring().GetLlmWeight())
+	if p.GetRoundTimeoutMs() > maxRoundTimeoutMs {
+		problems = append(problems, fmt.Sprintf("round_timeout_ms %d is too large (at most %d)", p.GetRoundTimeoutMs(), maxRoundTimeoutMs))
+	}
+	if m := p.GetHitl().GetMode(); m != "" && !slices.Contains(hitlModes, m) {
+		problems = append(problems, fmt.Sprintf("hitl.mode %q is not one of %s (§17.2)", m, strings.Join(hitlModes, ", ")))
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// validateProfiles applies SetPolicyProfiles' rules: every name non-blank, unique and at
+// most MaxProfileNameLength characters, every policy valid (validatePolicy). The error
+// lists every problem, each naming its profile.
+func validateProfiles(profiles []*policypb.PolicyProfile) error {
+	var problems []string
+	seen := make(map[string]bool, len(profiles))
+	for i, p := range profiles {
+		name := p.GetName()
+		switch {
+		case strings.TrimSpace(name) == "":
+			problems = append(problems, fmt.Sprintf("profile %d has no name", i))
+		case utf8.RuneCountInString(name) > MaxProfileNameLength:
+			problems = append(problems, fmt.Sprintf("profile name %q is longer than %d characters", name, MaxProfileNameLength))
+		case seen[name]:
+			problems = append(problems, fmt.Sprintf("profile %q is given twice", name))
+		}
+		seen[name] = true
+		if err := validatePolicy(p.GetPolicy()); err != nil {
+			label := fmt.Sprintf("profile %q", name)
+			if strings.TrimSpace(name) == "" {
+				label = fmt.Sprintf("profile %d", i)
+			}
+			problems = append(problems, label+": "+err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
