@@ -113,10 +113,7 @@ type DebateEvaluation struct {
 // EvaluateNegotiationDrafts asks the ReasoningProxy (built-in or external) for its
 // confidence in the newer draft against the older one (§17.3, C.9).
 func (a *Activities) EvaluateNegotiationDrafts(ctx context.Context, in DebateEvaluationInput) (DebateEvaluation, error) {
-	if a.Reasoning == nil {
-		return DebateEvaluation{}, errors.New("no reasoning engine configured")
-	}
-	resp, err := a.Reasoning.EvaluateDebate(ctx, &reasoningpb.DebateEvaluateRequest{NegotiationId: in.NegotiationID,
+	resp, err := a.reasoningEngine().EvaluateDebate(ctx, &reasoningpb.DebateEvaluateRequest{NegotiationId: in.NegotiationID,
 		ProposalA: in.ProposalA, ProposalB: in.ProposalB, Intensity: in.Intensity})
 	if err != nil {
 		return DebateEvaluation{}, fmt.Errorf("EvaluateDebate: %w", err)
@@ -141,15 +138,12 @@ type SummarizeInput struct {
 // SummarizeTranscript asks the ReasoningProxy's Summarize for a summary of the turns, so a
 // long debate's later turns carry the summary instead of the whole transcript (ADR-011).
 func (a *Activities) SummarizeTranscript(ctx context.Context, in SummarizeInput) (string, error) {
-	if a.Reasoning == nil {
-		return "", errors.New("no reasoning engine configured")
-	}
 	req := &reasoningpb.SummarizeRequest{SessionId: in.NegotiationID, MaxTokens: in.MaxTokens, Mode: "debate"}
 	for i, t := range in.Turns {
 		req.Segments = append(req.Segments, &reasoningpb.TextSegment{Kind: "turn", Seq: int64(i + 1),
 			Content: fmt.Sprintf("[round %d] %s: %s", t.Round, t.Agent, strings.TrimSpace(t.Text))})
 	}
-	resp, err := a.Reasoning.Summarize(ctx, req)
+	resp, err := a.reasoningEngine().Summarize(ctx, req)
 	if err != nil {
 		return "", fmt.Errorf("summarize: %w", err)
 	}

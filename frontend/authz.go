@@ -169,7 +169,6 @@ var methodRules = map[string]rule{
 // replaces its entry with per-method rules when it lands; SchedulerPolicyService's entry
 // covers its methods not built yet (notYetBuiltMethods), methodRules the built ones.
 var serviceRules = map[string]rule{
-	"/sw4rm.scheduler.SchedulerPolicyService/":          {who: authenticated},
 	"/sw4rm.worktree.WorktreeService/":                  {who: authenticated},
 	"/sw4rm.tool.ToolService/":                          {who: authenticated},
 	"/sw4rm.connector.ConnectorService/":                {who: authenticated},

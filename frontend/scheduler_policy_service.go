@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
+	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -143,43 +141,15 @@ func policyDetails(p *policypb.NegotiationPolicy) any {
 	return out
 }
 
-// hitlModes are the HITL gate modes of §17.2 a policy's hitl.mode may name; empty means
-// unset.
-var hitlModes = []string{"None", "PauseBetweenRounds", "PauseOnFinalAccept"}
-
-// maxRoundTimeoutMs is the largest round_timeout_ms that still fits a time.Duration.
-const maxRoundTimeoutMs = uint64(math.MaxInt64 / int64(time.Millisecond))
-
-// validatePolicy applies §17.2's domain rules to a policy: score_threshold, diff_tolerance
-// and scoring.llm_weight are finite and within 0..1, hitl.mode is empty or one of
-// hitlModes, and round_timeout_ms fits a duration. Zero fields mean "unset" and pass; so
-// does a nil policy (a profile that overrides nothing). Values inside their domain but
-// outside an intensity's guardrails are not refused: deriving a negotiation's effective
-// policy clamps them. The error lists every problem, separated by "; ". It mirrors
-// protocol/negotiation's ValidatePolicy, the one rule set negotiations use.
+// validatePolicy applies §17.2's domain rules (negotiation.ValidatePolicy, the one rule set
+// negotiations use): zero fields mean "unset" and pass, so does a nil policy (a profile that
+// overrides nothing); values inside their domain but outside an intensity's guardrails are
+// not refused, since deriving a negotiation's effective policy clamps them.
 func validatePolicy(p *policypb.NegotiationPolicy) error {
 	if p == nil {
 		return nil
 	}
-	var problems []string
-	unit := func(name string, v float32) {
-		if f := float64(v); math.IsNaN(f) || f < 0 || f > 1 {
-			problems = append(problems, fmt.Sprintf("%s %v is outside 0..1", name, v))
-		}
-	}
-	unit("score_threshold", p.GetScoreThreshold())
-	unit("diff_tolerance", p.GetDiffTolerance())
-	unit("scoring.llm_weight", p.GetScoring().GetLlmWeight())
-	if p.GetRoundTimeoutMs() > maxRoundTimeoutMs {
-		problems = append(problems, fmt.Sprintf("round_timeout_ms %d is too large (at most %d)", p.GetRoundTimeoutMs(), maxRoundTimeoutMs))
-	}
-	if m := p.GetHitl().GetMode(); m != "" && !slices.Contains(hitlModes, m) {
-		problems = append(problems, fmt.Sprintf("hitl.mode %q is not one of %s (§17.2)", m, strings.Join(hitlModes, ", ")))
-	}
-	if len(problems) > 0 {
-		return errors.New(strings.Join(problems, "; "))
-	}
-	return nil
+	return negotiation.ValidatePolicy(p)
 }
 
 // validateProfiles applies SetPolicyProfiles' rules: every name non-blank, unique and at

@@ -187,9 +187,9 @@ func TestSetPolicyProfilesRefusals(t *testing.T) {
 		{"duplicate", []*policypb.PolicyProfile{{Name: "a"}, {Name: "b"}, {Name: "a"}}, []string{`profile "a" is given twice`}},
 		{"too long", []*policypb.PolicyProfile{{Name: long}}, []string{"longer than 64 characters"}},
 		{"bad policy", []*policypb.PolicyProfile{{Name: "fast", Policy: &policypb.NegotiationPolicy{ScoreThreshold: 7}}},
-			[]string{`profile "fast": score_threshold 7 is outside 0..1`}},
+			[]string{`profile "fast": invalid negotiation policy: score_threshold 7 is outside 0..1`}},
 		{"every problem", []*policypb.PolicyProfile{{Name: "", Policy: &policypb.NegotiationPolicy{DiffTolerance: 2}}, {Name: "x"}, {Name: "x"}},
-			[]string{"profile 0 has no name", "profile 0: diff_tolerance 2", `profile "x" is given twice`}},
+			[]string{"profile 0 has no name", "profile 0: invalid negotiation policy: diff_tolerance 2", `profile "x" is given twice`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -259,17 +259,11 @@ func TestPolicyStoreFailuresAreUnavailable(t *testing.T) {
 	assert.Equal(t, codes.Unavailable, status.Code(toStatus(t.Context(), err1).Err()))
 }
 
-func TestSchedulerPolicyMethodsNotYetBuilt(t *testing.T) {
+func TestSchedulerPolicyMethodsAllBuilt(t *testing.T) {
 	for _, m := range []string{
 		schedulerpb.SchedulerPolicyService_GetEffectivePolicy_FullMethodName,
 		schedulerpb.SchedulerPolicyService_SubmitEvaluation_FullMethodName,
 		schedulerpb.SchedulerPolicyService_HitlAction_FullMethodName,
-	} {
-		err := unimplemented(m)
-		assert.Equal(t, codes.Unimplemented, status.Code(err), m)
-		assert.Contains(t, status.Convert(err).Message(), "§17")
-	}
-	for _, m := range []string{
 		schedulerpb.SchedulerPolicyService_SetNegotiationPolicy_FullMethodName,
 		schedulerpb.SchedulerPolicyService_GetNegotiationPolicy_FullMethodName,
 		schedulerpb.SchedulerPolicyService_SetPolicyProfiles_FullMethodName,

@@ -6,8 +6,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 )
 
 // notYetBuilt maps each canonical service this server version does not implement yet to the
@@ -15,20 +13,15 @@ import (
 // codes.Unimplemented with that text instead of pretending to work; an entry is removed when
 // its service is built.
 var notYetBuilt = map[string]string{
-	"/sw4rm.worktree.WorktreeService/":       "worktree binding (§16)",
-	"/sw4rm.tool.ToolService/":               "policy-bound tool calling (§18)",
-	"/sw4rm.connector.ConnectorService/":     "tool provider registration (§18.1)",
-	"/sw4rm.negotiation.NegotiationService/": "scheduler-run negotiation and debate (§17)",
+	"/sw4rm.worktree.WorktreeService/":   "worktree binding (§16)",
+	"/sw4rm.tool.ToolService/":           "policy-bound tool calling (§18)",
+	"/sw4rm.connector.ConnectorService/": "tool provider registration (§18.1)",
 }
 
 // notYetBuiltMethods maps single methods of partly built services to the capability they
 // lack; it is consulted before notYetBuilt. A service built one slice at a time leaves
 // notYetBuilt with its first slice and lists here the methods that are still missing.
-var notYetBuiltMethods = map[string]string{
-	schedulerpb.SchedulerPolicyService_GetEffectivePolicy_FullMethodName: "a negotiation's effective policy (§17.2)",
-	schedulerpb.SchedulerPolicyService_SubmitEvaluation_FullMethodName:   "evaluation reports of a negotiation (§17.3, §17.4)",
-	schedulerpb.SchedulerPolicyService_HitlAction_FullMethodName:         "HITL actions on a paused negotiation (§17.2's hitl gate)",
-}
+var notYetBuiltMethods = map[string]string{}
 
 func unimplemented(fullMethod string) error {
 	capability, ok := notYetBuiltMethods[fullMethod]

@@ -312,8 +312,8 @@ func TestNegotiationDebate(t *testing.T) {
 				StopReason string `json:"stop_reason"`
 				Majority   string `json:"majority"`
 				Verdicts   []struct {
-					Agent string `json:"Agent"`
-					Label string `json:"Label"`
+					Agent string `json:"agent"`
+					Label string `json:"label"`
 				} `json:"verdicts"`
 			}
 			require.NoError(t, json.Unmarshal(st.Result, &res), string(st.Result))

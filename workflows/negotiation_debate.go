@@ -108,8 +108,12 @@ func (w *negotiationRun) runDebate(ctx workflow.Context) error {
 		return temporal.NewNonRetryableApplicationError("encode debate result: "+err.Error(), "internal_error", nil)
 	}
 	score := float32(agg.GetWeightedMean() / 10)
-	rationale := fmt.Sprintf("%s of %d participants, %d round(s), stop %s; majority %q; %s mean %.2f",
-		mode, len(w.in.Participants), res.RoundsRun, stop, majority, agg.GetStrategy(), agg.GetWeightedMean())
+	strategy := opts.Strategy
+	if strategy == "" {
+		strategy = "default"
+	}
+	rationale := fmt.Sprintf("%s of %d participants, %d round(s), stop %s; majority %q; %s strategy: weighted mean %.2f of %d verdicts",
+		mode, len(w.in.Participants), res.RoundsRun, stop, majority, strategy, agg.GetWeightedMean(), agg.GetVoteCount())
 	return w.decide(ctx, "policy", "application/json", b, score, stop, rationale)
 }
 
