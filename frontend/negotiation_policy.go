@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
@@ -14,6 +16,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -126,6 +129,10 @@ func (p *schedulerPolicyService) HitlAction(ctx context.Context, req *schedulerp
 	if st.HITLInvocationID == "" {
 		return &schedulerpb.HitlActionResponse{Ok: false, Reason: "negotiation " + id + " is " + st.Status + ", not waiting for a human"}, nil
 	}
+	// The negotiation names its wait as it raises it; the wait records itself a moment later.
+	if err := p.waitInvocation(ctx, st.HITLInvocationID); err != nil {
+		return nil, err
+	}
 	rationale := req.GetRationale()
 	if rationale == "" {
 		rationale = "HitlAction " + action + " on negotiation " + id
@@ -135,4 +142,24 @@ func (p *schedulerPolicyService) HitlAction(ctx context.Context, req *schedulerp
 		return nil, err
 	}
 	return &schedulerpb.HitlActionResponse{Ok: true, Reason: resp.GetOutcomeJson()}, nil
+}
+
+// waitInvocation waits (briefly) until the HITL projection has the invocation.
+func (p *schedulerPolicyService) waitInvocation(ctx context.Context, id string) error {
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		_, err := p.s.store.HITL().GetInvocation(wctx, id)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return failed("HITL lookup", err)
+		}
+		select {
+		case <-wctx.Done():
+			return status.Errorf(codes.Unavailable, "the negotiation's HITL wait %s is not recorded yet; repeat the action", id)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -42,6 +42,10 @@ const (
 	// NegotiationExamplesMetadataKey carries the executable examples: a JSON array of
 	// {"name", "instance", "valid"} (§17.3).
 	NegotiationExamplesMetadataKey = "sw4rm-negotiation-examples"
+	// OpenerMetadataKey names the agent that opens the negotiation and receives its events
+	// (the parent of a debate). A proven agent may name only itself; with SW4RM_AUTH=off it
+	// is how an agent says who it is.
+	OpenerMetadataKey = "sw4rm-opener"
 	// NegotiationModeMetadataKey selects "contract" (default) or "debate" (ADR-011).
 	NegotiationModeMetadataKey = "sw4rm-negotiation-mode"
 )
@@ -175,6 +179,23 @@ func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.Negoti
 	in.Effective, in.PolicyNotes, in.DebateTimeout = d.Effective, d.Notes, d.DebateTimeout
 	p := auth.FromContext(ctx)
 	in.Opener, in.OpenerAgent = p.String(), p.Agent
+	if o := md[OpenerMetadataKey]; o != "" {
+		if perr := protocol.ValidateAgentID(o); perr != nil {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: %s", OpenerMetadataKey, perr.Msg)
+		}
+		if p.Agent != "" && o != p.Agent {
+			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s %q is not the calling agent %q", OpenerMetadataKey, o, p.Agent)
+		}
+		if _, err := n.s.router.Agent(ctx, o); errors.Is(err, store.ErrNotFound) {
+			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "%s %q is not a registered agent", OpenerMetadataKey, o)
+		} else if err != nil {
+			return nil, failed("registry lookup", err)
+		}
+		in.OpenerAgent = o
+		if p.Anonymous() {
+			in.Opener = "agent:" + o // claimed, not proven: SW4RM_AUTH=off trusts the caller
+		}
+	}
 
 	_, err = n.s.temporal.ExecuteWorkflow(ctx, workflows.NegotiationStartOptions(id, n.s.cfg.TaskQueue), workflows.Negotiation, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted

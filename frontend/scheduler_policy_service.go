@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
 	"strings"
 	"unicode/utf8"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
 )
 
 // MaxProfileNameLength is the longest policy profile name, in characters: a name travels as

@@ -208,7 +208,7 @@ func TestNegotiationDeadlockGoesToHuman(t *testing.T) {
 
 			id := uniq(t, "deadlock")
 			require.NoError(t, a.nc.Open(ctx, negotiation.Options{ID: id, Topic: "naming", Participants: []string{a.ID(), b.ID()},
-				Intensity: commonpb.DebateIntensity_MEDIUM, Profile: "one-shot"}))
+				Intensity: commonpb.DebateIntensity_LOWEST, Profile: "one-shot"}))
 			eff, err := a.nc.EffectivePolicy(ctx, id)
 			require.NoError(t, err)
 			assert.EqualValues(t, 1, eff.GetPolicy().GetMaxRounds(), "the profile's rounds, inside the guardrails")

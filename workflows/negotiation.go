@@ -277,7 +277,7 @@ func (w *negotiationRun) run(ctx workflow.Context) (NegotiationState, error) {
 		pol["profile"] = in.Profile
 	}
 	w.emit(ctx, pol)
-	if b, err := json.Marshal(in.Effective); err == nil {
+	if b, err := jsonOf(in.Effective); err == nil {
 		w.artifact("policy", "effective", b)
 	}
 	// debate_timeout is one durable timer for the whole negotiation (§17).
@@ -335,7 +335,7 @@ func (w *negotiationRun) handlers(ctx workflow.Context) error {
 				rep = &policypb.EvaluationReport{FromAgent: e.From, LlmConfidence: float32(e.Confidence), Notes: e.Notes}
 			}
 			rep.DeterministicScore, rep.Delta = v.Check.Deterministic, v.Delta
-			if b, err := json.Marshal(rep); err == nil {
+			if b, err := jsonOf(rep); err == nil {
 				w.artifact("evaluation", fmt.Sprintf("v%d/%s", v.N, e.From), b)
 			}
 			w.dirty = true
@@ -459,7 +459,7 @@ func (w *negotiationRun) addVersion(ctx workflow.Context, d NegotiationDraft) in
 	w.emit(ctx, map[string]any{"kind": kind, "from": d.From, "ct": d.ContentType, "payload_b64": base64.StdEncoding.EncodeToString(d.Payload)})
 	w.artifactCT("contract", fmt.Sprintf("v%d", v.N), d.ContentType, d.Payload)
 	if v.N > 1 {
-		if b, err := json.Marshal(v.Delta); err == nil {
+		if b, err := jsonOf(v.Delta); err == nil {
 			w.artifact("diff", fmt.Sprintf("v%d_to_v%d", v.N-1, v.N), b)
 		}
 		w.fresh = append(w.fresh, v.N)
@@ -743,7 +743,7 @@ func (w *negotiationRun) decide(ctx workflow.Context, by, ct string, result []by
 	w.st.Status, w.st.ResultContentType, w.st.Result = NegotiationDecided, ct, result
 	w.st.Decision = &policypb.DecisionReport{DecidedBy: by, FinalScore: score, Rationale: rationale, StopReason: stopReason}
 	w.emit(ctx, map[string]any{"kind": "decide", "by": by, "ct": ct, "result_b64": base64.StdEncoding.EncodeToString(result)})
-	if b, err := json.Marshal(w.st.Decision); err == nil {
+	if b, err := jsonOf(w.st.Decision); err == nil {
 		w.artifact("decision", "final", b)
 	}
 	w.artifactCT("result", "final", ct, result)
@@ -759,7 +759,7 @@ func (w *negotiationRun) aborted(ctx workflow.Context, reason string) error {
 	}
 	w.st.Decision = &policypb.DecisionReport{DecidedBy: "abort", FinalScore: score, Rationale: reason, StopReason: negotiation.StopAborted}
 	w.emit(ctx, map[string]any{"kind": "abort", "reason": reason})
-	if b, err := json.Marshal(w.st.Decision); err == nil {
+	if b, err := jsonOf(w.st.Decision); err == nil {
 		w.artifact("decision", "final", b)
 	}
 	return w.flush(ctx)
@@ -773,7 +773,7 @@ func (w *negotiationRun) emit(ctx workflow.Context, ev map[string]any) {
 	ev["seq"] = w.st.Events
 	ev["negotiation_id"] = w.in.NegotiationID
 	// encoding/json sorts map keys: the bytes are the same on every replay.
-	b, err := json.Marshal(ev)
+	b, err := jsonOf(ev)
 	if err != nil {
 		b = []byte(fmt.Sprintf(`{"kind":%q,"seq":%d,"error":"unencodable event"}`, ev["kind"], w.st.Events))
 	}
@@ -822,6 +822,17 @@ func NegotiationStartOptions(negotiationID, taskQueue string) client.StartWorkfl
 		ID: NegotiationWorkflowID(negotiationID), TaskQueue: taskQueue,
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		TypedSearchAttributes:    temporal.NewSearchAttributes(KindKey.ValueSet(KindNegotiation)),
+		// Open tells a retried Open from a conflicting one, so it must learn that the id is
+		// taken rather than be handed the existing run.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(KindKey.ValueSet(KindNegotiation)),
 	}
+}
+
+// jsonOf encodes an event, report or turn. encoding/json is deterministic here (struct
+// fields in order, map keys sorted); workflowcheck flags it only because its reflection
+// reaches runtime internals.
+func jsonOf(v any) ([]byte, error) {
+	//workflowcheck:ignore
+	return json.Marshal(v)
 }

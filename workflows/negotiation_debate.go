@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -103,7 +102,7 @@ func (w *negotiationRun) runDebate(ctx workflow.Context) error {
 	agg, majority := debate.Aggregate(opts.Strategy, verdicts)
 	res := debate.Result{Mode: mode, RoundsRun: roundsRun(transcript), StopReason: stop, Transcript: transcript, Verdicts: verdicts,
 		Aggregate: agg, Majority: majority}
-	b, err := json.Marshal(res)
+	b, err := jsonOf(res)
 	if err != nil {
 		return temporal.NewNonRetryableApplicationError("encode debate result: "+err.Error(), "internal_error", nil)
 	}
@@ -152,7 +151,7 @@ func (w *negotiationRun) debateRound(ctx workflow.Context, r, total int, final b
 			params.Transcript = transcript
 		}
 	}
-	body, err := json.Marshal(params)
+	body, err := jsonOf(params)
 	if err != nil {
 		return nil, false, temporal.NewNonRetryableApplicationError("encode turn: "+err.Error(), "internal_error", nil)
 	}

@@ -28,6 +28,7 @@ import (
 
 // Open metadata keys (docs/negotiation.md).
 const (
+	OpenerMetadataKey      = "sw4rm-opener"
 	ProfileMetadataKey     = "sw4rm-policy-profile"
 	PreferencesMetadataKey = "sw4rm-agent-preferences"
 	SchemaMetadataKey      = "sw4rm-negotiation-schema"
@@ -97,7 +98,8 @@ func (c *Client) Open(ctx context.Context, o Options) error {
 	if o.Timeout > 0 {
 		req.DebateTimeout = durationpb.New(o.Timeout)
 	}
-	md := metadata.MD{}
+	// The opener receives the events; with SW4RM_AUTH=off this is how the server knows it.
+	md := metadata.Pairs(OpenerMetadataKey, c.agent.ID())
 	if o.Profile != "" {
 		md.Set(ProfileMetadataKey, o.Profile)
 	}
