@@ -82,6 +82,15 @@ func waitNegotiation(t *testing.T, sys *system, id string, cond func(workflows.N
 	return st
 }
 
+// waitClosed waits until the negotiation's workflow has completed.
+func waitClosed(t *testing.T, sys *system, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var st workflows.NegotiationState
+	require.NoError(t, sys.app.Temporal().GetWorkflow(ctx, workflows.NegotiationWorkflowID(id), "").Get(ctx, &st))
+}
+
 // contractSchema is the JSON Schema of the test's drafts: an API contract with a version
 // and a price that must not be negative.
 const contractSchema = `{"type":"object","required":["api","price"],"properties":{"api":{"type":"string"},"price":{"type":"number","minimum":0},"limits":{"type":"object"}}}`
@@ -175,6 +184,7 @@ func TestNegotiationContract(t *testing.T) {
 			for _, k := range []string{"policy/effective", "contract/v1", "contract/v2", "diff/v1_to_v2", "evaluation/v2/" + a.ID(), "decision/final"} {
 				assert.True(t, have[k], "artifact %s listed (have %v)", k, have)
 			}
+			waitClosed(t, sys, id)
 			recordHistory(t, sys.app.Temporal(), workflows.NegotiationWorkflowID(id), "negotiation_contract_"+kind)
 		})
 	}
@@ -230,6 +240,8 @@ func TestNegotiationDeadlockGoesToHuman(t *testing.T) {
 			assert.Equal(t, "max_rounds", st.Decision.GetStopReason())
 			assert.Contains(t, st.Decision.GetRationale(), "DEBATE_DEADLOCK")
 			assert.Equal(t, []byte("call it sw4rm"), st.Result)
+			waitClosed(t, sys, id)
+			recordHistory(t, sys.app.Temporal(), workflows.NegotiationWorkflowID(id), "negotiation_deadlock_"+kind)
 
 			// Abort by a participant; then HitlAction has nothing to decide.
 			id2 := uniq(t, "abort")
@@ -350,6 +362,7 @@ func TestNegotiationDebate(t *testing.T) {
 				turns, _ := ds[i].counts()
 				assert.Equal(t, 4, turns, "one more turn each")
 			}
+			waitClosed(t, sys, id)
 			recordHistory(t, sys.app.Temporal(), workflows.NegotiationWorkflowID(id), "negotiation_debate_"+kind)
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/negotiationpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
@@ -83,6 +84,9 @@ func TestServiceSurface(t *testing.T) {
 	_, err = handoffpb.NewHandoffServiceClient(conn).RequestHandoff(ctx, &handoffpb.HandoffRequest{})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "handoff is built: a request without request_id is bad input")
 	assert.Contains(t, status.Convert(err).Message(), "validation_error: request_id is required")
+	_, err = negotiationpb.NewNegotiationServiceClient(conn).Open(ctx, &negotiationpb.NegotiationOpen{})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "negotiation is built: an Open without negotiation_id is bad input")
+	assert.Contains(t, status.Convert(err).Message(), "validation_error: negotiation_id is required")
 	cs, err := toolpb.NewToolServiceClient(conn).CallStream(ctx, &toolpb.ToolCall{})
 	require.NoError(t, err)
 	_, err = cs.Recv()

@@ -18,15 +18,6 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
 )
 
-// Debate stop reasons (the decide event's result and DecisionReport.stop_reason).
-const (
-	// DebateStopRounds: every configured round ran.
-	DebateStopRounds = "max_rounds"
-	// DebateStopConverged: a round brought no new claim, so the next was the last.
-	DebateStopConverged = "converged"
-	// DebateStopTimeout: debate_timeout fired; the verdicts given so far decide.
-	DebateStopTimeout = "timeout"
-)
 
 // DebateTurnContentType is the content type of a debate turn task's params
 // (debate.TurnParams as JSON).
@@ -71,7 +62,7 @@ func (w *negotiationRun) runDebate(ctx workflow.Context) error {
 		return err
 	}
 	var transcript, last []debate.Turn
-	stop := DebateStopRounds
+	stop := debate.StopRounds
 	for r := 1; r <= total; r++ {
 		final := r == total
 		turns, interrupted, err := w.debateRound(ctx, r, total, final, transcript)
@@ -88,11 +79,11 @@ func (w *negotiationRun) runDebate(ctx workflow.Context) error {
 			case w.decision != nil:
 				return w.decideManually(ctx)
 			}
-			stop = DebateStopTimeout
+			stop = debate.StopTimeout
 			break
 		}
 		if !final && r >= 2 && debate.Converged(transcript[:len(transcript)-len(turns)], turns) {
-			stop, total = DebateStopConverged, r+1
+			stop, total = debate.StopConverged, r+1
 		}
 	}
 	verdicts := make([]debate.Verdict, 0, len(last))
