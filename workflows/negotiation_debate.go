@@ -18,7 +18,6 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
 )
 
-
 // DebateTurnContentType is the content type of a debate turn task's params
 // (debate.TurnParams as JSON).
 const DebateTurnContentType = "application/vnd.sw4rm.debate-turn+json"
