@@ -25,7 +25,7 @@ TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS
 
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
 
-.PHONY: all build dev temporal test test-unit test-e2e test-faults bench proto lint workflowcheck clean
+.PHONY: all build dev temporal test test-unit test-e2e test-faults test-scale bench proto lint workflowcheck clean
 
 all: build
 
@@ -42,12 +42,19 @@ $(TEMPORAL):
 dev: $(TEMPORAL) build
 	./scripts/dev.sh "$(TEMPORAL)" "$(BIN)" $$("$(BIN)" search-attributes) $(TEMPORAL_DEV_FLAGS)
 
-## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it), then the
-## fault suite on its own, verbose so that its figures are printed (docs/reliability.md).
+## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it), the
+## 1,000-node DAG run without the race detector, then the fault suite on its own, verbose so
+## that its figures are printed (docs/reliability.md).
 test: $(TEMPORAL) workflowcheck lint
 	go vet ./...
 	go test -race -count=1 -timeout 20m $$(go list ./... | grep -v /test/faults$$)
+	$(MAKE) test-scale
 	go test -race -count=1 -timeout 15m -v ./test/faults
+
+## test-scale: the 1,000-node DAG run end to end (PostgreSQL; a few minutes), without the
+## race detector, which makes it several times slower (docs/dag.md, "Scale").
+test-scale: $(TEMPORAL)
+	go test -count=1 -timeout 10m -v -run '^TestDAGRunThousandNodes$$' ./test
 
 test-unit:
 	go test -race -count=1 $$(go list ./... | grep -v -e /test$$ -e /test/faults$$)

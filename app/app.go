@@ -561,7 +561,7 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	// Handoffs to Temporal that store writes promised (the outbox): every process relays
 	// them, so what one process wrote reaches Temporal even if that process dies.
 	a.relay = outbox.New(st.Outbox(), outbox.Config{}, log, sink)
-	frontend.RegisterHandoffs(a.relay, a.temporal, st, cfg.TaskQueue)
+	frontend.RegisterHandoffs(a.relay, a.temporal, st, sink, cfg.TaskQueue)
 	relayCtx, stopRelay := context.WithCancel(context.Background())
 	a.stopRelay, a.relayDone = stopRelay, make(chan struct{})
 	go func() {

@@ -181,7 +181,7 @@ func newHandoffHarness(t *testing.T, agents map[string][]string) *handoffHarness
 	log := slog.New(slog.DiscardHandler)
 	sink := observe.New(log, st.Audit())
 	rel := outbox.New(st.Outbox(), outbox.Config{}, log, sink)
-	RegisterHandoffs(rel, h.tc, st, "q")
+	RegisterHandoffs(rel, h.tc, st, nil, "q")
 	r := router.New(st, router.Config{}, sink)
 	h.svc = &handoffService{s: &Server{store: st, router: r, temporal: h.tc, relay: rel, sink: sink, log: log, cfg: Config{TaskQueue: "q"}}}
 	return h

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -18,9 +19,11 @@ import (
 // RegisterHandoffs installs on rel the handlers of the handoffs the frontend writes: the
 // start of an agent's lifecycle after its registration, its end after its deregistration,
 // the ACKs of the scheduler's CONTROL messages, the beginning and end of an agent's wait
-// on a response, and the start of an agent-to-agent handoff's workflow (§17.6). Every process that runs a relay registers them, so any process can deliver
-// what another wrote.
-func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQueue string) {
+// on a response, the start of an agent-to-agent handoff's workflow (§17.6) and the events
+// messages deliver to DAG runs (§17.7). Every process that runs a relay registers them, so
+// any process can deliver what another wrote. sink records what a handler decides that
+// nobody else sees (an event for a run that is not open).
+func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, sink *observe.Sink, taskQueue string) {
 	// An ACK for a lifecycle that has ended concerns nobody: nothing is left to schedule.
 	rel.Handle(workflows.HandoffAgentControlAck, signalHandoff(tc, func(p workflows.AgentControlAckHandoff) (string, string, any) {
 		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentControlAckSignal, p.Ack
@@ -47,6 +50,23 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, taskQ
 		}
 		_, err := tc.SignalWithStartWorkflow(ctx, workflows.AgentWorkflowID(p.Input.AgentID), workflows.AgentRegisterSignal, p.Registration,
 			workflows.AgentStartOptions(p.Input.AgentID, taskQueue), workflows.AgentLifecycle, p.Input)
+		return err
+	})
+	rel.Handle(workflows.HandoffDAGEvent, func(ctx context.Context, h store.Handoff) error {
+		var p workflows.DAGEventHandoff
+		if err := json.Unmarshal(h.Payload, &p); err != nil {
+			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
+		}
+		wid := workflows.DAGWorkflowID(p.WorkflowID)
+		err := tc.SignalWorkflow(ctx, wid, "", workflows.DAGEventSignal, p.Event)
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			// A closed run, or one never started: no node waits any more. The message itself
+			// was delivered to its recipient as usual; only the event has nowhere to go.
+			sink.Record(ctx, observe.Event{CorrelationID: wid, Actor: p.Event.By, Type: "workflow.event_unclaimed", MessageID: p.Event.MessageID,
+				Details: map[string]any{"workflow_id": p.WorkflowID, "event": p.Event.Name, "reason": "no open run of the workflow"}})
+			return nil
+		}
 		return err
 	})
 	rel.Handle(workflows.HandoffStart, func(ctx context.Context, h store.Handoff) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -21,7 +22,9 @@ import (
 // messages become AgentControlAckSignal — through the outbox, as handoffs the router writes
 // with the ACK — a request that requires a response, and its end, become
 // AgentResponseWaitSignal — as handoffs written with the pending response — and
-// non-preemptible section declarations become AgentControlSignal. Install
+// non-preemptible section declarations become AgentControlSignal. Events that messages carry
+// on a DAG run's correlation become the run's DAGEventSignal, as handoffs written with the
+// message's admission (§17.7). Install
 // it with router.SetSchedulerInbox in every process whose router receives agents' ACKs (the
 // frontend) or times messages out (the sweep).
 type SchedulerInbox struct {
@@ -60,6 +63,17 @@ func (in *SchedulerInbox) WaitHandoff(rw router.ResponseWait) (store.Handoff, er
 	}
 	return newHandoff(workflows.HandoffAgentResponseWait, workflows.AgentWorkflowID(rw.ProducerID),
 		workflows.AgentResponseWaitHandoff{AgentID: rw.ProducerID, Wait: wait})
+}
+
+// EventHandoff returns the handoff that signals DAGEventSignal to the DAG run ev names with
+// the event env carries (§17.7), its message_id and producer. A run that is closed or was
+// never started by the time it is delivered has no node to release: the handoff's handler
+// records that (workflow.event_unclaimed) and drops it.
+func (in *SchedulerInbox) EventHandoff(env *commonpb.Envelope, ev dag.MessageEvent) (store.Handoff, error) {
+	return newHandoff(workflows.HandoffDAGEvent, workflows.DAGWorkflowID(ev.WorkflowID), workflows.DAGEventHandoff{
+		WorkflowID: ev.WorkflowID,
+		Event:      workflows.DAGEvent{Name: ev.Name, MessageID: env.GetMessageId(), By: env.GetProducerId()},
+	})
 }
 
 // Deliver makes the in-line attempt of handoffs the router wrote.

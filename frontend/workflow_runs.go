@@ -106,7 +106,7 @@ func (w *workflowService) ResumeWorkflow(ctx context.Context, req *workflowpb.Re
 	md := req.GetMetadata()
 	switch {
 	case md[DAGEventMetadataKey] != "":
-		if err := w.s.temporal.SignalWorkflow(ctx, workflows.DAGWorkflowID(id), "", workflows.DAGEventSignal, workflows.DAGEvent{Name: md[DAGEventMetadataKey]}); err != nil {
+		if err := w.s.temporal.SignalWorkflow(ctx, workflows.DAGWorkflowID(id), "", workflows.DAGEventSignal, workflows.DAGEvent{Name: md[DAGEventMetadataKey], By: by}); err != nil {
 			return nil, w.runError(ctx, id, "deliver the event", err)
 		}
 	case md[DAGActionMetadataKey] == "trigger":

@@ -26,6 +26,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -202,6 +203,25 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 	if lerr != nil {
 		return r.reject(ctx, env, recipient, lerr)
 	}
+	// A message on a DAG run's correlation may deliver an event to the run (§17.7): the
+	// handoff that signals it is written with the admission, so an admitted event reaches the
+	// run even when Temporal is down right now (docs/dag.md, "EVENT by message").
+	var eventHandoff *store.Handoff
+	ev, isEvent, eperr := dag.EventOf(env.GetCorrelationId(), env.GetContentType(), env.GetPayload())
+	if eperr != nil {
+		return r.reject(ctx, env, recipient, eperr)
+	}
+	if isEvent {
+		if r.inbox == nil {
+			return r.reject(ctx, env, recipient, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE,
+				"event %q for DAG run %q: this server does not run the scheduler's inbox, which delivers events to runs", ev.Name, ev.WorkflowID))
+		}
+		h, err := r.inbox.EventHandoff(env, ev)
+		if err != nil {
+			return nil, fmt.Errorf("prepare the event's handoff: %w", err)
+		}
+		eventHandoff = &h
+	}
 	var request store.MessageRecord
 	if link.InResponseTo != "" {
 		// Responses route by in_response_to (004 §3), whatever the metadata says.
@@ -246,6 +266,9 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 	if key := protocol.DedupKey(env, route.Recipient); key != "" {
 		req.Dedup = &store.Dedup{ProducerID: env.GetProducerId(), Key: key, Window: r.cfg.DedupWindow}
 	}
+	if eventHandoff != nil {
+		req.Handoffs = []store.Handoff{*eventHandoff}
+	}
 	seq, err := r.st.Messages().Admit(ctx, req)
 	var dup *store.DedupError
 	switch {
@@ -272,6 +295,13 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 		CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
 		AgentID: route.Recipient, MessageID: env.GetMessageId(), Details: details,
 	})
+	if eventHandoff != nil {
+		r.sink.Record(ctx, observe.Event{
+			CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "workflow.event_sent",
+			AgentID: route.Recipient, MessageID: env.GetMessageId(), Details: map[string]any{"workflow_id": ev.WorkflowID, "event": ev.Name},
+		})
+		r.deliverHandoff(ctx, *eventHandoff)
+	}
 	if link.Request != nil {
 		if err := r.trackRequest(ctx, env, route.Recipient, *link.Request, 1, env.GetMessageId()); err != nil {
 			return nil, err

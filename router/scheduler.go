@@ -11,6 +11,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -18,7 +19,8 @@ import (
 // and NACKs of the CONTROL messages it sent with SendControl, the CONTROL messages agents
 // address to it (recipient protocol.SchedulerID), such as the declaration of a
 // non-preemptible section, and the beginning and end of an agent's wait on a response
-// (004 §2). The scheduler's state lives in Temporal workflows, so an ACK
+// (004 §2), and the events messages deliver to DAG runs on their correlation (§17.7). The
+// scheduler's state lives in Temporal workflows, so an ACK (and an event)
 // travels on as a store.Handoff: the router writes it in the transaction that applies the
 // ACK, so a stored ACK always reaches the agent's workflow, Temporal reachable or not
 // (docs/reliability.md).
@@ -35,11 +37,14 @@ type SchedulerInbox interface {
 	// Control handles a CONTROL envelope an agent addressed to the scheduler; a protocol
 	// refusal comes back as a *protocol.Error, a failure to hand it on as an error.
 	Control(ctx context.Context, env *commonpb.Envelope, c protocol.Control) (*protocol.Error, error)
+	// EventHandoff returns the handoff that delivers ev, the event env carries on a DAG
+	// run's correlation, to the run (§17.7); the router writes it with env's admission.
+	EventHandoff(env *commonpb.Envelope, ev dag.MessageEvent) (store.Handoff, error)
 }
 
 // SetSchedulerInbox installs the scheduler's inbox; call before serving. Without one, CONTROL
-// messages addressed to the scheduler are refused with NO_ROUTE and ACKs of scheduler
-// messages are logged as undeliverable.
+// messages addressed to the scheduler and messages carrying an event to a DAG run are
+// refused with NO_ROUTE, and ACKs of scheduler messages are logged as undeliverable.
 func (r *Router) SetSchedulerInbox(in SchedulerInbox) { r.inbox = in }
 
 // SendControl delivers one of the scheduler's CONTROL messages (RUN, PREEMPT_REQUEST,

@@ -124,6 +124,11 @@ type AdmitRequest struct {
 	// Dedup, when set (with Track), makes the admission consult and update the idempotency
 	// cache atomically (§11.2); see Dedup.
 	Dedup *Dedup
+	// Handoffs are written to the Outbox in the admission's transaction, leased for
+	// HandoffLease, and only when the message is admitted (not when it is refused, rejected
+	// or a duplicate): what the message promises Temporal, such as the event it delivers to a
+	// DAG run, is kept exactly when the message is.
+	Handoffs []Handoff
 }
 
 // Dedup identifies the logical operation of a tracked message for idempotency (§11.2, §11.3).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
+	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -201,4 +203,84 @@ func dialBenchT(t *testing.T, sys *system) *grpc.ClientConn {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// TestDAGRunEventByMessage: on both stores, an EVENT node waiting for "approved" is released
+// by a message on the run's correlation (dag/<workflow_id>) carrying {"event": "approved"},
+// sent by an agent to the node's agent like any message (§17.7). A message naming another
+// event does not release it, and a malformed event is refused with validation_error. The
+// releasing message is sent while sw4rm cannot reach Temporal: it is admitted, its event
+// waits in the outbox, and the node runs once Temporal is back. A message for the run after
+// it closed is admitted, releases nothing and is audited as workflow.event_unclaimed.
+func TestDAGRunEventByMessage(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys, proxy, _ := startAllBehindProxy(t, kind)
+			ctx := context.Background()
+			id := uniq(t, "approval")
+			p := &pipelineAgents{runs: map[string]int{}}
+			worker := p.serve(t, sys, "worker", id)
+			approver := dialAgent(t, sys, "approver")
+			def := &workflowpb.WorkflowDefinition{WorkflowId: id, Nodes: map[string]*workflowpb.WorkflowNode{
+				"prepare": {NodeId: "prepare", AgentId: worker},
+				"release": {NodeId: "release", AgentId: worker, Dependencies: []string{"prepare"}, TriggerType: workflowpb.TriggerType_EVENT,
+					Metadata: map[string]string{"event": "approved"}, OutputMapping: map[string]string{"/node": "/released_by"}},
+			}}
+			wc := workflowpb.NewWorkflowServiceClient(dialBenchT(t, sys))
+			_, err := wc.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{Definition: def})
+			require.NoError(t, err)
+			_, err = wc.StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: id})
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return p.count("prepare") == 1 }, 30*time.Second, 100*time.Millisecond)
+
+			send := func(payload string) (*commonpb.Envelope, error) {
+				return approver.Send(ctx, sdk.Message{To: worker, CorrelationID: workflows.DAGWorkflowID(id), Payload: []byte(payload)})
+			}
+			_, err = send(`{"event":"rejected","reason":"not yet"}`)
+			require.NoError(t, err, "a message naming another event is admitted")
+			_, err = send(`{"event":5}`)
+			var rej *sdk.RejectedError
+			require.ErrorAs(t, err, &rej, "a malformed event is refused")
+			assert.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, rej.Code)
+			time.Sleep(time.Second)
+			st := waitRun(t, wc, id, workflows.DAGRunning)
+			assert.Equal(t, workflowpb.NodeStatus_PENDING, st.GetNodeStates()["release"].GetStatus(), "another event does not release the node")
+			assert.Zero(t, p.count("release"))
+
+			// Temporal goes away; the approval is admitted all the same and waits in the outbox.
+			proxy.cut(unreachable)
+			approval, err := send(`{"event":"approved","by":"release manager"}`)
+			require.NoError(t, err, "the approval is admitted while Temporal is unreachable")
+			pending, err := sys.app.Store().Outbox().PendingHandoffs(ctx, 100)
+			require.NoError(t, err)
+			assert.True(t, slices.ContainsFunc(pending, func(h store.Handoff) bool {
+				return h.Kind == workflows.HandoffDAGEvent && strings.Contains(string(h.Payload), approval.GetMessageId())
+			}), "the event is in the outbox while Temporal is away: %v", pending)
+			time.Sleep(4 * time.Second)
+			assert.Zero(t, p.count("release"))
+			proxy.restore()
+
+			st = waitRun(t, wc, id, workflows.DAGCompleted)
+			assert.Equal(t, workflowpb.NodeStatus_COMPLETED, st.GetNodeStates()["release"].GetStatus())
+			assert.JSONEq(t, `{"released_by":"release"}`, st.GetWorkflowData())
+			assert.Equal(t, map[string]int{"prepare": 1, "release": 1}, p.runs)
+			var evs []store.Event
+			require.Eventually(t, func() bool {
+				evs, err = sys.app.Store().Audit().List(ctx, store.AuditFilter{MessageID: approval.GetMessageId(), TypePrefix: "workflow.event_sent"})
+				return err == nil && len(evs) == 1
+			}, 10*time.Second, 100*time.Millisecond, "the event is audited on the run's correlation")
+			assert.Equal(t, workflows.DAGWorkflowID(id), evs[0].CorrelationID)
+			assert.Equal(t, approver.ID(), evs[0].Actor)
+
+			// The run has closed: another approval is admitted and releases nothing.
+			late, err := send(`{"event":"approved"}`)
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				evs, err := sys.app.Store().Audit().List(ctx, store.AuditFilter{MessageID: late.GetMessageId(), TypePrefix: "workflow.event_unclaimed"})
+				return err == nil && len(evs) == 1
+			}, 30*time.Second, 100*time.Millisecond, "an event for a closed run is audited as unclaimed")
+			assert.Equal(t, map[string]int{"prepare": 1, "release": 1}, p.runs)
+		})
+	}
 }

@@ -70,8 +70,9 @@ const DAGLargeOutput = 64 << 10
 // maxDAGTaskIDLen is the task-id length limit of SubmitTask (frontend/tasks.go).
 const maxDAGTaskIDLen = 200
 
-// DAGWorkflowID is the workflow ID of a DAG run: "dag/<workflow_id>".
-func DAGWorkflowID(workflowID string) string { return "dag/" + workflowID }
+// DAGWorkflowID is the workflow ID of a DAG run: "dag/<workflow_id>". It is also the run's
+// correlation id: a message on it can deliver an event to the run (dag.EventOf).
+func DAGWorkflowID(workflowID string) string { return dag.RunCorrelationPrefix + workflowID }
 
 // DAGStartOptions are the start options of workflow dag/<workflowID> on taskQueue. A closed
 // run may be resumed by a new execution (reuse allowed), but a second start of an open run
@@ -151,6 +152,9 @@ type DAGRunState struct {
 	StartedAt, CompletedAt time.Time
 	// Runs counts the executions (1, then +1 per continue-as-new or resume of a closed run).
 	Runs int
+	// EventMessages are the message ids of the last DAGEventMemory events delivered by
+	// message, oldest first.
+	EventMessages []string `json:",omitempty"`
 }
 
 // DAGNodeState is one node's state.
@@ -200,7 +204,31 @@ type DAGTrigger struct {
 type DAGEvent struct {
 	// Name releases every PENDING EVENT node whose metadata "event" equals it.
 	Name string
+	// MessageID is the message that carried the event (dag.EventOf), empty for a named event
+	// of ResumeWorkflow. The outbox delivers at least once: the run applies one message's
+	// event once (it remembers the last DAGEventMemory of them).
+	MessageID string `json:",omitempty"`
+	// By is who sent it: the message's producer or ResumeWorkflow's proven caller.
+	By string `json:",omitempty"`
 }
+
+// HandoffDAGEvent is the outbox hand-off kind that signals DAGEventSignal to dag/<workflow_id>
+// after the router admitted a message carrying an event on the run's correlation (payload
+// DAGEventHandoff, written in the admission's transaction). A run that is closed or was never
+// started has no node left to release: the frontend's handler records that and is done.
+const HandoffDAGEvent = "dag.event"
+
+// DAGEventHandoff is the payload of a HandoffDAGEvent hand-off.
+type DAGEventHandoff struct {
+	// WorkflowID names the run (dag/<WorkflowID>).
+	WorkflowID string
+	// Event is the signal's argument.
+	Event DAGEvent
+}
+
+// DAGEventMemory is how many message ids of recent events a run remembers to apply a
+// repeated delivery of one message's event once.
+const DAGEventMemory = 256
 
 // DAGRun is the durable run of a DAG workflow (§17.7; 000 §3.11.3). Nodes run in dependency
 // order as ordinary tasks (child TaskWorkflow runs, so a node inherits priorities,
@@ -339,7 +367,7 @@ func (r *dagRun) load(ctx workflow.Context) error {
 	}
 	r.timers = map[int]time.Time{}
 	if p := r.in.Prior; p != nil {
-		r.st.Data, r.st.StartedAt, r.st.Runs = p.Data, p.StartedAt, p.Runs+1
+		r.st.Data, r.st.StartedAt, r.st.Runs, r.st.EventMessages = p.Data, p.StartedAt, p.Runs+1, p.EventMessages
 		if p.Metadata != nil {
 			r.st.Metadata = p.Metadata
 		}
@@ -483,17 +511,29 @@ func (r *dagRun) resume(ctx workflow.Context, u DAGResume) {
 // event releases the PENDING EVENT nodes waiting for ev.Name (also before their
 // dependencies are done: they run as soon as those are).
 func (r *dagRun) event(ctx workflow.Context, ev DAGEvent) {
+	if ev.MessageID != "" {
+		if slices.Contains(r.st.EventMessages, ev.MessageID) {
+			// A repeated delivery of the same message: its event was applied, and releasing
+			// again could release a node that a resume has since put back to wait.
+			workflow.GetLogger(ctx).Info("DAG event repeated", "workflow_id", r.st.WorkflowID, "event", ev.Name, "message_id", ev.MessageID)
+			return
+		}
+		r.st.EventMessages = append(r.st.EventMessages, ev.MessageID)
+		if over := len(r.st.EventMessages) - DAGEventMemory; over > 0 {
+			r.st.EventMessages = slices.Delete(r.st.EventMessages, 0, over)
+		}
+	}
 	n := 0
 	for i, id := range r.order {
 		node := r.def.GetNodes()[id]
-		if node.GetTriggerType() == workflowpb.TriggerType_EVENT && node.GetMetadata()["event"] == ev.Name &&
+		if node.GetTriggerType() == workflowpb.TriggerType_EVENT && node.GetMetadata()[dag.MetaEvent] == ev.Name &&
 			r.nodes[i].Status == workflowpb.NodeStatus_PENDING && !r.nodes[i].Released {
 			r.nodes[i].Released = true
 			n++
 		}
 	}
 	r.dirty = true
-	workflow.GetLogger(ctx).Info("DAG event", "workflow_id", r.st.WorkflowID, "event", ev.Name, "released", n)
+	workflow.GetLogger(ctx).Info("DAG event", "workflow_id", r.st.WorkflowID, "event", ev.Name, "released", n, "message_id", ev.MessageID, "by", ev.By)
 }
 
 // depsDone reports whether every dependency of node i is COMPLETED or SKIPPED.

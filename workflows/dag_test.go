@@ -510,6 +510,58 @@ func TestDAGEventWaitsForItsSignal(t *testing.T) {
 	assert.Equal(t, 1, h.starts["after"])
 }
 
+// TestDAGEventByMessageAppliedOnce: an event a message delivered (DAGEvent.MessageID set) is
+// applied once per message. The outbox delivers at least once, and a repeat that came after
+// a resume put the EVENT node back to wait must not release it: only a new message does.
+func TestDAGEventByMessageAppliedOnce(t *testing.T) {
+	h := newDAGHarness(t)
+	// a → e (EVENT "approved") → z; z fails its first run, so the run waits open.
+	a, z := dagNode("a"), dagNode("z", "e")
+	e := dagNode("e", "a")
+	e.TriggerType = workflowpb.TriggerType_EVENT
+	e.Metadata["event"] = "approved"
+	h.behave = func(ctx workflow.Context, node string, in workflows.TaskInput) (workflows.TaskStatus, error) {
+		if node == "z" && strings.HasSuffix(in.TaskID, "-1") {
+			return workflows.TaskStatus{State: workflows.TaskFailed, Reason: "flaky"}, nil
+		}
+		return workflows.TaskStatus{State: workflows.TaskCompleted, Result: "{}"}, nil
+	}
+	first := workflows.DAGEvent{Name: "approved", MessageID: "m-1", By: "approver"}
+	var afterRepeat, afterResume workflows.DAGRunState
+	var resumed *dagUpdate
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(workflows.DAGEventSignal, first) }, time.Hour)
+	h.env.RegisterDelayedCallback(func() {
+		// The run waits on z; resuming a puts a, e and z back, e waiting for its event again.
+		resumed = h.update(workflows.DAGResumeUpdate, workflows.DAGResume{NodeID: "a"})
+	}, 2*time.Hour)
+	h.env.RegisterDelayedCallback(func() {
+		afterResume = h.state()
+		h.env.SignalWorkflow(workflows.DAGEventSignal, first) // the outbox delivers m-1 again
+	}, 3*time.Hour)
+	h.env.RegisterDelayedCallback(func() {
+		afterRepeat = h.state()
+		h.env.SignalWorkflow(workflows.DAGEventSignal, workflows.DAGEvent{Name: "approved", MessageID: "m-2", By: "approver"})
+	}, 4*time.Hour)
+
+	st := h.run(workflows.DAGRunInput{WorkflowID: "wf", Definition: dagDef(t, a, e, z)})
+
+	require.NoError(t, resumed.err)
+	assert.Equal(t, workflowpb.NodeStatus_PENDING, afterResume.Nodes["e"].Status)
+	assert.Equal(t, workflowpb.NodeStatus_PENDING, afterRepeat.Nodes["e"].Status, "a repeated delivery of m-1 does not release e again")
+	assert.False(t, afterRepeat.Nodes["e"].Released)
+	assert.Equal(t, workflows.DAGCompleted, st.Status)
+	assert.Equal(t, map[string]int{"a": 2, "e": 2, "z": 2}, h.starts)
+	var eStarts []time.Time
+	for _, ev := range h.log {
+		if ev.kind == "start" && ev.node == "e" {
+			eStarts = append(eStarts, ev.at.UTC())
+		}
+	}
+	assert.Equal(t, []time.Time{time.Date(2025, 1, 1, 9, 0, 0, 0, time.UTC), time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)}, eStarts,
+		"e ran with m-1, then with m-2, not with m-1's repeat")
+	assert.Equal(t, []string{"m-1", "m-2"}, st.EventMessages)
+}
+
 func TestDAGScheduleWaitsForItsCronTime(t *testing.T) {
 	h := newDAGHarness(t)
 	a := dagNode("a")

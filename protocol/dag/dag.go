@@ -17,8 +17,8 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 )
 
-// Metadata keys this package reads. Node metadata: MetaSchedule, MetaSkipIf. Definition
-// metadata: MetaLateBinding.
+// Metadata keys this package reads. Node metadata: MetaSchedule, MetaSkipIf, MetaEvent
+// (event.go). Definition metadata: MetaLateBinding.
 const (
 	// MetaSchedule is the node metadata key holding the cron expression of a SCHEDULE node
 	// (standard five fields or a descriptor such as "@hourly"; see ParseSchedule).

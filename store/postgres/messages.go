@@ -58,7 +58,9 @@ func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
 // returned unchanged. It runs only when the buffer has room (a full buffer leaves the cache
 // untouched), in which case cur (the live entry as of the statement's snapshot) decides.
 // dec names the outcome; msg records the message (only admitted ones when untracked); del
-// enqueues it; the final SELECT notifies listeners (delivered at commit) and reports.
+// enqueues it; ho writes the request's handoffs ($16-$19 as parallel arrays, leased for $20
+// seconds) only when del enqueued the message; the final SELECT notifies listeners
+// (delivered at commit) and reports.
 //
 // A message_id already known is a duplicate, and a duplicate must change nothing: msg has no
 // ON CONFLICT clause, so inserting a known id fails the whole statement with a unique
@@ -143,6 +145,14 @@ del AS (
 	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at, counted)
 	SELECT $4, $1, $7, $8, $9, $10::int > 0 FROM msg WHERE msg.state = {SENT}
 	RETURNING seq
+),
+ho AS (
+	INSERT INTO handoffs (id, kind, workflow_id, payload, lease_until)
+	SELECT h.id, h.kind, h.workflow_id, h.payload, now() + make_interval(secs => $20)
+	FROM unnest($16::text[], $17::text[], $18::text[], $19::bytea[]) WITH ORDINALITY AS h(id, kind, workflow_id, payload, ord)
+	WHERE EXISTS (SELECT 1 FROM del)
+	ORDER BY h.ord
+	ON CONFLICT (id) DO NOTHING
 )
 SELECT d.decision,
 	-- Only an untracked message that is not enqueued inserts nothing to conflict with.
@@ -186,9 +196,11 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 		dedupProducer, dedupKey, window = req.Dedup.ProducerID, req.Dedup.Key, store.EffectiveDedupWindow(req.Dedup.Window)
 	}
 	capacity := max(req.Capacity, 0)
+	hIDs, hKinds, hWorkflows, hPayloads := handoffColumnsOf(req.Handoffs)
 	args := []any{id, req.Track, env.GetProducerId(), req.RecipientID, env.GetCorrelationId(),
 		int32(env.GetMessageType()), envBytes, int16(store.LaneRank(req.Lane)), nullTime(req.ExpiresAt), capacity,
-		dedupProducer, dedupKey, window.Microseconds(), store.BufferFullNote(req.RecipientID, capacity), NotifyChannel}
+		dedupProducer, dedupKey, window.Microseconds(), store.BufferFullNote(req.RecipientID, capacity), NotifyChannel,
+		hIDs, hKinds, hWorkflows, hPayloads, store.HandoffLease.Seconds()}
 
 	var (
 		decision string

@@ -35,6 +35,17 @@ func queueHandoffs(b *pgx.Batch, hs []store.Handoff, lease time.Duration) {
 	}
 }
 
+// handoffColumnsOf splits hs into the parallel arrays a statement unnests (see admitSQL).
+func handoffColumnsOf(hs []store.Handoff) (ids, kinds, workflowIDs []string, payloads [][]byte) {
+	for _, h := range hs {
+		ids = append(ids, h.ID)
+		kinds = append(kinds, h.Kind)
+		workflowIDs = append(workflowIDs, h.WorkflowID)
+		payloads = append(payloads, payloadBytes(h.Payload))
+	}
+	return ids, kinds, workflowIDs, payloads
+}
+
 // payloadBytes keeps a nil payload out of the NOT NULL column.
 func payloadBytes(p []byte) []byte {
 	if p == nil {

@@ -147,6 +147,45 @@ func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"with-step"}, handoffIDs(pending))
 	})
+	t.Run("WrittenWithAnAdmissionOnly", func(t *testing.T) {
+		ctx := t.Context()
+		s := newStore(t)
+		mp, ob := s.Messages(), s.Outbox()
+		pending := func() []string {
+			t.Helper()
+			hs, err := ob.PendingHandoffs(ctx, 10)
+			require.NoError(t, err)
+			return handoffIDs(hs)
+		}
+		withHandoffs := func(req store.AdmitRequest, ids ...string) store.AdmitRequest {
+			for _, id := range ids {
+				req.Handoffs = append(req.Handoffs, handoff(id))
+			}
+			return req
+		}
+		// Admitted, with and without a capacity: the handoffs are written, in order, leased.
+		admitReq(t, mp, withHandoffs(store.AdmitRequest{Envelope: Envelope("ev-1"), RecipientID: "bob", Track: true}, "ev-1-a", "ev-1-b"))
+		admitReq(t, mp, withHandoffs(store.AdmitRequest{Envelope: Envelope("ev-2"), RecipientID: "bob", Track: true, Capacity: 2}, "ev-2-a"))
+		require.Equal(t, []string{"ev-1-a", "ev-1-b", "ev-2-a"}, pending(), "written with the admissions, in order")
+		got, err := ob.ClaimHandoffs(ctx, longLease, 10)
+		require.NoError(t, err)
+		require.Empty(t, got, "leased to the admitting frontend for its in-line attempt")
+		h, err := ob.PendingHandoffs(ctx, 1)
+		require.NoError(t, err)
+		require.JSONEq(t, `{"id":"ev-1-a"}`, string(h[0].Payload))
+		require.Equal(t, "wf/ev-1-a", h[0].WorkflowID)
+
+		// Refused admissions write nothing: a full buffer, a duplicate message_id, an operation
+		// the idempotency cache answers.
+		_, err = mp.Admit(ctx, withHandoffs(store.AdmitRequest{Envelope: Envelope("ev-full"), RecipientID: "bob", Track: true, Capacity: 1}, "ev-full-a"))
+		require.ErrorIs(t, err, store.ErrBufferFull)
+		_, err = mp.Admit(ctx, withHandoffs(store.AdmitRequest{Envelope: Envelope("ev-1"), RecipientID: "carol", Track: true}, "ev-dup-a"))
+		require.ErrorIs(t, err, store.ErrDuplicateMessage)
+		admitReq(t, mp, dedupReq("ev-k1", "carol", "ev-key"))
+		_, err = mp.Admit(ctx, withHandoffs(dedupReq("ev-k2", "carol", "ev-key"), "ev-cached-a"))
+		_ = requireDedupError(t, err, true)
+		require.Equal(t, []string{"ev-1-a", "ev-1-b", "ev-2-a"}, pending(), "no admission, no handoff")
+	})
 	t.Run("WrittenWithAConfirmedStep", func(t *testing.T) {
 		ctx := t.Context()
 		s := newStore(t)
