@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -60,41 +61,64 @@ func NegotiationMessageID(negotiationID string, seq int, agent string) string {
 	return uuid.NewSHA1(negotiationMessages, []byte(negotiationID+"/"+strconv.Itoa(seq)+"/"+agent)).String()
 }
 
-// PublishNegotiation stores the artifacts first (so a listed report never refers to an event
-// that was not sent yet) and then sends every event to every recipient as a NEGOTIATION
-// envelope with correlation_id = negotiation_id and the event's JSON as payload (§17.1),
-// in seq order. A retry repeats nothing: artifacts and message_ids are idempotent.
+// PublishNegotiation stores the artifacts and sends every event to every recipient as a
+// NEGOTIATION envelope with correlation_id = negotiation_id and the event's JSON as payload
+// (§17.1), each recipient's in seq order. A retry repeats nothing: artifacts and message_ids
+// are idempotent.
 func (a *Activities) PublishNegotiation(ctx context.Context, in NegotiationPublishInput) error {
+	// Artifacts are independent rows, and each recipient's stream is its own order (§17.1
+	// asks for one order per stream): all are written concurrently, each recipient's events
+	// one after the other in seq order. A retry repeats nothing (idempotent ids).
+	g, gctx := errgroup.WithContext(ctx)
 	for _, art := range in.Artifacts {
-		err := a.Store.Artifacts().AppendArtifact(ctx, store.Artifact{NegotiationID: in.NegotiationID, Kind: art.Kind, Version: art.Version,
-			ContentType: art.ContentType, Content: art.Content})
-		if err != nil && !errors.Is(err, store.ErrDuplicateArtifact) {
-			return fmt.Errorf("store %s %s of negotiation %s: %w", art.Kind, art.Version, in.NegotiationID, err)
-		}
+		g.Go(func() error {
+			err := a.Store.Artifacts().AppendArtifact(gctx, store.Artifact{NegotiationID: in.NegotiationID, Kind: art.Kind, Version: art.Version,
+				ContentType: art.ContentType, Content: art.Content})
+			if err != nil && !errors.Is(err, store.ErrDuplicateArtifact) {
+				return fmt.Errorf("store %s %s of negotiation %s: %w", art.Kind, art.Version, in.NegotiationID, err)
+			}
+			return nil
+		})
+	}
+	for _, to := range in.Recipients {
+		g.Go(func() error {
+			for _, ev := range in.Events {
+				if err := a.publishEvent(gctx, in.NegotiationID, to, ev); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	for _, ev := range in.Events {
-		for _, to := range in.Recipients {
-			env := &commonpb.Envelope{
-				MessageId: NegotiationMessageID(in.NegotiationID, ev.Seq, to), CorrelationId: in.NegotiationID,
-				MessageType: commonpb.MessageType_NEGOTIATION, ContentType: "application/json",
-				ContentLength: uint64(len(ev.JSON)), Payload: ev.JSON, SequenceNumber: uint64(ev.Seq),
-			}
-			err := a.Router.Notify(ctx, to, env)
-			switch {
-			case err == nil, errors.Is(err, store.ErrDuplicateMessage):
-			case errors.Is(err, store.ErrNotFound):
-				// A participant that deregistered mid-negotiation misses the rest; the others
-				// do not wait for it.
-				a.Sink.Record(ctx, observe.Event{CorrelationID: in.NegotiationID, Actor: protocol.SchedulerID, Type: "negotiation.undeliverable",
-					AgentID: to, Details: map[string]any{"seq": ev.Seq, "kind": ev.Kind, "error": err.Error()}})
-			default:
-				return fmt.Errorf("send %s event %d of negotiation %s to %s: %w", ev.Kind, ev.Seq, in.NegotiationID, to, err)
-			}
-		}
 		a.Sink.Record(ctx, observe.Event{CorrelationID: in.NegotiationID, Actor: protocol.SchedulerID, Type: "negotiation." + ev.Kind,
 			Details: map[string]any{"seq": ev.Seq, "recipients": in.Recipients, "bytes": len(ev.JSON)}})
 	}
 	return nil
+}
+
+// publishEvent sends one event to one recipient as a NEGOTIATION envelope.
+func (a *Activities) publishEvent(ctx context.Context, negotiationID, to string, ev NegotiationEvent) error {
+	env := &commonpb.Envelope{
+		MessageId: NegotiationMessageID(negotiationID, ev.Seq, to), CorrelationId: negotiationID,
+		MessageType: commonpb.MessageType_NEGOTIATION, ContentType: "application/json",
+		ContentLength: uint64(len(ev.JSON)), Payload: ev.JSON, SequenceNumber: uint64(ev.Seq),
+	}
+	err := a.Router.Notify(ctx, to, env)
+	switch {
+	case err == nil, errors.Is(err, store.ErrDuplicateMessage):
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		// A participant that deregistered mid-negotiation misses the rest; the others do
+		// not wait for it.
+		a.Sink.Record(ctx, observe.Event{CorrelationID: negotiationID, Actor: protocol.SchedulerID, Type: "negotiation.undeliverable",
+			AgentID: to, Details: map[string]any{"seq": ev.Seq, "kind": ev.Kind, "error": err.Error()}})
+		return nil
+	}
+	return fmt.Errorf("send %s event %d of negotiation %s to %s: %w", ev.Kind, ev.Seq, negotiationID, to, err)
 }
 
 // DebateEvaluationInput asks EvaluateNegotiationDrafts to compare two versions.

@@ -16,9 +16,9 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/sdk/negotiation"
 )
 
-// BenchmarkNegotiationRound times one two-party negotiation over gRPC with SDK agents on
-// PostgreSQL: Open, A's Propose, B's Counter, A's Evaluate, and the decide event arriving on
-// A's stream (docs/benchmarks.md).
+// BenchmarkNegotiationRound times one negotiation round over gRPC with SDK agents on
+// PostgreSQL: Open, A's Propose, B's and C's Evaluate, and the decision of the round (the
+// decide event arriving on A's stream) (docs/benchmarks.md).
 func BenchmarkNegotiationRound(b *testing.B) {
 	ctx := context.Background()
 	sys := start(b, newConfig(b, "postgres"))
@@ -31,7 +31,8 @@ func BenchmarkNegotiationRound(b *testing.B) {
 	}
 	a, aStream := dial("a")
 	bb, _ := dial("b")
-	na, nb := negotiation.New(a), negotiation.New(bb)
+	cc, _ := dial("c")
+	na, nb, nc := negotiation.New(a), negotiation.New(bb), negotiation.New(cc)
 	decided := func(id string) {
 		for {
 			d, err := aStream.Next()
@@ -49,16 +50,16 @@ func BenchmarkNegotiationRound(b *testing.B) {
 	for range b.N {
 		t0 := time.Now()
 		id := "bench-" + uuid.NewString()
-		if err := na.Open(ctx, negotiation.Options{ID: id, Topic: "bench", Participants: []string{a.ID(), bb.ID()}, Intensity: commonpb.DebateIntensity_LOW}); err != nil {
+		if err := na.Open(ctx, negotiation.Options{ID: id, Topic: "bench", Participants: []string{a.ID(), bb.ID(), cc.ID()}, Intensity: commonpb.DebateIntensity_LOW}); err != nil {
 			b.Fatal(err)
 		}
 		if err := na.Propose(ctx, id, "application/json", []byte(`{"price":120,"rps":100,"burst":200}`)); err != nil {
 			b.Fatal(err)
 		}
-		if err := nb.Counter(ctx, id, "application/json", []byte(`{"price":110,"rps":100,"burst":200}`)); err != nil {
+		if err := nb.Evaluate(ctx, id, 0.99, "ok"); err != nil {
 			b.Fatal(err)
 		}
-		if err := na.Evaluate(ctx, id, 0.99, "ok"); err != nil {
+		if err := nc.Evaluate(ctx, id, 0.98, "ok"); err != nil {
 			b.Fatal(err)
 		}
 		decided(id)
@@ -69,11 +70,11 @@ func BenchmarkNegotiationRound(b *testing.B) {
 }
 
 // bareNegotiation is what BenchmarkBaselineBareTemporalNegotiation runs: a workflow that
-// takes three updates (propose, counter, evaluate) and one activity per event, as the
-// negotiation publishes six events.
+// takes three updates (the proposal and two evaluations) and publishes after each, as the
+// negotiation does (open and policy, propose, two evaluates, decide).
 func bareNegotiation(ctx workflow.Context) error {
 	n := 0
-	for _, name := range []string{"propose", "counter", "evaluate"} {
+	for _, name := range []string{"propose", "evaluate-b", "evaluate-c"} {
 		if err := workflow.SetUpdateHandler(ctx, name, func(ctx workflow.Context) error { n++; return nil }); err != nil {
 			return err
 		}
@@ -118,7 +119,7 @@ func BenchmarkBaselineBareTemporalNegotiation(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, name := range []string{"propose", "counter", "evaluate"} {
+		for _, name := range []string{"propose", "evaluate-b", "evaluate-c"} {
 			h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: run.GetID(), UpdateName: name, WaitForStage: client.WorkflowUpdateStageCompleted})
 			if err == nil {
 				err = h.Get(ctx, nil)

@@ -155,9 +155,9 @@ func TestNegotiationPolicyRPCs(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, proto.Equal(&policypb.NegotiationPolicy{MaxRounds: 4}, got.GetPolicy()), "%v", got.GetPolicy())
 
-			// The rest of the service comes with the negotiation workflow.
+			// The effective policy belongs to a negotiation: none is open under this id.
 			_, err = agentClient.GetEffectivePolicy(ctx, &schedulerpb.GetEffectivePolicyRequest{NegotiationId: "n1"})
-			assert.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
+			assert.Equal(t, codes.NotFound, status.Code(err), "%v", err)
 
 			// The reasoning engine (builtin) through the frontend, as the agent.
 			rp := reasoningpb.NewReasoningProxyClient(agent.Conn())

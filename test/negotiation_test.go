@@ -21,6 +21,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	negotiationpkg "github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/sdk/negotiation"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -195,8 +196,9 @@ func opsCtx() context.Context {
 	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer alice-token")
 }
 
-// TestNegotiationDeadlockGoesToHuman: on both stores, a negotiation that runs out of rounds
-// below the threshold escalates with DEBATE_DEADLOCK; the operator approves through
+// TestNegotiationDeadlockGoesToHuman: on both stores, a participant's preference outside the
+// guardrails is clamped and shown by GetEffectivePolicy; a round that times out below the
+// threshold escalates with DEBATE_DEADLOCK; the operator approves through
 // SchedulerPolicyService.HitlAction and the best version is decided by the human. A second
 // one is aborted by a participant, and HitlAction on it has nothing to decide.
 func TestNegotiationDeadlockGoesToHuman(t *testing.T) {
@@ -210,20 +212,27 @@ func TestNegotiationDeadlockGoesToHuman(t *testing.T) {
 			require.NoError(t, err)
 			defer conn.Close()
 			pol := schedulerpb.NewSchedulerPolicyServiceClient(conn)
-			// One round, and the participants' judgement is all that counts.
+			// The participants' judgement is all that counts.
 			set, err := pol.SetPolicyProfiles(opsCtx(), &schedulerpb.SetPolicyProfilesRequest{Profiles: []*policypb.PolicyProfile{{
-				Name: "one-shot", Policy: &policypb.NegotiationPolicy{MaxRounds: 1, Scoring: &policypb.NegotiationPolicy_Scoring{LlmWeight: 1}}}}})
+				Name: "judged", Policy: &policypb.NegotiationPolicy{Scoring: &policypb.NegotiationPolicy_Scoring{LlmWeight: 1}}}}})
 			require.NoError(t, err)
 			require.True(t, set.GetOk(), set.GetReason())
 
 			id := uniq(t, "deadlock")
+			// right asks for a 1 ms round: outside LOWEST's guardrails, clamped to its minimum.
 			require.NoError(t, a.nc.Open(ctx, negotiation.Options{ID: id, Topic: "naming", Participants: []string{a.ID(), b.ID()},
-				Intensity: commonpb.DebateIntensity_LOWEST, Profile: "one-shot"}))
+				Intensity: commonpb.DebateIntensity_LOWEST, Profile: "judged",
+				Preferences: map[string]*policypb.AgentPreferences{b.ID(): {RoundTimeoutMs: 1}}}))
 			eff, err := a.nc.EffectivePolicy(ctx, id)
 			require.NoError(t, err)
-			assert.EqualValues(t, 1, eff.GetPolicy().GetMaxRounds(), "the profile's rounds, inside the guardrails")
+			g, err := negotiationpkg.GuardrailsFor(commonpb.DebateIntensity_LOWEST)
+			require.NoError(t, err)
+			assert.EqualValues(t, g.RoundTimeout[0].Milliseconds(), eff.GetPolicy().GetRoundTimeoutMs(), "the preference is clamped to the guardrail")
+			assert.EqualValues(t, g.RoundTimeout[0].Milliseconds(), eff.GetApplied()[b.ID()].GetRoundTimeoutMs(), "the clamped preference is shown")
+			assert.InDelta(t, 1, eff.GetPolicy().GetScoring().GetLlmWeight(), 1e-6, "the profile's scoring")
 			require.NoError(t, a.nc.Propose(ctx, id, "text/plain", []byte("call it sw4rm")))
 			require.NoError(t, b.nc.Evaluate(ctx, id, 0.1, "no"))
+			// Nobody counters: the round's durable timer ends it, below the threshold.
 			st := waitNegotiation(t, sys, id, func(s workflows.NegotiationState) bool { return s.HITLInvocationID != "" }, "escalated")
 			assert.Equal(t, workflows.NegotiationPaused, st.Status)
 			err = b.nc.Counter(ctx, id, "text/plain", []byte("call it swarm"))
@@ -237,7 +246,7 @@ func TestNegotiationDeadlockGoesToHuman(t *testing.T) {
 			require.True(t, resp.GetOk(), resp.GetReason())
 			st = waitNegotiation(t, sys, id, func(s workflows.NegotiationState) bool { return s.Status == workflows.NegotiationDecided }, "decided")
 			assert.Equal(t, "hitl", st.Decision.GetDecidedBy())
-			assert.Equal(t, "max_rounds", st.Decision.GetStopReason())
+			assert.Equal(t, "timeout", st.Decision.GetStopReason())
 			assert.Contains(t, st.Decision.GetRationale(), "DEBATE_DEADLOCK")
 			assert.Equal(t, []byte("call it sw4rm"), st.Result)
 			waitClosed(t, sys, id)
@@ -364,6 +373,41 @@ func TestNegotiationDebate(t *testing.T) {
 			}
 			waitClosed(t, sys, id)
 			recordHistory(t, sys.app.Temporal(), workflows.NegotiationWorkflowID(id), "negotiation_debate_"+kind)
+		})
+	}
+}
+
+// TestNegotiationOscillation: on both stores, two parties that keep swapping the same two
+// drafts are stopped by the oscillation rule, and the tie-break decides.
+func TestNegotiationOscillation(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			a, b := dialNegotiator(t, sys, "ping"), dialNegotiator(t, sys, "pong")
+			id := uniq(t, "osc")
+			require.NoError(t, a.nc.Open(ctx, negotiation.Options{ID: id, Topic: "ports", Participants: []string{a.ID(), b.ID()}, Intensity: commonpb.DebateIntensity_MEDIUM}))
+			eff, err := a.nc.EffectivePolicy(ctx, id)
+			require.NoError(t, err)
+			limit := int(eff.GetPolicy().GetOscillationLimit())
+			x, y := []byte(`{"port":8080}`), []byte(`{"port":9090}`)
+			require.NoError(t, a.nc.Propose(ctx, id, "application/json", x))
+			// v3 onwards each repeats an earlier version; the limit+1-th repeat stops it.
+			drafts := limit + 3
+			for v := 2; v <= drafts; v++ {
+				if v%2 == 0 {
+					require.NoError(t, b.nc.Counter(ctx, id, "application/json", y), "v%d", v)
+				} else {
+					require.NoError(t, a.nc.Counter(ctx, id, "application/json", x), "v%d", v)
+				}
+			}
+			st := waitNegotiation(t, sys, id, func(s workflows.NegotiationState) bool { return s.Status == workflows.NegotiationDecided }, "decided")
+			assert.Equal(t, "oscillation", st.Decision.GetStopReason())
+			assert.Equal(t, "policy", st.Decision.GetDecidedBy(), st.Decision.GetRationale())
+			assert.Len(t, st.Versions, drafts)
+			err = b.nc.Counter(ctx, id, "application/json", y)
+			assert.Equal(t, codes.FailedPrecondition, status.Code(err), "a decided negotiation takes no drafts: %v", err)
 		})
 	}
 }

@@ -228,9 +228,12 @@ type negotiationRun struct {
 	st     NegotiationState
 	policy *policypb.NegotiationPolicy
 
-	// pending are events not yet published; artifacts likewise.
-	pending   []activities.NegotiationEvent
-	artifacts []activities.NegotiationArtifact
+	// pending are events not yet published; artifacts likewise. publishing is set while the
+	// publisher's activity runs; publishErr is its last failure.
+	pending    []activities.NegotiationEvent
+	artifacts  []activities.NegotiationArtifact
+	publishing bool
+	publishErr error
 	// dirty is set by every handler; the main loop wakes on it.
 	dirty bool
 	// fresh lists versions whose engine evaluation is still to be asked.
@@ -270,6 +273,7 @@ func (w *negotiationRun) run(ctx workflow.Context) (NegotiationState, error) {
 	if err := w.handlers(ctx); err != nil {
 		return w.st, err
 	}
+	workflow.Go(ctx, w.publisher)
 
 	w.emit(ctx, map[string]any{"kind": "open", "topic": in.Topic, "corr": in.NegotiationID})
 	pol := map[string]any{"kind": "policy", "negotiation_id": in.NegotiationID, "policy": w.policy}
@@ -504,9 +508,6 @@ func (w *negotiationRun) state() negotiation.State {
 func (w *negotiationRun) runContract(ctx workflow.Context) error {
 	roundTimeout := time.Duration(w.policy.GetRoundTimeoutMs()) * time.Millisecond
 	for {
-		if err := w.flush(ctx); err != nil {
-			return err
-		}
 		if err := w.evaluateFresh(ctx); err != nil {
 			return err
 		}
@@ -798,21 +799,50 @@ func (w *negotiationRun) recipients() []string {
 	return to
 }
 
-// flush publishes the queued events and stores the queued artifacts, in one local activity:
-// a short store write and router admissions in the worker's process. Message ids derive from
-// the negotiation and the event's seq, so a retry delivers nothing twice.
+// publisher publishes the queued events and artifacts in order, one activity at a time, for
+// the whole negotiation. A regular activity, not a local one: a local activity would hold the
+// workflow task — and with it the answer to the update that queued the event — until the
+// store writes finish; this way Propose, Counter and Evaluate answer as soon as the
+// negotiation has applied them, and the events follow. Message ids derive from the
+// negotiation and the event's seq, so a retry delivers nothing twice.
+func (w *negotiationRun) publisher(ctx workflow.Context) {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 500 * time.Millisecond, MaximumInterval: 30 * time.Second},
+	})
+	var acts *activities.Activities
+	for {
+		if err := workflow.Await(ctx, func() bool { return len(w.pending) > 0 || len(w.artifacts) > 0 }); err != nil {
+			return
+		}
+		in := activities.NegotiationPublishInput{NegotiationID: w.in.NegotiationID, Recipients: w.recipients(), Events: w.pending, Artifacts: w.artifacts}
+		w.pending, w.artifacts, w.publishing = nil, nil, true
+		if err := workflow.ExecuteActivity(actx, acts.PublishNegotiation, in).Get(ctx, nil); err != nil {
+			w.publishErr = err
+		}
+		w.publishing = false
+	}
+}
+
+// flush waits until everything queued so far is published. What the publisher has not
+// taken yet is published here, by a local activity: at the end of a negotiation (the decide
+// or abort event) or before a human is asked nothing else waits on this workflow task, and
+// the decision then reaches the participants without an activity's dispatch round trip.
 func (w *negotiationRun) flush(ctx workflow.Context) error {
-	if len(w.pending) == 0 && len(w.artifacts) == 0 {
-		return nil
+	if err := workflow.Await(ctx, func() bool { return w.publishErr != nil || !w.publishing }); err != nil {
+		return err
+	}
+	if w.publishErr != nil || len(w.pending) == 0 && len(w.artifacts) == 0 {
+		return w.publishErr
 	}
 	in := activities.NegotiationPublishInput{NegotiationID: w.in.NegotiationID, Recipients: w.recipients(), Events: w.pending, Artifacts: w.artifacts}
 	w.pending, w.artifacts = nil, nil
-	actx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 500 * time.Millisecond, MaximumInterval: 30 * time.Second},
 	})
 	var acts *activities.Activities
-	return workflow.ExecuteLocalActivity(actx, acts.PublishNegotiation, in).Get(ctx, nil)
+	return workflow.ExecuteLocalActivity(lctx, acts.PublishNegotiation, in).Get(ctx, nil)
 }
 
 // NegotiationStartOptions are the start options of negotiation/<negotiation_id> on

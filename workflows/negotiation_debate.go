@@ -57,9 +57,6 @@ func (w *negotiationRun) runDebate(ctx workflow.Context) error {
 	if total == 0 {
 		mode, total = "parallel", 1
 	}
-	if err := w.flush(ctx); err != nil {
-		return err
-	}
 	var transcript, last []debate.Turn
 	stop := debate.StopRounds
 	for r := 1; r <= total; r++ {
@@ -190,9 +187,6 @@ func (w *negotiationRun) debateRound(ctx workflow.Context, r, total int, final b
 		}
 		w.emit(ctx, map[string]any{"kind": kind, "from": agent, "ct": "text/plain; charset=utf-8", "payload_b64": base64.StdEncoding.EncodeToString([]byte(t.Text)), "round": r})
 		w.artifactCT("turn", fmt.Sprintf("r%d/%s", r, agent), "text/plain; charset=utf-8", []byte(t.Text))
-	}
-	if err := w.flush(ctx); err != nil {
-		return nil, false, err
 	}
 	return turns, interrupted, nil
 }
