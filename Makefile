@@ -110,3 +110,10 @@ example-handoff:
 .PHONY: example-dag
 example-dag:
 	go run ./examples/dag
+
+## example-debate: run the negotiation and debate example (a contract negotiation, then
+## ADR-011's A/B harness of debate against the parallel vote) against a running server
+## (`make dev`; SW4RM_SERVER overrides localhost:50051). See examples/debate/README.md.
+.PHONY: example-debate
+example-debate:
+	go run ./examples/debate

@@ -249,6 +249,9 @@ type negotiationRun struct {
 	roundStart                    time.Time
 	roundTimedOut, debateTimedOut bool
 	tokens                        uint64
+	// turnScopes is whether this run gives debate turns their disjoint resource scopes
+	// (DebateTurnScope); runs recorded before that change keep the free-text scope.
+	turnScopes tristate
 }
 
 func (w *negotiationRun) run(ctx workflow.Context) (NegotiationState, error) {

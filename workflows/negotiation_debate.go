@@ -45,6 +45,20 @@ func DebateTaskID(negotiationID string, round int, agent string) string {
 	return id[:cut] + suffix
 }
 
+// DebateTurnScope is the scope of a participant's turn task: the resource
+// "negotiation/<negotiation_id>/<agent>", quoted as inference.ParseScope reads it. A debate
+// touches no repository (§17), and the turns of a round run in parallel by design, so each
+// turn claims a resource of its own: two turns' scopes are disjoint, and admission (§9.3)
+// runs them side by side instead of asking a human whether they conflict.
+func DebateTurnScope(negotiationID, agent string) string {
+	return "resource:" + strconv.Quote("negotiation/"+negotiationID+"/"+agent)
+}
+
+// versionDebateTurnScopes marks runs whose turns carry DebateTurnScope; earlier runs used
+// the free-text scope "negotiation:<id>/<agent>", which admission found to conflict with the
+// other turns of the round (shared words, rule free_text_shared).
+const versionDebateTurnScopes = "debate-turn-scopes"
+
 // runDebate runs ADR-011's debate: rounds of turns, every participant once per round in
 // parallel, each turn a scheduler task carrying the transcript of the earlier rounds (or a
 // summary of it past Options.SummaryThreshold bytes); the final round asks for FINAL_VERDICT;
@@ -149,10 +163,15 @@ func (w *negotiationRun) debateRound(ctx workflow.Context, r, total int, final b
 	texts := make([]string, n)
 	got := make([]bool, n)
 	done := 0
+	scoped := w.turnScopes.decide(ctx, versionDebateTurnScopes)
 	for i, agent := range w.in.Participants {
 		taskID := DebateTaskID(w.in.NegotiationID, r, agent)
+		scope := "negotiation:" + w.in.NegotiationID + "/" + agent
+		if scoped {
+			scope = DebateTurnScope(w.in.NegotiationID, agent)
+		}
 		in := TaskInput{TaskID: taskID, AgentID: agent, Params: body, ContentType: DebateTurnContentType,
-			Scope: "negotiation:" + w.in.NegotiationID + "/" + agent, SubmittedAt: now, HITLTimeout: w.in.HITLTimeout}
+			Scope: scope, SubmittedAt: now, HITLTimeout: w.in.HITLTimeout}
 		cctx := workflow.WithChildOptions(rctx, workflow.ChildWorkflowOptions{
 			WorkflowID:            TaskWorkflowID(taskID),
 			ParentClosePolicy:     enums.PARENT_CLOSE_POLICY_REQUEST_CANCEL,

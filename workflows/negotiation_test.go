@@ -20,6 +20,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
+	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -247,4 +248,42 @@ func TestNegotiationDebateTaskIDs(t *testing.T) {
 	id1, id2 := workflows.DebateTaskID(long, 1, "a"), workflows.DebateTaskID(long, 1, "b")
 	assert.LessOrEqual(t, len(id1), 200)
 	assert.NotEqual(t, id1, id2)
+}
+
+// TestNegotiationDebateTurnScopes: every turn task carries DebateTurnScope, a resource of its
+// own, so that the rule engine finds two turns of a round disjoint and admission runs them in
+// parallel (§9.3) instead of escalating to a human; agent ids with ':' and '@' parse too.
+func TestNegotiationDebateTurnScopes(t *testing.T) {
+	h := newNegHarness(t)
+	var mu sync.Mutex
+	scopes := map[string]string{}
+	h.turn = func(in workflows.TaskInput, p debate.TurnParams) string {
+		mu.Lock()
+		scopes[in.TaskID] = in.Scope
+		mu.Unlock()
+		return "A point.\nFINAL_VERDICT: approve"
+	}
+	in := negInput(basePolicy())
+	in.Participants = []string{"a", "b:x@y"}
+	in.Mode = workflows.NegotiationModeDebate
+	in.Debate = debate.Options{Rounds: 2, SummaryThreshold: debate.DefaultSummaryThreshold}
+	h.env.ExecuteWorkflow(workflows.Negotiation, in)
+	h.result()
+	require.Len(t, scopes, 4, "two rounds of two turns")
+	for r := 1; r <= 2; r++ {
+		for _, agent := range in.Participants {
+			assert.Equal(t, workflows.DebateTurnScope("n1", agent), scopes[workflows.DebateTaskID("n1", r, agent)])
+		}
+	}
+
+	a, err := inference.ParseScope(workflows.DebateTurnScope("n1", "a"))
+	require.NoError(t, err)
+	b, err := inference.ParseScope(workflows.DebateTurnScope("n1", "b:x@y"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"negotiation/n1/a"}, a.Resources)
+	assert.Equal(t, []string{"negotiation/n1/b:x@y"}, b.Resources)
+	as, err := (&inference.RuleEngine{}).CheckParallelism(a, b)
+	require.NoError(t, err)
+	v := inference.Decide(as, inference.DefaultThreshold, nil, inference.UnavailableSerialize)
+	assert.True(t, v.Parallel, "%s: %s", as.Rule, v.Reason)
 }

@@ -6,13 +6,17 @@
 package negotiation
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -116,14 +120,14 @@ func (c *Client) Open(ctx context.Context, o Options) error {
 		md.Set(PreferencesMetadataKey, string(b))
 	}
 	if len(o.Schema) > 0 {
-		md.Set(SchemaMetadataKey, string(o.Schema))
+		md.Set(SchemaMetadataKey, metadataJSON(o.Schema))
 	}
 	if len(o.Examples) > 0 {
 		b, err := json.Marshal(o.Examples)
 		if err != nil {
 			return fmt.Errorf("encode examples: %w", err)
 		}
-		md.Set(ExamplesMetadataKey, string(b))
+		md.Set(ExamplesMetadataKey, metadataJSON(b))
 	}
 	if o.Debate {
 		md.Set(ModeMetadataKey, "debate")
@@ -137,6 +141,32 @@ func (c *Client) Open(ctx context.Context, o Options) error {
 	}
 	_, err := c.svc.Open(metadata.NewOutgoingContext(ctx, metadata.Join(outgoing(ctx), md)), req)
 	return err
+}
+
+// metadataJSON writes JSON as a gRPC metadata value, which must be printable ASCII (gRPC
+// refuses anything else before the call leaves): compacted, so that the newlines and tabs of
+// a pretty-printed schema go, and with every non-ASCII character written as a \u escape,
+// which JSON reads back as the same character (RFC 8259 §7). Outside strings valid JSON has
+// only ASCII, so the escapes land inside strings. Text that is not JSON is sent as it is, for
+// the server to refuse with its reasons.
+func metadataJSON(raw []byte) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	var out strings.Builder
+	for _, r := range b.String() {
+		switch {
+		case r < utf8.RuneSelf:
+			out.WriteRune(r)
+		case r > 0xFFFF:
+			hi, lo := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, `\u%04x\u%04x`, hi, lo)
+		default:
+			fmt.Fprintf(&out, `\u%04x`, r)
+		}
+	}
+	return out.String()
 }
 
 func outgoing(ctx context.Context) metadata.MD {
