@@ -190,6 +190,35 @@ func TestNegotiationContract(t *testing.T) {
 	}
 }
 
+// TestNegotiationProposeRightAfterOpen: on both stores, an opener that proposes as soon as
+// Open returns reaches the workflow before its first workflow task has run; Temporal hands
+// the update over with that task and the SDK runs its handler as soon as it is registered.
+// The events are still open, policy, propose (§17.1), numbered 1, 2, 3.
+func TestNegotiationProposeRightAfterOpen(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			a, b := dialNegotiator(t, sys, "buyer"), dialNegotiator(t, sys, "seller")
+			for i := range 3 {
+				id := uniq(t, fmt.Sprintf("quick%d", i))
+				require.NoError(t, a.nc.Open(ctx, negotiation.Options{ID: id, Topic: "/api/v3/orders", Participants: []string{a.ID(), b.ID()},
+					Intensity: commonpb.DebateIntensity_LOW, Timeout: time.Minute}))
+				require.NoError(t, a.nc.Propose(ctx, id, "application/json", []byte(`{"api":"orders","price":120}`)))
+				for _, n := range []*negotiator{a, b} {
+					kinds, evs := n.events(t, id, 3)
+					assert.Equal(t, []string{"open", "policy", "propose"}, kinds, "negotiation %d", i)
+					for j, ev := range evs {
+						assert.Equal(t, j+1, ev.Seq, "negotiation %d: %s", i, ev.Kind)
+					}
+				}
+				require.NoError(t, a.nc.Abort(ctx, id, "done"))
+			}
+		})
+	}
+}
+
 // opsCtx carries the HITL operator's token.
 func opsCtx() context.Context {
 	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer alice-token")
