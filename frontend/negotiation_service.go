@@ -444,9 +444,11 @@ func negotiationUpdate(ctx context.Context, s *Server, id, name string, arg, out
 // closingRetry is how long a keyed update waits before asking a completing negotiation again.
 const closingRetry = 100 * time.Millisecond
 
-// isClosing recognises Temporal's refusal of an update while the run is completing.
+// isClosing recognises Temporal's answers to an update while the run is completing: the
+// update refused ("... because workflow is closing") or, admitted, aborted ("... aborted by
+// closing workflow").
 func isClosing(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "closing workflow")
+	return err != nil && (strings.Contains(err.Error(), "closing workflow") || strings.Contains(err.Error(), "workflow is closing"))
 }
 
 // sleepCtx waits d, or less when ctx ends first; it reports whether d passed.
