@@ -35,8 +35,9 @@ import (
 // it raised, before it blocks, so the caller can point an operator at it.
 const InvocationIDHeader = "sw4rm-hitl-invocation-id"
 
-// IdempotencyKeyMetadataKey is the request metadata that makes HitlService.Decide's retries
-// safe (hitlsignals.IdempotencyKeyMetadata).
+// IdempotencyKeyMetadataKey is the request metadata that makes retries of HitlService.Decide
+// (hitlsignals.IdempotencyKeyMetadata) and of the negotiation calls (negotiationUpdateID)
+// safe.
 const IdempotencyKeyMetadataKey = hitlsignals.IdempotencyKeyMetadata
 
 // maxIdempotencyKey bounds the key, as §11.2 tokens are bounded in practice.

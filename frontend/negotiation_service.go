@@ -2,6 +2,8 @@ package frontend
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -383,11 +386,34 @@ func (n *negotiationService) update(ctx context.Context, id, name string, arg, o
 }
 
 func negotiationUpdate(ctx context.Context, s *Server, id, name string, arg, out any) error {
-	h, err := s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+	key, err := idempotencyKey(ctx)
+	if err != nil {
+		return err
+	}
+	opts := client.UpdateWorkflowOptions{
 		WorkflowID: workflows.NegotiationWorkflowID(id), UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = h.Get(ctx, out)
+	}
+	if key != "" {
+		// One update id per (caller, key, request): Temporal applies an update id once per
+		// run and answers a repeat with the first outcome, even once the run has closed — so
+		// a retry of a call whose answer was lost (the frontend died with it) gets that
+		// answer instead of being applied again or refused as out of turn.
+		if opts.UpdateID, err = negotiationUpdateID(auth.FromContext(ctx).String(), key, name, arg); err != nil {
+			return failed("derive the update id", err)
+		}
+	}
+	call := func() error {
+		h, err := s.temporal.UpdateWorkflow(ctx, opts)
+		if err == nil {
+			err = h.Get(ctx, out)
+		}
+		return err
+	}
+	err = call()
+	// A completing run admits no update; once it has closed, a repeat of an update it
+	// applied finds that update's outcome. A keyed call asks again shortly.
+	for opts.UpdateID != "" && isClosing(err) && sleepCtx(ctx, closingRetry) {
+		err = call()
 	}
 	if err == nil {
 		return nil
@@ -407,10 +433,54 @@ func negotiationUpdate(ctx context.Context, s *Server, id, name string, arg, out
 	}
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) && !isCompleted(err) {
-		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no open negotiation %q", id)
+		// An update finds no running workflow both for an unknown negotiation and for one
+		// that has closed: only the second is a negotiation that exists.
+		desc, derr := s.temporal.DescribeWorkflowExecution(ctx, workflows.NegotiationWorkflowID(id), "")
+		if derr != nil || desc.GetWorkflowExecutionInfo() == nil {
+			return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no open negotiation %q", id)
+		}
+		return status.Errorf(codes.FailedPrecondition, "validation_error: negotiation %s is closed", id)
 	}
-	if isCompleted(err) || strings.Contains(err.Error(), "closing workflow") {
+	if isCompleted(err) || isClosing(err) {
 		return status.Errorf(codes.FailedPrecondition, "validation_error: negotiation %s is closed", id)
 	}
 	return temporalStatus(ctx, fmt.Sprintf("reach negotiation %s", id), err)
+}
+
+// closingRetry is how long a keyed update waits before asking a completing negotiation again.
+const closingRetry = 100 * time.Millisecond
+
+// isClosing recognises Temporal's answers to an update while the run is completing: the
+// update refused ("... because workflow is closing") or, admitted, aborted ("... aborted by
+// closing workflow").
+func isClosing(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "closing workflow") || strings.Contains(err.Error(), "workflow is closing"))
+}
+
+// sleepCtx waits d, or less when ctx ends first; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// negotiationUpdates is the UUID namespace of update ids derived from idempotency keys.
+var negotiationUpdates = uuid.MustParse("9d2b6c41-7e3a-4f08-b5d1-2a8e6f0c4b73")
+
+// negotiationUpdateID derives the update id of a call made with an idempotency key: the
+// update's name and a UUIDv5 of the caller, the key and the request. Scoping by the caller
+// keeps one caller's key from naming — and so answering — another's call (§23); the request
+// makes a key reused for another request another call rather than a replay of the first.
+func negotiationUpdateID(caller, key, name string, arg any) (string, error) {
+	b, err := json.Marshal(arg)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return name + "/" + uuid.NewSHA1(negotiationUpdates, []byte(caller+"\n"+key+"\n"+hex.EncodeToString(sum[:]))).String(), nil
 }

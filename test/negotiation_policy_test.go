@@ -155,9 +155,10 @@ func TestNegotiationPolicyRPCs(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, proto.Equal(&policypb.NegotiationPolicy{MaxRounds: 4}, got.GetPolicy()), "%v", got.GetPolicy())
 
-			// The effective policy belongs to a negotiation: none is open under this id.
+			// An effective policy exists only for a negotiation that was opened.
 			_, err = agentClient.GetEffectivePolicy(ctx, &schedulerpb.GetEffectivePolicyRequest{NegotiationId: "n1"})
 			assert.Equal(t, codes.NotFound, status.Code(err), "%v", err)
+			assert.Contains(t, err.Error(), "no_route", "%v", err)
 
 			// The reasoning engine (builtin) through the frontend, as the agent.
 			rp := reasoningpb.NewReasoningProxyClient(agent.Conn())

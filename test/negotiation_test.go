@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,6 +188,88 @@ func TestNegotiationContract(t *testing.T) {
 			}
 			waitClosed(t, sys, id)
 			recordHistory(t, sys.app.Temporal(), workflows.NegotiationWorkflowID(id), "negotiation_contract_"+kind)
+		})
+	}
+}
+
+// TestNegotiationProposeRightAfterOpen: on both stores, an opener that proposes as soon as
+// Open returns reaches the workflow before its first workflow task has run; Temporal hands
+// the update over with that task and the SDK runs its handler as soon as it is registered.
+// The events are still open, policy, propose (§17.1), numbered 1, 2, 3.
+func TestNegotiationProposeRightAfterOpen(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			a, b := dialNegotiator(t, sys, "buyer"), dialNegotiator(t, sys, "seller")
+			for i := range 3 {
+				id := uniq(t, fmt.Sprintf("quick%d", i))
+				require.NoError(t, a.nc.Open(ctx, negotiation.Options{ID: id, Topic: "/api/v3/orders", Participants: []string{a.ID(), b.ID()},
+					Intensity: commonpb.DebateIntensity_LOW, Timeout: time.Minute}))
+				require.NoError(t, a.nc.Propose(ctx, id, "application/json", []byte(`{"api":"orders","price":120}`)))
+				for _, n := range []*negotiator{a, b} {
+					kinds, evs := n.events(t, id, 3)
+					assert.Equal(t, []string{"open", "policy", "propose"}, kinds, "negotiation %d", i)
+					for j, ev := range evs {
+						assert.Equal(t, j+1, ev.Seq, "negotiation %d: %s", i, ev.Kind)
+					}
+				}
+				require.NoError(t, a.nc.Abort(ctx, id, "done"))
+			}
+		})
+	}
+}
+
+// TestNegotiationRetryWithIdempotencyKey: on both stores, a participant's call repeated with
+// the same sw4rm-idempotency-key and request — a retry after an answer was lost — is answered
+// with the first attempt's outcome and applied once: a repeated Propose or Counter is not
+// refused as out of turn, a repeated Evaluate publishes one evaluate event, and a repeat
+// after the negotiation decided still gets the first answer. The same key with another
+// request is another call; without a key a repeat is a new call; a malformed key is refused.
+func TestNegotiationRetryWithIdempotencyKey(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			a, b := dialNegotiator(t, sys, "buyer"), dialNegotiator(t, sys, "seller")
+			id := uniq(t, "keyed")
+			require.NoError(t, a.nc.Open(ctx, negotiation.Options{ID: id, Topic: "/api/v3/orders", Participants: []string{a.ID(), b.ID()},
+				Intensity: commonpb.DebateIntensity_LOW, Timeout: time.Minute}))
+			v1 := []byte(`{"api":"orders","price":120,"limits":{"rps":100,"burst":200,"regions":["eu","us"],"sla":"99.9"}}`)
+			v2 := []byte(`{"api":"orders","price":110,"limits":{"rps":100,"burst":200,"regions":["eu","us"],"sla":"99.9"}}`)
+			k1 := negotiation.WithIdempotencyKey(ctx, "propose-1")
+			require.NoError(t, a.nc.Propose(k1, id, "application/json", v1))
+			require.NoError(t, a.nc.Propose(k1, id, "application/json", v1), "the retry gets the first answer")
+			err := a.nc.Propose(ctx, id, "application/json", v1)
+			assert.Equal(t, codes.FailedPrecondition, status.Code(err), "without the key a repeat is a new call: %v", err)
+			err = a.nc.Propose(k1, id, "application/json", v2)
+			assert.Equal(t, codes.FailedPrecondition, status.Code(err), "the key with another request is another call: %v", err)
+
+			k2 := negotiation.WithIdempotencyKey(ctx, "counter-1")
+			require.NoError(t, b.nc.Counter(k2, id, "application/json", v2))
+			require.NoError(t, b.nc.Counter(k2, id, "application/json", v2))
+			assert.Len(t, negotiationOf(t, sys, id).Versions, 2)
+
+			k3 := negotiation.WithIdempotencyKey(ctx, "evaluate-1")
+			require.NoError(t, a.nc.Evaluate(k3, id, 0.97, "fair price"))
+			st := waitNegotiation(t, sys, id, func(s workflows.NegotiationState) bool { return s.Status == workflows.NegotiationDecided }, "decided")
+			assert.Equal(t, "consensus", st.Decision.GetDecidedBy())
+			waitClosed(t, sys, id)
+			require.NoError(t, a.nc.Evaluate(k3, id, 0.97, "fair price"), "a retry after the close still gets the first answer")
+			err = a.nc.Evaluate(ctx, id, 0.97, "fair price")
+			assert.Equal(t, codes.FailedPrecondition, status.Code(err), "a new call on a closed negotiation: %v", err)
+
+			kinds, evs := b.events(t, id, 6)
+			assert.Equal(t, []string{"open", "policy", "propose", "counter", "evaluate", "decide"}, kinds)
+			for i, ev := range evs {
+				assert.Equal(t, i+1, ev.Seq)
+			}
+			assert.Equal(t, 6, negotiationOf(t, sys, id).Events, "nothing was applied twice")
+
+			err = a.nc.Abort(negotiation.WithIdempotencyKey(ctx, strings.Repeat("k", 300)), id, "x")
+			assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 		})
 	}
 }

@@ -270,14 +270,9 @@ func (w *negotiationRun) run(ctx workflow.Context) (NegotiationState, error) {
 		return w.st, temporal.NewNonRetryableApplicationError("negotiation config: "+err.Error(), NegotiationErrValidation, nil)
 	}
 	w.cfg = cfg
-	if err := workflow.SetQueryHandler(ctx, NegotiationStateQuery, func() (NegotiationState, error) { return w.st, nil }); err != nil {
-		return w.st, err
-	}
-	if err := w.handlers(ctx); err != nil {
-		return w.st, err
-	}
-	workflow.Go(ctx, w.publisher)
-
+	// open and policy are queued before any handler exists: a draft that arrived with the
+	// start (an opener proposing right after Open) is run by the SDK as soon as its handler
+	// is registered, and must come after them (§17.1).
 	w.emit(ctx, map[string]any{"kind": "open", "topic": in.Topic, "corr": in.NegotiationID})
 	pol := map[string]any{"kind": "policy", "negotiation_id": in.NegotiationID, "policy": w.policy}
 	if in.Profile != "" {
@@ -287,6 +282,13 @@ func (w *negotiationRun) run(ctx workflow.Context) (NegotiationState, error) {
 	if b, err := jsonOf(in.Effective); err == nil {
 		w.artifact("policy", "effective", b)
 	}
+	if err := workflow.SetQueryHandler(ctx, NegotiationStateQuery, func() (NegotiationState, error) { return w.st, nil }); err != nil {
+		return w.st, err
+	}
+	if err := w.handlers(ctx); err != nil {
+		return w.st, err
+	}
+	workflow.Go(ctx, w.publisher)
 	// debate_timeout is one durable timer for the whole negotiation (§17).
 	tctx, cancelTimer := workflow.WithCancel(ctx)
 	defer cancelTimer()

@@ -43,6 +43,20 @@ const (
 	SummaryMetadataKey     = "sw4rm-debate-summary-bytes"
 )
 
+// IdempotencyKeyMetadataKey is the request metadata that makes a retried Propose, Counter,
+// Evaluate, Decide or Abort safe (docs/negotiation.md, "Retrying a call").
+const IdempotencyKeyMetadataKey = "sw4rm-idempotency-key"
+
+// WithIdempotencyKey returns ctx carrying key for the negotiation calls made with it. A call
+// that got no answer (Unavailable, its own deadline) may have been applied; made again with
+// the same key and the same request, it is answered with the first attempt's outcome instead
+// of being applied a second time. Use a new key for every logical call.
+func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+	md := outgoing(ctx).Copy()
+	md.Set(IdempotencyKeyMetadataKey, key)
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
 // DebateTurnContentType is the content type of a debate turn task's params.
 const DebateTurnContentType = "application/vnd.sw4rm.debate-turn+json"
 

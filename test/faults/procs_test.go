@@ -63,6 +63,14 @@ func (p *proc) kill() {
 	<-p.done
 }
 
+// pause stops the process group with SIGSTOP, as a machine that stalls (swapping, a frozen
+// VM) stops a process: its connections stay open and nothing it was handed is processed
+// until resume.
+func (p *proc) pause() { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP) }
+
+// resume continues a paused process group (SIGCONT).
+func (p *proc) resume() { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT) }
+
 // exited reports whether the process has ended.
 func (p *proc) exited() bool {
 	select {

@@ -88,6 +88,10 @@ func (p *sw4rmProc) start() {
 // kill is kill -9 of the process.
 func (p *sw4rmProc) kill() { p.proc.kill() }
 
+// pause stalls the process (SIGSTOP); resume lets it go on (SIGCONT).
+func (p *sw4rmProc) pause()  { p.proc.pause() }
+func (p *sw4rmProc) resume() { p.proc.resume() }
+
 // restart starts the process again with the same configuration and port.
 func (p *sw4rmProc) restart() { p.start() }
 
