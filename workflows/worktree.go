@@ -653,7 +653,7 @@ func (w *worktreeRun) applyBind(ctx workflow.Context, b WorktreeBind) (WorktreeB
 	w.bound = true
 	w.st.RepoID, w.st.HomeWorktreeID = b.RepoID, b.WorktreeID
 	manual := w.st.State == worktree.StateBindFailed
-	ok, err := w.attempt(ctx, b.By, manual)
+	ok, err := w.attempt(ctx, b.By, manual, 0)
 	if err != nil {
 		return WorktreeBindResult{}, err
 	}
@@ -668,8 +668,10 @@ func (w *worktreeRun) applyBind(ctx workflow.Context, b WorktreeBind) (WorktreeB
 // BOUND_HOME; on failure it enters BIND_FAILED (or, failing again, stays there with the new
 // reason; §16.2 has no transition for a failed retry) and the next retry is scheduled.
 // manual marks a new BIND while BIND_FAILED (§16.3 manual recovery), which starts the
-// automatic retries afresh.
-func (w *worktreeRun) attempt(ctx workflow.Context, by string, manual bool) (bool, error) {
+// automatic retries afresh; retry numbers an automatic retry (0 for none). The state changes
+// only once the attempt is over, so a query meanwhile sees the previous attempt's whole
+// record.
+func (w *worktreeRun) attempt(ctx workflow.Context, by string, manual bool, retry int) (bool, error) {
 	var got activities.EnsuredWorktree
 	err := workflow.ExecuteActivity(w.gitCtx(ctx), w.acts.EnsureWorktree, activities.EnsureWorktreeInput{AgentID: w.st.AgentID,
 		RepoID: w.st.RepoID, WorktreeID: w.st.HomeWorktreeID, Lock: true}).Get(ctx, &got)
@@ -689,8 +691,11 @@ func (w *worktreeRun) attempt(ctx workflow.Context, by string, manual bool) (boo
 	reason, msg := activities.ReasonOfActivityError(err)
 	now := workflow.Now(ctx)
 	w.st.Reason, w.st.Attempts = reason, w.st.Attempts+1
-	if manual {
+	switch {
+	case manual:
 		w.st.Retries = 0
+	case retry > 0:
+		w.st.Retries = retry
 	}
 	w.st.NextRetryAt = time.Time{}
 	if wait, ok := worktree.BindRetry.Delay(w.st.Retries + 1); ok {
@@ -710,8 +715,7 @@ func (w *worktreeRun) attempt(ctx workflow.Context, by string, manual bool) (boo
 
 // retry is an automatic retry of a failed bind (§16.3), when its backoff is over.
 func (w *worktreeRun) retry(ctx workflow.Context) error {
-	w.st.Retries++
-	_, err := w.attempt(ctx, "", false)
+	_, err := w.attempt(ctx, "", false, w.st.Retries+1)
 	return err
 }
 
