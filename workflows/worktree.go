@@ -605,6 +605,12 @@ func (w *worktreeRun) checkReject() error {
 // again, since operations queued before it may have changed the state.
 func (w *worktreeRun) apply(ctx workflow.Context, o *worktreeOp) error {
 	defer func() { o.st, o.done = w.st, true }()
+	if w.unbound {
+		// Queued behind the unbind that ends this run: the caller calls again and reaches
+		// the next run, so no run ever ends bound.
+		o.err = w.validate()
+		return nil
+	}
 	var err error
 	switch o.kind {
 	case opBind:

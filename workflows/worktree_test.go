@@ -495,3 +495,39 @@ func TestWorktreeIdleRunEnds(t *testing.T) {
 	assert.Equal(t, worktree.StateUnbound, res.State)
 	assert.Empty(t, h.records)
 }
+
+// TestWorktreeBindQueuedBehindUnbind: a bind queued behind the unbind that ends the run is
+// refused as closing (the frontend calls again and reaches the next run): no run ends bound.
+func TestWorktreeBindQueuedBehindUnbind(t *testing.T) {
+	h := newWorktreeHarness(t)
+	h.bind(time.Second, "app", "w1")
+	var u, b *wtUpdate
+	h.env.RegisterDelayedCallback(func() {
+		u = &wtUpdate{}
+		b = &wtUpdate{}
+		for _, c := range []struct {
+			name string
+			arg  any
+			res  *wtUpdate
+		}{{workflows.WorktreeUnbindUpdate, workflows.WorktreeUnbind{}, u}, {workflows.WorktreeBindUpdate, workflows.WorktreeBind{RepoID: "app", WorktreeID: "w1"}, b}} {
+			res := c.res
+			h.env.UpdateWorkflow(c.name, "", &testsuite.TestUpdateCallback{
+				OnReject:   func(err error) { res.rejected = err },
+				OnAccept:   func() { res.accepted = true },
+				OnComplete: func(_ any, err error) { res.done, res.err = true, err },
+			}, c.arg)
+		}
+	}, 2*time.Second)
+	res := h.run()
+	requireDone(t, u)
+	assert.Equal(t, worktree.StateUnbound, res.State, "the run ends unbound")
+	if b.rejected == nil {
+		require.True(t, b.done)
+		var app *temporal.ApplicationError
+		require.ErrorAs(t, b.err, &app)
+		assert.Equal(t, workflows.WorktreeRunClosing, app.Type())
+	} else {
+		assert.Contains(t, b.rejected.Error(), "ending")
+	}
+	assert.Len(t, h.ensures, 1, "the queued bind made no git call")
+}
