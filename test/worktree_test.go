@@ -280,6 +280,12 @@ func TestWorktreeBindFailureRetries(t *testing.T) {
 			st, err = coder.wt.Status(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, wtsdk.StateUnbound, st.State)
+
+			// A bind right after the unbind reaches a new run and succeeds.
+			st, err = coder.wt.Bind(ctx, "app", "w1")
+			require.NoError(t, err)
+			assert.Equal(t, wtsdk.StateBoundHome, st.State)
+			assert.Equal(t, "app", st.RepoID)
 		})
 	}
 }
