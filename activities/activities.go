@@ -19,6 +19,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/reasoning"
+	"github.com/sw4rm/sw4rm-temporal/repos"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -40,6 +41,9 @@ type Activities struct {
 	// Reasoning evaluates proposals and summarises transcripts (EvaluateDebate, Summarize;
 	// reasoning.FromConfig). Nil means reasoning.Builtin: see reasoningEngine.
 	Reasoning reasoning.Engine
+	// Repos makes and releases the git worktrees agents are bound to (§16; SW4RM_REPOS).
+	// Nil means no repository is configured: every bind fails with worktree_not_found.
+	Repos *repos.Manager
 }
 
 // reasoningEngine returns the configured reasoning engine, or reasoning.Builtin when none

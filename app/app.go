@@ -36,6 +36,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
 	"github.com/sw4rm/sw4rm-temporal/reasoning"
+	"github.com/sw4rm/sw4rm-temporal/repos"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -150,6 +151,15 @@ type Config struct {
 	// workers' activities; empty means the builtin engine (SW4RM_REASONING_EXTERNAL,
 	// docs/reasoning.md).
 	ReasoningExternal string
+	// Repos are the git repositories agents bind worktrees in (§16), comma-separated
+	// repo_id=/absolute/path pairs (SW4RM_REPOS, repos.Parse); each must be a git
+	// repository, checked when a worker starts. Empty means none: every bind fails with
+	// worktree_not_found.
+	Repos string
+	// WorktreeRoot is where worktrees are made, as <root>/<repo_id>/<worktree_id>
+	// (SW4RM_WORKTREE_ROOT); empty means inside each repository, in
+	// <repo>/.sw4rm-worktrees/<worktree_id> (docs/worktrees.md).
+	WorktreeRoot string
 }
 
 // DevHITLOperators is the HITL operator policy of `sw4rm dev` when none is configured: one
@@ -216,6 +226,8 @@ func (c Config) FromEnv() (Config, error) {
 	str("SW4RM_TLS_CLIENT_CA_FILE", &c.TLSClientCAFile)
 	str("SW4RM_ACL_FILE", &c.ACLFile)
 	str("SW4RM_REASONING_EXTERNAL", &c.ReasoningExternal)
+	str("SW4RM_REPOS", &c.Repos)
+	str("SW4RM_WORKTREE_ROOT", &c.WorktreeRoot)
 	if v, ok := os.LookupEnv("SW4RM_CONFLICT_THRESHOLD"); ok {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f <= 0 || f > 1 {
@@ -302,6 +314,20 @@ func ParseLaneWeights(v string) (store.LaneWeights, error) {
 		n[i] = x
 	}
 	return store.LaneWeights{Privileged: n[0], Standard: n[1], Bulk: n[2]}, nil
+}
+
+// OpenRepos checks the repositories of SW4RM_REPOS and returns their manager: each must be a
+// git repository (and git installed), and the worktree root, if set, absolute.
+func OpenRepos(ctx context.Context, cfg Config) (*repos.Manager, error) {
+	parsed, err := repos.Parse(cfg.Repos)
+	if err != nil {
+		return nil, fmt.Errorf("SW4RM_REPOS: %w", err)
+	}
+	m, err := repos.New(ctx, parsed, cfg.WorktreeRoot)
+	if err != nil {
+		return nil, fmt.Errorf("SW4RM_REPOS, SW4RM_WORKTREE_ROOT: %w", err)
+	}
+	return m, nil
 }
 
 // Roles selects what a process runs.
@@ -575,9 +601,14 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		"store", st.Kind(), "server", roles.Server, "worker", roles.Worker)
 
 	if roles.Worker {
+		repoManager, err := OpenRepos(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("repositories", "repos", repoManager.RepoIDs(), "worktree_root", cfg.WorktreeRoot)
 		a.worker = sdkworker.New(a.temporal, cfg.TaskQueue, sdkworker.Options{})
 		worker.Register(a.worker, &activities.Activities{Store: st, Router: rt, Sink: sink, HITL: hitlPolicy, Scheduler: schedPolicy, Temporal: a.temporal,
-			Reasoning: a.reasoning})
+			Reasoning: a.reasoning, Repos: repoManager})
 		if err := a.worker.Start(); err != nil {
 			return nil, fmt.Errorf("start worker: %w", err)
 		}

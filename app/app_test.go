@@ -152,3 +152,17 @@ func TestReasoningExternalFromEnv(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "reasoner:7000", cfg.ReasoningExternal)
 }
+
+// TestOpenRepos: SW4RM_REPOS must name git repositories by absolute path; none is fine.
+func TestOpenRepos(t *testing.T) {
+	m, err := app.OpenRepos(t.Context(), app.DefaultConfig())
+	require.NoError(t, err)
+	assert.Empty(t, m.RepoIDs())
+	cfg := app.DefaultConfig()
+	cfg.Repos = "app=relative"
+	_, err = app.OpenRepos(t.Context(), cfg)
+	require.ErrorContains(t, err, "SW4RM_REPOS")
+	cfg.Repos = "app=" + t.TempDir()
+	_, err = app.OpenRepos(t.Context(), cfg)
+	require.ErrorContains(t, err, "not a git repository")
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
 )
 
 // Authorization: one rule per method, deny by default (§6.5: "comprehensive authorization
@@ -146,6 +147,20 @@ var methodRules = map[string]rule{
 		field: func(r any) string { return r.(*schedulerpb.SubmitEvaluationRequest).GetReport().GetFromAgent() }},
 	schedulerpb.SchedulerPolicyService_HitlAction_FullMethodName: {who: operator},
 
+	// Worktree binding (§16): an agent binds, unbinds and asks to switch only itself, and
+	// reads its own binding; operators may do all of that for any agent, and alone decide
+	// switches (§16: non-home operation needs policy or HITL approval).
+	worktreepb.WorktreeService_Bind_FullMethodName: {who: selfOrOperator, what: "agent_id",
+		field: func(r any) string { return r.(*worktreepb.BindRequest).GetAgentId() }},
+	worktreepb.WorktreeService_Unbind_FullMethodName: {who: selfOrOperator, what: "agent_id",
+		field: func(r any) string { return r.(*worktreepb.UnbindRequest).GetAgentId() }},
+	worktreepb.WorktreeService_RequestSwitch_FullMethodName: {who: selfOrOperator, what: "agent_id",
+		field: func(r any) string { return r.(*worktreepb.SwitchRequest).GetAgentId() }},
+	worktreepb.WorktreeService_Status_FullMethodName: {who: selfOrOperator, what: "agent_id",
+		field: func(r any) string { return r.(*worktreepb.StatusRequest).GetAgentId() }},
+	worktreepb.WorktreeService_ApproveSwitch_FullMethodName: {who: operator},
+	worktreepb.WorktreeService_RejectSwitch_FullMethodName:  {who: operator},
+
 	loggingpb.LoggingService_Ingest_FullMethodName: {who: selfOrOperator, what: "agent_id",
 		field: func(r any) string { return r.(*loggingpb.LogEvent).GetAgentId() }},
 	activitypb.ActivityService_AppendArtifact_FullMethodName:   {who: authenticated},
@@ -169,7 +184,6 @@ var methodRules = map[string]rule{
 // replaces its entry with per-method rules when it lands; SchedulerPolicyService's entry
 // covers its methods not built yet (notYetBuiltMethods), methodRules the built ones.
 var serviceRules = map[string]rule{
-	"/sw4rm.worktree.WorktreeService/":                  {who: authenticated},
 	"/sw4rm.tool.ToolService/":                          {who: authenticated},
 	"/sw4rm.connector.ConnectorService/":                {who: authenticated},
 	"/sw4rmext.keys.v1.KeyAdminService/":                {who: operator},

@@ -13,6 +13,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
 )
 
 // TestEveryServedMethodHasARule: required mode denies a method without a rule, so every
@@ -65,6 +66,16 @@ func TestAuthorizeRules(t *testing.T) {
 		"operator sets policy profiles":        {schedulerpb.SchedulerPolicyService_SetPolicyProfiles_FullMethodName, &schedulerpb.SetPolicyProfilesRequest{}, ops, true},
 		"agent reads the negotiation policy":   {schedulerpb.SchedulerPolicyService_GetNegotiationPolicy_FullMethodName, &schedulerpb.GetNegotiationPolicyRequest{}, alice, true},
 		"agent lists policy profiles":          {schedulerpb.SchedulerPolicyService_ListPolicyProfiles_FullMethodName, &schedulerpb.ListPolicyProfilesRequest{}, alice, true},
+		"agent binds itself":                   {worktreepb.WorktreeService_Bind_FullMethodName, &worktreepb.BindRequest{AgentId: "alice"}, alice, true},
+		"agent binds another":                  {worktreepb.WorktreeService_Bind_FullMethodName, &worktreepb.BindRequest{AgentId: "bob"}, alice, false},
+		"operator binds an agent":              {worktreepb.WorktreeService_Bind_FullMethodName, &worktreepb.BindRequest{AgentId: "bob"}, ops, true},
+		"agent reads its binding":              {worktreepb.WorktreeService_Status_FullMethodName, &worktreepb.StatusRequest{AgentId: "alice"}, alice, true},
+		"agent reads another's binding":        {worktreepb.WorktreeService_Status_FullMethodName, &worktreepb.StatusRequest{AgentId: "bob"}, alice, false},
+		"agent asks to switch itself":          {worktreepb.WorktreeService_RequestSwitch_FullMethodName, &worktreepb.SwitchRequest{AgentId: "alice"}, alice, true},
+		"agent approves its own switch":        {worktreepb.WorktreeService_ApproveSwitch_FullMethodName, &worktreepb.SwitchApprove{AgentId: "alice"}, alice, false},
+		"operator approves a switch":           {worktreepb.WorktreeService_ApproveSwitch_FullMethodName, &worktreepb.SwitchApprove{AgentId: "alice"}, ops, true},
+		"agent rejects a switch":               {worktreepb.WorktreeService_RejectSwitch_FullMethodName, &worktreepb.SwitchReject{AgentId: "alice"}, alice, false},
+		"operator unbinds an agent":            {worktreepb.WorktreeService_Unbind_FullMethodName, &worktreepb.UnbindRequest{AgentId: "alice"}, ops, true},
 		"anonymous lists policy profiles":      {schedulerpb.SchedulerPolicyService_ListPolicyProfiles_FullMethodName, &schedulerpb.ListPolicyProfilesRequest{}, auth.Principal{}, false},
 	} {
 		t.Run(name, func(t *testing.T) {

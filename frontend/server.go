@@ -125,7 +125,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	hitladminpb.RegisterHitlAdminServiceServer(g, &hitlAdminService{s: s})
 	dlqadminpb.RegisterDlqAdminServiceServer(g, &dlqAdminService{s: s, requeue: s.router})
 	keyadminpb.RegisterKeyAdminServiceServer(g, &keyAdminService{s: s})
-	worktreepb.RegisterWorktreeServiceServer(g, worktreepb.UnimplementedWorktreeServiceServer{})
+	worktreepb.RegisterWorktreeServiceServer(g, &worktreeService{s: s})
 	toolpb.RegisterToolServiceServer(g, toolpb.UnimplementedToolServiceServer{})
 	connectorpb.RegisterConnectorServiceServer(g, connectorpb.UnimplementedConnectorServiceServer{})
 	negotiationpb.RegisterNegotiationServiceServer(g, &negotiationService{s: s})

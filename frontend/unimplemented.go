@@ -13,7 +13,6 @@ import (
 // codes.Unimplemented with that text instead of pretending to work; an entry is removed when
 // its service is built.
 var notYetBuilt = map[string]string{
-	"/sw4rm.worktree.WorktreeService/":   "worktree binding (§16)",
 	"/sw4rm.tool.ToolService/":           "policy-bound tool calling (§18)",
 	"/sw4rm.connector.ConnectorService/": "tool provider registration (§18.1)",
 }

@@ -63,6 +63,8 @@ type Store interface {
 	// NegotiationPolicies returns the base negotiation policy and the policy profiles
 	// (§17.2).
 	NegotiationPolicies() NegotiationPolicies
+	// Worktrees returns the worktree binding projection (§16).
+	Worktrees() Worktrees
 	// Kind names the implementation ("memory" or "postgres") for logs.
 	Kind() string
 	// Close releases connections and stops background work.

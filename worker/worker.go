@@ -35,6 +35,7 @@ func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(workflows.HitlWait, workflow.RegisterOptions{Name: hitlsignals.WorkflowType})
 	r.RegisterWorkflow(workflows.RoomCoordinator)
 	r.RegisterWorkflow(workflows.TaskWorkflow)
+	r.RegisterWorkflow(workflows.WorktreeWorkflow)
 }
 
 // EnsureSearchAttributes registers SW4RM's custom search attributes in the namespace if they

@@ -35,6 +35,10 @@ var (
 	// DAGStateKey is a DAG run's state (§17.7): RUNNING, WAITING (a node failed; the run
 	// waits for ResumeWorkflow), COMPLETED or FAILED.
 	DAGStateKey = temporal.NewSearchAttributeKeyKeyword("SW4RMDAGState")
+	// WorktreeStateKey is a worktree binding's state (§16.1), e.g. "BIND_FAILED": operators
+	// list the agents whose bind failed with SW4RMKind = 'worktree' AND SW4RMWorktreeState =
+	// 'BIND_FAILED'.
+	WorktreeStateKey = temporal.NewSearchAttributeKeyKeyword("SW4RMWorktreeState")
 )
 
 // SearchAttributes lists every custom search attribute with its type, for registration.
@@ -48,6 +52,7 @@ func SearchAttributes() map[string]enums.IndexedValueType {
 		HandoffStateKey.GetName():  enums.INDEXED_VALUE_TYPE_KEYWORD,
 		HandoffAgentsKey.GetName(): enums.INDEXED_VALUE_TYPE_KEYWORD_LIST,
 		DAGStateKey.GetName():      enums.INDEXED_VALUE_TYPE_KEYWORD,
+		WorktreeStateKey.GetName(): enums.INDEXED_VALUE_TYPE_KEYWORD,
 	}
 }
 

@@ -72,6 +72,8 @@ func newRootWith(start startFunc) *cobra.Command {
 	pf.StringVar(&cfg.TLSClientCAFile, "tls-client-ca-file", "", "PEM CA bundle; clients must present a certificate it verifies (mutual TLS) (SW4RM_TLS_CLIENT_CA_FILE)")
 	pf.StringVar(&cfg.ACLFile, "acl-file", "", "access-control list, §6.3, docs/acl.md (SW4RM_ACL_FILE)")
 	pf.StringVar(&cfg.ReasoningExternal, "reasoning-external", "", "address of an external reasoning engine (a ReasoningProxy) for EvaluateDebate and Summarize; empty uses the builtin one (SW4RM_REASONING_EXTERNAL)")
+	pf.StringVar(&cfg.Repos, "repos", "", "git repositories agents bind worktrees in, repo_id=/path,..., §16, docs/worktrees.md (SW4RM_REPOS)")
+	pf.StringVar(&cfg.WorktreeRoot, "worktree-root", "", "where worktrees are made, <root>/<repo_id>/<worktree_id>; empty means <repo>/.sw4rm-worktrees (SW4RM_WORKTREE_ROOT)")
 	authMode := pf.String("auth", "off", "authentication: off, optional or required, §6.2, docs/security.md (SW4RM_AUTH)")
 	pf.DurationVar(&cfg.AuthClockSkew, "auth-clock-skew", cfg.AuthClockSkew, "largest clock difference of a signed call (SW4RM_AUTH_CLOCK_SKEW)")
 	pf.DurationVar(&cfg.KeyOverlap, "key-overlap", cfg.KeyOverlap, "how long a rotated-out agent key stays valid, §23 (SW4RM_KEY_OVERLAP)")
@@ -131,6 +133,8 @@ func newRootWith(start startFunc) *cobra.Command {
 		apply("tls-client-ca-file", func() { merged.TLSClientCAFile = cfg.TLSClientCAFile })
 		apply("acl-file", func() { merged.ACLFile = cfg.ACLFile })
 		apply("reasoning-external", func() { merged.ReasoningExternal = cfg.ReasoningExternal })
+		apply("repos", func() { merged.Repos = cfg.Repos })
+		apply("worktree-root", func() { merged.WorktreeRoot = cfg.WorktreeRoot })
 		apply("auth-clock-skew", func() { merged.AuthClockSkew = cfg.AuthClockSkew })
 		apply("key-overlap", func() { merged.KeyOverlap = cfg.KeyOverlap })
 		if cmd.Flags().Changed("auth") {

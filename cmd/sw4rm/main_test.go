@@ -152,6 +152,15 @@ func TestEveryDocumentedVariableIsRead(t *testing.T) {
 	assert.Equal(t, 20*time.Second, cfg.AckTimeout, "the variable wins over the default")
 	cfg, _, _ = configOf(t, "worker", "--reasoning-external", "flag-reasoner:7000")
 	assert.Equal(t, "flag-reasoner:7000", cfg.ReasoningExternal, "the flag wins over its variable")
+
+	t.Setenv("SW4RM_REPOS", "app=/srv/app")
+	t.Setenv("SW4RM_WORKTREE_ROOT", "/srv/worktrees")
+	cfg, _, _ = configOf(t, "dev")
+	assert.Equal(t, "app=/srv/app", cfg.Repos)
+	assert.Equal(t, "/srv/worktrees", cfg.WorktreeRoot)
+	cfg, _, _ = configOf(t, "worker", "--repos", "docs=/srv/docs", "--worktree-root", "/tmp/wt")
+	assert.Equal(t, "docs=/srv/docs", cfg.Repos, "the flag wins over its variable")
+	assert.Equal(t, "/tmp/wt", cfg.WorktreeRoot)
 }
 
 // TestSecuritySettings: the TLS and ACL files come from their variables or flags, the flag

@@ -89,6 +89,10 @@ type Store struct {
 	basePolicy *policyRow[*policypb.NegotiationPolicy]
 	profiles   map[string]policyRow[*policypb.PolicyProfile]
 
+	// worktrees is the worktree binding projection by agent_id (see worktrees.go), made on
+	// first write.
+	worktrees map[string]store.WorktreeBinding
+
 	// hub fans wake-ups out to Subscribe channels. It has its own lock and never blocks, so
 	// it is safe to wake it while s.mu is held.
 	hub *hub.Hub

@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Handoffs", func(t *testing.T) { runHandoffs(t, newStore) })
 	t.Run("Definitions", func(t *testing.T) { runDefinitions(t, newStore) })
 	t.Run("NegotiationPolicies", func(t *testing.T) { runNegotiationPolicies(t, newStore) })
+	t.Run("Worktrees", func(t *testing.T) { runWorktrees(t, newStore) })
 }
 
 // Envelope returns a fully populated test envelope with the given message_id.

@@ -1,0 +1,390 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// Response headers of WorktreeService (docs/worktrees.md, "RPCs"): what an agent's binding
+// holds beyond StatusResponse's repo_id, worktree_id and state. Every method sets those that
+// apply to the binding after the call. Values are escaped as Go string literals without
+// their quotes (strconv.QuoteToASCII), since gRPC headers carry ASCII only; the SDK unescapes
+// them.
+const (
+	// WorktreeStateHeader is the binding's state (also for Bind and Unbind, whose responses
+	// have no state field).
+	WorktreeStateHeader = "sw4rm-worktree-state"
+	// WorktreeBranchHeader and WorktreePathHeader are the branch and the directory of the
+	// worktree the agent works in now.
+	WorktreeBranchHeader = "sw4rm-worktree-branch"
+	WorktreePathHeader   = "sw4rm-worktree-path"
+	// WorktreeHomeHeader is the agent's home worktree_id.
+	WorktreeHomeHeader = "sw4rm-worktree-home"
+	// WorktreeTargetHeader is the target of a pending or approved switch.
+	WorktreeTargetHeader = "sw4rm-worktree-target"
+	// WorktreeTTLRemainingHeader is how many milliseconds a BOUND_NON_HOME binding has left
+	// before it returns home; WorktreeExpiresHeader when (RFC 3339).
+	WorktreeTTLRemainingHeader = "sw4rm-worktree-ttl-remaining-ms"
+	WorktreeExpiresHeader      = "sw4rm-worktree-expires-at"
+	// WorktreeReasonHeader is the §16.3 reason of the last failed bind while BIND_FAILED
+	// (and of a failed ApproveSwitch).
+	WorktreeReasonHeader = "sw4rm-worktree-reason"
+	// WorktreeAttemptsHeader counts the failed binds since the binding entered BIND_FAILED;
+	// WorktreeRetriesHeader the automatic retries made of worktree.BindRetry.MaxRetries.
+	WorktreeAttemptsHeader = "sw4rm-worktree-attempts"
+	WorktreeRetriesHeader  = "sw4rm-worktree-retries"
+	// WorktreeHitlHeader is the HITL invocation (hitl/<id>) deciding a pending switch.
+	WorktreeHitlHeader = "sw4rm-worktree-hitl"
+	// WorktreeNoteHeader says what the last change was about.
+	WorktreeNoteHeader = "sw4rm-worktree-note"
+)
+
+// maxSwitchReason bounds RejectSwitch's reason, in bytes.
+const maxSwitchReason = 1024
+
+// worktreeService serves sw4rm.worktree.WorktreeService (§16): each agent's binding is the
+// workflow worktree/<agent_id>, which Bind starts; the store keeps its projection for Status
+// after an unbind ended the run.
+type worktreeService struct {
+	worktreepb.UnimplementedWorktreeServiceServer
+	s *Server
+}
+
+// by is the proven caller as the workflow records it; "" when anonymous.
+func by(ctx context.Context) string {
+	if p := auth.FromContext(ctx); !p.Anonymous() {
+		return p.String()
+	}
+	return ""
+}
+
+// Bind binds the agent to its home worktree (repo_id, worktree_id), starting its binding
+// workflow (§16). ok is true when it is bound (or was already); a failed bind answers
+// ok=false with "<§16.3 reason>: <message>" and the binding stays BIND_FAILED while its
+// automatic retries run (Status follows them). Binding another worktree while bound is
+// refused with FailedPrecondition.
+func (w *worktreeService) Bind(ctx context.Context, req *worktreepb.BindRequest) (*worktreepb.BindResponse, error) {
+	agent := req.GetAgentId()
+	if perr := protocol.ValidateAgentID(agent); perr != nil {
+		return nil, perr
+	}
+	if perr := worktree.ValidateRepoID(req.GetRepoId()); perr != nil {
+		return nil, perr
+	}
+	if perr := worktree.ValidateWorktreeID(req.GetWorktreeId()); perr != nil {
+		return nil, perr
+	}
+	if _, err := w.s.router.Agent(ctx, agent); errors.Is(err, store.ErrNotFound) {
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q is not registered; register it before binding a worktree", agent)
+	} else if err != nil {
+		return nil, failed("registry lookup", err)
+	}
+	b := workflows.WorktreeBind{RepoID: req.GetRepoId(), WorktreeID: req.GetWorktreeId(), By: by(ctx)}
+	var res workflows.WorktreeBindResult
+	err := w.retryClosing(ctx, func() error {
+		op := w.s.temporal.NewWithStartWorkflowOperation(workflows.WorktreeStartOptions(agent, w.s.cfg.TaskQueue), workflows.WorktreeWorkflow,
+			workflows.WorktreeInput{AgentID: agent})
+		h, err := w.s.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{StartWorkflowOperation: op,
+			UpdateOptions: client.UpdateWorkflowOptions{UpdateName: workflows.WorktreeBindUpdate, Args: []any{b}, WaitForStage: client.WorkflowUpdateStageCompleted}})
+		if err != nil {
+			return err
+		}
+		return h.Get(ctx, &res)
+	})
+	if err != nil {
+		return nil, w.updateError(ctx, agent, err)
+	}
+	setWorktreeHeaders(ctx, res.State)
+	return &worktreepb.BindResponse{Ok: res.OK, Reason: res.Reason}, nil
+}
+
+// Unbind ends the agent's binding: its home worktree is unlocked (directory and branch stay)
+// and its workflow ends. An agent that is not bound is answered ok. While a switch is pending
+// it is refused (§16.2): the switch is rejected first.
+func (w *worktreeService) Unbind(ctx context.Context, req *worktreepb.UnbindRequest) (*worktreepb.UnbindResponse, error) {
+	agent := req.GetAgentId()
+	if perr := protocol.ValidateAgentID(agent); perr != nil {
+		return nil, perr
+	}
+	st, err := w.update(ctx, agent, workflows.WorktreeUnbindUpdate, workflows.WorktreeUnbind{By: by(ctx)})
+	switch {
+	case errors.Is(err, errNoBinding), errors.Is(err, errClosing):
+		st, err = w.stored(ctx, agent) // nothing running: nothing to unbind
+	}
+	if err != nil {
+		return nil, err
+	}
+	setWorktreeHeaders(ctx, st)
+	return &worktreepb.UnbindResponse{Ok: true}, nil
+}
+
+// RequestSwitch asks to move the agent to target_worktree_id, another worktree of its home
+// repository (§16.2 SWITCH_REQUEST): the binding waits in SWITCH_PENDING for an operator's
+// ApproveSwitch or RejectSwitch, or, with requires_hitl, for a HITL invocation with reason
+// WORKTREE_OVERRIDE (whose id is the sw4rm-worktree-hitl header).
+func (w *worktreeService) RequestSwitch(ctx context.Context, req *worktreepb.SwitchRequest) (*worktreepb.StatusResponse, error) {
+	agent := req.GetAgentId()
+	if perr := protocol.ValidateAgentID(agent); perr != nil {
+		return nil, perr
+	}
+	if perr := worktree.ValidateWorktreeID(req.GetTargetWorktreeId()); perr != nil {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "target_worktree_id: %s", perr.Msg)
+	}
+	return w.stateCall(ctx, agent, workflows.WorktreeSwitchRequestUpdate,
+		workflows.WorktreeSwitchRequest{TargetWorktreeID: req.GetTargetWorktreeId(), RequiresHITL: req.GetRequiresHitl(), By: by(ctx)})
+}
+
+// ApproveSwitch approves the agent's pending switch for ttl_ms milliseconds (0 means
+// workflows.DefaultSwitchTTL, at most workflows.MaxSwitchTTL): the target worktree is made or
+// reused and the agent works there (BOUND_NON_HOME) until the TTL returns it home.
+// target_worktree_id, when set, must be the pending switch's. If the target cannot be made,
+// the switch stays pending and the call fails with the §16.3 reason.
+func (w *worktreeService) ApproveSwitch(ctx context.Context, req *worktreepb.SwitchApprove) (*worktreepb.StatusResponse, error) {
+	agent := req.GetAgentId()
+	if perr := protocol.ValidateAgentID(agent); perr != nil {
+		return nil, perr
+	}
+	if t := req.GetTargetWorktreeId(); t != "" {
+		if perr := worktree.ValidateWorktreeID(t); perr != nil {
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "target_worktree_id: %s", perr.Msg)
+		}
+	}
+	if ms := req.GetTtlMs(); ms > uint64(workflows.MaxSwitchTTL.Milliseconds()) {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "ttl_ms %d is more than %d (%s); a switch is time-limited (§16.2)",
+			ms, workflows.MaxSwitchTTL.Milliseconds(), workflows.MaxSwitchTTL)
+	}
+	return w.stateCall(ctx, agent, workflows.WorktreeSwitchApproveUpdate, workflows.WorktreeSwitchApproval{TargetWorktreeID: req.GetTargetWorktreeId(),
+		TTL: time.Duration(req.GetTtlMs()) * time.Millisecond, By: by(ctx)})
+}
+
+// RejectSwitch rejects the agent's pending switch (SWITCH_REJECT) or, once approved, revokes
+// it (SWITCH_REVOKE): the agent is back home at once.
+func (w *worktreeService) RejectSwitch(ctx context.Context, req *worktreepb.SwitchReject) (*worktreepb.StatusResponse, error) {
+	agent := req.GetAgentId()
+	if perr := protocol.ValidateAgentID(agent); perr != nil {
+		return nil, perr
+	}
+	if len(req.GetReason()) > maxSwitchReason {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "reason is longer than %d bytes", maxSwitchReason)
+	}
+	return w.stateCall(ctx, agent, workflows.WorktreeSwitchRejectUpdate, workflows.WorktreeSwitchRejection{Reason: req.GetReason(), By: by(ctx)})
+}
+
+// Status answers the agent's binding: from its running workflow, else the store's projection
+// of the last one, else UNBOUND. The headers add the branch, the path, the home worktree, a
+// switch's target and remaining TTL, and a failed bind's reason.
+func (w *worktreeService) Status(ctx context.Context, req *worktreepb.StatusRequest) (*worktreepb.StatusResponse, error) {
+	agent := req.GetAgentId()
+	if perr := protocol.ValidateAgentID(agent); perr != nil {
+		return nil, perr
+	}
+	st, err := w.current(ctx, agent)
+	if err != nil {
+		return nil, err
+	}
+	return statusResponse(ctx, st), nil
+}
+
+// current is the agent's binding: the running workflow's, else the store's.
+func (w *worktreeService) current(ctx context.Context, agent string) (workflows.WorktreeState, error) {
+	resp, err := w.s.temporal.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
+		WorkflowID: workflows.WorktreeWorkflowID(agent), QueryType: workflows.WorktreeStateQuery,
+		// A closed run is not replayed to answer: the store holds its last state.
+		QueryRejectCondition: enums.QUERY_REJECT_CONDITION_NOT_OPEN,
+	})
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return w.stored(ctx, agent)
+	case err != nil:
+		return workflows.WorktreeState{}, temporalStatus(ctx, "query the binding", err)
+	case resp.QueryRejected != nil:
+		return w.stored(ctx, agent)
+	}
+	var st workflows.WorktreeState
+	if err := resp.QueryResult.Get(&st); err != nil {
+		return st, status.Errorf(codes.Internal, "internal_error: decode the binding: %v", err)
+	}
+	return st, nil
+}
+
+// stored is the binding the store recorded last; UNBOUND for an agent never bound.
+func (w *worktreeService) stored(ctx context.Context, agent string) (workflows.WorktreeState, error) {
+	b, err := w.s.store.Worktrees().GetBinding(ctx, agent)
+	if errors.Is(err, store.ErrNotFound) {
+		return workflows.WorktreeState{AgentID: agent, State: worktree.StateUnbound}, nil
+	}
+	if err != nil {
+		return workflows.WorktreeState{}, failed("read the binding", err)
+	}
+	return workflows.WorktreeStateFromBinding(b), nil
+}
+
+// stateCall sends an update answering a WorktreeState and answers it as a StatusResponse.
+func (w *worktreeService) stateCall(ctx context.Context, agent, name string, arg any) (*worktreepb.StatusResponse, error) {
+	st, err := w.update(ctx, agent, name, arg)
+	if errors.Is(err, errNoBinding) || errors.Is(err, errClosing) {
+		cur, cerr := w.stored(ctx, agent)
+		if cerr != nil {
+			return nil, cerr
+		}
+		setWorktreeHeaders(ctx, cur)
+		return nil, status.Errorf(codes.FailedPrecondition, "validation_error: %s is %s: %s needs a bound agent (§16.2)", agent, cur.State, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return statusResponse(ctx, st), nil
+}
+
+// errNoBinding: the agent has no running binding workflow; errClosing: its run is ending.
+var (
+	errNoBinding = errors.New("no running binding")
+	errClosing   = errors.New("binding closing")
+)
+
+// update sends an update to the agent's running binding and waits for its answer; a run
+// that is ending is waited for briefly (retryClosing). errNoBinding and errClosing say that
+// there is no run to answer.
+func (w *worktreeService) update(ctx context.Context, agent, name string, arg any) (workflows.WorktreeState, error) {
+	var st workflows.WorktreeState
+	err := w.retryClosing(ctx, func() error {
+		h, err := w.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.WorktreeWorkflowID(agent), UpdateName: name,
+			Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted})
+		if err != nil {
+			return err
+		}
+		return h.Get(ctx, &st)
+	})
+	var nf *serviceerror.NotFound
+	switch {
+	case err == nil:
+		return st, nil
+	case errors.As(err, &nf) && !isCompleted(err):
+		return st, errNoBinding
+	case closingError(err):
+		return st, errClosing
+	}
+	return st, w.updateError(ctx, agent, err)
+}
+
+// closingError reports whether err says the run is ending or has ended.
+func closingError(err error) bool {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && app.Type() == workflows.WorktreeRunClosing {
+		return true
+	}
+	return isCompleted(err) || strings.Contains(err.Error(), "closing workflow")
+}
+
+// closingRetries bounds how often a call meeting a run that is ending is made again (every
+// closingWait): an unbind's run ends within a workflow task or two.
+const (
+	closingRetries = 50
+	closingWait    = 100 * time.Millisecond
+)
+
+// retryClosing runs call, again while it meets a run that is ending, so that a Bind right
+// after an Unbind reaches the next run rather than the one closing.
+func (w *worktreeService) retryClosing(ctx context.Context, call func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := call()
+		if err == nil || !closingError(err) || attempt == closingRetries {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(closingWait):
+		}
+	}
+}
+
+// updateError maps a failed update: a refusal of the binding's state is FailedPrecondition
+// (validation_error), a target that could not be made carries its §16.3 reason, anything
+// else is Temporal failing.
+func (w *worktreeService) updateError(ctx context.Context, agent string, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) {
+		return temporalStatus(ctx, "reach the binding of "+agent, err)
+	}
+	if r, perr := worktree.ParseReason(app.Type()); perr == nil {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(WorktreeReasonHeader, string(r)))
+		if r == worktree.ReasonPermissionDenied {
+			return status.Error(codes.PermissionDenied, app.Message())
+		}
+		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
+	}
+	if app.Type() == workflows.WorktreeUpdateRefused || app.Type() == workflows.WorktreeRunClosing {
+		if cur, cerr := w.current(ctx, agent); cerr == nil {
+			setWorktreeHeaders(ctx, cur)
+		}
+		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
+	}
+	return temporalStatus(ctx, "reach the binding of "+agent, err)
+}
+
+// statusResponse answers a binding, with its headers.
+func statusResponse(ctx context.Context, st workflows.WorktreeState) *worktreepb.StatusResponse {
+	setWorktreeHeaders(ctx, st)
+	return &worktreepb.StatusResponse{RepoId: st.RepoID, WorktreeId: st.WorktreeID, State: st.State.String()}
+}
+
+// setWorktreeHeaders sets the response headers of a binding; empty values are left out.
+func setWorktreeHeaders(ctx context.Context, st workflows.WorktreeState) {
+	md := metadata.MD{}
+	put := func(k, v string) {
+		if v != "" {
+			md.Set(k, headerValue(v))
+		}
+	}
+	put(WorktreeStateHeader, st.State.String())
+	put(WorktreeBranchHeader, st.Branch)
+	put(WorktreePathHeader, st.Path)
+	put(WorktreeHomeHeader, st.HomeWorktreeID)
+	put(WorktreeTargetHeader, st.TargetWorktreeID)
+	if st.State == worktree.StateBoundNonHome && !st.ExpiresAt.IsZero() {
+		put(WorktreeTTLRemainingHeader, strconv.FormatInt(st.TTLRemaining(time.Now()).Milliseconds(), 10))
+		put(WorktreeExpiresHeader, st.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	}
+	if st.State == worktree.StateBindFailed {
+		put(WorktreeReasonHeader, string(st.Reason))
+		put(WorktreeAttemptsHeader, strconv.Itoa(st.Attempts))
+		put(WorktreeRetriesHeader, strconv.Itoa(st.Retries))
+	}
+	if st.HitlID != "" {
+		put(WorktreeHitlHeader, "hitl/"+st.HitlID)
+	}
+	put(WorktreeNoteHeader, st.Note)
+	_ = grpc.SetHeader(ctx, md)
+}
+
+// headerValue escapes a value for a gRPC header, which carries printable ASCII only: a Go
+// string literal without its quotes (strconv.Unquote of `"`+v+`"` reads it back).
+func headerValue(v string) string {
+	q := strconv.QuoteToASCII(v)
+	return q[1 : len(q)-1]
+}
