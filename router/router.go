@@ -199,6 +199,12 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 	} else if fperr != nil {
 		return r.reject(ctx, env, recipient, fperr)
 	}
+	// A producer may name only the worktree it is bound to (§6.4; router/worktree.go).
+	if wperr, err := r.checkWorktree(ctx, env); err != nil {
+		return nil, err
+	} else if wperr != nil {
+		return r.reject(ctx, env, recipient, wperr)
+	}
 	link, lerr := protocol.ParseLinkage(env.GetContentType())
 	if lerr != nil {
 		return r.reject(ctx, env, recipient, lerr)

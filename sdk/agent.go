@@ -288,6 +288,10 @@ type Message struct {
 	MaxAttempts int
 	// InResponseTo makes the message the response to that request's message_id.
 	InResponseTo string
+	// RepoID and WorktreeID say which repository and worktree the message is about
+	// (the envelope's repo_id and worktree_id). The router refuses a message naming a worktree
+	// the agent is not bound to with permission_denied (§6.4); empty names none.
+	RepoID, WorktreeID string
 }
 
 // Send sends a message and returns the envelope as sent (with its message_id). A protocol
@@ -300,6 +304,7 @@ func (a *Agent) Send(ctx context.Context, m Message) (*commonpb.Envelope, error)
 		SequenceNumber: a.seq.Add(1), MessageType: m.Type, ContentType: m.ContentType,
 		Payload: m.Payload, ContentLength: uint64(len(m.Payload)),
 		IdempotencyToken: m.IdempotencyToken, TtlMs: m.TTLMillis, RetryCount: m.RetryCount,
+		RepoId: m.RepoID, WorktreeId: m.WorktreeID,
 	}
 	if env.CorrelationId == "" {
 		env.CorrelationId = uuid.NewString()
