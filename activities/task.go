@@ -12,6 +12,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/admission"
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -122,4 +123,37 @@ func (a *Activities) RecordWaitingOn(ctx context.Context, in WaitingOnInput) err
 	a.Sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "activity.waiting_on",
 		AgentID: in.AgentID, MessageID: in.WaitingOn, Details: map[string]any{"task_id": in.TaskID, "waiting_on": e.WaitingOn, "waiting_since": e.WaitingSince}})
 	return nil
+}
+
+// AgentWorktree is what a task that needs a worktree learns of its agent (§16.3): whether it
+// is registered, and its binding as the store's projection records it.
+type AgentWorktree struct {
+	// Registered is false once the agent deregistered.
+	Registered bool
+	// State is the binding's §16.1 state; UNBOUND when none is recorded.
+	State string
+	// RepoID, WorktreeID and Branch are where the agent works now; empty when not bound.
+	RepoID, WorktreeID, Branch string `json:",omitempty"`
+	// Reason is the §16.3 reason of the last failed bind while BIND_FAILED.
+	Reason string `json:",omitempty"`
+}
+
+// AgentWorktreeOf reads the agent's registration and worktree binding (store.Worktrees,
+// written by workflow worktree/<agent_id> on every transition).
+func (a *Activities) AgentWorktreeOf(ctx context.Context, agentID string) (AgentWorktree, error) {
+	_, err := a.Store.Registry().GetAgent(ctx, agentID)
+	if errors.Is(err, store.ErrNotFound) {
+		return AgentWorktree{State: worktree.StateUnbound.String()}, nil
+	}
+	if err != nil {
+		return AgentWorktree{}, fmt.Errorf("look up %s: %w", agentID, err)
+	}
+	b, err := a.Store.Worktrees().GetBinding(ctx, agentID)
+	if errors.Is(err, store.ErrNotFound) {
+		return AgentWorktree{Registered: true, State: worktree.StateUnbound.String()}, nil
+	}
+	if err != nil {
+		return AgentWorktree{}, fmt.Errorf("look up the worktree binding of %s: %w", agentID, err)
+	}
+	return AgentWorktree{Registered: true, State: b.State, RepoID: b.RepoID, WorktreeID: b.WorktreeID, Branch: b.Branch, Reason: b.Reason}, nil
 }

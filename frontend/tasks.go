@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/admission"
@@ -25,6 +26,33 @@ import (
 
 // maxTaskIDLen bounds task_id, which becomes part of a workflow ID.
 const maxTaskIDLen = 200
+
+// NeedsWorktreeMetadataKey set to "true" on SubmitTask marks a task that needs its agent's
+// worktree (§16.3): it is held WAITING while the agent is UNBOUND or BIND_FAILED and runs
+// once the agent is bound. The canonical SubmitTaskRequest has no such field and canonical
+// messages must not change (§5.1), so it rides on request metadata, named after §16's
+// needs_worktree of tools (docs/scheduler.md).
+const NeedsWorktreeMetadataKey = "sw4rm-needs-worktree"
+
+// needsWorktreeOf reads NeedsWorktreeMetadataKey: absent, "false" or "0" is false; "true"
+// or "1" is true; anything else, or the key given twice, is validation_error.
+func needsWorktreeOf(ctx context.Context) (bool, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vs := md.Get(NeedsWorktreeMetadataKey)
+	switch {
+	case len(vs) == 0:
+		return false, nil
+	case len(vs) > 1:
+		return false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s given %d times; give it once", NeedsWorktreeMetadataKey, len(vs))
+	}
+	switch strings.ToLower(strings.TrimSpace(vs[0])) {
+	case "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	}
+	return false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s=%q must be true or false", NeedsWorktreeMetadataKey, vs[0])
+}
 
 // validateTask checks a SubmitTaskRequest (§7.1, §9.2): agent_id, a task_id, a priority in
 // -19..20, scope metadata (required, and parseable so conflict analysis can use it), and
@@ -65,18 +93,28 @@ func (sc *schedulerService) validateTask(req *schedulerpb.SubmitTaskRequest) err
 // (unknown agent, shutting down, duplicate job awaiting HITL authorization, or a task_id
 // already used: task_ids are unique). A task for an agent that is not registered is refused
 // with no_route before anything is started, so the task_id stays free for a later
-// submission.
+// submission. A task marked with NeedsWorktreeMetadataKey is admitted by its workflow, which
+// holds it (accepted, WAITING, the reason saying why) while the agent is not bound (§16.3).
 func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.SubmitTaskRequest) (*schedulerpb.SubmitTaskResponse, error) {
 	if err := sc.validateTask(req); err != nil {
 		return nil, err
 	}
+	needsWorktree, err := needsWorktreeOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	in := workflows.TaskInput{TaskID: req.GetTaskId(), AgentID: req.GetAgentId(), Priority: req.GetPriority(),
-		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope(), SubmittedAt: time.Now().UTC()}
+		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope(), SubmittedAt: time.Now().UTC(),
+		NeedsWorktree: needsWorktree}
 	adm, err := sc.registered(ctx, in.AgentID)
 	switch {
 	case err != nil:
 	case !adm.Accepted:
 		// Nothing started: a retry is a new submission, not a duplicate of this one.
+	case in.NeedsWorktree:
+		// The task workflow checks the agent's binding before admission and holds the task
+		// while the agent is not bound (§16.3): the fast path would admit and queue it here.
+		adm, err = sc.submitInWorkflow(ctx, in)
 	case sc.s.router != nil:
 		adm, err = sc.submitFast(ctx, in)
 	default:
@@ -90,8 +128,12 @@ func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.Sub
 		}
 		return nil, err
 	}
+	details := map[string]any{"task_id": in.TaskID, "priority": in.Priority, "accepted": adm.Accepted, "state": adm.State, "reason": adm.Reason}
+	if in.NeedsWorktree {
+		details["needs_worktree"] = true
+	}
 	sc.s.sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "task.submitted",
-		AgentID: in.AgentID, Details: map[string]any{"task_id": in.TaskID, "priority": in.Priority, "accepted": adm.Accepted, "state": adm.State, "reason": adm.Reason}})
+		AgentID: in.AgentID, Details: details})
 	return &schedulerpb.SubmitTaskResponse{Accepted: adm.Accepted, Reason: adm.Reason}, nil
 }
 

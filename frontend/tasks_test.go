@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/mocks"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -46,4 +47,37 @@ func TestClosedAdmission(t *testing.T) {
 	require.ErrorContains(t, err, aborted.Error())
 	tc.AssertExpectations(t)
 	run.AssertExpectations(t)
+}
+
+// TestNeedsWorktreeOf: the sw4rm-needs-worktree marker is true or false (or 1, 0, in any
+// case); absent is false; anything else, or the key twice, is validation_error.
+func TestNeedsWorktreeOf(t *testing.T) {
+	for _, tc := range []struct {
+		values []string
+		want   bool
+		bad    bool
+	}{
+		{values: nil, want: false},
+		{values: []string{"true"}, want: true},
+		{values: []string{"TRUE"}, want: true},
+		{values: []string{"1"}, want: true},
+		{values: []string{"false"}, want: false},
+		{values: []string{"0"}, want: false},
+		{values: []string{"yes"}, bad: true},
+		{values: []string{""}, bad: true},
+		{values: []string{"true", "true"}, bad: true},
+	} {
+		md := metadata.MD{}
+		for _, v := range tc.values {
+			md.Append(NeedsWorktreeMetadataKey, v)
+		}
+		got, err := needsWorktreeOf(metadata.NewIncomingContext(context.Background(), md))
+		if tc.bad {
+			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", tc.values)
+			require.Contains(t, status.Convert(err).Message(), "validation_error: metadata "+NeedsWorktreeMetadataKey)
+			continue
+		}
+		require.NoError(t, err, "%v", tc.values)
+		require.Equal(t, tc.want, got, "%v", tc.values)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 )
 
 // Names of the task workflow's messages (§7, §9).
@@ -106,10 +107,21 @@ type TaskInput struct {
 	HITLTimeout time.Duration `json:",omitempty"`
 	// FrontendAdmits says SubmitTask admits the task and reports with TaskAdmittedSignal.
 	FrontendAdmits bool `json:",omitempty"`
+	// NeedsWorktree marks a task that needs its agent's worktree (§16.3): it is held WAITING,
+	// before admission, while the agent is UNBOUND or BIND_FAILED, and admitted once the
+	// agent is bound (worktree.Eligible). Runs recorded before the field existed decode it as
+	// false and take none of its commands, so they replay unchanged.
+	NeedsWorktree bool `json:",omitempty"`
 }
 
 // DefaultTaskRecheck is how often a held-back task re-runs admission.
 const DefaultTaskRecheck = 2 * time.Second
+
+// WorktreeRecheckMax bounds the interval at which a task held for its agent's binding
+// (§16.3) checks again: the interval starts at the task's WaitRecheck and doubles up to it,
+// so a long hold adds a few history events a minute, not dozens, and a bind is seen within
+// this long.
+const WorktreeRecheckMax = 30 * time.Second
 
 // TaskAdmission is the answer of TaskAdmissionUpdate, returned by SubmitTask.
 type TaskAdmission struct {
@@ -243,6 +255,9 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 		}
 	}
 	if !enqueued {
+		if done, err := t.holdForWorktree(ctx, lctx); done || err != nil {
+			return t.st, err
+		}
 		if done, err := t.admit(ctx, lctx, first); done || err != nil {
 			return t.st, err
 		}
@@ -273,6 +288,55 @@ func (t *taskRun) awaitFrontendAdmission(ctx workflow.Context) (adm TaskAdmitted
 	sel.AddFuture(workflow.NewTimer(tctx, FrontendAdmitWait), func(workflow.Future) {})
 	sel.Select(ctx)
 	return adm, got
+}
+
+// holdForWorktree holds a task that needs a worktree while its agent is not bound (§16.3
+// "Task scheduling": an agent in BIND_FAILED MUST NOT be assigned such a task, and UNBOUND is
+// treated the same way): the task is WAITING, its reason says why, and it checks the agent's
+// binding again after a durable timer — WaitRecheck doubling up to WorktreeRecheckMax —
+// until worktree.Eligible says yes. done reports that the task ended instead (its agent
+// deregistered meanwhile).
+func (t *taskRun) holdForWorktree(ctx, lctx workflow.Context) (done bool, err error) {
+	if !t.in.NeedsWorktree {
+		return false, nil
+	}
+	var acts *activities.Activities
+	wait := orDefault(t.in.WaitRecheck, DefaultTaskRecheck)
+	for {
+		var aw activities.AgentWorktree
+		if err := workflow.ExecuteLocalActivity(lctx, acts.AgentWorktreeOf, t.in.AgentID).Get(ctx, &aw); err != nil {
+			return true, err
+		}
+		if !aw.Registered {
+			_, err := t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: agent %q is not registered", t.in.AgentID))
+			return true, err
+		}
+		if worktree.Eligible(worktree.State(aw.State)) {
+			return false, nil
+		}
+		reason := HeldForWorktreeReason(t.in.AgentID, aw)
+		if t.st.State != TaskWaiting || t.st.Reason != reason {
+			t.set(ctx, TaskWaiting, reason)
+		}
+		t.answer(TaskAdmission{Accepted: true, Reason: reason})
+		if err := workflow.Sleep(ctx, wait); err != nil {
+			return true, err
+		}
+		wait = min(2*wait, WorktreeRecheckMax)
+	}
+}
+
+// HeldForWorktreeReason is the reason of a task held because its agent is not bound (§16.3):
+// "waiting: agent <id> is UNBOUND; …", with the §16.3 reason of a failed bind.
+func HeldForWorktreeReason(agentID string, aw activities.AgentWorktree) string {
+	state := aw.State
+	if state == "" {
+		state = worktree.StateUnbound.String()
+	}
+	if aw.Reason != "" {
+		state += " (" + aw.Reason + ")"
+	}
+	return fmt.Sprintf("waiting: agent %s is %s; a task that needs a worktree is dispatched once the agent is bound (§16.3)", agentID, state)
 }
 
 // admit runs admission (§9) until the task is admitted, rejected or denied, starting from
