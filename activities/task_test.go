@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -112,4 +113,45 @@ func TestAdmitTaskRejections(t *testing.T) {
 	res = admit(t, a, "reviewer-1", "t3", "resource:c", `{}`)
 	require.Equal(t, admission.Reject, res.Verdict)
 	require.Equal(t, commonpb.ErrorCode_AGENT_SHUTDOWN, res.Code)
+}
+
+// TestAdmittedEntryCarriesTheBinding: the activity entry of a task admitted for a bound
+// agent carries the repository, worktree and branch of its binding (§10) — the home
+// worktree, or an approved switch's target — rather than its scope's; an agent that is not
+// bound (no binding, UNBOUND, BIND_FAILED) keeps the scope's location.
+func TestAdmittedEntryCarriesTheBinding(t *testing.T) {
+	a, st := admitter(t, admission.Policy{})
+	ctx := t.Context()
+	entry := func(agent, task string) store.ActivityEntry {
+		t.Helper()
+		es, err := st.ActivityBuffer().List(ctx, store.ActivityFilter{AgentID: agent, TaskID: task})
+		require.NoError(t, err)
+		require.Len(t, es, 1)
+		return es[0]
+	}
+	put := func(b store.WorktreeBinding) {
+		t.Helper()
+		b.UpdatedAt = time.Now()
+		require.NoError(t, st.Worktrees().PutBinding(ctx, b))
+	}
+
+	require.Equal(t, admission.OK, admit(t, a, "coder-1", "none", "repo:shop worktree:w branch:main path:a/**", `{"n":1}`).Verdict)
+	e := entry("coder-1", "none")
+	require.Equal(t, [3]string{"shop", "w", "main"}, [3]string{e.RepoID, e.WorktreeID, e.Branch}, "no binding: the scope's")
+
+	put(store.WorktreeBinding{AgentID: "coder-1", State: "BOUND_HOME", RepoID: "app", HomeWorktreeID: "home", WorktreeID: "home", Branch: "sw4rm/home"})
+	require.Equal(t, admission.OK, admit(t, a, "coder-1", "home", "repo:shop path:b/**", `{"n":2}`).Verdict)
+	e = entry("coder-1", "home")
+	require.Equal(t, [3]string{"app", "home", "sw4rm/home"}, [3]string{e.RepoID, e.WorktreeID, e.Branch}, "bound: the binding's")
+
+	put(store.WorktreeBinding{AgentID: "coder-1", State: "BOUND_NON_HOME", RepoID: "app", HomeWorktreeID: "home", WorktreeID: "hotfix",
+		Branch: "sw4rm/hotfix", TargetWorktreeID: "hotfix"})
+	require.Equal(t, admission.OK, admit(t, a, "coder-1", "away", "repo:shop path:c/**", `{"n":3}`).Verdict)
+	e = entry("coder-1", "away")
+	require.Equal(t, [3]string{"app", "hotfix", "sw4rm/hotfix"}, [3]string{e.RepoID, e.WorktreeID, e.Branch}, "switched: the target's")
+
+	put(store.WorktreeBinding{AgentID: "coder-2", State: "BIND_FAILED", RepoID: "app", HomeWorktreeID: "w2", Reason: "worktree_locked"})
+	require.Equal(t, admission.OK, admit(t, a, "coder-2", "failed", "repo:docs path:d/**", `{"n":4}`).Verdict)
+	e = entry("coder-2", "failed")
+	require.Equal(t, [3]string{"docs", "", ""}, [3]string{e.RepoID, e.WorktreeID, e.Branch}, "BIND_FAILED: the scope's")
 }

@@ -16,10 +16,13 @@ import (
 	"slices"
 	"strconv"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
+	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -116,7 +119,8 @@ func JobKey(agentType string, params []byte, contentType, scope string) string {
 }
 
 // Admit decides whether a task may be queued at its agent (§9) and, if so, creates its
-// activity entry before it executes (§10). The checks, in order: the agent is registered and
+// activity entry before it executes (§10), located by Location: the agent's worktree binding
+// when it is bound, else the task's scope. The checks, in order: the agent is registered and
 // accepts tasks; no identical job is active (§9.2 job uniqueness); the agent type's
 // max_parallel_instances is not exceeded (§9.1: an agent already holding tasks is one running
 // instance, so its own queue never counts twice); the scopes of concurrent tasks on other
@@ -221,9 +225,33 @@ func (p *Prepared) check(ctx context.Context, jobKey func(string) string) error 
 	ab := a.Store.ActivityBuffer()
 	p.ab = ab
 	lim := a.Policy.ActivityLimits.Effective()
-	active, err := ab.List(ctx, store.ActivityFilter{Limit: max(lim.MaxActive, store.DefaultActivityListLimit)})
-	if err != nil {
-		return fmt.Errorf("list active tasks: %w", err)
+	// The agent's binding locates the entry (§10); it is read beside the active tasks, so
+	// admission waits for one round trip, not two.
+	var (
+		active  []store.ActivityEntry
+		binding *store.WorktreeBinding
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		var err error
+		if active, err = ab.List(gctx, store.ActivityFilter{Limit: max(lim.MaxActive, store.DefaultActivityListLimit)}); err != nil {
+			return fmt.Errorf("list active tasks: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		b, err := a.Store.Worktrees().GetBinding(gctx, in.AgentID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("look up the worktree binding of %s: %w", in.AgentID, err)
+		}
+		binding = &b
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	others := slices.DeleteFunc(active, func(e store.ActivityEntry) bool { return e.AgentID == in.AgentID && e.TaskID == in.TaskID })
 
@@ -260,20 +288,33 @@ func (p *Prepared) check(ctx context.Context, jobKey func(string) string) error 
 		return nil
 	}
 
-	scope, _ := inference.ParseScope(in.Scope) // validated at submission; a parse failure only loses the location fields
 	e := store.ActivityEntry{AgentID: in.AgentID, TaskID: in.TaskID, Description: in.Description, Scope: in.Scope, JobKey: in.JobKey}
-	if len(scope.Repos) == 1 {
-		e.RepoID = scope.Repos[0]
-	}
-	if len(scope.Worktrees) == 1 {
-		e.WorktreeID = scope.Worktrees[0]
-	}
-	if len(scope.Branches) == 1 {
-		e.Branch = scope.Branches[0]
-	}
+	e.RepoID, e.WorktreeID, e.Branch = Location(binding, in.Scope)
 	p.entry = &e
 	p.res = Result{Verdict: OK, AgentType: agentType, Reason: "admitted"}
 	return nil
+}
+
+// Location is where a task's activity entry says the work happens (§10: repo_id,
+// worktree_id, branch): the worktree its agent is bound to — the home worktree, or an
+// approved switch's target while BOUND_NON_HOME, with its branch — when binding is a bound
+// state (worktree.Bound); otherwise what the task's scope names, each field only when the
+// scope names exactly one. binding is the agent's projection (nil: none recorded).
+func Location(binding *store.WorktreeBinding, scope string) (repoID, worktreeID, branch string) {
+	if binding != nil && worktree.Bound(worktree.State(binding.State)) && binding.WorktreeID != "" {
+		return binding.RepoID, binding.WorktreeID, binding.Branch
+	}
+	sc, _ := inference.ParseScope(scope) // validated at submission; a parse failure only loses the location
+	if len(sc.Repos) == 1 {
+		repoID = sc.Repos[0]
+	}
+	if len(sc.Worktrees) == 1 {
+		worktreeID = sc.Worktrees[0]
+	}
+	if len(sc.Branches) == 1 {
+		branch = sc.Branches[0]
+	}
+	return repoID, worktreeID, branch
 }
 
 // maxParallel returns the configured max_parallel_instances of a type, zero for none.

@@ -31,7 +31,8 @@ func submitNeedingWorktree(t *testing.T, sc schedulerpb.SchedulerServiceClient, 
 // TestWorktreeTaskHeldUntilBound: on both stores, a task that needs a worktree
 // (sw4rm-needs-worktree: true) submitted for an UNBOUND agent is accepted but held WAITING,
 // its reason naming the state (§16.3), while a task that needs none runs at once; the agent
-// binds and the held task runs. An agent whose bind failed (BIND_FAILED) holds such a task
+// binds and the held task runs, its activity entry carrying the binding's repository,
+// worktree and branch (§10). An agent whose bind failed (BIND_FAILED) holds such a task
 // too, until an operator clears the failure and the agent binds. A bad marker is refused.
 func TestWorktreeTaskHeldUntilBound(t *testing.T) {
 	for _, kind := range storeKinds {
@@ -41,15 +42,23 @@ func TestWorktreeTaskHeldUntilBound(t *testing.T) {
 			ctx := context.Background()
 			coder := dialBinder(t, sys, "coder")
 			sc := schedulerpb.NewSchedulerServiceClient(coder.Conn())
+			held, free := uniq(t, "held"), uniq(t, "free")
 			var log runLog
-			handler := func(_ context.Context, run *sdk.TaskRun) ([]byte, error) {
+			release := make(chan struct{})
+			handler := func(ctx context.Context, run *sdk.TaskRun) ([]byte, error) {
 				log.add(run.Task().ID)
+				if run.Task().ID == held {
+					select { // runs until the test has seen its activity entry
+					case <-release:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
 				return []byte("done " + run.Task().ID), nil
 			}
 			serve(t, coder.Agent, handler)
 			waitState(t, sys, coder.ID(), commonpb.AgentState_RUNNABLE)
 
-			held, free := uniq(t, "held"), uniq(t, "free")
 			res, err := submitNeedingWorktree(t, sc, coder.ID(), held, "true")
 			require.NoError(t, err)
 			assert.True(t, res.GetAccepted(), "a held task is accepted: it will run")
@@ -68,7 +77,31 @@ func TestWorktreeTaskHeldUntilBound(t *testing.T) {
 
 			_, err = coder.wt.Bind(ctx, "app", "home")
 			require.NoError(t, err)
+			waitTask(t, sys, held, workflows.TaskRunning)
+
+			// Its activity entry carries the binding's repository, worktree and branch (§10),
+			// found by the worktree filter; the scope named only the repository.
+			poll := func(md ...string) []*schedulerpb.ActivityEntry {
+				t.Helper()
+				res, err := sc.PollActivityBuffer(metadata.AppendToOutgoingContext(ctx, md...), &schedulerpb.PollActivityBufferRequest{AgentId: coder.ID()})
+				require.NoError(t, err)
+				return res.GetEntries()
+			}
+			es := poll(frontend.ActivityWorktreeMetadataKey, "home")
+			require.Len(t, es, 1)
+			assert.Equal(t, held, es[0].GetTaskId())
+			assert.Equal(t, "app", es[0].GetRepoId())
+			assert.Equal(t, "home", es[0].GetWorktreeId())
+			assert.Equal(t, "sw4rm/home", es[0].GetBranch())
+			close(release)
 			done := waitTask(t, sys, held, workflows.TaskCompleted)
+			hist := poll(frontend.ActivityHistoryMetadataKey, "true", frontend.ActivityTaskMetadataKey, held)
+			require.Len(t, hist, 1)
+			assert.Equal(t, []string{"app", "home", "sw4rm/home"}, []string{hist[0].GetRepoId(), hist[0].GetWorktreeId(), hist[0].GetBranch()})
+			hist = poll(frontend.ActivityHistoryMetadataKey, "true", frontend.ActivityTaskMetadataKey, free)
+			require.Len(t, hist, 1)
+			assert.Equal(t, []string{"app", "", ""}, []string{hist[0].GetRepoId(), hist[0].GetWorktreeId(), hist[0].GetBranch()},
+				"a task admitted while the agent was unbound keeps its scope's location")
 			assert.Equal(t, "done "+held, done.Result)
 			assert.Equal(t, []string{workflows.TaskAdmitting, workflows.TaskWaiting, workflows.TaskQueued, workflows.TaskScheduled,
 				workflows.TaskRunning, workflows.TaskCompleted}, done.History)
