@@ -34,6 +34,7 @@ func submitNeedingWorktree(t *testing.T, sc schedulerpb.SchedulerServiceClient, 
 // binds and the held task runs, its activity entry carrying the binding's repository,
 // worktree and branch (§10). An agent whose bind failed (BIND_FAILED) holds such a task
 // too, until an operator clears the failure and the agent binds. A bad marker is refused.
+// The held task's history is recorded for the replay test.
 func TestWorktreeTaskHeldUntilBound(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
@@ -106,6 +107,7 @@ func TestWorktreeTaskHeldUntilBound(t *testing.T) {
 			assert.Equal(t, []string{workflows.TaskAdmitting, workflows.TaskWaiting, workflows.TaskQueued, workflows.TaskScheduled,
 				workflows.TaskRunning, workflows.TaskCompleted}, done.History)
 			assert.Equal(t, []string{free, held}, log.get())
+			recordHistory(t, sys.app.Temporal(), workflows.TaskWorkflowID(held), "task_held_for_worktree_"+kind)
 
 			// BIND_FAILED holds it too, with the failure's reason.
 			fixer := dialBinder(t, sys, "fixer")
