@@ -65,6 +65,8 @@ type Store interface {
 	NegotiationPolicies() NegotiationPolicies
 	// Worktrees returns the worktree binding projection (§16).
 	Worktrees() Worktrees
+	// ToolProviders returns the tool providers and their descriptors (§18.1).
+	ToolProviders() ToolProviders
 	// Kind names the implementation ("memory" or "postgres") for logs.
 	Kind() string
 	// Close releases connections and stops background work.

@@ -93,6 +93,10 @@ type Store struct {
 	// first write.
 	worktrees map[string]store.WorktreeBinding
 
+	// toolProviders holds each tool provider's descriptor set by provider_id (see
+	// tool_providers.go), made on first write.
+	toolProviders map[string]*toolProviderRow
+
 	// hub fans wake-ups out to Subscribe channels. It has its own lock and never blocks, so
 	// it is safe to wake it while s.mu is held.
 	hub *hub.Hub
