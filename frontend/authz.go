@@ -7,6 +7,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
@@ -177,6 +178,14 @@ var methodRules = map[string]rule{
 	workflowpb.WorkflowService_GetWorkflowState_FullMethodName:   {who: authenticated},
 	workflowpb.WorkflowService_ResumeWorkflow_FullMethodName:     {who: authenticated},
 	workflowdefpb.DefinitionService_GetDefinition_FullMethodName: {who: authenticated},
+
+	// Tool providers (§18.1): an agent advertises only its own tools, under a provider_id
+	// equal to its agent_id; an operator registers any provider (a shared tool service that
+	// is not an agent). Configured MCP providers are refused to both (the handler checks
+	// it). Reading descriptors is any proven caller's: agents choose tools from them.
+	connectorpb.ConnectorService_RegisterProvider_FullMethodName: {who: selfOrOperator, what: "provider_id",
+		field: func(r any) string { return r.(*connectorpb.ProviderRegisterRequest).GetProviderId() }},
+	connectorpb.ConnectorService_DescribeTools_FullMethodName: {who: authenticated},
 }
 
 // serviceRules covers the services that answer Unimplemented until their issue builds them:
@@ -185,7 +194,6 @@ var methodRules = map[string]rule{
 // covers its methods not built yet (notYetBuiltMethods), methodRules the built ones.
 var serviceRules = map[string]rule{
 	"/sw4rm.tool.ToolService/":                          {who: authenticated},
-	"/sw4rm.connector.ConnectorService/":                {who: authenticated},
 	"/sw4rmext.keys.v1.KeyAdminService/":                {who: operator},
 	"/" + healthpb.Health_ServiceDesc.ServiceName + "/": {who: anyone},
 	"/grpc.reflection.v1.ServerReflection/":             {who: anyone},

@@ -127,7 +127,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	keyadminpb.RegisterKeyAdminServiceServer(g, &keyAdminService{s: s})
 	worktreepb.RegisterWorktreeServiceServer(g, &worktreeService{s: s})
 	toolpb.RegisterToolServiceServer(g, toolpb.UnimplementedToolServiceServer{})
-	connectorpb.RegisterConnectorServiceServer(g, connectorpb.UnimplementedConnectorServiceServer{})
+	connectorpb.RegisterConnectorServiceServer(g, &connectorService{s: s})
 	negotiationpb.RegisterNegotiationServiceServer(g, &negotiationService{s: s})
 	negotiationroompb.RegisterNegotiationRoomServiceServer(g, &roomService{s: s})
 	handoffpb.RegisterHandoffServiceServer(g, &handoffService{s: s})

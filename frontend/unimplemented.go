@@ -13,8 +13,7 @@ import (
 // codes.Unimplemented with that text instead of pretending to work; an entry is removed when
 // its service is built.
 var notYetBuilt = map[string]string{
-	"/sw4rm.tool.ToolService/":           "policy-bound tool calling (§18)",
-	"/sw4rm.connector.ConnectorService/": "tool provider registration (§18.1)",
+	"/sw4rm.tool.ToolService/": "policy-bound tool calling (§18)",
 }
 
 // notYetBuiltMethods maps single methods of partly built services to the capability they

@@ -165,3 +165,17 @@ func TestValidateArgsIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateProviderID(t *testing.T) {
+	for _, ok := range []string{"fs", "agent-1", "a.b:c@d_e", strings.Repeat("p", 128)} {
+		if err := ValidateProviderID(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "-x", "a b", "a/b", strings.Repeat("p", 129), "é"} {
+		err := ValidateProviderID(bad)
+		if err == nil || CodeOf(err) != CodeValidation {
+			t.Errorf("%q: want a VALIDATION_ERROR, got %v", bad, err)
+		}
+	}
+}
