@@ -41,6 +41,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres"
+	"github.com/sw4rm/sw4rm-temporal/tools/mcp"
 	"github.com/sw4rm/sw4rm-temporal/worker"
 )
 
@@ -160,6 +161,10 @@ type Config struct {
 	// (SW4RM_WORKTREE_ROOT); empty means inside each repository, in
 	// <repo>/.sw4rm-worktrees/<worktree_id> (docs/worktrees.md).
 	WorktreeRoot string
+	// MCPServers are the MCP servers imported as tool providers when a server starts
+	// (SW4RM_MCP_SERVERS, mcp.ParseProviders): "id=stdio:command args...;id2=http://url".
+	// Empty means none (docs/tools.md).
+	MCPServers string
 }
 
 // DevHITLOperators is the HITL operator policy of `sw4rm dev` when none is configured: one
@@ -228,6 +233,7 @@ func (c Config) FromEnv() (Config, error) {
 	str("SW4RM_REASONING_EXTERNAL", &c.ReasoningExternal)
 	str("SW4RM_REPOS", &c.Repos)
 	str("SW4RM_WORKTREE_ROOT", &c.WorktreeRoot)
+	str("SW4RM_MCP_SERVERS", &c.MCPServers)
 	if v, ok := os.LookupEnv("SW4RM_CONFLICT_THRESHOLD"); ok {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f <= 0 || f > 1 {
@@ -434,6 +440,10 @@ type App struct {
 	auth *frontend.Authenticator
 	// reasoning answers EvaluateDebate and Summarize for the frontend and the activities.
 	reasoning reasoning.Engine
+	// stopMCP ends the import of the configured MCP servers; mcpDone closes when it has
+	// returned.
+	stopMCP context.CancelFunc
+	mcpDone chan struct{}
 }
 
 // OpenStore opens the store the configuration names: PostgreSQL when DatabaseURL is set
@@ -565,6 +575,10 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("SW4RM_INFERENCE_UNAVAILABLE: %w", err)
 	}
+	mcpProviders, err := mcp.ParseProviders(cfg.MCPServers)
+	if err != nil {
+		return nil, fmt.Errorf("SW4RM_MCP_SERVERS: %w", err)
+	}
 	schedPolicy := admission.Policy{MaxParallel: maxParallel, ConflictThreshold: cfg.ConflictThreshold, Unavailable: unavailable}
 	if a.reasoning, err = reasoning.FromConfig(cfg.ReasoningExternal); err != nil {
 		return nil, fmt.Errorf("SW4RM_REASONING_EXTERNAL: %w", err)
@@ -644,6 +658,13 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		if err := a.serve(cfg, sec.tls, func(g *grpc.Server) { fe.Register(g) }, mux); err != nil {
 			return nil, err
 		}
+		// In the background: a slow or absent MCP server must not hold the frontend back.
+		mcpCtx, stopMCP := context.WithCancel(context.Background())
+		a.stopMCP, a.mcpDone = stopMCP, make(chan struct{})
+		go func() {
+			defer close(a.mcpDone)
+			ImportMCPProviders(mcpCtx, mcpProviders, st.ToolProviders(), sink, log)
+		}()
 	}
 	return a, nil
 }
@@ -689,6 +710,10 @@ func (a *App) stop() {
 	}
 	if a.auth != nil {
 		a.auth.Close()
+	}
+	if a.stopMCP != nil {
+		a.stopMCP()
+		<-a.mcpDone // before the store closes under it
 	}
 	if a.stopSweep != nil {
 		// After the gRPC server: the router writes the confirmations it answered last.

@@ -152,6 +152,11 @@ func TestEveryDocumentedVariableIsRead(t *testing.T) {
 	assert.Equal(t, 20*time.Second, cfg.AckTimeout, "the variable wins over the default")
 	cfg, _, _ = configOf(t, "worker", "--reasoning-external", "flag-reasoner:7000")
 	assert.Equal(t, "flag-reasoner:7000", cfg.ReasoningExternal, "the flag wins over its variable")
+	t.Setenv("SW4RM_MCP_SERVERS", "fs=stdio:fs-server /srv")
+	cfg, _, _ = configOf(t, "server")
+	assert.Equal(t, "fs=stdio:fs-server /srv", cfg.MCPServers)
+	cfg, _, _ = configOf(t, "server", "--mcp-servers", "web=http://tools:9000/mcp")
+	assert.Equal(t, "web=http://tools:9000/mcp", cfg.MCPServers, "the flag wins over its variable")
 
 	t.Setenv("SW4RM_REPOS", "app=/srv/app")
 	t.Setenv("SW4RM_WORKTREE_ROOT", "/srv/worktrees")
