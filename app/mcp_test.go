@@ -26,9 +26,12 @@ import (
 // without stopping the others.
 func TestImportMCPProviders(t *testing.T) {
 	srv := sdk.NewServer(&sdk.Implementation{Name: "notes", Version: "1"}, nil)
-	srv.AddTool(&sdk.Tool{Name: "read_note", InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"}}}`),
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
-		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return &sdk.CallToolResult{}, nil })
+	noop := func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return &sdk.CallToolResult{}, nil
+	}
+	readNote := &sdk.Tool{Name: "read_note", InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"}}}`),
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}
+	srv.AddTool(readNote, noop)
 	srv.AddTool(&sdk.Tool{Name: "bad/name", InputSchema: json.RawMessage(`{"type":"object"}`)}, nil)
 	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
 	t.Cleanup(hs.Close)
