@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -65,6 +66,14 @@ func TestAgentWaitsOnResponse(t *testing.T) {
 				case <-answered:
 				case <-ctx.Done():
 					return nil, ctx.Err()
+				}
+				// The answer reaches the agent before the lifecycle hears that the wait ended
+				// (that news travels through the outbox): a second request sent at once may
+				// begin while the first wait still counts, and the two waits merge into one
+				// WAITING. The test is about two separate waits, so the task lets the
+				// lifecycle catch up — as it would have, doing its work in between.
+				if err := untilState(ctx, sys, a.ID(), commonpb.AgentState_RUNNING); err != nil {
+					return nil, err
 				}
 				// Nobody answers this one: one attempt of 6 s, then FAILED ack_timeout. Long
 				// enough that on a loaded 2-core machine the wait's beginning reaches the
@@ -160,4 +169,23 @@ func agentTransitions(t *testing.T, sys *system, agentID string) []string {
 		}
 	}
 	return out
+}
+
+// untilState polls the agent's lifecycle until it is in state; unlike waitState it may run
+// off the test's goroutine (it returns an error instead of failing the test).
+func untilState(ctx context.Context, sys *system, agentID string, state commonpb.AgentState) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		v, err := sys.app.Temporal().QueryWorkflow(ctx, workflows.AgentWorkflowID(agentID), "", workflows.AgentStatusQuery)
+		var st workflows.AgentStatus
+		if err == nil && v.Get(&st) == nil && st.State == state.String() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent %s never reached %s: %w", agentID, state, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
