@@ -67,6 +67,8 @@ type Store interface {
 	Worktrees() Worktrees
 	// ToolProviders returns the tool providers and their descriptors (§18.1).
 	ToolProviders() ToolProviders
+	// ToolCalls returns the tool calls and their stored frames (§18.2).
+	ToolCalls() ToolCalls
 	// Kind names the implementation ("memory" or "postgres") for logs.
 	Kind() string
 	// Close releases connections and stops background work.

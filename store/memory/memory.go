@@ -97,6 +97,10 @@ type Store struct {
 	// tool_providers.go), made on first write.
 	toolProviders map[string]*toolProviderRow
 
+	// toolCalls holds each tool call and its frames by call_id (see tool_calls.go), made on
+	// first write.
+	toolCalls map[string]*toolCallRow
+
 	// hub fans wake-ups out to Subscribe channels. It has its own lock and never blocks, so
 	// it is safe to wake it while s.mu is held.
 	hub *hub.Hub

@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("NegotiationPolicies", func(t *testing.T) { runNegotiationPolicies(t, newStore) })
 	t.Run("Worktrees", func(t *testing.T) { runWorktrees(t, newStore) })
 	t.Run("ToolProviders", func(t *testing.T) { runToolProviders(t, newStore) })
+	t.Run("ToolCalls", func(t *testing.T) { runToolCalls(t, newStore) })
 }
 
 // Envelope returns a fully populated test envelope with the given message_id.

@@ -1,0 +1,137 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"errors"
+
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// toolCallRow is one call and its frames, in order.
+type toolCallRow struct {
+	rec    store.ToolCallRecord
+	frames []store.ToolFrameRecord
+}
+
+// toolCallsStore implements store.ToolCalls over s.toolCalls, under s.mu.
+type toolCallsStore Store
+
+func (c *toolCallsStore) s() *Store { return (*Store)(c) }
+
+// ToolCalls implements store.Store.
+func (s *Store) ToolCalls() store.ToolCalls { return (*toolCallsStore)(s) }
+
+// CreateCall implements store.ToolCalls.
+func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecord) (store.ToolCallRecord, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ToolCallRecord{}, false, err
+	}
+	if rec.CallID == "" {
+		return store.ToolCallRecord{}, false, errors.New("memory: create tool call: call_id is required")
+	}
+	s := c.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.toolCalls == nil {
+		s.toolCalls = make(map[string]*toolCallRow)
+	}
+	if row, ok := s.toolCalls[rec.CallID]; ok {
+		return row.rec, false, nil
+	}
+	rec.Frames, rec.Bytes, rec.Final, rec.CreatedAt = 0, 0, false, now()
+	s.toolCalls[rec.CallID] = &toolCallRow{rec: rec}
+	return rec, true, nil
+}
+
+// GetCall implements store.ToolCalls.
+func (c *toolCallsStore) GetCall(ctx context.Context, callID string) (store.ToolCallRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ToolCallRecord{}, err
+	}
+	s := c.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.toolCalls[callID]
+	if !ok {
+		return store.ToolCallRecord{}, store.ErrNotFound
+	}
+	return row.rec, nil
+}
+
+// AppendFrame implements store.ToolCalls.
+func (c *toolCallsStore) AppendFrame(ctx context.Context, callID, contentType string, data []byte) (store.ToolFrameRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ToolFrameRecord{}, err
+	}
+	s := c.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.toolCalls[callID]
+	if !ok {
+		return store.ToolFrameRecord{}, store.ErrNotFound
+	}
+	if row.rec.Final {
+		return store.ToolFrameRecord{}, store.ErrCallClosed
+	}
+	return row.add(store.ToolFrameRecord{ContentType: contentType, Data: bytes.Clone(data)}), nil
+}
+
+// Finish implements store.ToolCalls.
+func (c *toolCallsStore) Finish(ctx context.Context, callID, contentType string, data []byte, summarize func(frames, bytes uint64) []byte) (store.ToolFrameRecord, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ToolFrameRecord{}, false, err
+	}
+	s := c.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.toolCalls[callID]
+	if !ok {
+		return store.ToolFrameRecord{}, false, store.ErrNotFound
+	}
+	if row.rec.Final {
+		return cloneFrame(row.frames[len(row.frames)-1]), false, nil
+	}
+	var summary []byte
+	if summarize != nil {
+		summary = bytes.Clone(summarize(row.rec.Frames, row.rec.Bytes))
+	}
+	f := row.add(store.ToolFrameRecord{Final: true, ContentType: contentType, Data: bytes.Clone(data), Summary: summary})
+	row.rec.Final = true
+	return f, true, nil
+}
+
+// Frames implements store.ToolCalls.
+func (c *toolCallsStore) Frames(ctx context.Context, callID string, after uint64, limit int) ([]store.ToolFrameRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := c.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []store.ToolFrameRecord{}
+	row, ok := s.toolCalls[callID]
+	if !ok {
+		return out, nil
+	}
+	// Frames are numbered from 1 without gaps, so frame n sits at index n-1.
+	for i := after; i < uint64(len(row.frames)) && (limit <= 0 || len(out) < limit); i++ {
+		out = append(out, cloneFrame(row.frames[i]))
+	}
+	return out, nil
+}
+
+// add numbers f as the row's next frame, stores it and returns a copy.
+func (r *toolCallRow) add(f store.ToolFrameRecord) store.ToolFrameRecord {
+	r.rec.Frames++
+	r.rec.Bytes += uint64(len(f.Data))
+	f.CallID, f.FrameNo, f.At = r.rec.CallID, r.rec.Frames, now()
+	r.frames = append(r.frames, f)
+	return cloneFrame(f)
+}
+
+// cloneFrame copies a frame's byte slices, so that callers never share the store's.
+func cloneFrame(f store.ToolFrameRecord) store.ToolFrameRecord {
+	f.Data, f.Summary = bytes.Clone(f.Data), bytes.Clone(f.Summary)
+	return f
+}

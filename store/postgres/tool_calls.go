@@ -1,0 +1,187 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// toolCallsStore implements store.ToolCalls on tool_calls and tool_frames (migration 00016).
+type toolCallsStore Store
+
+func (c *toolCallsStore) s() *Store { return (*Store)(c) }
+
+// ToolCalls implements store.Store.
+func (s *Store) ToolCalls() store.ToolCalls { return (*toolCallsStore)(s) }
+
+const toolCallColumns = `call_id, caller, provider_id, tool_name, frames, bytes, final, created_at`
+
+func scanToolCall(row pgx.Row) (store.ToolCallRecord, error) {
+	var r store.ToolCallRecord
+	var frames, nbytes int64
+	if err := row.Scan(&r.CallID, &r.Caller, &r.ProviderID, &r.ToolName, &frames, &nbytes, &r.Final, &r.CreatedAt); err != nil {
+		return store.ToolCallRecord{}, err
+	}
+	r.Frames, r.Bytes, r.CreatedAt = uint64(frames), uint64(nbytes), r.CreatedAt.UTC()
+	return r, nil
+}
+
+// CreateCall implements store.ToolCalls: ON CONFLICT DO NOTHING, then the stored row.
+func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecord) (store.ToolCallRecord, bool, error) {
+	if rec.CallID == "" {
+		return store.ToolCallRecord{}, false, errors.New("postgres: create tool call: call_id is required")
+	}
+	r, err := scanToolCall(c.s().pool.QueryRow(ctx, `INSERT INTO tool_calls (call_id, caller, provider_id, tool_name)
+		VALUES ($1, $2, $3, $4) ON CONFLICT (call_id) DO NOTHING RETURNING `+toolCallColumns,
+		rec.CallID, rec.Caller, rec.ProviderID, rec.ToolName))
+	if err == nil {
+		return r, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return store.ToolCallRecord{}, false, fmt.Errorf("postgres: create tool call %q: %w", rec.CallID, err)
+	}
+	r, err = c.GetCall(ctx, rec.CallID)
+	return r, false, err
+}
+
+// GetCall implements store.ToolCalls.
+func (c *toolCallsStore) GetCall(ctx context.Context, callID string) (store.ToolCallRecord, error) {
+	r, err := scanToolCall(c.s().pool.QueryRow(ctx, `SELECT `+toolCallColumns+` FROM tool_calls WHERE call_id = $1`, callID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ToolCallRecord{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.ToolCallRecord{}, fmt.Errorf("postgres: get tool call %q: %w", callID, err)
+	}
+	return r, nil
+}
+
+// AppendFrame implements store.ToolCalls: one statement bumps the call's totals — locking
+// its row, so appends take turns and numbers have no gaps — unless it is final, and inserts
+// the frame numbered with the new count.
+func (c *toolCallsStore) AppendFrame(ctx context.Context, callID, contentType string, data []byte) (store.ToolFrameRecord, error) {
+	f := store.ToolFrameRecord{CallID: callID, ContentType: contentType, Data: nonNil(data)}
+	var n int64
+	var final bool
+	err := c.s().pool.QueryRow(ctx, `WITH bumped AS (
+			UPDATE tool_calls SET frames = frames + 1, bytes = bytes + length($3::bytea)
+			WHERE call_id = $1 AND NOT final RETURNING call_id, frames
+		), ins AS (
+			INSERT INTO tool_frames (call_id, frame_no, content_type, data)
+			SELECT call_id, frames, $2, $3 FROM bumped RETURNING frame_no, at
+		)
+		SELECT ins.frame_no, ins.at, false FROM ins
+		UNION ALL
+		SELECT 0, now(), final FROM tool_calls WHERE call_id = $1 AND NOT EXISTS (SELECT 1 FROM bumped)`,
+		callID, contentType, f.Data).Scan(&n, &f.At, &final)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.ToolFrameRecord{}, store.ErrNotFound
+	case err != nil:
+		return store.ToolFrameRecord{}, fmt.Errorf("postgres: append a frame to tool call %q: %w", callID, err)
+	case n == 0:
+		return store.ToolFrameRecord{}, store.ErrCallClosed
+	}
+	f.FrameNo, f.At = uint64(n), f.At.UTC()
+	return f, nil
+}
+
+// Finish implements store.ToolCalls: in one transaction the call's row is locked, and unless
+// it is already final the final frame is inserted with the summary of the totals before it.
+func (c *toolCallsStore) Finish(ctx context.Context, callID, contentType string, data []byte, summarize func(frames, bytes uint64) []byte) (store.ToolFrameRecord, bool, error) {
+	var out store.ToolFrameRecord
+	var created bool
+	err := pgx.BeginFunc(ctx, c.s().pool, func(tx pgx.Tx) error {
+		var frames, nbytes int64
+		var final bool
+		if err := tx.QueryRow(ctx, `SELECT frames, bytes, final FROM tool_calls WHERE call_id = $1 FOR UPDATE`, callID).Scan(&frames, &nbytes, &final); err != nil {
+			return err
+		}
+		if final {
+			fs, err := framesOf(ctx, tx, callID, uint64(frames-1), 1)
+			if err != nil {
+				return err
+			}
+			if len(fs) != 1 {
+				return fmt.Errorf("the final frame %d is missing", frames)
+			}
+			out = fs[0]
+			return nil
+		}
+		var summary []byte
+		if summarize != nil {
+			summary = summarize(uint64(frames), uint64(nbytes))
+		}
+		out = store.ToolFrameRecord{CallID: callID, FrameNo: uint64(frames + 1), Final: true, ContentType: contentType, Data: nonNil(data), Summary: nonNil(summary)}
+		if _, err := tx.Exec(ctx, `UPDATE tool_calls SET frames = frames + 1, bytes = bytes + length($2::bytea), final = true WHERE call_id = $1`, callID, out.Data); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO tool_frames (call_id, frame_no, final, content_type, data, summary)
+			VALUES ($1, $2, true, $3, $4, $5) RETURNING at`, callID, int64(out.FrameNo), contentType, out.Data, out.Summary).Scan(&out.At); err != nil {
+			return err
+		}
+		out.At, created = out.At.UTC(), true
+		return nil
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ToolFrameRecord{}, false, store.ErrNotFound
+	}
+	if err != nil {
+		return store.ToolFrameRecord{}, false, fmt.Errorf("postgres: finish tool call %q: %w", callID, err)
+	}
+	return out, created, nil
+}
+
+// Frames implements store.ToolCalls.
+func (c *toolCallsStore) Frames(ctx context.Context, callID string, after uint64, limit int) ([]store.ToolFrameRecord, error) {
+	fs, err := framesOf(ctx, c.s().pool, callID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: read the frames of tool call %q: %w", callID, err)
+	}
+	return fs, nil
+}
+
+// querier is what framesOf needs of a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func framesOf(ctx context.Context, q querier, callID string, after uint64, limit int) ([]store.ToolFrameRecord, error) {
+	lim := int64(limit)
+	if limit <= 0 {
+		lim = -1
+	}
+	rows, err := q.Query(ctx, `SELECT frame_no, final, content_type, data, summary, at FROM tool_frames
+		WHERE call_id = $1 AND frame_no > $2 ORDER BY frame_no LIMIT CASE WHEN $3::bigint < 0 THEN NULL ELSE $3::bigint END`,
+		callID, int64(after), lim)
+	if err != nil {
+		return nil, err
+	}
+	out := []store.ToolFrameRecord{}
+	for rows.Next() {
+		f := store.ToolFrameRecord{CallID: callID}
+		var n int64
+		if err := rows.Scan(&n, &f.Final, &f.ContentType, &f.Data, &f.Summary, &f.At); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		f.FrameNo, f.At = uint64(n), f.At.UTC()
+		if len(f.Summary) == 0 {
+			f.Summary = nil
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// nonNil turns nil into an empty slice, for NOT NULL bytea columns.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

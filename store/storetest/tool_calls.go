@@ -1,0 +1,159 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// This file tests ToolCalls: calls recorded once, frames numbered without gaps even when
+// written concurrently, the first final frame winning, nothing appended after it, and reads
+// resuming after a frame number (§18.2, §18.6).
+
+func runToolCalls(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("CreateOnce", func(t *testing.T) {
+		c := newStore(t).ToolCalls()
+		ctx := t.Context()
+		rec, created, err := c.CreateCall(ctx, store.ToolCallRecord{CallID: "c1", Caller: "agent-a", ProviderID: "builtin", ToolName: "echo"})
+		require.NoError(t, err)
+		require.True(t, created)
+		require.Equal(t, "agent-a", rec.Caller)
+		again, created, err := c.CreateCall(ctx, store.ToolCallRecord{CallID: "c1", Caller: "agent-b"})
+		require.NoError(t, err)
+		require.False(t, created, "a known call_id is not created again")
+		require.Equal(t, "agent-a", again.Caller, "the first owner stays")
+		require.Equal(t, "echo", again.ToolName)
+		_, err = c.GetCall(ctx, "nope")
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = c.AppendFrame(ctx, "nope", "text/plain", []byte("x"))
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, _, err = c.Finish(ctx, "nope", "text/plain", nil, nil)
+		require.ErrorIs(t, err, store.ErrNotFound)
+		fs, err := c.Frames(ctx, "nope", 0, 0)
+		require.NoError(t, err)
+		require.NotNil(t, fs)
+		require.Empty(t, fs)
+	})
+
+	t.Run("FramesAndFinal", func(t *testing.T) {
+		c := newStore(t).ToolCalls()
+		ctx := t.Context()
+		_, _, err := c.CreateCall(ctx, store.ToolCallRecord{CallID: "c2", Caller: "a"})
+		require.NoError(t, err)
+		f1, err := c.AppendFrame(ctx, "c2", "text/plain", []byte("hello"))
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), f1.FrameNo)
+		f2, err := c.AppendFrame(ctx, "c2", "text/plain", []byte("world!"))
+		require.NoError(t, err)
+		require.Equal(t, uint64(2), f2.FrameNo)
+
+		var sawFrames, sawBytes uint64
+		fin, created, err := c.Finish(ctx, "c2", "application/json", []byte(`{"ok":true}`), func(frames, bytes uint64) []byte {
+			sawFrames, sawBytes = frames, bytes
+			return []byte(fmt.Sprintf(`{"frames":%d}`, frames))
+		})
+		require.NoError(t, err)
+		require.True(t, created)
+		require.Equal(t, uint64(2), sawFrames, "the summary sees the frames before the final one")
+		require.Equal(t, uint64(11), sawBytes)
+		require.Equal(t, uint64(3), fin.FrameNo)
+		require.True(t, fin.Final)
+		require.JSONEq(t, `{"frames":2}`, string(fin.Summary))
+
+		// The first final frame wins: a second Finish stores nothing and answers the first.
+		again, created, err := c.Finish(ctx, "c2", "text/plain", []byte("cancelled"), func(uint64, uint64) []byte { return []byte("{}") })
+		require.NoError(t, err)
+		require.False(t, created)
+		require.Equal(t, fin.FrameNo, again.FrameNo)
+		require.Equal(t, `{"ok":true}`, string(again.Data))
+		_, err = c.AppendFrame(ctx, "c2", "text/plain", []byte("late"))
+		require.ErrorIs(t, err, store.ErrCallClosed)
+
+		rec, err := c.GetCall(ctx, "c2")
+		require.NoError(t, err)
+		require.True(t, rec.Final)
+		require.Equal(t, uint64(3), rec.Frames)
+		require.Equal(t, uint64(11+len(`{"ok":true}`)), rec.Bytes)
+
+		all, err := c.Frames(ctx, "c2", 0, 0)
+		require.NoError(t, err)
+		require.Len(t, all, 3)
+		require.Equal(t, "hello", string(all[0].Data))
+		require.Empty(t, all[0].Summary)
+		require.False(t, all[1].Final)
+		require.True(t, all[2].Final)
+		after, err := c.Frames(ctx, "c2", 1, 1)
+		require.NoError(t, err)
+		require.Len(t, after, 1, "limit")
+		require.Equal(t, uint64(2), after[0].FrameNo, "resumes after the given frame")
+		none, err := c.Frames(ctx, "c2", 3, 0)
+		require.NoError(t, err)
+		require.Empty(t, none)
+
+		// Copies: changing what a read returned changes nothing stored.
+		all[0].Data[0] = 'X'
+		again2, err := c.Frames(ctx, "c2", 0, 1)
+		require.NoError(t, err)
+		require.Equal(t, "hello", string(again2[0].Data))
+	})
+
+	t.Run("ConcurrentAppendsHaveNoGaps", func(t *testing.T) {
+		c := newStore(t).ToolCalls()
+		ctx := t.Context()
+		_, _, err := c.CreateCall(ctx, store.ToolCallRecord{CallID: "c3"})
+		require.NoError(t, err)
+		const writers, each = 4, 10
+		var wg sync.WaitGroup
+		errs := make(chan error, writers*each+writers)
+		for w := range writers {
+			wg.Go(func() {
+				for i := range each {
+					if _, err := c.AppendFrame(ctx, "c3", "text/plain", fmt.Appendf(nil, "%d-%d", w, i)); err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		fs, err := c.Frames(ctx, "c3", 0, 0)
+		require.NoError(t, err)
+		require.Len(t, fs, writers*each)
+		for i, f := range fs {
+			require.Equal(t, uint64(i+1), f.FrameNo)
+		}
+	})
+
+	t.Run("RacingFinishesDecideOnce", func(t *testing.T) {
+		c := newStore(t).ToolCalls()
+		ctx := t.Context()
+		_, _, err := c.CreateCall(ctx, store.ToolCallRecord{CallID: "c4"})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		wins := 0
+		for i := range 6 {
+			wg.Go(func() {
+				_, created, err := c.Finish(ctx, "c4", "text/plain", fmt.Appendf(nil, "%d", i), nil)
+				if err == nil && created {
+					mu.Lock()
+					wins++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, 1, wins)
+		fs, err := c.Frames(ctx, "c4", 0, 0)
+		require.NoError(t, err)
+		require.Len(t, fs, 1)
+		require.True(t, fs[0].Final)
+	})
+}

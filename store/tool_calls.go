@@ -1,0 +1,70 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrCallClosed reports that a tool call already has its final frame: nothing more is
+// appended to it (§18.6: the final frame always ends the stream).
+var ErrCallClosed = errors.New("store: tool call closed")
+
+// ToolCallRecord is one tool call's owner and the running totals of its frames (§18.2, §19).
+type ToolCallRecord struct {
+	// CallID is the call's id.
+	CallID string
+	// Caller is the proven principal that made the call; only it (or an operator) streams
+	// or cancels it.
+	Caller string
+	// ProviderID and ToolName name the tool.
+	ProviderID, ToolName string
+	// Frames and Bytes count the frames stored so far, the final one included, and the
+	// bytes of their data.
+	Frames, Bytes uint64
+	// Final reports that the final frame is stored.
+	Final bool
+	// CreatedAt is when the call was recorded.
+	CreatedAt time.Time
+}
+
+// ToolFrameRecord is one stored frame of a tool call's output.
+type ToolFrameRecord struct {
+	// CallID is the call's id.
+	CallID string
+	// FrameNo numbers the call's frames from 1, without gaps.
+	FrameNo uint64
+	// Final marks the call's last frame.
+	Final bool
+	// ContentType is the data's content type.
+	ContentType string
+	// Data is the frame's payload.
+	Data []byte
+	// Summary is the final frame's summary (JSON); empty on other frames.
+	Summary []byte
+	// At is when the frame was stored.
+	At time.Time
+}
+
+// ToolCalls stores tool calls and their frames as they come (§18.2 CallStream), so that a
+// client that reconnects resumes from its last frame_no, and a call's frame count and bytes
+// can be reported (§19). The store numbers frames: the next frame of a call is one more than
+// the last, whichever worker wrote the last.
+type ToolCalls interface {
+	// CreateCall records a new call. When the call_id is known it changes nothing and
+	// returns the stored record with created=false; the caller compares owners.
+	CreateCall(ctx context.Context, rec ToolCallRecord) (stored ToolCallRecord, created bool, err error)
+	// GetCall returns a call or ErrNotFound.
+	GetCall(ctx context.Context, callID string) (ToolCallRecord, error)
+	// AppendFrame stores the call's next, non-final frame and returns it numbered; ErrCallClosed
+	// once the final frame is stored; ErrNotFound for an unknown call.
+	AppendFrame(ctx context.Context, callID, contentType string, data []byte) (ToolFrameRecord, error)
+	// Finish stores the call's final frame, its summary built by summarize from the totals of
+	// the frames before it, and returns it with created=true. When the call already has its
+	// final frame it stores nothing and returns that one with created=false: the first
+	// final frame wins, so the call's end is decided once (a cancel racing the result).
+	Finish(ctx context.Context, callID, contentType string, data []byte, summarize func(frames, bytes uint64) []byte) (final ToolFrameRecord, created bool, err error)
+	// Frames returns up to limit frames of the call numbered after `after`, in order; none
+	// is an empty slice.
+	Frames(ctx context.Context, callID string, after uint64, limit int) ([]ToolFrameRecord, error)
+}
