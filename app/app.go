@@ -41,6 +41,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres"
+	"github.com/sw4rm/sw4rm-temporal/tools"
 	"github.com/sw4rm/sw4rm-temporal/tools/mcp"
 	"github.com/sw4rm/sw4rm-temporal/worker"
 )
@@ -165,6 +166,13 @@ type Config struct {
 	// (SW4RM_MCP_SERVERS, mcp.ParseProviders): "id=stdio:command args...;id2=http://url".
 	// Empty means none (docs/tools.md).
 	MCPServers string
+	// ToolPreApproved lists the tools whose PRIVILEGED and FULL_ACCESS calls run without a
+	// HITL wait (SW4RM_TOOL_PREAPPROVED): "provider/tool" patterns separated by commas, *
+	// allowed, e.g. "builtin/process.run,ci/*" (§18.5.3, docs/tools.md).
+	ToolPreApproved string
+	// ToolExecutors adds providers to the ones this process runs (the built-in provider and
+	// the configured MCP servers), by provider id: for embedding and tests.
+	ToolExecutors map[string]tools.Executor
 }
 
 // DevHITLOperators is the HITL operator policy of `sw4rm dev` when none is configured: one
@@ -234,6 +242,7 @@ func (c Config) FromEnv() (Config, error) {
 	str("SW4RM_REPOS", &c.Repos)
 	str("SW4RM_WORKTREE_ROOT", &c.WorktreeRoot)
 	str("SW4RM_MCP_SERVERS", &c.MCPServers)
+	str("SW4RM_TOOL_PREAPPROVED", &c.ToolPreApproved)
 	if v, ok := os.LookupEnv("SW4RM_CONFLICT_THRESHOLD"); ok {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f <= 0 || f > 1 {
@@ -444,6 +453,10 @@ type App struct {
 	// returned.
 	stopMCP context.CancelFunc
 	mcpDone chan struct{}
+	// toolWorkers poll the providers' task queues (startToolWorkers); closeTools ends the
+	// executors' sessions and processes after them.
+	toolWorkers []sdkworker.Worker
+	closeTools  func()
 }
 
 // OpenStore opens the store the configuration names: PostgreSQL when DatabaseURL is set
@@ -579,6 +592,8 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("SW4RM_MCP_SERVERS: %w", err)
 	}
+	execs, closeTools := toolExecutors(cfg, mcpProviders, log)
+	a.closeTools = closeTools
 	schedPolicy := admission.Policy{MaxParallel: maxParallel, ConflictThreshold: cfg.ConflictThreshold, Unavailable: unavailable}
 	if a.reasoning, err = reasoning.FromConfig(cfg.ReasoningExternal); err != nil {
 		return nil, fmt.Errorf("SW4RM_REASONING_EXTERNAL: %w", err)
@@ -627,6 +642,9 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 			return nil, fmt.Errorf("start worker: %w", err)
 		}
 		log.Info("worker polling", "task_queue", cfg.TaskQueue)
+		if err := a.startToolWorkers(execs, st, sink, log); err != nil {
+			return nil, err
+		}
 	}
 	if roles.Server {
 		a.auth = frontend.NewAuthenticator(frontend.AuthConfig{Mode: cfg.Auth, Keys: st.Keys(), Operators: hitlPolicy,
@@ -648,7 +666,10 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 		fe := frontend.New(st, rt, a.temporal, a.relay, sink, log, frontend.Config{TaskQueue: cfg.TaskQueue, AgentInitTimeout: cfg.AgentInitTimeout,
 			HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatMisses: cfg.HeartbeatMisses, HITLPolicy: hitlPolicy, HITLDecisionKey: decisionKey, HITLTimeout: cfg.HITLTimeout,
 			RoomPolicy: roomPolicy, RoomTimeout: cfg.RoomTimeout, PreemptTimeout: cfg.PreemptTimeout, TerminateGrace: cfg.TerminateGrace, SchedulerPolicy: schedPolicy,
-			ACL: sec.acl, Auth: a.auth, Reasoning: a.reasoning})
+			ACL: sec.acl, Auth: a.auth, Reasoning: a.reasoning, ToolPreApproved: splitList(cfg.ToolPreApproved)})
+		if err := RegisterBuiltinTools(ctx, execs, st.ToolProviders()); err != nil {
+			return nil, err
+		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", a.metrics.Handler())
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -728,6 +749,12 @@ func (a *App) stop() {
 	if a.stopRelay != nil {
 		a.stopRelay()
 		<-a.relayDone
+	}
+	for _, w := range a.toolWorkers {
+		w.Stop()
+	}
+	if a.closeTools != nil {
+		a.closeTools()
 	}
 	if a.worker != nil {
 		a.worker.Stop()

@@ -19,6 +19,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
@@ -186,6 +187,13 @@ var methodRules = map[string]rule{
 	connectorpb.ConnectorService_RegisterProvider_FullMethodName: {who: selfOrOperator, what: "provider_id",
 		field: func(r any) string { return r.(*connectorpb.ProviderRegisterRequest).GetProviderId() }},
 	connectorpb.ConnectorService_DescribeTools_FullMethodName: {who: authenticated},
+
+	// Tool calls (§18): any proven agent or operator may call a tool; the handler then
+	// checks the rest — an agent calls only for itself (sw4rm-agent-id), a call runs in the
+	// caller's own worktree, and only the call's owner or an operator streams or cancels it.
+	toolpb.ToolService_Call_FullMethodName:       {who: authenticated},
+	toolpb.ToolService_CallStream_FullMethodName: {who: authenticated},
+	toolpb.ToolService_Cancel_FullMethodName:     {who: authenticated},
 }
 
 // serviceRules covers the services that answer Unimplemented until their issue builds them:
@@ -193,7 +201,6 @@ var methodRules = map[string]rule{
 // replaces its entry with per-method rules when it lands; SchedulerPolicyService's entry
 // covers its methods not built yet (notYetBuiltMethods), methodRules the built ones.
 var serviceRules = map[string]rule{
-	"/sw4rm.tool.ToolService/":                          {who: authenticated},
 	"/sw4rmext.keys.v1.KeyAdminService/":                {who: operator},
 	"/" + healthpb.Health_ServiceDesc.ServiceName + "/": {who: anyone},
 	"/grpc.reflection.v1.ServerReflection/":             {who: anyone},

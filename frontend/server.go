@@ -55,6 +55,10 @@ import (
 type Config struct {
 	// TaskQueue is the Temporal task queue the workflows run on.
 	TaskQueue string
+	// ToolPreApproved are the tools whose PRIVILEGED and FULL_ACCESS calls run without a
+	// HITL wait (§18.5.3: "unless policy pre-approves"): "provider/tool" patterns, * allowed
+	// (SW4RM_TOOL_PREAPPROVED).
+	ToolPreApproved []string
 	// AgentInitTimeout bounds INITIALIZING (§8.3); zero means the workflow default.
 	AgentInitTimeout time.Duration
 	// HeartbeatInterval is how often the scheduler heartbeats each agent (§14); zero means
@@ -126,7 +130,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	dlqadminpb.RegisterDlqAdminServiceServer(g, &dlqAdminService{s: s, requeue: s.router})
 	keyadminpb.RegisterKeyAdminServiceServer(g, &keyAdminService{s: s})
 	worktreepb.RegisterWorktreeServiceServer(g, &worktreeService{s: s})
-	toolpb.RegisterToolServiceServer(g, toolpb.UnimplementedToolServiceServer{})
+	toolpb.RegisterToolServiceServer(g, &toolService{s: s})
 	connectorpb.RegisterConnectorServiceServer(g, &connectorService{s: s})
 	negotiationpb.RegisterNegotiationServiceServer(g, &negotiationService{s: s})
 	negotiationroompb.RegisterNegotiationRoomServiceServer(g, &roomService{s: s})

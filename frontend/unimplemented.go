@@ -12,9 +12,7 @@ import (
 // capability it lacks and the spec section that defines it. Every call to one of them answers
 // codes.Unimplemented with that text instead of pretending to work; an entry is removed when
 // its service is built.
-var notYetBuilt = map[string]string{
-	"/sw4rm.tool.ToolService/": "policy-bound tool calling (§18)",
-}
+var notYetBuilt = map[string]string{}
 
 // notYetBuiltMethods maps single methods of partly built services to the capability they
 // lack; it is consulted before notYetBuilt. A service built one slice at a time leaves

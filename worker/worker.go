@@ -35,6 +35,7 @@ func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(workflows.HitlWait, workflow.RegisterOptions{Name: hitlsignals.WorkflowType})
 	r.RegisterWorkflow(workflows.RoomCoordinator)
 	r.RegisterWorkflow(workflows.TaskWorkflow)
+	r.RegisterWorkflow(workflows.ToolCall)
 	r.RegisterWorkflow(workflows.WorktreeWorkflow)
 }
 

@@ -13,6 +13,8 @@ const (
 	// ProviderKindMCP is an MCP server the deployment configures; its tools/list is imported
 	// at start.
 	ProviderKindMCP = "mcp"
+	// ProviderKindBuiltin is the built-in provider of confined file and process tools.
+	ProviderKindBuiltin = "builtin"
 )
 
 // MaxToolsPerProvider bounds how many tools one provider registers: a listing travels in one

@@ -1,0 +1,229 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/tools"
+)
+
+// Audit event types of tool calls (§19).
+const (
+	// AuditToolCallFinished records a call's end: its code (empty on success), frames and bytes.
+	AuditToolCallFinished = "tool.call_finished"
+	// AuditToolEscalated records a call that runs above the caller's standard privileges
+	// (§18.5.3: ELEVATED and above are logged).
+	AuditToolEscalated = "tool.privilege_escalated"
+)
+
+// ToolHeartbeatEvery is how often a running tool attempt heartbeats. Heartbeats carry the
+// cancellation back to the attempt (§18.6) and let Temporal see a dead tool worker: the
+// call workflow's heartbeat timeout is a few of these.
+const ToolHeartbeatEvery = 250 * time.Millisecond
+
+// RunToolInput is one attempt of a tool call, as the call workflow schedules it on the
+// provider's task queue.
+type RunToolInput struct {
+	// Request is what the executor receives; Attempt is filled in by the activity.
+	Request tools.Request
+}
+
+// RunToolResult is a successful attempt: its final frame is stored.
+type RunToolResult struct {
+	// FinalFrame is the final frame's frame_no.
+	FinalFrame uint64
+	// Closed reports that the call already had its final frame (a cancel came first), so
+	// the result was not stored.
+	Closed bool
+}
+
+// ToolRunner runs the tools of one provider: a worker polling that provider's task queue
+// registers it, so tool workers scale on their own, per provider (§18).
+type ToolRunner struct {
+	// ProviderID is the provider this runner serves.
+	ProviderID string
+	// Executor runs the provider's tools.
+	Executor tools.Executor
+	// Store keeps the call's frames.
+	Store store.Store
+	// Sink records audit events.
+	Sink *observe.Sink
+	// Log logs frame counts and escalations.
+	Log *slog.Logger
+}
+
+// RunTool runs one attempt of a tool call: the executor's frames are stored as they come,
+// its result becomes the call's final frame, and a failure becomes an application error
+// whose type is the §18.3 code — non-retryable unless the code is transient, since the
+// workflow's retry policy only retries idempotent tools anyway. It heartbeats all along.
+func (r *ToolRunner) RunTool(ctx context.Context, in RunToolInput) (RunToolResult, error) {
+	req := in.Request
+	req.Attempt = int(activity.GetInfo(ctx).Attempt)
+	if req.ProviderID != r.ProviderID {
+		return RunToolResult{}, toolAppError(tool.Errorf(tool.CodeInternal, "provider %s's call reached the worker of provider %s", req.ProviderID, r.ProviderID))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopBeat := heartbeatEvery(ctx, ToolHeartbeatEvery)
+	defer stopBeat()
+
+	emit := func(ectx context.Context, contentType string, data []byte) error {
+		_, err := r.Store.ToolCalls().AppendFrame(ectx, req.CallID, contentType, data)
+		if errors.Is(err, store.ErrCallClosed) {
+			// The call was cancelled and its final frame written: stop the tool now rather
+			// than wait for the heartbeat to bring the cancellation.
+			cancel()
+			return tool.Errorf(tool.CodeCancelled, "call %s is closed", req.CallID)
+		}
+		return err
+	}
+	res, err := r.Executor.Call(ctx, req, emit)
+	if err != nil {
+		return RunToolResult{}, toolAppError(err)
+	}
+	final, created, err := r.Store.ToolCalls().Finish(context.WithoutCancel(ctx), req.CallID, res.ContentType, res.Data, func(frames, bytes uint64) []byte {
+		return ToolSummary{Status: "ok", Frames: frames, Bytes: bytes, Attempt: req.Attempt}.JSON()
+	})
+	if err != nil {
+		return RunToolResult{}, fmt.Errorf("storing the final frame of %s: %w", req.CallID, err)
+	}
+	return RunToolResult{FinalFrame: final.FrameNo, Closed: !created}, nil
+}
+
+// heartbeatEvery heartbeats until ctx ends or the returned stop is called.
+func heartbeatEvery(ctx context.Context, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			activity.RecordHeartbeat(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// toolAppError turns an executor's failure into the activity's error: an application error
+// typed with the §18.3 code, retryable only when the code is transient.
+func toolAppError(err error) error {
+	var te *tool.Error
+	if !errors.As(err, &te) {
+		te = tool.Errorf(tool.CodeInternal, "%v", err)
+	}
+	return temporal.NewApplicationErrorWithOptions(te.Msg, string(te.Code), temporal.ApplicationErrorOptions{NonRetryable: !te.Code.Transient()})
+}
+
+// ToolSummary is the JSON summary of a call's final frame (§18.2, §18.6): how the call ended,
+// and how much output came before the end — a cancelled call's partial results.
+type ToolSummary struct {
+	// Status is "ok", "error" or "cancelled".
+	Status string `json:"status"`
+	// ErrorCode and Message say why a call that is not ok ended.
+	ErrorCode string `json:"error_code,omitempty"`
+	// Message says why, for a person.
+	Message string `json:"message,omitempty"`
+	// Frames and Bytes count the frames before the final one and the bytes of their data:
+	// the partial results a cancelled or failed call leaves.
+	Frames uint64 `json:"frames"`
+	// Bytes: see Frames.
+	Bytes uint64 `json:"bytes"`
+	// Partial reports that frames came before the end of a call that is not ok.
+	Partial bool `json:"partial,omitempty"`
+	// Attempt is the attempt that ended the call (0 when none ran).
+	Attempt int `json:"attempt,omitempty"`
+	// By is who cancelled a cancelled call.
+	By string `json:"cancelled_by,omitempty"`
+}
+
+// JSON renders the summary.
+func (s ToolSummary) JSON() []byte {
+	b, _ := json.Marshal(s) // a struct of strings and numbers always encodes
+	return b
+}
+
+// FinishToolInput ends a call that did not end with a result: an error or a cancel.
+type FinishToolInput struct {
+	// CallID is the call.
+	CallID string
+	// Summary says how it ended; Frames, Bytes and Partial are filled in by the store's totals.
+	Summary ToolSummary
+	// Caller, ProviderID and ToolName are for the audit record.
+	Caller, ProviderID, ToolName string
+}
+
+// FinishToolResult is the stored final frame.
+type FinishToolResult struct {
+	// FinalFrame is its frame_no.
+	FinalFrame uint64
+	// Created is false when the call already had a final frame, which then stands.
+	Created bool
+	// Summary is the stored final frame's summary, whichever wrote it.
+	Summary ToolSummary
+}
+
+// FinishTool stores the final frame of a call that failed or was cancelled, with a summary
+// counting the partial results before it; the first final frame wins (store.ToolCalls.Finish).
+// The summary's data is the error as JSON, so a stream's last frame says what happened.
+func (a *Activities) FinishTool(ctx context.Context, in FinishToolInput) (FinishToolResult, error) {
+	sum := in.Summary
+	data, _ := json.Marshal(map[string]string{"error_code": sum.ErrorCode, "message": sum.Message})
+	f, created, err := a.Store.ToolCalls().Finish(ctx, in.CallID, "application/json", data, func(frames, bytes uint64) []byte {
+		sum.Frames, sum.Bytes, sum.Partial = frames, bytes, frames > 0
+		return sum.JSON()
+	})
+	if err != nil {
+		return FinishToolResult{}, err
+	}
+	var stored ToolSummary
+	if len(f.Summary) > 0 {
+		_ = json.Unmarshal(f.Summary, &stored)
+	}
+	return FinishToolResult{FinalFrame: f.FrameNo, Created: created, Summary: stored}, nil
+}
+
+// RecordToolEndInput is the audit record of a call's end (§19: frame counts and bytes).
+type RecordToolEndInput struct {
+	// CallID, Caller, ProviderID and ToolName name the call.
+	CallID, Caller, ProviderID, ToolName string
+	// Code is the error code, empty on success.
+	Code string
+	// Privilege is the call's privilege level.
+	Privilege string
+}
+
+// RecordToolEnd logs and audits a call's end with its frame count and bytes (§19).
+func (a *Activities) RecordToolEnd(ctx context.Context, in RecordToolEndInput) error {
+	rec, err := a.Store.ToolCalls().GetCall(ctx, in.CallID)
+	if err != nil {
+		return err
+	}
+	a.Sink.Record(ctx, observe.Event{CorrelationID: in.CallID, Actor: in.Caller, AgentID: in.Caller, Type: AuditToolCallFinished,
+		Details: map[string]any{"call_id": in.CallID, "provider_id": in.ProviderID, "tool_name": in.ToolName, "error_code": in.Code,
+			"frames": rec.Frames, "bytes": rec.Bytes, "privilege_level": in.Privilege}})
+	return nil
+}
+
+// RecordToolEscalation audits a call that runs at ELEVATED or above (§18.5.3); the call
+// workflow logs it too, at WARN from PRIVILEGED up.
+func (a *Activities) RecordToolEscalation(ctx context.Context, in RecordToolEndInput) error {
+	a.Sink.Record(ctx, observe.Event{CorrelationID: in.CallID, Actor: in.Caller, AgentID: in.Caller, Type: AuditToolEscalated,
+		Details: map[string]any{"call_id": in.CallID, "provider_id": in.ProviderID, "tool_name": in.ToolName, "privilege_level": in.Privilege}})
+	return nil
+}

@@ -1,0 +1,469 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/tools"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// Metadata of ToolService (docs/tools.md, "RPCs").
+const (
+	// ToolAgentMetadataKey names the agent a call is made for, whose worktree it runs in
+	// (§16): an operator's calls, or any call when authentication is off, name it here; an
+	// agent's own calls may omit it, and naming another agent is refused.
+	ToolAgentMetadataKey = "sw4rm-agent-id"
+	// ToolResumeAfterMetadataKey asks CallStream to resume a call already made — the same
+	// call_id — after the given frame_no, without starting anything (§18.2).
+	ToolResumeAfterMetadataKey = "sw4rm-resume-after"
+	// ToolCallIDHeader is the call's call_id, assigned when the call had none (§18.2).
+	ToolCallIDHeader = "sw4rm-call-id"
+	// ToolPolicyNoteHeader says where the effective policy differs from the one asked, e.g.
+	// retries dropped for a non-idempotent tool (§18.3).
+	ToolPolicyNoteHeader = "sw4rm-tool-policy-note"
+	// ToolErrorCodeTrailer is a failed call's exact §18.3 error_code (the ToolError detail
+	// carries it too); sw4rm-error-code carries the nearest common ErrorCode.
+	ToolErrorCodeTrailer = "sw4rm-tool-error-code"
+)
+
+// MaxToolArgs bounds a call's arguments, in bytes: they travel in the call's workflow
+// history.
+const MaxToolArgs = 256 << 10
+
+// Stream polling: how often CallStream looks for new frames while a call runs.
+const (
+	toolPollMin = 5 * time.Millisecond
+	toolPollMax = 50 * time.Millisecond
+)
+
+// toolGRPCCode is the gRPC status a failed call travels with.
+var toolGRPCCode = map[tool.Code]codes.Code{
+	tool.CodeToolTimeout:       codes.DeadlineExceeded,
+	tool.CodeWallTimeout:       codes.DeadlineExceeded,
+	tool.CodeValidation:        codes.InvalidArgument,
+	tool.CodePermissionDenied:  codes.PermissionDenied,
+	tool.CodeCPUBudgetExceeded: codes.ResourceExhausted,
+	tool.CodeCancelled:         codes.Aborted,
+	tool.CodeNotFound:          codes.NotFound,
+	tool.CodeAlreadyCompleted:  codes.FailedPrecondition,
+	tool.CodeToolFailed:        codes.Aborted,
+	tool.CodeInterrupted:       codes.Aborted,
+	tool.CodeInternal:          codes.Internal,
+}
+
+// toolStatus renders a tool failure as a gRPC status: the message starts with the §18.3 code,
+// the ToolError rides as a detail, and the trailer names the code exactly.
+func toolStatus(ctx context.Context, callID string, te *tool.Error) error {
+	c, ok := toolGRPCCode[te.Code]
+	if !ok {
+		c = codes.Internal
+	}
+	st := status.New(c, te.Error())
+	if d, err := st.WithDetails(te.Proto(callID)); err == nil {
+		st = d
+	}
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(ToolErrorCodeTrailer, string(te.Code)))
+	return st.Err()
+}
+
+// toolService serves sw4rm.tool.ToolService (§18): each call is the workflow tool/<call_id>;
+// its frames are stored as they come (store.ToolCalls), which is what Call and CallStream
+// answer from.
+type toolService struct {
+	toolpb.UnimplementedToolServiceServer
+	s *Server
+}
+
+// caller is who makes a call and for which agent: the proven principal, and the agent whose
+// worktree the call runs in.
+type caller struct {
+	principal auth.Principal
+	// owner is recorded with the call; only it or an operator may stream or cancel it.
+	owner string
+	// agent is the agent the call is made for; "" when none is named.
+	agent string
+}
+
+// callerOf proves who calls and for which agent.
+func callerOf(ctx context.Context) (caller, error) {
+	p := auth.FromContext(ctx)
+	c := caller{principal: p, owner: p.String(), agent: strings.TrimSpace(firstMD(ctx, ToolAgentMetadataKey))}
+	switch {
+	case p.Agent != "" && c.agent != "" && c.agent != p.Agent:
+		return caller{}, status.Errorf(codes.PermissionDenied, "permission_denied: agent %s may not call tools for agent %s (%s)", p.Agent, c.agent, ToolAgentMetadataKey)
+	case p.Agent != "":
+		c.agent = p.Agent
+	case p.Anonymous() && c.agent != "":
+		// Authentication is off: the named agent is the owner, so that its own later calls
+		// (also anonymous) can stream and cancel.
+		c.owner = "agent:" + c.agent
+	}
+	return c, nil
+}
+
+// mayAct reports whether c may stream or cancel a call owned by owner.
+func (c caller) mayAct(owner string) bool {
+	return c.principal.Operator != "" || owner == c.owner || owner == "" || (c.principal.Anonymous() && owner == "anonymous")
+}
+
+// prepared is a validated call, ready to start.
+type prepared struct {
+	in    workflows.ToolCallInput
+	notes []string
+}
+
+// prepare validates a call and resolves what its workflow needs: the descriptor (§18.1),
+// the arguments against the input schema, the effective policy (§18.5), the caller's
+// worktree (§16) and whether policy pre-approves a privileged call.
+func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c caller, callID string) (prepared, *tool.Error) {
+	if err := tool.ValidateProviderID(req.GetProviderId()); err != nil {
+		return prepared{}, asToolError(err)
+	}
+	if err := tool.ValidateToolName(req.GetToolName()); err != nil {
+		return prepared{}, asToolError(err)
+	}
+	if len(req.GetArgs()) > MaxToolArgs {
+		return prepared{}, tool.Errorf(tool.CodeValidation, "args are %d bytes, more than %d", len(req.GetArgs()), MaxToolArgs)
+	}
+	rec, err := t.s.store.ToolProviders().GetTool(ctx, req.GetProviderId(), req.GetToolName())
+	if errors.Is(err, store.ErrNotFound) {
+		return prepared{}, tool.Errorf(tool.CodeNotFound, "provider %s offers no tool %s (ConnectorService.DescribeTools lists what it offers)", req.GetProviderId(), req.GetToolName())
+	}
+	if err != nil {
+		return prepared{}, tool.Errorf(tool.CodeInternal, "reading the descriptor: %v", err)
+	}
+	if rec.Kind == tool.ProviderKindConnector {
+		return prepared{}, tool.Errorf(tool.CodeNotFound, "provider %s advertises its tools over ConnectorService, but this deployment runs only built-in and MCP providers' tools (docs/tools.md)", req.GetProviderId())
+	}
+	d := rec.Descriptor
+	if err := tool.ValidateArgs(d, req.GetContentType(), req.GetArgs()); err != nil {
+		return prepared{}, asToolError(err)
+	}
+	pol, err := tool.Effective(req.GetPolicy(), d)
+	if err != nil {
+		return prepared{}, asToolError(err)
+	}
+	args := req.GetArgs()
+	if len(strings.TrimSpace(string(args))) == 0 {
+		args = []byte("{}")
+	}
+	wt := ""
+	if c.agent != "" {
+		b, err := t.s.store.Worktrees().GetBinding(ctx, c.agent)
+		switch {
+		case err == nil && (b.State == worktree.StateBoundHome.String() || b.State == worktree.StateBoundNonHome.String()):
+			wt = b.Path
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return prepared{}, tool.Errorf(tool.CodeInternal, "reading the worktree binding of %s: %v", c.agent, err)
+		}
+	}
+	if pol.WorktreeRequired && wt == "" {
+		who := c.agent
+		if who == "" {
+			who = "the caller (name the agent in " + ToolAgentMetadataKey + ")"
+		}
+		return prepared{}, tool.Errorf(tool.CodePermissionDenied, "tool %s needs a worktree and %s is not bound to one (§16: WorktreeService.Bind first)", req.GetToolName(), who)
+	}
+	return prepared{
+		in: workflows.ToolCallInput{
+			Request: tools.Request{CallID: callID, ProviderID: req.GetProviderId(), ToolName: req.GetToolName(), ContentType: "application/json",
+				Args: args, Policy: pol, Worktree: wt},
+			Caller:      c.owner,
+			TaskQueue:   workflows.ToolTaskQueue(t.s.cfg.TaskQueue, req.GetProviderId()),
+			PreApproved: t.s.cfg.preApproved(req.GetProviderId(), req.GetToolName()),
+		},
+		notes: pol.Notes,
+	}, nil
+}
+
+// preApproved reports whether the deployment pre-approves PRIVILEGED and FULL_ACCESS calls of
+// the tool (SW4RM_TOOL_PREAPPROVED: "provider/tool" or "provider/*" patterns).
+func (c Config) preApproved(providerID, toolName string) bool {
+	for _, p := range c.ToolPreApproved {
+		if ok, _ := path.Match(p, providerID+"/"+toolName); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// asToolError keeps a *tool.Error and wraps anything else as INTERNAL_ERROR.
+func asToolError(err error) *tool.Error {
+	var te *tool.Error
+	if errors.As(err, &te) {
+		return te
+	}
+	return tool.Errorf(tool.CodeInternal, "%v", err)
+}
+
+// begin validates and records a call and starts its workflow; a call_id already recorded
+// for the same owner joins that call (the workflow is started again if a crash lost the
+// start: the start is idempotent).
+func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, error) {
+	c, err := callerOf(ctx)
+	if err != nil {
+		return "", err
+	}
+	fresh := ""
+	if req.GetCallId() == "" {
+		fresh = tool.CallIDPrefix + uuid.NewString()
+	}
+	callID, err := tool.AssignCallID(req.GetCallId(), fresh)
+	if err != nil {
+		return "", toolStatus(ctx, req.GetCallId(), asToolError(err))
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(ToolCallIDHeader, callID))
+	p, terr := t.prepare(ctx, req, c, callID)
+	if terr != nil {
+		t.s.sink.Record(ctx, auditToolRefused(callID, req, c, terr))
+		return "", toolStatus(ctx, callID, terr)
+	}
+	if len(p.notes) > 0 {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(ToolPolicyNoteHeader, strconv.QuoteToASCII(strings.Join(p.notes, "; "))))
+	}
+	rec, created, err := t.s.store.ToolCalls().CreateCall(ctx, store.ToolCallRecord{CallID: callID, Caller: c.owner, ProviderID: req.GetProviderId(), ToolName: req.GetToolName()})
+	if err != nil {
+		return "", failed("recording the tool call", err)
+	}
+	if !created {
+		if !c.mayAct(rec.Caller) {
+			return "", status.Errorf(codes.AlreadyExists, "duplicate_detected: call_id %s is another caller's call", callID)
+		}
+		if rec.ProviderID != req.GetProviderId() || rec.ToolName != req.GetToolName() {
+			return "", status.Errorf(codes.AlreadyExists, "duplicate_detected: call_id %s is a call of %s/%s", callID, rec.ProviderID, rec.ToolName)
+		}
+		if rec.Final {
+			return callID, nil
+		}
+	}
+	_, err = t.s.temporal.ExecuteWorkflow(ctx, workflows.ToolStartOptions(callID, c.owner, t.s.cfg.TaskQueue), workflows.ToolCall, p.in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if err != nil && !errors.As(err, &started) {
+		return "", failed("starting the tool call", err)
+	}
+	return callID, nil
+}
+
+// Call runs a tool and answers its final frame, or the ToolError of a call that failed, was
+// refused or was cancelled as a gRPC status (toolStatus) (§18.2, §18.3).
+func (t *toolService) Call(ctx context.Context, req *toolpb.ToolCall) (*toolpb.ToolFrame, error) {
+	callID, err := t.begin(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	// The run's result is a long poll on Temporal: no store polling while the tool runs.
+	var res workflows.ToolCallResult
+	if err := t.s.temporal.GetWorkflow(ctx, workflows.ToolWorkflowID(callID), "").Get(ctx, &res); err != nil {
+		var nf *serviceerror.NotFound
+		if !errors.As(err, &nf) {
+			return nil, failed("waiting for the tool call", err)
+		}
+	}
+	final, err := t.finalFrame(ctx, callID)
+	if err != nil {
+		return nil, err
+	}
+	if te := frameError(final); te != nil {
+		return nil, toolStatus(ctx, callID, te)
+	}
+	return final, nil
+}
+
+// finalFrame reads a call's final frame; a call whose workflow ended has one.
+func (t *toolService) finalFrame(ctx context.Context, callID string) (*toolpb.ToolFrame, error) {
+	rec, err := t.s.store.ToolCalls().GetCall(ctx, callID)
+	if err != nil {
+		return nil, failed("reading the tool call", err)
+	}
+	if !rec.Final {
+		return nil, status.Errorf(codes.Unavailable, "internal_error: call %s ended without its final frame stored yet; retry", callID)
+	}
+	fs, err := t.s.store.ToolCalls().Frames(ctx, callID, rec.Frames-1, 1)
+	if err != nil || len(fs) != 1 {
+		return nil, failed("reading the final frame", errors.Join(err, store.ErrNotFound))
+	}
+	return frameProto(fs[0]), nil
+}
+
+// frameError is the ToolError a final frame's summary records, nil for a call that succeeded.
+func frameError(f *toolpb.ToolFrame) *tool.Error {
+	var sum activities.ToolSummary
+	if err := json.Unmarshal(f.GetSummary(), &sum); err != nil || sum.Status == "ok" {
+		return nil
+	}
+	c := tool.Code(sum.ErrorCode)
+	if !c.Valid() {
+		c = tool.CodeInternal
+	}
+	return &tool.Error{Code: c, Msg: sum.Message}
+}
+
+func frameProto(f store.ToolFrameRecord) *toolpb.ToolFrame {
+	return &toolpb.ToolFrame{CallId: f.CallID, FrameNo: f.FrameNo, Final: f.Final, ContentType: f.ContentType, Data: f.Data, Summary: f.Summary}
+}
+
+// CallStream runs a tool and streams its frames as they are stored; the final frame (final,
+// with a JSON summary of how the call ended and of the partial results before it) always
+// ends the stream, which then closes OK whatever the outcome — the summary says it (§18.2,
+// §18.6). With sw4rm-resume-after it resumes a call already made after the given frame_no.
+func (t *toolService) CallStream(req *toolpb.ToolCall, ss grpc.ServerStreamingServer[toolpb.ToolFrame]) error {
+	ctx := ss.Context()
+	var callID string
+	var after uint64
+	if v := strings.TrimSpace(firstMD(ctx, ToolResumeAfterMetadataKey)); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return toolStatus(ctx, req.GetCallId(), tool.Errorf(tool.CodeValidation, "%s %q is not a frame number", ToolResumeAfterMetadataKey, v))
+		}
+		if callID, err = t.resumable(ctx, req.GetCallId()); err != nil {
+			return err
+		}
+		after = n
+		_ = ss.SetHeader(metadata.Pairs(ToolCallIDHeader, callID))
+	} else {
+		var err error
+		if callID, err = t.begin(ctx, req); err != nil {
+			return err
+		}
+	}
+	if err := ss.SendHeader(nil); err != nil {
+		return err
+	}
+	wait := toolPollMin
+	for {
+		fs, err := t.s.store.ToolCalls().Frames(ctx, callID, after, 256)
+		if err != nil {
+			return failed("reading the call's frames", err)
+		}
+		for _, f := range fs {
+			if err := ss.Send(frameProto(f)); err != nil {
+				return err
+			}
+			after = f.FrameNo
+			if f.Final {
+				return nil
+			}
+		}
+		if len(fs) > 0 {
+			wait = toolPollMin
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, toolPollMax)
+	}
+}
+
+// resumable checks that a call to resume exists and is the caller's.
+func (t *toolService) resumable(ctx context.Context, callID string) (string, error) {
+	c, err := callerOf(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := tool.ValidateCallID(callID); err != nil {
+		return "", toolStatus(ctx, callID, asToolError(err))
+	}
+	rec, err := t.s.store.ToolCalls().GetCall(ctx, callID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", toolStatus(ctx, callID, tool.Errorf(tool.CodeNotFound, "no call %s to resume", callID))
+	}
+	if err != nil {
+		return "", failed("reading the tool call", err)
+	}
+	if !c.mayAct(rec.Caller) {
+		return "", status.Errorf(codes.PermissionDenied, "permission_denied: call %s is another caller's call", callID)
+	}
+	return callID, nil
+}
+
+// Cancel cancels a call (§18.6) and answers CANCELLED — the call's final frame, marking the
+// cancellation and its partial results, is stored when it answers — NOT_FOUND for an
+// unknown call, or ALREADY_COMPLETED. Only the call's owner or an operator may cancel it.
+func (t *toolService) Cancel(ctx context.Context, req *toolpb.ToolCall) (*toolpb.ToolError, error) {
+	callID := req.GetCallId()
+	answer := func(c tool.Code, msg string) *toolpb.ToolError {
+		return &toolpb.ToolError{CallId: callID, ErrorCode: string(c), Message: msg}
+	}
+	c, err := callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if callID == "" {
+		return answer(tool.CodeNotFound, "no call_id: name the call to cancel"), nil
+	}
+	rec, err := t.s.store.ToolCalls().GetCall(ctx, callID)
+	if errors.Is(err, store.ErrNotFound) {
+		return answer(tool.CodeNotFound, fmt.Sprintf("no call %s", callID)), nil
+	}
+	if err != nil {
+		return nil, failed("reading the tool call", err)
+	}
+	if !c.mayAct(rec.Caller) {
+		return nil, status.Errorf(codes.PermissionDenied, "permission_denied: call %s is another caller's call; its owner or an operator may cancel it", callID)
+	}
+	if rec.Final {
+		return answer(tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil
+	}
+	h, err := t.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.ToolWorkflowID(callID), UpdateName: workflows.ToolCancelUpdate,
+		Args: []any{workflows.ToolCancel{By: c.owner}}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	var res workflows.ToolCancelResult
+	if err == nil {
+		err = h.Get(ctx, &res)
+	}
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		// The call was recorded but its workflow never started (the frontend died between
+		// the two) or it already closed: the store decides.
+		sum := activities.ToolSummary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled), Message: "cancelled by " + c.owner, By: c.owner}
+		_, created, ferr := t.s.store.ToolCalls().Finish(ctx, callID, "application/json", []byte(`{"error_code":"CANCELLED"}`), func(frames, bytes uint64) []byte {
+			sum.Frames, sum.Bytes, sum.Partial = frames, bytes, frames > 0
+			return sum.JSON()
+		})
+		if ferr != nil {
+			return nil, failed("cancelling the tool call", ferr)
+		}
+		if !created {
+			return answer(tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil
+		}
+		return answer(tool.CodeCancelled, "cancelled; the final frame is stored"), nil
+	case err != nil:
+		return nil, failed("cancelling the tool call", err)
+	}
+	return answer(res.Code, res.Message), nil
+}
+
+// AuditToolCallRefused records a call refused before it started: who, which tool, the code.
+const AuditToolCallRefused = "tool.call_refused"
+
+func auditToolRefused(callID string, req *toolpb.ToolCall, c caller, te *tool.Error) observe.Event {
+	return observe.Event{CorrelationID: callID, Actor: c.owner, AgentID: c.agent, Type: AuditToolCallRefused,
+		Details: map[string]any{"call_id": callID, "provider_id": req.GetProviderId(), "tool_name": req.GetToolName(), "error_code": string(te.Code), "reason": te.Msg}}
+}

@@ -1,0 +1,232 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/frontend"
+	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/tools"
+)
+
+// fakeProvider is a provider the test controls: "echo" answers its arguments; "ticks"
+// emits {"tick": n} every tick_ms until n reaches count or ctx ends. It counts attempts.
+type fakeProvider struct {
+	attempts atomic.Int64
+}
+
+func (f *fakeProvider) Descriptors() []*connectorpb.ToolDescriptor {
+	return []*connectorpb.ToolDescriptor{
+		{ToolName: "echo", InputSchema: `{"type":"object"}`, Idempotent: true, SideEffects: "none"},
+		{ToolName: "ticks", InputSchema: `{"type":"object","properties":{"count":{"type":"integer","minimum":0},"tick_ms":{"type":"integer","minimum":1}},"required":["count"]}`,
+			Idempotent: true, SideEffects: "none"},
+		{ToolName: "write_once", InputSchema: `{"type":"object"}`, SideEffects: "write"},
+	}
+}
+
+func (f *fakeProvider) Call(ctx context.Context, req tools.Request, emit tools.Emit) (tools.Result, error) {
+	f.attempts.Add(1)
+	switch req.ToolName {
+	case "echo", "write_once":
+		return tools.Result{ContentType: "application/json", Data: req.Args}, nil
+	case "ticks":
+		var a struct {
+			Count  int `json:"count"`
+			TickMs int `json:"tick_ms"`
+		}
+		if err := json.Unmarshal(req.Args, &a); err != nil {
+			return tools.Result{}, tool.Errorf(tool.CodeValidation, "%v", err)
+		}
+		if a.TickMs == 0 {
+			a.TickMs = 20
+		}
+		for n := 1; n <= a.Count; n++ {
+			select {
+			case <-ctx.Done():
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					return tools.Result{}, tool.Errorf(tool.CodeToolTimeout, "deadline")
+				}
+				return tools.Result{}, tool.Errorf(tool.CodeCancelled, "cancelled")
+			case <-time.After(time.Duration(a.TickMs) * time.Millisecond):
+			}
+			if err := emit(ctx, "application/json", fmt.Appendf(nil, `{"tick":%d}`, n)); err != nil {
+				return tools.Result{}, err
+			}
+		}
+		return tools.Result{ContentType: "application/json", Data: fmt.Appendf(nil, `{"ticks":%d}`, a.Count)}, nil
+	}
+	return tools.Result{}, tool.Errorf(tool.CodeNotFound, "no tool %s", req.ToolName)
+}
+
+// toolSystem starts a system in required authentication mode with the fake provider "fake".
+func toolSystem(t *testing.T, kind string) (*system, *fakeProvider) {
+	cfg := authConfig(t, kind, auth.Required)
+	fp := &fakeProvider{}
+	cfg.ToolExecutors = map[string]tools.Executor{"fake": fp}
+	return start(t, cfg), fp
+}
+
+func summaryOf(t *testing.T, f *toolpb.ToolFrame) activities.ToolSummary {
+	t.Helper()
+	var s activities.ToolSummary
+	require.NoError(t, json.Unmarshal(f.GetSummary(), &s), "summary %q", f.GetSummary())
+	return s
+}
+
+// TestToolCallOverGRPC covers ToolService (§18.2, §18.3, §18.6) over gRPC on both stores:
+// a call answers its final frame; a streamed call's frames arrive in order and end with the
+// final frame; a stream resumed with sw4rm-resume-after continues after the given frame; a
+// cancel mid-stream answers CANCELLED and the stream ends with a final frame whose summary
+// marks the cancellation and its partial results; a second cancel is ALREADY_COMPLETED, an
+// unknown one NOT_FOUND; bad arguments are VALIDATION_ERROR, an unknown tool NOT_FOUND, a
+// timeout TOOL_TIMEOUT; and another agent may neither resume nor cancel the call.
+func TestToolCallOverGRPC(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys, _ := toolSystem(t, kind)
+			ctx := context.Background()
+			agent := dialSigned(t, sys, "caller")
+			other := dialSigned(t, sys, "other")
+			tc := toolpb.NewToolServiceClient(agent.Conn())
+			oc := toolpb.NewToolServiceClient(other.Conn())
+
+			// Call: the final frame is the result, with an ok summary.
+			var hdr metadata.MD
+			f, err := tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "echo", Args: []byte(`{"x":1}`)}, grpc.Header(&hdr))
+			require.NoError(t, err)
+			assert.True(t, f.GetFinal())
+			assert.JSONEq(t, `{"x":1}`, string(f.GetData()))
+			assert.Equal(t, "ok", summaryOf(t, f).Status)
+			require.Len(t, hdr.Get(frontend.ToolCallIDHeader), 1)
+			assert.Equal(t, hdr.Get(frontend.ToolCallIDHeader)[0], f.GetCallId(), "the scheduler assigns the call_id (§18.2)")
+			assert.Regexp(t, `^tool-`, f.GetCallId())
+
+			// CallStream: frames in order, the final one last.
+			st, err := tc.CallStream(ctx, &toolpb.ToolCall{CallId: uniq(t, "stream"), ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":3}`)})
+			require.NoError(t, err)
+			frames := drain(t, st)
+			require.Len(t, frames, 4)
+			for i, fr := range frames {
+				assert.Equal(t, uint64(i+1), fr.GetFrameNo())
+			}
+			assert.JSONEq(t, `{"tick":2}`, string(frames[1].GetData()))
+			assert.True(t, frames[3].GetFinal())
+			sum := summaryOf(t, frames[3])
+			assert.Equal(t, "ok", sum.Status)
+			assert.Equal(t, uint64(3), sum.Frames)
+
+			// Resume: read two frames, drop the stream, resume after frame 2.
+			callID := uniq(t, "resume")
+			sctx, stop := context.WithCancel(ctx)
+			st, err = tc.CallStream(sctx, &toolpb.ToolCall{CallId: callID, ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":6,"tick_ms":100}`)})
+			require.NoError(t, err)
+			for want := uint64(1); want <= 2; want++ {
+				fr, err := st.Recv()
+				require.NoError(t, err)
+				require.Equal(t, want, fr.GetFrameNo())
+			}
+			stop()
+			_, err = recvErr(oc, callID)
+			assert.Equal(t, codes.PermissionDenied, status.Code(err), "another agent may not resume the call: %v", err)
+			rst, err := tc.CallStream(metadata.AppendToOutgoingContext(ctx, frontend.ToolResumeAfterMetadataKey, "2"), &toolpb.ToolCall{CallId: callID})
+			require.NoError(t, err)
+			rest := drain(t, rst)
+			require.NotEmpty(t, rest)
+			assert.Equal(t, uint64(3), rest[0].GetFrameNo(), "resumed after frame 2")
+			assert.True(t, rest[len(rest)-1].GetFinal())
+			assert.Equal(t, uint64(7), rest[len(rest)-1].GetFrameNo())
+
+			// Cancel mid-stream.
+			callID = uniq(t, "cancel")
+			st, err = tc.CallStream(ctx, &toolpb.ToolCall{CallId: callID, ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":1000,"tick_ms":20}`)})
+			require.NoError(t, err)
+			first, err := st.Recv()
+			require.NoError(t, err)
+			require.Equal(t, uint64(1), first.GetFrameNo())
+			_, err = oc.Cancel(ctx, &toolpb.ToolCall{CallId: callID})
+			assert.Equal(t, codes.PermissionDenied, status.Code(err), "another agent may not cancel: %v", err)
+			ans, err := tc.Cancel(ctx, &toolpb.ToolCall{CallId: callID})
+			require.NoError(t, err)
+			assert.Equal(t, string(tool.CodeCancelled), ans.GetErrorCode(), ans.GetMessage())
+			rest = drain(t, st)
+			last := rest[len(rest)-1]
+			require.True(t, last.GetFinal())
+			sum = summaryOf(t, last)
+			assert.Equal(t, "cancelled", sum.Status)
+			assert.True(t, sum.Partial)
+			assert.Equal(t, last.GetFrameNo()-1, sum.Frames, "the partial results are the frames before the final one")
+			ans, err = tc.Cancel(ctx, &toolpb.ToolCall{CallId: callID})
+			require.NoError(t, err)
+			assert.Equal(t, string(tool.CodeAlreadyCompleted), ans.GetErrorCode())
+			ans, err = tc.Cancel(ctx, &toolpb.ToolCall{CallId: uniq(t, "nope")})
+			require.NoError(t, err)
+			assert.Equal(t, string(tool.CodeNotFound), ans.GetErrorCode())
+
+			// Refusals with the §18.3 codes.
+			var trailer metadata.MD
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":"x"}`)}, grpc.Trailer(&trailer))
+			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			assert.Contains(t, status.Convert(err).Message(), "/count")
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "nope"}, grpc.Trailer(&trailer))
+			require.Equal(t, codes.NotFound, status.Code(err), "%v", err)
+			assert.Equal(t, []string{"NOT_FOUND"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":100,"tick_ms":50}`),
+				Policy: &toolpb.ExecutionPolicy{Timeout: durationpb.New(300 * time.Millisecond)}}, grpc.Trailer(&trailer))
+			require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+			assert.Equal(t, []string{"TOOL_TIMEOUT"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			details := status.Convert(err).Details()
+			require.Len(t, details, 1)
+			te, ok := details[0].(*toolpb.ToolError)
+			require.True(t, ok, "%T", details[0])
+			assert.Equal(t, "TOOL_TIMEOUT", te.GetErrorCode())
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":100,"tick_ms":50}`),
+				Policy: &toolpb.ExecutionPolicy{BudgetWallMs: 300}}, grpc.Trailer(&trailer))
+			require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+			assert.Equal(t, []string{"WALL_TIMEOUT"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+		})
+	}
+}
+
+// drain reads a stream to its end and checks that it ended cleanly after a final frame.
+func drain(t *testing.T, st grpc.ServerStreamingClient[toolpb.ToolFrame]) []*toolpb.ToolFrame {
+	t.Helper()
+	var out []*toolpb.ToolFrame
+	for {
+		f, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			require.NotEmpty(t, out)
+			require.True(t, out[len(out)-1].GetFinal(), "the final frame ends the stream")
+			return out
+		}
+		require.NoError(t, err)
+		out = append(out, f)
+	}
+}
+
+func recvErr(c toolpb.ToolServiceClient, callID string) (*toolpb.ToolFrame, error) {
+	st, err := c.CallStream(metadata.AppendToOutgoingContext(context.Background(), frontend.ToolResumeAfterMetadataKey, "0"), &toolpb.ToolCall{CallId: callID})
+	if err != nil {
+		return nil, err
+	}
+	return st.Recv()
+}

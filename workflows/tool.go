@@ -1,0 +1,352 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	enums "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/tools"
+)
+
+// KindTool is the SW4RMKind search-attribute value of tool call runs.
+const KindTool = "tool"
+
+// Names of the tool call workflow's handlers.
+const (
+	// ToolCancelUpdate cancels a call (§18.6); it answers CANCELLED once the call's final
+	// frame, marking the cancellation, is stored — or ALREADY_COMPLETED.
+	ToolCancelUpdate = "tool.cancel"
+	// ToolStatusQuery answers the call's ToolStatus.
+	ToolStatusQuery = "tool.status"
+)
+
+// Timeouts of a tool call's attempts.
+const (
+	// ToolHeartbeatTimeout is how long an attempt may go without a heartbeat before Temporal
+	// counts its worker dead: a non-idempotent call then ends INTERRUPTED, an idempotent one
+	// is tried again.
+	ToolHeartbeatTimeout = 5 * time.Second
+	// ToolScheduleToStart bounds the wait for a worker of the provider's task queue: a call to
+	// a provider no worker serves fails instead of waiting forever.
+	ToolScheduleToStart = time.Minute
+)
+
+// ToolWorkflowID is the workflow ID of a tool call: "tool/<call_id>" (§18.2).
+func ToolWorkflowID(callID string) string { return "tool/" + callID }
+
+// ToolTaskQueue is the task queue of one provider's tools: "<base>-tool-<provider_id>". A
+// worker polls it for each provider it can run, so tool workers scale per provider.
+func ToolTaskQueue(base, providerID string) string { return base + "-tool-" + providerID }
+
+// ToolStartOptions are the start options of workflow tool/<callID>. A call_id names one call
+// for good: a second start with it joins the running call, and one after it ended is refused
+// (the frontend answers from the stored frames instead).
+func ToolStartOptions(callID, caller, taskQueue string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID: ToolWorkflowID(callID), TaskQueue: taskQueue,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes:    temporal.NewSearchAttributes(KindKey.ValueSet(KindTool), AgentIDKey.ValueSet(caller)),
+	}
+}
+
+// ToolCallInput starts a tool call. The frontend resolved everything that needs I/O — the
+// descriptor, the effective policy, the caller's worktree — so the run is deterministic.
+type ToolCallInput struct {
+	// Request is the attempt's request, without Attempt.
+	Request tools.Request
+	// Caller is the proven principal that made the call.
+	Caller string
+	// TaskQueue is the provider's task queue (ToolTaskQueue).
+	TaskQueue string
+	// PreApproved reports that the deployment's policy pre-approves this tool at PRIVILEGED
+	// and FULL_ACCESS, so no HITL wait is needed (§18.5.3).
+	PreApproved bool `json:",omitempty"`
+}
+
+// ToolCancel is the payload of ToolCancelUpdate.
+type ToolCancel struct {
+	// By is the proven principal that cancels.
+	By string
+}
+
+// ToolCancelResult answers ToolCancelUpdate: CANCELLED or ALREADY_COMPLETED (§18.6).
+type ToolCancelResult struct {
+	// Code is the answer's code.
+	Code tool.Code
+	// Message says what happened.
+	Message string
+	// FinalFrame is the frame_no of the call's final frame.
+	FinalFrame uint64
+}
+
+// ToolStatus is what ToolStatusQuery answers and how the call ended.
+type ToolStatus struct {
+	// State is "awaiting_approval", "running" or "done".
+	State string
+	// Code is the error code of a call that failed or was cancelled; empty on success.
+	Code tool.Code `json:",omitempty"`
+	// Message says why.
+	Message string `json:",omitempty"`
+	// FinalFrame is the final frame's frame_no once stored.
+	FinalFrame uint64 `json:",omitempty"`
+	// HitlID is the HITL invocation of a privileged call (§18.5.3).
+	HitlID string `json:",omitempty"`
+}
+
+// ToolCallResult is how a call ended; the output itself is in the stored frames.
+type ToolCallResult = ToolStatus
+
+// ToolCall runs one tool call (§18.2): the approval a privileged call needs (§18.5.3), then
+// the tool as an activity on the provider's task queue with the policy's deadline, wall
+// budget and retries (§18.3, §18.5.1), heartbeating so a dead worker is noticed; a cancel
+// (§18.6) writes the final frame at once and stops the attempt. It always ends with exactly
+// one final frame stored.
+func ToolCall(ctx workflow.Context, in ToolCallInput) (ToolCallResult, error) {
+	r := &toolRun{in: in, st: ToolStatus{State: "running"}}
+	return r.run(ctx)
+}
+
+// toolRun is one call's state.
+type toolRun struct {
+	in ToolCallInput
+	st ToolStatus
+	// cancelled is set by a successful cancel; cancelWork stops the approval wait or the
+	// attempt.
+	cancelled  bool
+	cancelWork workflow.CancelFunc
+}
+
+func (r *toolRun) run(ctx workflow.Context) (ToolCallResult, error) {
+	if err := workflow.SetQueryHandler(ctx, ToolStatusQuery, func() (ToolStatus, error) { return r.st, nil }); err != nil {
+		return ToolStatus{}, err
+	}
+	if err := workflow.SetUpdateHandler(ctx, ToolCancelUpdate, r.cancel); err != nil {
+		return ToolStatus{}, err
+	}
+	work, cancelWork := workflow.WithCancel(ctx)
+	r.cancelWork = cancelWork
+	req, pol := r.in.Request, r.in.Request.Policy
+	log := workflow.GetLogger(ctx)
+
+	var code tool.Code
+	var msg string
+	if pol.Escalated() {
+		// §18.5.3: ELEVATED and above are logged; at WARN from PRIVILEGED up.
+		logf := log.Info
+		if pol.NeedsApproval() {
+			logf = log.Warn
+		}
+		logf("tool call above standard privileges", "call_id", req.CallID, "tool", req.ToolName, "provider", req.ProviderID,
+			"privilege_level", pol.Privilege.String(), "caller", r.in.Caller)
+		r.local(ctx, "RecordToolEscalation", r.endRecord(""))
+	}
+	if pol.NeedsApproval() && !r.in.PreApproved {
+		code, msg = r.approve(work)
+	}
+	var res activities.RunToolResult
+	if code == "" && !r.cancelled {
+		res, code, msg = r.execute(work)
+	}
+	if r.cancelled {
+		// The cancel stored the final frame and answered already.
+		code = tool.CodeCancelled
+	} else if code != "" {
+		fin := r.finish(ctx, activities.ToolSummary{Status: "error", ErrorCode: string(code), Message: msg})
+		if !fin.Created && fin.Summary.Status == "ok" {
+			// The result was stored before the failure was noticed (a worker lost after it
+			// stored the final frame): the stored result stands.
+			code, msg = "", ""
+		}
+		r.st.FinalFrame = fin.FinalFrame
+	} else {
+		r.st.FinalFrame = res.FinalFrame
+	}
+	r.st.State, r.st.Code, r.st.Message = "done", code, msg
+	r.local(ctx, "RecordToolEnd", r.endRecord(code))
+	// A cancel in flight finishes before the run closes, so its caller gets its answer.
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return r.st, err
+	}
+	return r.st, nil
+}
+
+// approve waits for an operator's decision of a PRIVILEGED or FULL_ACCESS call, through a
+// HITL invocation with reason TOOL_PRIVILEGE_ESCALATION (§18.5.3); anything but an approval
+// refuses the call with PERMISSION_DENIED.
+func (r *toolRun) approve(ctx workflow.Context) (tool.Code, string) {
+	req := r.in.Request
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&r.st.HitlID); err != nil {
+		return tool.CodeInternal, err.Error()
+	}
+	r.st.State = "awaiting_approval"
+	inv := hitlsignals.Invocation{
+		InvocationID: r.st.HitlID, ReasonType: commonpb.HitlReasonType_TOOL_PRIVILEGE_ESCALATION.String(),
+		CorrelationID: req.CallID, RequestedBy: ToolWorkflowID(req.CallID),
+		Subject: hitlsignals.Subject{AgentID: r.in.Caller},
+		Context: hitlsignals.Context{Facts: []string{
+			fmt.Sprintf("%s asks to run tool %s of provider %s at privilege level %s (§18.5.3)", orScheduler(r.in.Caller), req.ToolName, req.ProviderID, req.Policy.Privilege),
+			fmt.Sprintf("call %s, network policy %s, arguments of %d bytes", req.CallID, req.Policy.Network, len(req.Args)),
+		}},
+		ProposedActions: []string{"approve: run the call at " + req.Policy.Privilege.String(), "deny: refuse it (PERMISSION_DENIED)"},
+		Fallback:        hitlsignals.Fallback{Policy: hitlsignals.DenyByDefault},
+	}
+	out, err := RequestHITL(ctx, inv)
+	r.st.State = "running"
+	switch {
+	case r.cancelled:
+		return "", ""
+	case err != nil:
+		return tool.CodePermissionDenied, "the privilege escalation was not approved: its HITL invocation failed: " + err.Error()
+	case out.Decision == hitlsignals.Approve || out.Decision == hitlsignals.Modify:
+		return "", ""
+	case out.Fallback:
+		return tool.CodePermissionDenied, fmt.Sprintf("the privilege escalation was not approved: HITL invocation %s fell back to %s", r.st.HitlID, out.FallbackPolicy)
+	}
+	return tool.CodePermissionDenied, fmt.Sprintf("the privilege escalation was refused by %s (%s) in HITL invocation %s", out.DecidedBy, out.Decision, r.st.HitlID)
+}
+
+// execute runs the tool as an activity on the provider's task queue. Each attempt is bounded
+// by the policy's deadline (TOOL_TIMEOUT, or WALL_TIMEOUT when the wall budget is shorter),
+// the whole execution by the wall budget (WALL_TIMEOUT, §18.5.1); only an idempotent tool has
+// retries (tool.Effective), so a non-idempotent one whose worker died ends INTERRUPTED and is
+// never run twice (§18.3).
+func (r *toolRun) execute(ctx workflow.Context) (activities.RunToolResult, tool.Code, string) {
+	pol := r.in.Request.Policy
+	deadline, deadlineCode := pol.Deadline()
+	opts := workflow.ActivityOptions{
+		TaskQueue:              r.in.TaskQueue,
+		StartToCloseTimeout:    deadline,
+		ScheduleToStartTimeout: ToolScheduleToStart,
+		HeartbeatTimeout:       ToolHeartbeatTimeout,
+		WaitForCancellation:    true,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        tool.RetryInitialInterval,
+			BackoffCoefficient:     pol.BackoffCoefficient(),
+			MaximumInterval:        tool.RetryMaximumInterval,
+			MaximumAttempts:        int32(pol.MaximumAttempts()),
+			NonRetryableErrorTypes: finalCodes(),
+		},
+	}
+	if pol.BudgetWall > 0 {
+		opts.ScheduleToCloseTimeout = pol.BudgetWall
+	}
+	actx := workflow.WithActivityOptions(ctx, opts)
+	var runner *activities.ToolRunner
+	var res activities.RunToolResult
+	err := workflow.ExecuteActivity(actx, runner.RunTool, activities.RunToolInput{Request: r.in.Request}).Get(ctx, &res)
+	if err == nil {
+		return res, "", ""
+	}
+	code, msg := classifyToolError(err, deadline, deadlineCode, pol)
+	return res, code, msg
+}
+
+// cancel is ToolCancelUpdate's handler (§18.6): it stores the final frame marking the
+// cancellation and the partial results — unless the call already has one — then stops the
+// approval wait or the running attempt, whose provider is told to stop.
+func (r *toolRun) cancel(ctx workflow.Context, c ToolCancel) (ToolCancelResult, error) {
+	if r.st.State == "done" || r.cancelled {
+		return ToolCancelResult{Code: tool.CodeAlreadyCompleted, Message: "the call already ended", FinalFrame: r.st.FinalFrame}, nil
+	}
+	fin := r.finish(ctx, activities.ToolSummary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled),
+		Message: "cancelled by " + orScheduler(c.By), By: c.By})
+	if !fin.Created {
+		return ToolCancelResult{Code: tool.CodeAlreadyCompleted, Message: "the call already ended", FinalFrame: fin.FinalFrame}, nil
+	}
+	r.cancelled = true
+	r.st.FinalFrame = fin.FinalFrame
+	r.cancelWork()
+	return ToolCancelResult{Code: tool.CodeCancelled, Message: "cancellation initiated; the final frame is stored", FinalFrame: fin.FinalFrame}, nil
+}
+
+// finish stores the call's final frame through a local activity, retried until it is stored.
+func (r *toolRun) finish(ctx workflow.Context, sum activities.ToolSummary) activities.FinishToolResult {
+	var acts *activities.Activities
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 50 * time.Millisecond, MaximumInterval: 5 * time.Second},
+	})
+	var out activities.FinishToolResult
+	in := activities.FinishToolInput{CallID: r.in.Request.CallID, Summary: sum}
+	if err := workflow.ExecuteLocalActivity(lctx, acts.FinishTool, in).Get(ctx, &out); err != nil {
+		// Only the run's own end gets here (the retry policy has no limit).
+		workflow.GetLogger(ctx).Error("storing a tool call's final frame failed", "call_id", in.CallID, "err", err)
+	}
+	return out
+}
+
+// local runs a best-effort bookkeeping local activity (audit records).
+func (r *toolRun) local(ctx workflow.Context, name string, in activities.RecordToolEndInput) {
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumAttempts: 5},
+	})
+	if err := workflow.ExecuteLocalActivity(lctx, name, in).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("tool call bookkeeping failed", "activity", name, "call_id", in.CallID, "err", err)
+	}
+}
+
+func (r *toolRun) endRecord(code tool.Code) activities.RecordToolEndInput {
+	req := r.in.Request
+	return activities.RecordToolEndInput{CallID: req.CallID, Caller: r.in.Caller, ProviderID: req.ProviderID, ToolName: req.ToolName,
+		Code: string(code), Privilege: req.Policy.Privilege.String()}
+}
+
+// finalCodes are the codes never retried: every code that is not transient.
+func finalCodes() []string {
+	var out []string
+	for _, c := range tool.Codes() {
+		if !c.Transient() {
+			out = append(out, string(c))
+		}
+	}
+	return out
+}
+
+// classifyToolError maps the activity's failure to a §18.3 code and message.
+func classifyToolError(err error, deadline time.Duration, deadlineCode tool.Code, pol tool.Policy) (tool.Code, string) {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		c := tool.Code(app.Type())
+		if !c.Valid() {
+			c = tool.CodeInternal
+		}
+		if c == tool.CodeToolTimeout && deadlineCode == tool.CodeWallTimeout {
+			c = tool.CodeWallTimeout
+		}
+		return c, app.Message()
+	}
+	var to *temporal.TimeoutError
+	if errors.As(err, &to) {
+		switch to.TimeoutType() {
+		case enums.TIMEOUT_TYPE_START_TO_CLOSE:
+			if deadlineCode == tool.CodeWallTimeout {
+				return tool.CodeWallTimeout, fmt.Sprintf("the call ran past its wall budget of %s (§18.5.1)", deadline)
+			}
+			return tool.CodeToolTimeout, fmt.Sprintf("the attempt ran past its timeout of %s", deadline)
+		case enums.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE:
+			return tool.CodeWallTimeout, fmt.Sprintf("the call, retries included, ran past its wall budget of %s (§18.5.1)", pol.BudgetWall)
+		case enums.TIMEOUT_TYPE_SCHEDULE_TO_START:
+			return tool.CodeInternal, fmt.Sprintf("no worker of the provider's task queue took the call within %s: is a worker for this provider running?", ToolScheduleToStart)
+		case enums.TIMEOUT_TYPE_HEARTBEAT:
+			if pol.MaxRetries == 0 {
+				return tool.CodeInterrupted, "the tool's worker was lost mid-call; the tool is not idempotent, so it is not run again (§18.3) and whether it took effect is unknown"
+			}
+			return tool.CodeInterrupted, fmt.Sprintf("the tool's worker was lost mid-call and the %d retries are spent", pol.MaxRetries)
+		}
+	}
+	if temporal.IsCanceledError(err) {
+		return tool.CodeCancelled, "the call was cancelled"
+	}
+	return tool.CodeInternal, err.Error()
+}
