@@ -21,10 +21,13 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/tools"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // fakeProvider is a provider the test controls: "echo" answers its arguments; "ticks"
@@ -39,13 +42,14 @@ func (f *fakeProvider) Descriptors() []*connectorpb.ToolDescriptor {
 		{ToolName: "ticks", InputSchema: `{"type":"object","properties":{"count":{"type":"integer","minimum":0},"tick_ms":{"type":"integer","minimum":1}},"required":["count"]}`,
 			Idempotent: true, SideEffects: "none"},
 		{ToolName: "write_once", InputSchema: `{"type":"object"}`, SideEffects: "write"},
+		{ToolName: "in_worktree", InputSchema: `{"type":"object"}`, SideEffects: "write", NeedsWorktree: true},
 	}
 }
 
 func (f *fakeProvider) Call(ctx context.Context, req tools.Request, emit tools.Emit) (tools.Result, error) {
 	f.attempts.Add(1)
 	switch req.ToolName {
-	case "echo", "write_once":
+	case "echo", "write_once", "in_worktree":
 		return tools.Result{ContentType: "application/json", Data: req.Args}, nil
 	case "ticks":
 		var a struct {
@@ -168,6 +172,7 @@ func TestToolCallOverGRPC(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, string(tool.CodeCancelled), ans.GetErrorCode(), ans.GetMessage())
 			rest = drain(t, st)
+			recordHistory(t, sys.app.Temporal(), workflows.ToolWorkflowID(callID), "tool_cancelled_"+kind)
 			last := rest[len(rest)-1]
 			require.True(t, last.GetFinal())
 			sum = summaryOf(t, last)
@@ -229,4 +234,98 @@ func recvErr(c toolpb.ToolServiceClient, callID string) (*toolpb.ToolFrame, erro
 		return nil, err
 	}
 	return st.Recv()
+}
+
+// TestToolPolicyOverGRPC covers the rest of the execution policy (§18.3, §18.5) on both
+// stores: a PRIVILEGED call waits in HITL with reason TOOL_PRIVILEGE_ESCALATION and runs
+// once an operator approves it, or is PERMISSION_DENIED when one denies it; a pre-approved
+// tool runs at once; retries asked for a non-idempotent tool are dropped with a note; and a
+// tool that needs a worktree is refused to an unbound caller.
+func TestToolPolicyOverGRPC(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			cfg := hitlConfig(t, kind)
+			fp := &fakeProvider{}
+			cfg.ToolExecutors = map[string]tools.Executor{"fake": fp, "trusted": fp}
+			cfg.ToolPreApproved = "trusted/*"
+			sys := start(t, cfg)
+			ctx := context.Background()
+			tc := toolpb.NewToolServiceClient(dialRaw(t, sys))
+			privileged := &toolpb.ExecutionPolicy{PrivilegeLevel: "PRIVILEGED"}
+
+			call := func(id string) chan error {
+				done := make(chan error, 1)
+				go func() {
+					cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+					defer cancel()
+					_, err := tc.Call(cctx, &toolpb.ToolCall{CallId: id, ProviderId: "fake", ToolName: "echo", Args: []byte(`{}`), Policy: privileged})
+					done <- err
+				}()
+				return done
+			}
+			approvedID := uniq(t, "approved")
+			done := call(approvedID)
+			hitlID := pendingInvocation(t, sys, commonpb.HitlReasonType_TOOL_PRIVILEGE_ESCALATION, approvedID)
+			select {
+			case err := <-done:
+				t.Fatalf("the privileged call ran before any decision: %v", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			out, err := runCLI(t, sys, "alice-token", "decide", hitlID, "approve", "--rationale", "one-off")
+			require.NoError(t, err, out)
+			require.NoError(t, <-done, "the approved call runs")
+			recordHistory(t, sys.app.Temporal(), workflows.ToolWorkflowID(approvedID), "tool_privileged_approved_"+kind)
+
+			deniedID := uniq(t, "denied")
+			done = call(deniedID)
+			hitlID = pendingInvocation(t, sys, commonpb.HitlReasonType_TOOL_PRIVILEGE_ESCALATION, deniedID)
+			out, err = runCLI(t, sys, "alice-token", "decide", hitlID, "deny", "--rationale", "no")
+			require.NoError(t, err, out)
+			err = <-done
+			require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+			assert.Contains(t, status.Convert(err).Message(), "PERMISSION_DENIED: the privilege escalation was refused by")
+
+			// Pre-approved by the deployment's policy: no wait.
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "trusted", ToolName: "echo", Args: []byte(`{}`), Policy: privileged})
+			require.NoError(t, err)
+
+			// Retries are never given to a non-idempotent tool (§18.3), and the caller is told.
+			var hdr metadata.MD
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "write_once", Args: []byte(`{}`),
+				Policy: &toolpb.ExecutionPolicy{MaxRetries: 3}}, grpc.Header(&hdr))
+			require.NoError(t, err)
+			require.Len(t, hdr.Get(frontend.ToolPolicyNoteHeader), 1)
+			assert.Contains(t, hdr.Get(frontend.ToolPolicyNoteHeader)[0], "not idempotent")
+
+			// A tool that needs a worktree, for an agent that is not bound.
+			var trailer metadata.MD
+			_, err = tc.Call(metadata.AppendToOutgoingContext(ctx, frontend.ToolAgentMetadataKey, uniq(t, "unbound")),
+				&toolpb.ToolCall{ProviderId: "fake", ToolName: "in_worktree", Args: []byte(`{}`)}, grpc.Trailer(&trailer))
+			require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+			assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			assert.Contains(t, status.Convert(err).Message(), "not bound")
+		})
+	}
+}
+
+// pendingInvocation waits for the pending HITL invocation of the given reason whose
+// correlation is the call, and returns its id.
+func pendingInvocation(t *testing.T, sys *system, reason commonpb.HitlReasonType, correlation string) string {
+	t.Helper()
+	var id string
+	require.Eventually(t, func() bool {
+		recs, err := sys.app.Store().HITL().ListInvocations(context.Background(), store.HITLFilter{Status: store.HITLPending, ReasonType: reason.String()})
+		if err != nil {
+			return false
+		}
+		for _, r := range recs {
+			if r.CorrelationID == correlation {
+				id = r.InvocationID
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 50*time.Millisecond)
+	return id
 }
