@@ -1,0 +1,277 @@
+//go:build linux
+
+package builtin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/sw4rm/sw4rm-temporal/confine"
+	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/tools"
+)
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat: Linux reports them in ticks of
+// 1/100 s on every architecture, whatever the kernel's own tick rate.
+const userHZ = 100
+
+// outputGrace is how long output is still read after the process group was killed: only a
+// descendant that left the group (setsid) can keep the pipes open that long, and its output
+// is not waited for.
+const outputGrace = time.Second
+
+// errCPUBudget ends a process whose group used more CPU time than budget_cpu_ms.
+var errCPUBudget = errors.New("the CPU budget is exhausted")
+
+// runProcess runs the process in the worktree (confine.Command: the worktree as directory,
+// a scrubbed environment, a process group of its own) and streams its output as frames.
+// Whatever ends it — exit, ctx, the CPU budget, a call that takes no more frames — the
+// whole process group is killed before the call returns, so nothing it started outlives
+// the call (§18.6: cleanup).
+func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processArgs, isolate bool, emit tools.Emit) (tools.Result, error) {
+	var proc procfs.FS
+	if req.Policy.BudgetCPU > 0 {
+		var err error
+		if proc, err = procfs.NewDefaultFS(); err != nil {
+			return tools.Result{}, tool.Errorf(tool.CodePermissionDenied,
+				"tool %q: budget_cpu_ms cannot be enforced, because /proc cannot be read to watch the process (%v); %q was not started", req.ToolName, err, a.Argv[0])
+		}
+	}
+	root, err := p.openWorktree(req)
+	if err != nil {
+		return tools.Result{}, err
+	}
+	defer func() { _ = root.Close() }()
+
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	cmd := confine.Command(runCtx, root, a.Argv[0], a.Argv[1:]...)
+	if isolate {
+		isolateNetwork(cmd)
+	}
+	if a.Stdin != nil {
+		cmd.Stdin = strings.NewReader(*a.Stdin)
+	}
+	// Stdin is copied by a goroutine of exec's; a descendant holding it open must not keep
+	// Wait from returning.
+	cmd.WaitDelay = outputGrace
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return tools.Result{}, tool.Errorf(tool.CodeInternal, "tool %q: %v", req.ToolName, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return tools.Result{}, tool.Errorf(tool.CodeInternal, "tool %q: %v", req.ToolName, err)
+	}
+	// The process writes into the pipes directly (no copying goroutine of exec's), so that
+	// Wait returns when the process exits, not when the last descendant closes its output.
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = cmd.Start()
+	// The child holds its own copies of the write ends; ours would keep the reads from
+	// ever seeing the end of the output.
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return tools.Result{}, startError(req.ToolName, a.Argv[0], isolate, err)
+	}
+	pgid := cmd.Process.Pid // Setpgid made the child the leader of a group of its own
+
+	pieces := make(chan piece, 16)
+	var readers sync.WaitGroup
+	for _, s := range []struct {
+		f           *os.File
+		contentType string
+	}{{outR, ContentTypeStdout}, {errR, ContentTypeStderr}} {
+		readers.Go(func() {
+			defer s.f.Close()
+			buf := make([]byte, p.opts.ChunkBytes)
+			for {
+				n, err := s.f.Read(buf)
+				if n > 0 {
+					pieces <- piece{contentType: s.contentType, data: append([]byte(nil), buf[:n]...)}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	go func() {
+		readers.Wait()
+		close(pieces)
+	}()
+
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		defer close(exited)
+		waitErr = cmd.Wait()
+		// What the process left running in its group ends with the call.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		deadline := time.Now().Add(outputGrace)
+		_ = outR.SetReadDeadline(deadline)
+		_ = errR.SetReadDeadline(deadline)
+	}()
+
+	var watched atomic.Int64 // the most CPU time the watcher saw, in ms
+	if budget := req.Policy.BudgetCPU; budget > 0 {
+		go p.watchCPU(runCtx, exited, proc, pgid, budget, &watched, stop)
+	}
+
+	s := &streamer{ctx: ctx, emit: emit, chunk: p.opts.ChunkBytes, tailMax: p.opts.StderrTailBytes}
+	flush := time.NewTicker(p.opts.FlushInterval)
+	defer flush.Stop()
+	for pieces != nil {
+		select {
+		case pc, ok := <-pieces:
+			if !ok {
+				pieces = nil
+				continue
+			}
+			s.add(pc)
+		case <-flush.C:
+			s.flush()
+		}
+		if s.err != nil && runCtx.Err() == nil {
+			stop(errEmitFailed)
+		}
+	}
+	s.flush()
+	<-exited
+
+	ps := cmd.ProcessState
+	if ps == nil {
+		return tools.Result{}, tool.Errorf(tool.CodeInternal, "tool %q: waiting for %q: %v", req.ToolName, a.Argv[0], waitErr)
+	}
+	// rusage counts the process and the descendants it waited for; the watcher's samples
+	// also saw descendants still running, or orphaned.
+	exact := ps.UserTime() + ps.SystemTime()
+	cpu := max(exact, time.Duration(watched.Load())*time.Millisecond)
+	cause := context.Cause(runCtx)
+	switch budget := req.Policy.BudgetCPU; {
+	case errors.Is(cause, errCPUBudget) || (budget > 0 && exact > budget):
+		return tools.Result{}, tool.Errorf(tool.CodeCPUBudgetExceeded,
+			"tool %q: %q and its children used %d ms of CPU time, more than budget_cpu_ms %d; the process group was killed", req.ToolName, a.Argv[0], cpu.Milliseconds(), budget.Milliseconds())
+	case ctx.Err() != nil:
+		return tools.Result{}, ctxError(ctx, req.ToolName)
+	case errors.Is(cause, errEmitFailed):
+		return tools.Result{}, tool.Errorf(tool.CodeCancelled, "tool %q: the call takes no more frames (%v); the process group was killed", req.ToolName, s.err)
+	}
+	if !ps.Success() {
+		what := fmt.Sprintf("exited with code %d", ps.ExitCode())
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			what = "was killed by signal " + ws.Signal().String()
+		}
+		tail := s.stderrTail()
+		if tail == "" {
+			tail = "(nothing)"
+		}
+		return tools.Result{}, tool.Errorf(tool.CodeToolFailed, "tool %q: %q %s; the end of its stderr: %s", req.ToolName, a.Argv[0], what, tail)
+	}
+	return jsonResult(req.ToolName, processResult{ExitCode: ps.ExitCode(), StdoutBytes: s.stdout, StderrBytes: s.stderr, CPUMS: cpu.Milliseconds()})
+}
+
+// watchCPU samples the CPU time of the process group every CPUPollInterval until the
+// process exits or runCtx ends, and ends the run with errCPUBudget when the group used more
+// than budget (§18.5.1: terminate when the budget is exhausted). A sample is a sum over
+// files read one after another, so a child reaped between two reads may be counted twice;
+// two samples in a row over the budget are required before the group is killed.
+func (p *Provider) watchCPU(runCtx context.Context, exited <-chan struct{}, proc procfs.FS, pgid int, budget time.Duration, watched *atomic.Int64, stop context.CancelCauseFunc) {
+	t := time.NewTicker(p.opts.CPUPollInterval)
+	defer t.Stop()
+	over := 0
+	for {
+		select {
+		case <-exited:
+			return
+		case <-runCtx.Done():
+			return
+		case <-t.C:
+		}
+		used := groupCPU(proc, pgid)
+		if ms := used.Milliseconds(); ms > watched.Load() {
+			watched.Store(ms)
+		}
+		if used <= budget {
+			over = 0
+			continue
+		}
+		if over++; over >= 2 {
+			stop(errCPUBudget)
+			return
+		}
+	}
+}
+
+// groupCPU sums the CPU time of the processes in the process group pgid: each one's own
+// user and system time and that of the children it has reaped (which have left /proc).
+func groupCPU(proc procfs.FS, pgid int) time.Duration {
+	procs, err := proc.AllProcs()
+	if err != nil {
+		return 0
+	}
+	var ticks uint64
+	for _, pr := range procs {
+		st, err := pr.Stat()
+		if err != nil || st.PGRP != pgid {
+			// Gone since the listing, or not ours.
+			continue
+		}
+		ticks += uint64(st.UTime) + uint64(st.STime) + uint64(max(st.CUTime, 0)) + uint64(max(st.CSTime, 0))
+	}
+	return time.Duration(ticks) * time.Second / userHZ
+}
+
+// isolateNetwork starts the process in a new network namespace, which holds nothing but a
+// loopback interface that is down: no connection in or out, not even to the host's
+// localhost (§18.5.2 DENY_ALL). A server that is not root needs a user namespace to create
+// it; the process's user and group are mapped to themselves in it, so it gains no privilege.
+// The process group set by confine.Command stays.
+func isolateNetwork(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	attr := cmd.SysProcAttr
+	attr.Cloneflags |= syscall.CLONE_NEWNET
+	if os.Geteuid() != 0 {
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+		// Writing a gid map unprivileged requires setgroups to be denied.
+		attr.GidMappingsEnableSetgroups = false
+	}
+}
+
+// startError maps a failure to start the process. With a network namespace requested, the
+// errors the kernel gives when it refuses one (namespaces disabled, not permitted, a limit
+// reached) are PERMISSION_DENIED: the process is not run without the isolation its policy
+// asked for.
+func startError(name, program string, isolated bool, err error) error {
+	if isolated {
+		for _, refusal := range []error{syscall.EPERM, syscall.EINVAL, syscall.ENOSPC, syscall.EUSERS, syscall.ENOSYS} {
+			if errors.Is(err, refusal) {
+				return tool.Errorf(tool.CodePermissionDenied,
+					"tool %q: %q was not started: the host refused a new network namespace (%v), so network_policy DENY_ALL cannot be enforced here; the deployment must allow network namespaces (user namespaces too when the server does not run as root), or the call must ask for EGRESS_UNRESTRICTED", name, program, err)
+			}
+		}
+	}
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
+		return tool.Errorf(tool.CodeToolFailed, "tool %q: cannot start %q: %v", name, program, err)
+	}
+	return tool.Errorf(tool.CodeInternal, "tool %q: starting %q: %v", name, program, err)
+}

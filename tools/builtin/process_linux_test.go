@@ -1,0 +1,385 @@
+//go:build linux
+
+package builtin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/tools"
+)
+
+// helperArg makes the test binary a helper program: "<binary> builtin-helper dial <addr>"
+// connects to addr and exits 0, or 3 when it cannot. The helper is a Go program, so the
+// test needs no networking tool on the host.
+const helperArg = "builtin-helper"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == helperArg {
+		os.Exit(helper(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+func helper(args []string) int {
+	if len(args) == 2 && args[0] == "dial" {
+		c, err := net.DialTimeout("tcp", args[1], 5*time.Second)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dial:", err)
+			return 3
+		}
+		c.Close()
+		fmt.Println("connected")
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "unknown helper command", args)
+	return 2
+}
+
+// run calls process.run with argv in worktree wt under the policy changed by edit.
+func run(ctx context.Context, p *Provider, wt string, rec *recorder, edit func(*tools.Request), argv ...string) (tools.Result, error) {
+	b, err := json.Marshal(map[string]any{"argv": argv})
+	if err != nil {
+		panic(err)
+	}
+	req := request(ToolProcessRun, wt, string(b))
+	if edit != nil {
+		edit(&req)
+	}
+	var emit tools.Emit
+	if rec != nil {
+		emit = rec.emit
+	}
+	return p.Call(ctx, req, emit)
+}
+
+func output(frames []frame, contentType string) string {
+	var b strings.Builder
+	for _, f := range frames {
+		if f.contentType == contentType {
+			b.WriteString(f.data)
+		}
+	}
+	return b.String()
+}
+
+func TestProcessRunInWorktree(t *testing.T) {
+	p := New(Options{})
+	wt := t.TempDir()
+	real, err := filepath.EvalSymlinks(wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	res, err := run(context.Background(), p, wt, rec, nil, "sh", "-c", `pwd; echo "$HOME"; echo oops >&2; echo made > made.txt`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOutput(t, p, ToolProcessRun, res)
+	got := decode[processResult](t, res)
+	wantOut := real + "\n" + real + "\n"
+	if out := output(rec.all(), ContentTypeStdout); out != wantOut {
+		t.Errorf("stdout = %q, want %q (the worktree, twice)", out, wantOut)
+	}
+	if errOut := output(rec.all(), ContentTypeStderr); errOut != "oops\n" {
+		t.Errorf("stderr = %q", errOut)
+	}
+	if got.ExitCode != 0 || got.StdoutBytes != int64(len(wantOut)) || got.StderrBytes != 5 {
+		t.Errorf("result = %+v", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(wt, "made.txt")); err != nil || string(b) != "made\n" {
+		t.Errorf("the process's relative write went elsewhere: %q, %v", b, err)
+	}
+}
+
+func TestProcessRunStdin(t *testing.T) {
+	p := New(Options{})
+	rec := &recorder{}
+	req := request(ToolProcessRun, t.TempDir(), `{"argv":["tr","a-z","A-Z"],"stdin":"shout\n"}`)
+	if _, err := p.Call(context.Background(), req, rec.emit); err != nil {
+		t.Fatal(err)
+	}
+	if out := output(rec.all(), ContentTypeStdout); out != "SHOUT\n" {
+		t.Errorf("stdout = %q", out)
+	}
+}
+
+func TestProcessRunFailure(t *testing.T) {
+	p := New(Options{StderrTailBytes: 16})
+	wt := t.TempDir()
+	_, err := run(context.Background(), p, wt, nil, nil, "sh", "-c", `echo "a long beginning that is cut off" >&2; echo "the end" >&2; exit 7`)
+	wantCode(t, err, tool.CodeToolFailed, "exited with code 7")
+	if !strings.Contains(err.Error(), "the end") || strings.Contains(err.Error(), "beginning") {
+		t.Errorf("the message should quote only the stderr tail: %v", err)
+	}
+	_, err = run(context.Background(), p, wt, nil, nil, "sh", "-c", `kill -TERM $$`)
+	wantCode(t, err, tool.CodeToolFailed, "killed by signal terminated")
+	_, err = run(context.Background(), p, wt, nil, nil, "no-such-program-anywhere")
+	wantCode(t, err, tool.CodeToolFailed, "cannot start")
+	_, err = run(context.Background(), p, wt, nil, nil, "")
+	wantCode(t, err, tool.CodeValidation, "argv must name a program")
+}
+
+func TestProcessRunPolicyRefusals(t *testing.T) {
+	p := New(Options{})
+	wt := t.TempDir()
+	marker := filepath.Join(wt, "ran")
+	script := "touch " + marker
+	for _, tt := range []struct {
+		name string
+		edit func(*tools.Request)
+		code tool.Code
+		want string
+	}{
+		{"minimal privilege", func(r *tools.Request) { r.Policy.Privilege = tool.PrivilegeMinimal }, tool.CodePermissionDenied, "ask for privilege_level DEFAULT or higher"},
+		{"unresolved privilege", func(r *tools.Request) { r.Policy.Privilege = 0 }, tool.CodePermissionDenied, "MINIMAL forbids process spawning"},
+		{"egress restricted", func(r *tools.Request) { r.Policy.Network = tool.NetworkEgressRestricted }, tool.CodePermissionDenied, "proxy or firewall"},
+		{"unknown network", func(r *tools.Request) { r.Policy.Network = "SOMETIMES" }, tool.CodeValidation, "SOMETIMES"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := run(context.Background(), p, wt, nil, tt.edit, "sh", "-c", script)
+			wantCode(t, err, tt.code, tt.want)
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("a refused call ran its process")
+			}
+		})
+	}
+}
+
+func TestProcessRunStreamsInOrder(t *testing.T) {
+	p := New(Options{ChunkBytes: 64})
+	rec := &recorder{}
+	var want strings.Builder
+	for i := 1; i <= 500; i++ {
+		fmt.Fprintf(&want, "line-%d\n", i)
+	}
+	_, err := run(context.Background(), p, t.TempDir(), rec, nil, "sh", "-c", `i=1; while [ $i -le 500 ]; do echo line-$i; i=$((i+1)); done`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := rec.all()
+	if out := output(frames, ContentTypeStdout); out != want.String() {
+		t.Fatalf("stdout, frames joined, differs from what was written: %d bytes, want %d", len(out), want.Len())
+	}
+	if len(frames) < want.Len()/64 {
+		t.Errorf("%d frames for %d bytes in chunks of at most 64", len(frames), want.Len())
+	}
+	for _, f := range frames {
+		if len(f.data) > 64 || len(f.data) == 0 {
+			t.Fatalf("frame of %d bytes", len(f.data))
+		}
+	}
+
+	// The streams interleave in the order they were written.
+	rec = &recorder{}
+	_, err = run(context.Background(), p, t.TempDir(), rec, nil, "sh", "-c", `echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range rec.all() {
+		got = append(got, f.contentType+" "+f.data)
+	}
+	want3 := []string{ContentTypeStdout + " one\n", ContentTypeStderr + " two\n", ContentTypeStdout + " three\n"}
+	if strings.Join(got, "|") != strings.Join(want3, "|") {
+		t.Errorf("frames = %q, want %q", got, want3)
+	}
+}
+
+// TestProcessRunCancel: cancelling the call kills the process and what it started.
+func TestProcessRunCancel(t *testing.T) {
+	p := New(Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pid := make(chan int, 1)
+	rec := &recorder{onFrame: func(f frame) {
+		if n, err := strconv.Atoi(strings.TrimSpace(f.data)); err == nil {
+			select {
+			case pid <- n:
+			default:
+			}
+		}
+		cancel()
+	}}
+	start := time.Now()
+	_, err := run(ctx, p, t.TempDir(), rec, nil, "sh", "-c", `sleep 30 & echo $!; wait`)
+	wantCode(t, err, tool.CodeCancelled, "")
+	if time.Since(start) > 20*time.Second {
+		t.Fatalf("the call returned after %s: the sleep was not killed", time.Since(start))
+	}
+	child := <-pid
+	if alive(child) {
+		t.Errorf("the background sleep %d outlived the cancelled call", child)
+	}
+
+	deadline, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	_, err = run(deadline, p, t.TempDir(), nil, nil, "sleep", "30")
+	wantCode(t, err, tool.CodeToolTimeout, "deadline")
+
+	// A call that can take no more frames stops its process.
+	rec = &recorder{fail: errors.New("call cancelled")}
+	_, err = run(context.Background(), p, t.TempDir(), rec, nil, "sh", "-c", `echo hi; sleep 30`)
+	wantCode(t, err, tool.CodeCancelled, "no more frames")
+}
+
+// TestProcessRunKillsLeftovers: a process that exits leaving a child behind in its group
+// does not leave it running after the call.
+func TestProcessRunKillsLeftovers(t *testing.T) {
+	p := New(Options{})
+	rec := &recorder{}
+	// The child's output goes elsewhere, so that the call does not wait for it.
+	if _, err := run(context.Background(), p, t.TempDir(), rec, nil, "sh", "-c", `sleep 30 >/dev/null 2>&1 & echo $!`); err != nil {
+		t.Fatal(err)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(output(rec.all(), ContentTypeStdout)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alive(child) {
+		t.Errorf("the background sleep %d outlived the call", child)
+	}
+}
+
+// alive reports whether pid runs (a zombie waiting for its reaper does not count).
+func alive(pid int) bool {
+	// The kill was sent before the call returned; give the kernel a moment to deliver it.
+	for range 50 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && strings.HasPrefix(string(b[i:]), ") Z") {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+func TestProcessRunCPUBudget(t *testing.T) {
+	p := New(Options{})
+	budget := func(r *tools.Request) { r.Policy.BudgetCPU = 200 * time.Millisecond }
+	// The test's own deadline only keeps a broken budget from hanging the test; it would
+	// end the call with TOOL_TIMEOUT, not CPU_BUDGET_EXCEEDED.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for name, script := range map[string]string{
+		"the process":  `while :; do :; done`,
+		"a child":      `sh -c 'while :; do :; done' & wait`,
+		"a grandchild": `(sh -c 'while :; do :; done' & wait) & wait`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := run(ctx, p, t.TempDir(), nil, budget, "sh", "-c", script)
+			wantCode(t, err, tool.CodeCPUBudgetExceeded, "budget_cpu_ms 200")
+		})
+	}
+
+	// Under budget, the call succeeds and reports what it used.
+	res, err := run(ctx, p, t.TempDir(), nil, budget, "sh", "-c", "echo quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := decode[processResult](t, res); got.CPUMS > 200 {
+		t.Errorf("cpu_ms = %d", got.CPUMS)
+	}
+
+	// A process that exits over its budget between two samples is caught at exit.
+	unwatched := New(Options{CPUPollInterval: time.Hour})
+	tiny := func(r *tools.Request) { r.Policy.BudgetCPU = time.Millisecond }
+	_, err = run(ctx, unwatched, t.TempDir(), nil, tiny, "sh", "-c", `i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done`)
+	wantCode(t, err, tool.CodeCPUBudgetExceeded, "budget_cpu_ms 1")
+}
+
+// TestProcessRunNetwork: under DENY_ALL a process sees no network but an unusable loopback
+// and cannot connect even to the host's localhost; under FULL_ACCESS and
+// EGRESS_UNRESTRICTED it can.
+func TestProcessRunNetwork(t *testing.T) {
+	p := New(Options{})
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+
+	rec := &recorder{}
+	if _, err := run(context.Background(), p, t.TempDir(), rec, nil, "cat", "/proc/net/dev"); err != nil {
+		t.Fatal(err)
+	}
+	var ifaces []string
+	for _, line := range strings.Split(output(rec.all(), ContentTypeStdout), "\n") {
+		if name, _, ok := strings.Cut(line, ":"); ok {
+			ifaces = append(ifaces, strings.TrimSpace(name))
+		}
+	}
+	if strings.Join(ifaces, ",") != "lo" {
+		t.Errorf("interfaces under DENY_ALL = %v, want only lo", ifaces)
+	}
+
+	_, err = run(context.Background(), p, t.TempDir(), nil, nil, self, helperArg, "dial", ln.Addr().String())
+	wantCode(t, err, tool.CodeToolFailed, "exited with code 3")
+	select {
+	case <-accepted:
+		t.Fatal("a DENY_ALL process reached the listener")
+	default:
+	}
+
+	for _, policy := range []tool.NetworkPolicy{tool.NetworkFullAccess, tool.NetworkEgressUnrestricted} {
+		rec := &recorder{}
+		open := func(r *tools.Request) { r.Policy.Network = policy }
+		if _, err := run(context.Background(), p, t.TempDir(), rec, open, self, helperArg, "dial", ln.Addr().String()); err != nil {
+			t.Fatalf("%s: %v", policy, err)
+		}
+		<-accepted
+		if out := output(rec.all(), ContentTypeStdout); out != "connected\n" {
+			t.Errorf("%s: stdout = %q", policy, out)
+		}
+	}
+}
+
+func TestStartError(t *testing.T) {
+	for _, tt := range []struct {
+		err      error
+		isolated bool
+		code     tool.Code
+		want     string
+	}{
+		{syscall.EPERM, true, tool.CodePermissionDenied, "refused a new network namespace"},
+		{syscall.EINVAL, true, tool.CodePermissionDenied, "DENY_ALL cannot be enforced"},
+		{syscall.ENOSPC, true, tool.CodePermissionDenied, "EGRESS_UNRESTRICTED"},
+		{&os.PathError{Op: "fork/exec", Path: "/bin/x", Err: syscall.EACCES}, true, tool.CodeToolFailed, "cannot start"},
+		{syscall.EPERM, false, tool.CodeToolFailed, "cannot start"},
+		{&exec.Error{Name: "x", Err: exec.ErrNotFound}, true, tool.CodeToolFailed, "cannot start"},
+		{syscall.EAGAIN, false, tool.CodeInternal, "starting"},
+	} {
+		wantCode(t, startError(ToolProcessRun, "x", tt.isolated, tt.err), tt.code, tt.want)
+	}
+}
