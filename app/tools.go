@@ -15,6 +15,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/tools"
+	"github.com/sw4rm/sw4rm-temporal/tools/builtin"
 	"github.com/sw4rm/sw4rm-temporal/tools/mcp"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -66,7 +67,7 @@ func RegisterBuiltinTools(ctx context.Context, execs map[string]tools.Executor, 
 // provider, each configured MCP server, and those the configuration adds. The returned
 // close ends their sessions and processes.
 func toolExecutors(cfg Config, mcpProviders []mcp.Provider, log *slog.Logger) (map[string]tools.Executor, func()) {
-	execs := map[string]tools.Executor{}
+	execs := map[string]tools.Executor{tools.BuiltinProviderID: builtin.New(builtin.Options{})}
 	var closers []func()
 	for id, e := range cfg.ToolExecutors {
 		execs[id] = e

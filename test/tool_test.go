@@ -329,3 +329,61 @@ func pendingInvocation(t *testing.T, sys *system, reason commonpb.HitlReasonType
 	}, 20*time.Second, 50*time.Millisecond)
 	return id
 }
+
+// TestBuiltinToolsInWorktree drives the built-in provider over gRPC on both stores for an
+// agent bound to a worktree (§16, §18.5): files are written and read inside it, a path
+// outside is PERMISSION_DENIED, process.run is refused at MINIMAL privilege, streams the
+// process's output at DEFAULT, and a busy loop past budget_cpu_ms ends CPU_BUDGET_EXCEEDED.
+func TestBuiltinToolsInWorktree(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys, _ := worktreeSystem(t, kind)
+			coder := dialBinder(t, sys, "coder")
+			_, err := coder.wt.Bind(context.Background(), "app", "tools-1")
+			require.NoError(t, err)
+			// Authentication is off here: the call names the agent it is made for.
+			ctx := metadata.AppendToOutgoingContext(context.Background(), frontend.ToolAgentMetadataKey, coder.ID())
+			tc := toolpb.NewToolServiceClient(coder.Conn())
+			b := tools.BuiltinProviderID
+
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "fs.write", Args: []byte(`{"path":"notes/a.txt","content":"hello","create_dirs":true}`)})
+			require.NoError(t, err)
+			f, err := tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "fs.read", Args: []byte(`{"path":"notes/a.txt"}`)})
+			require.NoError(t, err)
+			var read struct {
+				Content string `json:"content"`
+			}
+			require.NoError(t, json.Unmarshal(f.GetData(), &read))
+			assert.Equal(t, "hello", read.Content)
+			for _, p := range []string{"../../README.md", "/etc/hostname", "notes/../../../etc/passwd"} {
+				var trailer metadata.MD
+				_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "fs.read", Args: fmt.Appendf(nil, `{"path":%q}`, p)}, grpc.Trailer(&trailer))
+				require.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", p, err)
+				assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(frontend.ToolErrorCodeTrailer), p)
+			}
+
+			run := `{"argv":["sh","-c","cat notes/a.txt; echo; echo oops >&2"]}`
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "process.run", Args: []byte(run)})
+			require.Equal(t, codes.PermissionDenied, status.Code(err), "MINIMAL spawns no process (§18.5.3): %v", err)
+			st, err := tc.CallStream(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "process.run", Args: []byte(run),
+				Policy: &toolpb.ExecutionPolicy{PrivilegeLevel: "DEFAULT"}})
+			require.NoError(t, err)
+			frames := drain(t, st)
+			var stdout string
+			for _, fr := range frames[:len(frames)-1] {
+				if fr.GetContentType() == "text/plain; stream=stdout" {
+					stdout += string(fr.GetData())
+				}
+			}
+			assert.Equal(t, "hello\n", stdout, "the process ran in the worktree")
+			assert.Equal(t, "ok", summaryOf(t, frames[len(frames)-1]).Status)
+
+			var trailer metadata.MD
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "process.run", Args: []byte(`{"argv":["sh","-c","while :; do :; done"]}`),
+				Policy: &toolpb.ExecutionPolicy{PrivilegeLevel: "DEFAULT", BudgetCpuMs: 200, Timeout: durationpb.New(30 * time.Second)}}, grpc.Trailer(&trailer))
+			require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+			assert.Equal(t, []string{"CPU_BUDGET_EXCEEDED"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+		})
+	}
+}
