@@ -84,6 +84,21 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, sink 
 		}
 		return err
 	})
+	rel.Handle(workflows.HandoffToolStart, func(ctx context.Context, h store.Handoff) error {
+		var p workflows.ToolStartHandoff
+		if err := json.Unmarshal(h.Payload, &p); err != nil {
+			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
+		}
+		in := p.Input
+		_, err := tc.ExecuteWorkflow(ctx, workflows.ToolStartOptions(in.Request.CallID, in.Caller, taskQueue), workflows.ToolCall, in)
+		// A request_id's workflow runs once, ever (RejectDuplicate): one that was started, by
+		// this delivery's first attempt or another relay, is the promise kept.
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) {
+			return nil
+		}
+		return err
+	})
 }
 
 // signalHandoff is the handler of a handoff that signals one workflow: target decodes the

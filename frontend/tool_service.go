@@ -243,25 +243,31 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 	if len(p.notes) > 0 {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(ToolPolicyNoteHeader, strconv.QuoteToASCII(strings.Join(p.notes, "; "))))
 	}
-	rec, created, err := t.s.store.ToolCalls().CreateCall(ctx, store.ToolCallRecord{CallID: callID, Caller: c.owner, ProviderID: req.GetProviderId(), ToolName: req.GetToolName()})
+	start, err := newHandoff(workflows.HandoffToolStart, workflows.ToolWorkflowID(callID), workflows.ToolStartHandoff{Input: p.in})
+	if err != nil {
+		return "", status.Errorf(codes.Internal, "internal_error: %v", err)
+	}
+	// The record and the workflow's start are one store write: a recorded call always runs,
+	// whatever fails next (the relay starts it once Temporal takes it).
+	rec, created, err := t.s.store.ToolCalls().CreateCall(ctx, store.ToolCallRecord{CallID: callID, Caller: c.owner, ProviderID: req.GetProviderId(), ToolName: req.GetToolName()}, start)
 	if err != nil {
 		return "", failed("recording the tool call", err)
 	}
 	if !created {
+		// The same call again (a client retrying): join it; its workflow was promised when
+		// it was recorded.
 		if !c.mayAct(rec.Caller) {
 			return "", status.Errorf(codes.AlreadyExists, "duplicate_detected: call_id %s is another caller's call", callID)
 		}
 		if rec.ProviderID != req.GetProviderId() || rec.ToolName != req.GetToolName() {
 			return "", status.Errorf(codes.AlreadyExists, "duplicate_detected: call_id %s is a call of %s/%s", callID, rec.ProviderID, rec.ToolName)
 		}
-		if rec.Final {
-			return callID, nil
-		}
+		return callID, nil
 	}
-	_, err = t.s.temporal.ExecuteWorkflow(ctx, workflows.ToolStartOptions(callID, c.owner, t.s.cfg.TaskQueue), workflows.ToolCall, p.in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if err != nil && !errors.As(err, &started) {
-		return "", failed("starting the tool call", err)
+	if err := t.s.relay.Deliver(ctx, start); err != nil {
+		// Stored all the same: the relay starts the workflow once Temporal takes it, and the
+		// caller's wait below sees its frames then.
+		t.s.log.Warn("tool call stored; its workflow starts when Temporal is reachable", "call_id", callID, "error", err)
 	}
 	return callID, nil
 }
@@ -274,14 +280,13 @@ func (t *toolService) Call(ctx context.Context, req *toolpb.ToolCall) (*toolpb.T
 		return nil, err
 	}
 	// The run's result is a long poll on Temporal: no store polling while the tool runs.
+	// A run not started yet (its hand-off still pending) or unreachable falls back to
+	// waiting for the stored final frame.
 	var res workflows.ToolCallResult
-	if err := t.s.temporal.GetWorkflow(ctx, workflows.ToolWorkflowID(callID), "").Get(ctx, &res); err != nil {
-		var nf *serviceerror.NotFound
-		if !errors.As(err, &nf) {
-			return nil, failed("waiting for the tool call", err)
-		}
+	if err := t.s.temporal.GetWorkflow(ctx, workflows.ToolWorkflowID(callID), "").Get(ctx, &res); err != nil && ctx.Err() != nil {
+		return nil, err
 	}
-	final, err := t.finalFrame(ctx, callID)
+	final, err := t.waitFinal(ctx, callID)
 	if err != nil {
 		return nil, err
 	}
@@ -291,20 +296,28 @@ func (t *toolService) Call(ctx context.Context, req *toolpb.ToolCall) (*toolpb.T
 	return final, nil
 }
 
-// finalFrame reads a call's final frame; a call whose workflow ended has one.
-func (t *toolService) finalFrame(ctx context.Context, callID string) (*toolpb.ToolFrame, error) {
-	rec, err := t.s.store.ToolCalls().GetCall(ctx, callID)
-	if err != nil {
-		return nil, failed("reading the tool call", err)
+// waitFinal waits for a call's final frame in the store.
+func (t *toolService) waitFinal(ctx context.Context, callID string) (*toolpb.ToolFrame, error) {
+	wait := toolPollMin
+	for {
+		rec, err := t.s.store.ToolCalls().GetCall(ctx, callID)
+		if err != nil {
+			return nil, failed("reading the tool call", err)
+		}
+		if rec.Final {
+			fs, err := t.s.store.ToolCalls().Frames(ctx, callID, rec.Frames-1, 1)
+			if err != nil || len(fs) != 1 {
+				return nil, failed("reading the final frame", errors.Join(err, store.ErrNotFound))
+			}
+			return frameProto(fs[0]), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, toolPollMax)
 	}
-	if !rec.Final {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: call %s ended without its final frame stored yet; retry", callID)
-	}
-	fs, err := t.s.store.ToolCalls().Frames(ctx, callID, rec.Frames-1, 1)
-	if err != nil || len(fs) != 1 {
-		return nil, failed("reading the final frame", errors.Join(err, store.ErrNotFound))
-	}
-	return frameProto(fs[0]), nil
 }
 
 // frameError is the ToolError a final frame's summary records, nil for a call that succeeded.

@@ -51,9 +51,11 @@ type ToolFrameRecord struct {
 // can be reported (§19). The store numbers frames: the next frame of a call is one more than
 // the last, whichever worker wrote the last.
 type ToolCalls interface {
-	// CreateCall records a new call. When the call_id is known it changes nothing and
-	// returns the stored record with created=false; the caller compares owners.
-	CreateCall(ctx context.Context, rec ToolCallRecord) (stored ToolCallRecord, created bool, err error)
+	// CreateCall records a new call and, in the same write, the handoffs that start its
+	// workflow (the transactional outbox: a recorded call always gets its workflow). When the
+	// call_id is known it writes nothing and returns the stored record with created=false;
+	// the caller compares owners.
+	CreateCall(ctx context.Context, rec ToolCallRecord, handoffs ...Handoff) (stored ToolCallRecord, created bool, err error)
 	// GetCall returns a call or ErrNotFound.
 	GetCall(ctx context.Context, callID string) (ToolCallRecord, error)
 	// AppendFrame stores the call's next, non-final frame and returns it numbered; ErrCallClosed

@@ -20,6 +20,18 @@ import (
 // KindTool is the SW4RMKind search-attribute value of tool call runs.
 const KindTool = "tool"
 
+// HandoffToolStart is the outbox hand-off kind that starts a call's workflow: the frontend
+// records the call (store.ToolCalls.CreateCall) and the start in one write (payload
+// ToolStartHandoff), so a recorded call always runs even if the frontend dies or Temporal
+// is unreachable at that moment; a run already started counts as delivered.
+const HandoffToolStart = "tool.start"
+
+// ToolStartHandoff is the payload of a HandoffToolStart hand-off.
+type ToolStartHandoff struct {
+	// Input starts the workflow.
+	Input ToolCallInput
+}
+
 // Names of the tool call workflow's handlers.
 const (
 	// ToolCancelUpdate cancels a call (§18.6); it answers CANCELLED once the call's final

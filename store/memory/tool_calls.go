@@ -23,7 +23,7 @@ func (c *toolCallsStore) s() *Store { return (*Store)(c) }
 func (s *Store) ToolCalls() store.ToolCalls { return (*toolCallsStore)(s) }
 
 // CreateCall implements store.ToolCalls.
-func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecord) (store.ToolCallRecord, bool, error) {
+func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecord, handoffs ...store.Handoff) (store.ToolCallRecord, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ToolCallRecord{}, false, err
 	}
@@ -41,6 +41,9 @@ func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecor
 	}
 	rec.Frames, rec.Bytes, rec.Final, rec.CreatedAt = 0, 0, false, now()
 	s.toolCalls[rec.CallID] = &toolCallRow{rec: rec}
+	for _, h := range handoffs {
+		s.addHandoffLocked(h, store.HandoffLease, rec.CreatedAt)
+	}
 	return rec, true, nil
 }
 

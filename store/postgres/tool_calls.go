@@ -30,22 +30,40 @@ func scanToolCall(row pgx.Row) (store.ToolCallRecord, error) {
 	return r, nil
 }
 
-// CreateCall implements store.ToolCalls: ON CONFLICT DO NOTHING, then the stored row.
-func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecord) (store.ToolCallRecord, bool, error) {
+// CreateCall implements store.ToolCalls: ON CONFLICT DO NOTHING and, when the row is new,
+// its handoffs in the same transaction; else the stored row.
+func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecord, handoffs ...store.Handoff) (store.ToolCallRecord, bool, error) {
 	if rec.CallID == "" {
 		return store.ToolCallRecord{}, false, errors.New("postgres: create tool call: call_id is required")
 	}
-	r, err := scanToolCall(c.s().pool.QueryRow(ctx, `INSERT INTO tool_calls (call_id, caller, provider_id, tool_name)
-		VALUES ($1, $2, $3, $4) ON CONFLICT (call_id) DO NOTHING RETURNING `+toolCallColumns,
-		rec.CallID, rec.Caller, rec.ProviderID, rec.ToolName))
-	if err == nil {
-		return r, true, nil
+	var out store.ToolCallRecord
+	created := false
+	err := pgx.BeginFunc(ctx, c.s().pool, func(tx pgx.Tx) error {
+		r, err := scanToolCall(tx.QueryRow(ctx, `INSERT INTO tool_calls (call_id, caller, provider_id, tool_name)
+			VALUES ($1, $2, $3, $4) ON CONFLICT (call_id) DO NOTHING RETURNING `+toolCallColumns,
+			rec.CallID, rec.Caller, rec.ProviderID, rec.ToolName))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // known: write nothing
+		}
+		if err != nil {
+			return err
+		}
+		out, created = r, true
+		if len(handoffs) == 0 {
+			return nil
+		}
+		b := &pgx.Batch{}
+		queueHandoffs(b, handoffs, store.HandoffLease)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return store.ToolCallRecord{}, false, fmt.Errorf("postgres: create tool call %q: %w", rec.CallID, unavailable(err))
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return store.ToolCallRecord{}, false, fmt.Errorf("postgres: create tool call %q: %w", rec.CallID, err)
+	if created {
+		return out, true, nil
 	}
-	r, err = c.GetCall(ctx, rec.CallID)
-	return r, false, err
+	out, err = c.GetCall(ctx, rec.CallID)
+	return out, false, err
 }
 
 // GetCall implements store.ToolCalls.

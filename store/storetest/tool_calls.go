@@ -16,15 +16,22 @@ import (
 
 func runToolCalls(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("CreateOnce", func(t *testing.T) {
-		c := newStore(t).ToolCalls()
+		st := newStore(t)
+		c := st.ToolCalls()
 		ctx := t.Context()
-		rec, created, err := c.CreateCall(ctx, store.ToolCallRecord{CallID: "c1", Caller: "agent-a", ProviderID: "builtin", ToolName: "echo"})
+		start := store.Handoff{ID: "h-start-c1", Kind: "tool.start", WorkflowID: "tool/c1", Payload: []byte(`{}`)}
+		rec, created, err := c.CreateCall(ctx, store.ToolCallRecord{CallID: "c1", Caller: "agent-a", ProviderID: "builtin", ToolName: "echo"}, start)
 		require.NoError(t, err)
 		require.True(t, created)
 		require.Equal(t, "agent-a", rec.Caller)
-		again, created, err := c.CreateCall(ctx, store.ToolCallRecord{CallID: "c1", Caller: "agent-b"})
+		again, created, err := c.CreateCall(ctx, store.ToolCallRecord{CallID: "c1", Caller: "agent-b"},
+			store.Handoff{ID: "h-start-c1-again", Kind: "tool.start", WorkflowID: "tool/c1", Payload: []byte(`{}`)})
 		require.NoError(t, err)
 		require.False(t, created, "a known call_id is not created again")
+		pending, err := st.Outbox().PendingHandoffs(ctx, 10)
+		require.NoError(t, err)
+		require.Len(t, pending, 1, "the call's start is written with it, and only once")
+		require.Equal(t, "h-start-c1", pending[0].ID)
 		require.Equal(t, "agent-a", again.Caller, "the first owner stays")
 		require.Equal(t, "echo", again.ToolName)
 		_, err = c.GetCall(ctx, "nope")
