@@ -47,10 +47,10 @@ func TestRefusalsCarryTheErrorCode(t *testing.T) {
 			_, err := routerpb.NewRouterServiceClient(conn).AckDelivery(ctx, &routerpb.DeliveryAckRequest{AgentId: "a", Seq: -1}, o...)
 			return err
 		}, codes.InvalidArgument, "VALIDATION_ERROR", "validation_error: seq"},
-		"service not built": {func(o ...grpc.CallOption) error {
+		"tool call without provider": {func(o ...grpc.CallOption) error {
 			_, err := toolpb.NewToolServiceClient(conn).Call(ctx, &toolpb.ToolCall{}, o...)
 			return err
-		}, codes.Unimplemented, "UNSUPPORTED_MESSAGE_TYPE", ""},
+		}, codes.InvalidArgument, "VALIDATION_ERROR", "VALIDATION_ERROR: provider_id is required"},
 		"unknown workflow": {func(o ...grpc.CallOption) error {
 			_, err := workflowpb.NewWorkflowServiceClient(conn).StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: "no-such-workflow"}, o...)
 			return err

@@ -90,7 +90,8 @@ func TestServiceSurface(t *testing.T) {
 	cs, err := toolpb.NewToolServiceClient(conn).CallStream(ctx, &toolpb.ToolCall{})
 	require.NoError(t, err)
 	_, err = cs.Recv()
-	assert.Equal(t, codes.Unimplemented, status.Code(err), "streaming RPCs are gated too")
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "tool calls are built: a call without provider_id is bad input")
+	assert.Contains(t, status.Convert(err).Message(), "VALIDATION_ERROR: provider_id is required")
 	// WorkflowService is built: no definition is bad input, an unknown workflow no route.
 	wf := workflowpb.NewWorkflowServiceClient(conn)
 	_, err = wf.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{})
