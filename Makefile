@@ -117,3 +117,10 @@ example-dag:
 .PHONY: example-debate
 example-debate:
 	go run ./examples/debate
+
+## example-tools: run the tools example (an agent fixes a failing test through an MCP
+## filesystem server and the built-in process tool) against a running server started with
+## the example's repository and filesystem server. See examples/tools/README.md.
+.PHONY: example-tools
+example-tools:
+	go run ./examples/tools
