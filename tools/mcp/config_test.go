@@ -79,9 +79,9 @@ func TestParseProvidersOptionsAndWorktree(t *testing.T) {
 
 func TestServerFor(t *testing.T) {
 	fs := Provider{ID: "fs", Server: Server{Command: []string{"srv", WorktreePlaceholder}}}
-	s, err := fs.ServerFor("/work/tree")
+	s, err := fs.ServerFor("/srv/tree")
 	require.NoError(t, err)
-	assert.Equal(t, []string{"srv", "/work/tree"}, s.Command)
+	assert.Equal(t, []string{"srv", "/srv/tree"}, s.Command)
 
 	_, err = fs.ServerFor("")
 	assert.Equal(t, tool.CodePermissionDenied, tool.CodeOf(err))
@@ -92,7 +92,7 @@ func TestServerFor(t *testing.T) {
 
 	// A Provider built by hand is held to the rule ParseProviders applies.
 	bad := Provider{ID: "x", Server: Server{Command: []string{"{worktree}/srv", WorktreePlaceholder}}}
-	_, err = bad.ServerFor("/work/tree")
+	_, err = bad.ServerFor("/srv/tree")
 	assert.ErrorContains(t, err, "must not come from a worktree")
 
 	shared := Provider{ID: "s", Server: Server{Command: []string{"srv", "/data"}}}
