@@ -10,6 +10,9 @@ WORKFLOWCHECK_VERSION ?= v0.6.0
 WORKFLOWCHECK    := $(TOOLS_BIN)/workflowcheck
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT    := $(TOOLS_BIN)/golangci-lint
+# The npm MCP servers the tests of tools/mcp run against, pinned by tools/mcp/npm's lock file.
+MCP_SERVERS_DIR  ?= $(HOME)/.cache/sw4rm/mcp
+MCP_SERVERS_LOCK := tools/mcp/npm/package-lock.json
 BIN              := bin/sw4rm
 
 # Custom search attributes are registered at dev-server start from the list the code keeps
@@ -24,8 +27,9 @@ BIN              := bin/sw4rm
 TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS=1000
 
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
+export SW4RM_MCP_SERVERS_DIR := $(MCP_SERVERS_DIR)
 
-.PHONY: all build dev temporal test test-unit test-e2e test-faults test-scale bench proto lint workflowcheck clean
+.PHONY: all build dev temporal test test-unit test-e2e test-faults test-scale bench proto lint workflowcheck mcp-servers clean
 
 all: build
 
@@ -45,7 +49,7 @@ dev: $(TEMPORAL) build
 ## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it), the
 ## 1,000-node DAG run without the race detector, then the fault suite on its own, verbose so
 ## that its figures are printed (docs/reliability.md).
-test: $(TEMPORAL) workflowcheck lint
+test: $(TEMPORAL) workflowcheck lint mcp-servers
 	go vet ./...
 	go test -race -count=1 -timeout 20m $$(go list ./... | grep -v /test/faults$$)
 	$(MAKE) test-scale
@@ -56,7 +60,7 @@ test: $(TEMPORAL) workflowcheck lint
 test-scale: $(TEMPORAL)
 	go test -count=1 -timeout 10m -v -run '^TestDAGRunThousandNodes$$' ./test
 
-test-unit:
+test-unit: mcp-servers
 	go test -race -count=1 $$(go list ./... | grep -v -e /test$$ -e /test/faults$$)
 
 ## test-faults: the fault suite alone (kill -9 of sw4rm, Temporal and PostgreSQL restarts).
@@ -81,6 +85,23 @@ workflowcheck: $(WORKFLOWCHECK)
 $(WORKFLOWCHECK):
 	mkdir -p $(TOOLS_BIN)
 	GOBIN=$(TOOLS_BIN) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+
+## mcp-servers: install the npm MCP servers the tests of tools/mcp start
+## (@modelcontextprotocol/server-everything and server-filesystem) at the versions
+## tools/mcp/npm/package-lock.json pins, into $(MCP_SERVERS_DIR). Skipped when that lock file
+## is already installed there; a changed lock file reinstalls. Needs Node.js and npm.
+mcp-servers:
+	@if cmp -s $(MCP_SERVERS_LOCK) $(MCP_SERVERS_DIR)/installed.lock \
+	  && [ -x $(MCP_SERVERS_DIR)/node_modules/.bin/mcp-server-everything ] \
+	  && [ -x $(MCP_SERVERS_DIR)/node_modules/.bin/mcp-server-filesystem ]; then \
+	  echo "mcp-servers: already installed in $(MCP_SERVERS_DIR)"; \
+	else \
+	  rm -f $(MCP_SERVERS_DIR)/installed.lock; \
+	  mkdir -p $(MCP_SERVERS_DIR); \
+	  cp tools/mcp/npm/package.json $(MCP_SERVERS_LOCK) $(MCP_SERVERS_DIR)/; \
+	  npm ci --prefix $(MCP_SERVERS_DIR) --no-audit --no-fund --ignore-scripts; \
+	  cp $(MCP_SERVERS_LOCK) $(MCP_SERVERS_DIR)/installed.lock; \
+	fi
 
 ## lint: staticcheck, revive's exported rule, errcheck and the import grouping (standard /
 ## third-party / project) through golangci-lint, pinned; .golangci.yml says what runs.

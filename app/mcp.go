@@ -21,7 +21,9 @@ const MCPImportTimeout = 30 * time.Second
 // registers them as a provider of kind "mcp" (§18.1). A server that cannot be reached or
 // listed is logged and skipped, not fatal: the frontend serves without its tools, and the
 // next start tries again. Tools the server lists but that are no valid descriptors are
-// logged and left out. A stdio server is started for the listing and stopped after it.
+// logged and left out. A stdio server is started for the listing and stopped after it — a
+// per-worktree one in an empty directory (mcp.ImportProvider), and its tools are marked
+// needs_worktree.
 func ImportMCPProviders(ctx context.Context, providers []mcp.Provider, st store.ToolProviders, sink *observe.Sink, log *slog.Logger) {
 	for _, p := range providers {
 		importMCPProvider(ctx, p, st, sink, log)
@@ -32,15 +34,9 @@ func importMCPProvider(ctx context.Context, p mcp.Provider, st store.ToolProvide
 	ctx, cancel := context.WithTimeout(ctx, MCPImportTimeout)
 	defer cancel()
 	log = log.With("provider_id", p.ID)
-	c, err := mcp.Connect(ctx, p.Server)
+	imp, err := mcp.ImportProvider(ctx, p)
 	if err != nil {
-		log.Warn("MCP provider not imported: cannot connect; its tools are not offered", "err", err)
-		return
-	}
-	defer func() { _ = c.Close() }()
-	imp, err := c.ListTools(ctx, mcp.Options{})
-	if err != nil {
-		log.Warn("MCP provider not imported: cannot list its tools; its tools are not offered", "err", err)
+		log.Warn("MCP provider not imported: cannot connect or list its tools; its tools are not offered", "err", err)
 		return
 	}
 	for _, s := range imp.Skipped {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -36,11 +37,23 @@ func (r Result) Data() []byte {
 }
 
 // CallTool calls the named tool with JSON arguments (empty: none). Failures are *tool.Error:
-// TOOL_FAILED when the tool reports an error (isError; the message is its text),
-// VALIDATION_ERROR when the server refuses the name or the arguments, NOT_FOUND when it
-// does not serve tools, CANCELLED or TOOL_TIMEOUT when ctx ends first — the SDK then sends
-// notifications/cancelled so the server can stop (§18.6) — and INTERNAL_ERROR otherwise.
+// TOOL_FAILED when the tool reports an error (isError; the message is its text) — or
+// PERMISSION_DENIED when that text says access was denied, which is how a server refuses
+// what lies outside its confinement (the filesystem server: "Access denied - path outside
+// allowed directories") —, VALIDATION_ERROR when the server refuses the name or the
+// arguments, NOT_FOUND when it does not serve tools, CANCELLED or TOOL_TIMEOUT when ctx ends
+// first — the SDK then sends notifications/cancelled so the server can stop (§18.6) — and
+// INTERNAL_ERROR otherwise.
 func (c *Client) CallTool(ctx context.Context, name string, args json.RawMessage) (Result, error) {
+	return c.CallToolProgress(ctx, name, args, nil)
+}
+
+// CallToolProgress is CallTool that asks the server for progress (a progress token in the
+// request's _meta) and hands each notification to onProgress, in the order they arrive,
+// until the call returns; notifications that arrive later are dropped. onProgress runs on
+// the session's reading goroutine: it must return at once, not wait for I/O. nil asks for no
+// progress.
+func (c *Client) CallToolProgress(ctx context.Context, name string, args json.RawMessage, onProgress func(Progress)) (Result, error) {
 	p := &sdk.CallToolParams{Name: name}
 	if len(strings.TrimSpace(string(args))) > 0 {
 		if !json.Valid(args) {
@@ -48,8 +61,16 @@ func (c *Client) CallTool(ctx context.Context, name string, args json.RawMessage
 		}
 		p.Arguments = args
 	}
+	if onProgress != nil {
+		token := c.progress.add(onProgress)
+		defer c.progress.remove(token)
+		p.SetProgressToken(token)
+	}
 	res, err := c.session.CallTool(ctx, p)
 	if err != nil {
+		if ctx.Err() == nil && connectionLost(err) {
+			c.broken.Store(true)
+		}
 		return Result{}, classify(ctx, fmt.Sprintf("calling tool %q", name), err)
 	}
 	var r Result
@@ -77,9 +98,19 @@ func (c *Client) CallTool(ctx context.Context, name string, args json.RawMessage
 		if msg == "" {
 			msg = "the tool reported an error without a message"
 		}
-		return r, tool.Errorf(tool.CodeToolFailed, "tool %q: %s", name, msg)
+		code := tool.CodeToolFailed
+		if strings.Contains(strings.ToLower(msg), "access denied") {
+			code = tool.CodePermissionDenied
+		}
+		return r, tool.Errorf(code, "tool %q: %s", name, msg)
 	}
 	return r, nil
+}
+
+// connectionLost reports whether a call failed because the session's connection is gone:
+// closed, or its stream ended (a stdio server's process exited mid-call).
+func connectionLost(err error) bool {
+	return errors.Is(err, sdk.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // classify maps an SDK failure to a structured tool error (§18.3).

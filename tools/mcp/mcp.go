@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -37,6 +39,10 @@ type Server struct {
 	Env []string
 	// Dir is the command's working directory (empty: the current one).
 	Dir string
+	// StopTimeout is how long closing the session waits for the command to exit once its
+	// stdin is closed, before it is sent SIGTERM, then SIGKILL after as long again (0: the
+	// SDK's default, 5 s). A server still busy with a cancelled call may take that long.
+	StopTimeout time.Duration
 	// URL is the server's streamable HTTP endpoint.
 	URL string
 	// HTTPClient makes the HTTP requests (nil: http.DefaultClient).
@@ -56,7 +62,7 @@ func (s Server) transport(ctx context.Context) (sdk.Transport, error) {
 		cmd := exec.CommandContext(context.WithoutCancel(ctx), s.Command[0], s.Command[1:]...) //nolint:gosec // the operator configures the server's command line
 		cmd.Env = s.Env
 		cmd.Dir = s.Dir
-		return &sdk.CommandTransport{Command: cmd}, nil
+		return &sdk.CommandTransport{Command: cmd, TerminateDuration: s.StopTimeout}, nil
 	case s.URL != "":
 		if !strings.HasPrefix(s.URL, "http://") && !strings.HasPrefix(s.URL, "https://") {
 			return nil, tool.Errorf(tool.CodeValidation, "the MCP server URL %q is not http or https", s.URL)
@@ -70,6 +76,15 @@ func (s Server) transport(ctx context.Context) (sdk.Transport, error) {
 // multiplexes calls over the session.
 type Client struct {
 	session *sdk.ClientSession
+	// progress routes the server's progress notifications to the call that asked for them,
+	// by progress token.
+	progress progressRoutes
+	// done is closed when the session has ended — closed by Close, or by the server (a
+	// stdio server's process exited, an HTTP server went away).
+	done chan struct{}
+	// broken is set when a call failed because the connection was lost: the session may not
+	// have noticed its end yet, but it can make no more calls.
+	broken atomic.Bool
 }
 
 // Connect starts or reaches the server and completes MCP's initialization.
@@ -84,16 +99,50 @@ func Connect(ctx context.Context, s Server) (*Client, error) {
 // ConnectTransport connects over any SDK transport — an in-memory one in tests, or one the
 // caller configured itself.
 func ConnectTransport(ctx context.Context, t sdk.Transport) (*Client, error) {
-	c := sdk.NewClient(&sdk.Implementation{Name: ClientName, Version: ClientVersion}, nil)
+	cl := &Client{done: make(chan struct{})}
+	opts := &sdk.ClientOptions{
+		// No roots capability: a server that takes its allowed directories from the client's
+		// roots (the filesystem server does) keeps those of its command line, which the
+		// operator configured, and nothing the client says can widen them.
+		Capabilities: &sdk.ClientCapabilities{},
+	}
+	if _, ok := t.(*sdk.StreamableClientTransport); ok {
+		// Its connection carries hooks private to the SDK that a wrapper would hide, so
+		// progress comes through the SDK's handler: a notification sent just before the
+		// result may then be handled after the call returned, and dropped.
+		opts.ProgressNotificationHandler = cl.progress.handle
+	} else {
+		t = &progressTransport{Transport: t, routes: &cl.progress}
+	}
+	c := sdk.NewClient(&sdk.Implementation{Name: ClientName, Version: ClientVersion}, opts)
 	cs, err := c.Connect(ctx, t, nil)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the MCP server: %w", err)
 	}
-	return &Client{session: cs}, nil
+	cl.session = cs
+	go func() {
+		_ = cs.Wait()
+		close(cl.done)
+	}()
+	return cl, nil
 }
 
 // Close ends the session; a stdio server's process is stopped.
 func (c *Client) Close() error { return c.session.Close() }
+
+// Done is closed once the session has ended, by Close or by the server: a Client whose Done
+// is closed can make no more calls.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// alive reports whether the session can still make calls.
+func (c *Client) alive() bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+		return !c.broken.Load()
+	}
+}
 
 // Options are what a provider's configuration says about all its tools, since MCP does not
 // describe them.
