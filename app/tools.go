@@ -69,11 +69,18 @@ func RegisterBuiltinTools(ctx context.Context, execs map[string]tools.Executor, 
 func toolExecutors(cfg Config, mcpProviders []mcp.Provider, log *slog.Logger) (map[string]tools.Executor, func()) {
 	execs := map[string]tools.Executor{tools.BuiltinProviderID: builtin.New(builtin.Options{})}
 	var closers []func()
+	for _, p := range mcpProviders {
+		e := mcp.NewExecutor(p)
+		execs[p.ID] = e
+		closers = append(closers, func() {
+			if err := e.Close(); err != nil {
+				log.Warn("closing an MCP provider's sessions", "provider_id", p.ID, "err", err)
+			}
+		})
+	}
 	for id, e := range cfg.ToolExecutors {
 		execs[id] = e
 	}
-	_ = mcpProviders
-	_ = log
 	return execs, func() {
 		for _, c := range closers {
 			c()

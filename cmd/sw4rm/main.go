@@ -74,7 +74,8 @@ func newRootWith(start startFunc) *cobra.Command {
 	pf.StringVar(&cfg.ReasoningExternal, "reasoning-external", "", "address of an external reasoning engine (a ReasoningProxy) for EvaluateDebate and Summarize; empty uses the builtin one (SW4RM_REASONING_EXTERNAL)")
 	pf.StringVar(&cfg.Repos, "repos", "", "git repositories agents bind worktrees in, repo_id=/path,..., §16, docs/worktrees.md (SW4RM_REPOS)")
 	pf.StringVar(&cfg.WorktreeRoot, "worktree-root", "", "where worktrees are made, <root>/<repo_id>/<worktree_id>; empty means <repo>/.sw4rm-worktrees (SW4RM_WORKTREE_ROOT)")
-	pf.StringVar(&cfg.MCPServers, "mcp-servers", "", "MCP servers imported as tool providers at start, id=stdio:command args...;id=http://url, docs/tools.md (SW4RM_MCP_SERVERS)")
+	pf.StringVar(&cfg.MCPServers, "mcp-servers", "", "MCP servers that run tool calls, id[network=POSTURE]=stdio:command args... ({worktree}: the caller's worktree);id=http://url, docs/tools.md (SW4RM_MCP_SERVERS)")
+	pf.StringVar(&cfg.ToolPreApproved, "tool-preapproved", "", "tools whose PRIVILEGED and FULL_ACCESS calls need no HITL approval, provider/tool patterns separated by commas, docs/tools.md (SW4RM_TOOL_PREAPPROVED)")
 	authMode := pf.String("auth", "off", "authentication: off, optional or required, §6.2, docs/security.md (SW4RM_AUTH)")
 	pf.DurationVar(&cfg.AuthClockSkew, "auth-clock-skew", cfg.AuthClockSkew, "largest clock difference of a signed call (SW4RM_AUTH_CLOCK_SKEW)")
 	pf.DurationVar(&cfg.KeyOverlap, "key-overlap", cfg.KeyOverlap, "how long a rotated-out agent key stays valid, §23 (SW4RM_KEY_OVERLAP)")
@@ -137,6 +138,7 @@ func newRootWith(start startFunc) *cobra.Command {
 		apply("repos", func() { merged.Repos = cfg.Repos })
 		apply("worktree-root", func() { merged.WorktreeRoot = cfg.WorktreeRoot })
 		apply("mcp-servers", func() { merged.MCPServers = cfg.MCPServers })
+		apply("tool-preapproved", func() { merged.ToolPreApproved = cfg.ToolPreApproved })
 		apply("auth-clock-skew", func() { merged.AuthClockSkew = cfg.AuthClockSkew })
 		apply("key-overlap", func() { merged.KeyOverlap = cfg.KeyOverlap })
 		if cmd.Flags().Changed("auth") {
