@@ -11,6 +11,8 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+
 	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -144,8 +146,9 @@ type ToolSummary struct {
 	Frames uint64 `json:"frames"`
 	// Bytes: see Frames.
 	Bytes uint64 `json:"bytes"`
-	// Partial reports that frames came before the end of a call that is not ok.
-	Partial bool `json:"partial,omitempty"`
+	// Partial reports that frames came before the end of a call that is not ok: §18.6's
+	// partial_result indicator.
+	Partial bool `json:"partial_result,omitempty"`
 	// Attempt is the attempt that ended the call (0 when none ran).
 	Attempt int `json:"attempt,omitempty"`
 	// By is who cancelled a cancelled call.
@@ -225,5 +228,81 @@ func (a *Activities) RecordToolEnd(ctx context.Context, in RecordToolEndInput) e
 func (a *Activities) RecordToolEscalation(ctx context.Context, in RecordToolEndInput) error {
 	a.Sink.Record(ctx, observe.Event{CorrelationID: in.CallID, Actor: in.Caller, AgentID: in.Caller, Type: AuditToolEscalated,
 		Details: map[string]any{"call_id": in.CallID, "provider_id": in.ProviderID, "tool_name": in.ToolName, "privilege_level": in.Privilege}})
+	return nil
+}
+
+// ReplyToolInput asks ReplyTool to tell the calling agent how its call ended.
+type ReplyToolInput struct {
+	// CallID is the call.
+	CallID string
+	// To is the agent that receives the envelope.
+	To string
+	// Correlation is the envelope's correlation_id.
+	Correlation string
+}
+
+// ToolResultPayload is the payload of a TOOL_RESULT envelope (§18.2).
+type ToolResultPayload struct {
+	// CallID is the call's id.
+	CallID string `json:"call_id"`
+	// Status is "OK".
+	Status string `json:"status"`
+	// ResultB64 is the final frame's data, base64.
+	ResultB64 []byte `json:"result_b64"`
+	// ContentType is the result's content type.
+	ContentType string `json:"content_type"`
+	// FrameNo is the final frame's frame_no: CallStream resumes from it.
+	FrameNo uint64 `json:"frame_no"`
+}
+
+// ToolErrorPayload is the payload of a TOOL_ERROR envelope (§18.2).
+type ToolErrorPayload struct {
+	// CallID is the call's id.
+	CallID string `json:"call_id"`
+	// ErrorCode is the §18.3 code.
+	ErrorCode string `json:"error_code"`
+	// Note says what happened.
+	Note string `json:"note"`
+	// PartialResult reports that frames came before the end (§18.6).
+	PartialResult bool `json:"partial_result,omitempty"`
+}
+
+// ToolReplyMessageID is the message_id of a call's TOOL_RESULT or TOOL_ERROR envelope: one
+// per call, so a retried reply is delivered once.
+func ToolReplyMessageID(callID string) string { return "tool-reply/" + callID }
+
+// ReplyTool sends the calling agent a TOOL_RESULT envelope with the call's result, or a
+// TOOL_ERROR with its code (§18.2), through the router, once.
+func (a *Activities) ReplyTool(ctx context.Context, in ReplyToolInput) error {
+	rec, err := a.Store.ToolCalls().GetCall(ctx, in.CallID)
+	if err != nil {
+		return err
+	}
+	if !rec.Final {
+		return fmt.Errorf("call %s has no final frame yet", in.CallID)
+	}
+	fs, err := a.Store.ToolCalls().Frames(ctx, in.CallID, rec.Frames-1, 1)
+	if err != nil || len(fs) != 1 {
+		return fmt.Errorf("reading the final frame of %s: %w", in.CallID, errors.Join(err, store.ErrNotFound))
+	}
+	f := fs[0]
+	var sum ToolSummary
+	_ = json.Unmarshal(f.Summary, &sum)
+	mt := commonpb.MessageType_TOOL_RESULT
+	var payload []byte
+	if sum.Status == "ok" {
+		payload, err = json.Marshal(ToolResultPayload{CallID: in.CallID, Status: "OK", ResultB64: f.Data, ContentType: f.ContentType, FrameNo: f.FrameNo})
+	} else {
+		mt = commonpb.MessageType_TOOL_ERROR
+		payload, err = json.Marshal(ToolErrorPayload{CallID: in.CallID, ErrorCode: sum.ErrorCode, Note: sum.Message, PartialResult: sum.Partial})
+	}
+	if err != nil {
+		return err
+	}
+	env := &commonpb.Envelope{MessageId: ToolReplyMessageID(in.CallID), CorrelationId: in.Correlation, MessageType: mt,
+		ContentType: "application/json", ContentLength: uint64(len(payload)), Payload: payload}
+	if err := a.Router.Notify(ctx, in.To, env); err != nil && !errors.Is(err, store.ErrDuplicateMessage) {
+		return fmt.Errorf("reply to %s: %w", in.To, err)
+	}
 	return nil
 }

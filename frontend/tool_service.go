@@ -38,6 +38,11 @@ const (
 	// ToolResumeAfterMetadataKey asks CallStream to resume a call already made — the same
 	// call_id — after the given frame_no, without starting anything (§18.2).
 	ToolResumeAfterMetadataKey = "sw4rm-resume-after"
+	// ToolReplyMetadataKey set to "envelope" asks for the call's end also as a TOOL_RESULT
+	// or TOOL_ERROR envelope to the calling agent (§18.2), on its message stream.
+	ToolReplyMetadataKey = "sw4rm-tool-reply"
+	// ToolCorrelationMetadataKey is that envelope's correlation_id (default: the call_id).
+	ToolCorrelationMetadataKey = "sw4rm-correlation-id"
 	// ToolCallIDHeader is the call's call_id, assigned when the call had none (§18.2).
 	ToolCallIDHeader = "sw4rm-call-id"
 	// ToolPolicyNoteHeader says where the effective policy differs from the one asked, e.g.
@@ -186,8 +191,23 @@ func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c calle
 		}
 		return prepared{}, tool.Errorf(tool.CodePermissionDenied, "tool %s needs a worktree and %s is not bound to one (§16: WorktreeService.Bind first)", req.GetToolName(), who)
 	}
+	replyTo, corr := "", ""
+	switch v := strings.TrimSpace(firstMD(ctx, ToolReplyMetadataKey)); v {
+	case "":
+	case "envelope":
+		if c.agent == "" {
+			return prepared{}, tool.Errorf(tool.CodeValidation, "%s: envelope needs the calling agent (%s)", ToolReplyMetadataKey, ToolAgentMetadataKey)
+		}
+		replyTo, corr = c.agent, strings.TrimSpace(firstMD(ctx, ToolCorrelationMetadataKey))
+		if corr == "" {
+			corr = callID
+		}
+	default:
+		return prepared{}, tool.Errorf(tool.CodeValidation, "%s %q: the only value is envelope", ToolReplyMetadataKey, v)
+	}
 	return prepared{
 		in: workflows.ToolCallInput{
+			ReplyTo: replyTo, Correlation: corr,
 			Request: tools.Request{CallID: callID, ProviderID: req.GetProviderId(), ToolName: req.GetToolName(), ContentType: "application/json",
 				Args: args, Policy: pol, Worktree: wt},
 			Caller:      c.owner,

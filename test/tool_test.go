@@ -124,6 +124,39 @@ func TestToolCallOverGRPC(t *testing.T) {
 			assert.Equal(t, hdr.Get(frontend.ToolCallIDHeader)[0], f.GetCallId(), "the scheduler assigns the call_id (§18.2)")
 			assert.Regexp(t, `^tool-`, f.GetCallId())
 
+			// The end also as a TOOL_RESULT envelope to the caller (§18.2), and a failure as a
+			// TOOL_ERROR.
+			rctx := metadata.AppendToOutgoingContext(ctx, frontend.ToolReplyMetadataKey, "envelope", frontend.ToolCorrelationMetadataKey, "corr-1")
+			f, err = tc.Call(rctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "echo", Args: []byte(`{"y":2}`)})
+			require.NoError(t, err)
+			errID := uniq(t, "err")
+			_, err = tc.Call(rctx, &toolpb.ToolCall{CallId: errID, ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":50,"tick_ms":50}`),
+				Policy: &toolpb.ExecutionPolicy{Timeout: durationpb.New(200 * time.Millisecond)}})
+			require.Error(t, err)
+			in, err := agent.Receive(ctx)
+			require.NoError(t, err)
+			got := map[string]*commonpb.Envelope{}
+			for got[activities.ToolReplyMessageID(f.GetCallId())] == nil || got[activities.ToolReplyMessageID(errID)] == nil {
+				d, err := in.Next()
+				require.NoError(t, err)
+				got[d.Envelope.GetMessageId()] = d.Envelope
+			}
+			in.Close()
+			res := got[activities.ToolReplyMessageID(f.GetCallId())]
+			require.NotNil(t, res, "%v", got)
+			assert.Equal(t, commonpb.MessageType_TOOL_RESULT, res.GetMessageType())
+			assert.Equal(t, "corr-1", res.GetCorrelationId())
+			var rp activities.ToolResultPayload
+			require.NoError(t, json.Unmarshal(res.GetPayload(), &rp))
+			assert.Equal(t, "OK", rp.Status)
+			assert.JSONEq(t, `{"y":2}`, string(rp.ResultB64))
+			te := got[activities.ToolReplyMessageID(errID)]
+			require.NotNil(t, te, "%v", got)
+			assert.Equal(t, commonpb.MessageType_TOOL_ERROR, te.GetMessageType())
+			var ep activities.ToolErrorPayload
+			require.NoError(t, json.Unmarshal(te.GetPayload(), &ep))
+			assert.Equal(t, "TOOL_TIMEOUT", ep.ErrorCode)
+
 			// CallStream: frames in order, the final one last.
 			st, err := tc.CallStream(ctx, &toolpb.ToolCall{CallId: uniq(t, "stream"), ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":3}`)})
 			require.NoError(t, err)
@@ -201,9 +234,9 @@ func TestToolCallOverGRPC(t *testing.T) {
 			assert.Equal(t, []string{"TOOL_TIMEOUT"}, trailer.Get(frontend.ToolErrorCodeTrailer))
 			details := status.Convert(err).Details()
 			require.Len(t, details, 1)
-			te, ok := details[0].(*toolpb.ToolError)
+			terr, ok := details[0].(*toolpb.ToolError)
 			require.True(t, ok, "%T", details[0])
-			assert.Equal(t, "TOOL_TIMEOUT", te.GetErrorCode())
+			assert.Equal(t, "TOOL_TIMEOUT", terr.GetErrorCode())
 			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":100,"tick_ms":50}`),
 				Policy: &toolpb.ExecutionPolicy{BudgetWallMs: 300}}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)

@@ -83,6 +83,10 @@ type ToolCallInput struct {
 	// PreApproved reports that the deployment's policy pre-approves this tool at PRIVILEGED
 	// and FULL_ACCESS, so no HITL wait is needed (§18.5.3).
 	PreApproved bool `json:",omitempty"`
+	// ReplyTo, when set, is the agent that also receives the call's end as a TOOL_RESULT or
+	// TOOL_ERROR envelope (§18.2), with correlation_id Correlation.
+	ReplyTo     string `json:",omitempty"`
+	Correlation string `json:",omitempty"`
 }
 
 // ToolCancel is the payload of ToolCancelUpdate.
@@ -185,6 +189,9 @@ func (r *toolRun) run(ctx workflow.Context) (ToolCallResult, error) {
 	}
 	r.st.State, r.st.Code, r.st.Message = "done", code, msg
 	r.local(ctx, "RecordToolEnd", r.endRecord(code))
+	if r.in.ReplyTo != "" {
+		r.reply(ctx)
+	}
 	// A cancel in flight finishes before the run closes, so its caller gets its answer.
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return r.st, err
@@ -295,6 +302,20 @@ func (r *toolRun) finish(ctx workflow.Context, sum activities.ToolSummary) activ
 		workflow.GetLogger(ctx).Error("storing a tool call's final frame failed", "call_id", in.CallID, "err", err)
 	}
 	return out
+}
+
+// reply sends the calling agent the envelope of the call's end (§18.2), retried for a while:
+// the result is stored whatever happens to the envelope.
+func (r *toolRun) reply(ctx workflow.Context) {
+	var acts *activities.Activities
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumInterval: 10 * time.Second, MaximumAttempts: 20},
+	})
+	in := activities.ReplyToolInput{CallID: r.in.Request.CallID, To: r.in.ReplyTo, Correlation: r.in.Correlation}
+	if err := workflow.ExecuteActivity(actx, acts.ReplyTool, in).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("the call's TOOL_RESULT/TOOL_ERROR envelope was not delivered", "call_id", in.CallID, "to", in.To, "err", err)
+	}
 }
 
 // local runs a best-effort bookkeeping local activity (audit records).

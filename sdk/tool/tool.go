@@ -70,7 +70,7 @@ type Summary struct {
 	// Bytes: see Frames.
 	Bytes uint64 `json:"bytes"`
 	// Partial reports that frames came before the end of a call that is not ok.
-	Partial bool `json:"partial,omitempty"`
+	Partial bool `json:"partial_result,omitempty"`
 	// Attempt is the attempt that ended the call.
 	Attempt int `json:"attempt,omitempty"`
 	// CancelledBy is who cancelled a cancelled call.
