@@ -13,7 +13,7 @@ import (
 )
 
 // baselineOf pairs each benchmark with the baseline it is judged against; a benchmark with
-// no entry is compared with every baseline.
+// no entry is compared with every baseline, and one whose entry is "" has no baseline.
 var baselineOf = map[string]string{
 	"RouterSendToFulfilled": "BaselineRawPostgres",
 	"RouterThroughput":      "BaselineRawPostgres",
@@ -23,7 +23,8 @@ var baselineOf = map[string]string{
 	"HandoffRoundTrip":      "BaselineBareTemporalHandoff",
 	"NegotiationRound":      "BaselineBareTemporalNegotiation",
 	"DAGRun":                "BaselineBareTemporalDAG", // sub-benchmarks pair by name: chain with chain
-
+	"ToolCall":              "BaselineBareTemporalTool",
+	"ToolCancel":            "", // Cancel → final frame: bare Temporal has nothing like it to compare with
 }
 
 type result struct {
