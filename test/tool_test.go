@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -412,11 +413,38 @@ func TestBuiltinToolsInWorktree(t *testing.T) {
 			assert.Equal(t, "hello\n", stdout, "the process ran in the worktree")
 			assert.Equal(t, "ok", summaryOf(t, frames[len(frames)-1]).Status)
 
+			// network_policy (§18.5.2): DENY_ALL, the default, leaves the process only the
+			// loopback interface; EGRESS_RESTRICTED cannot be enforced here and is refused.
+			f, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "process.run", Args: []byte(`{"argv":["cat","/proc/net/dev"]}`),
+				Policy: &toolpb.ExecutionPolicy{PrivilegeLevel: "DEFAULT"}})
+			require.NoError(t, err)
+			netDev := stdoutFrames(t, tc, ctx, f.GetCallId())
+			assert.Contains(t, netDev, "lo:")
+			assert.Equal(t, 3, strings.Count(netDev, "\n"), "two header lines and lo only:\n%s", netDev)
 			var trailer metadata.MD
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "process.run", Args: []byte(`{"argv":["true"]}`),
+				Policy: &toolpb.ExecutionPolicy{PrivilegeLevel: "DEFAULT", NetworkPolicy: "EGRESS_RESTRICTED"}}, grpc.Trailer(&trailer))
+			require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+			assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+
 			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "process.run", Args: []byte(`{"argv":["sh","-c","while :; do :; done"]}`),
 				Policy: &toolpb.ExecutionPolicy{PrivilegeLevel: "DEFAULT", BudgetCpuMs: 200, Timeout: durationpb.New(30 * time.Second)}}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 			assert.Equal(t, []string{"CPU_BUDGET_EXCEEDED"}, trailer.Get(frontend.ToolErrorCodeTrailer))
 		})
 	}
+}
+
+// stdoutFrames reads back a finished call's stdout frames.
+func stdoutFrames(t *testing.T, tc toolpb.ToolServiceClient, ctx context.Context, callID string) string {
+	t.Helper()
+	st, err := tc.CallStream(metadata.AppendToOutgoingContext(ctx, frontend.ToolResumeAfterMetadataKey, "0"), &toolpb.ToolCall{CallId: callID})
+	require.NoError(t, err)
+	var b strings.Builder
+	for _, f := range drain(t, st) {
+		if f.GetContentType() == "text/plain; stream=stdout" {
+			b.Write(f.GetData())
+		}
+	}
+	return b.String()
 }
