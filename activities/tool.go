@@ -305,3 +305,88 @@ func (a *Activities) ReplyTool(ctx context.Context, in ReplyToolInput) error {
 	}
 	return nil
 }
+
+// OfferToolCallInput routes a call to the agent that provides the tool (§18.2).
+type OfferToolCallInput struct {
+	// Request is the call.
+	Request tools.Request
+	// Caller is the principal that made the call.
+	Caller string
+	// Agent is the provider agent.
+	Agent string
+}
+
+// ToolCallPolicy is the execution policy a TOOL_CALL envelope carries (§18.2, §18.5).
+type ToolCallPolicy struct {
+	// TimeoutMs bounds the call.
+	TimeoutMs int64 `json:"timeout_ms"`
+	// BudgetWallMs and BudgetCPUMs are the call's budgets (0: none).
+	BudgetWallMs int64 `json:"budget_wall_ms,omitempty"`
+	// BudgetCPUMs: see BudgetWallMs.
+	BudgetCPUMs int64 `json:"budget_cpu_ms,omitempty"`
+	// NetworkPolicy and PrivilegeLevel are the call's.
+	NetworkPolicy string `json:"network_policy"`
+	// PrivilegeLevel: see NetworkPolicy.
+	PrivilegeLevel string `json:"privilege_level"`
+	// WorktreeRequired says the call must run in the caller's worktree.
+	WorktreeRequired bool `json:"worktree_required,omitempty"`
+}
+
+// ToolCallPayload is the payload of a TOOL_CALL envelope the scheduler routes to a provider
+// agent (§18.2). The agent answers with TOOL_RESULT envelopes (frames with "final": false,
+// then the result) or a TOOL_ERROR, addressed to the scheduler with the call_id.
+type ToolCallPayload struct {
+	// CallID is the call's id.
+	CallID string `json:"call_id"`
+	// ToolName and ProviderID name the tool.
+	ToolName string `json:"tool_name"`
+	// ProviderID: see ToolName.
+	ProviderID string `json:"provider_id"`
+	// Args are the arguments (JSON, validated against the input schema).
+	Args json.RawMessage `json:"args"`
+	// ContentType is the arguments' content type.
+	ContentType string `json:"content_type"`
+	// ExecutionPolicy is the effective policy.
+	ExecutionPolicy ToolCallPolicy `json:"execution_policy"`
+	// Stream says the caller takes frames.
+	Stream bool `json:"stream"`
+	// Caller is who made the call; Worktree the caller's worktree, which the provider must
+	// confine the call to (§18.2: "Providers MUST run under the invoking Agent's
+	// confinement").
+	Caller string `json:"caller"`
+	// Worktree: see Caller.
+	Worktree string `json:"worktree,omitempty"`
+}
+
+// ToolCallMessageID is the message_id of the TOOL_CALL envelope of a call: one per call, so
+// a retried offer is delivered once.
+func ToolCallMessageID(callID string) string { return "tool-call/" + callID }
+
+// OfferToolCall sends the provider agent the call as a TOOL_CALL envelope, once.
+func (a *Activities) OfferToolCall(ctx context.Context, in OfferToolCallInput) error {
+	req, pol := in.Request, in.Request.Policy
+	payload, err := json.Marshal(ToolCallPayload{CallID: req.CallID, ToolName: req.ToolName, ProviderID: req.ProviderID, Args: req.Args,
+		ContentType: req.ContentType, Stream: true, Caller: in.Caller, Worktree: req.Worktree,
+		ExecutionPolicy: ToolCallPolicy{TimeoutMs: pol.Timeout.Milliseconds(), BudgetWallMs: pol.BudgetWall.Milliseconds(), BudgetCPUMs: pol.BudgetCPU.Milliseconds(),
+			NetworkPolicy: string(pol.Network), PrivilegeLevel: pol.Privilege.String(), WorktreeRequired: pol.WorktreeRequired}})
+	if err != nil {
+		return err
+	}
+	env := &commonpb.Envelope{MessageId: ToolCallMessageID(req.CallID), CorrelationId: req.CallID, MessageType: commonpb.MessageType_TOOL_CALL,
+		ContentType: "application/json", ContentLength: uint64(len(payload)), Payload: payload}
+	if err := a.Router.Notify(ctx, in.Agent, env); err != nil && !errors.Is(err, store.ErrDuplicateMessage) {
+		return fmt.Errorf("route call %s to %s: %w", req.CallID, in.Agent, err)
+	}
+	return nil
+}
+
+// NotifyToolCancelled tells a provider agent that a call it was offered ended without its
+// answer (cancelled, or past its deadline): a NOTIFICATION {"event": "tool_cancelled",
+// "call_id"}, once.
+func (a *Activities) NotifyToolCancelled(ctx context.Context, in OfferToolCallInput) error {
+	payload, err := json.Marshal(map[string]string{"event": "tool_cancelled", "call_id": in.Request.CallID})
+	if err != nil {
+		return err
+	}
+	return a.notifyOnce(ctx, in.Agent, "tool-cancel/"+in.Request.CallID, in.Request.CallID, payload)
+}

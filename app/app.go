@@ -625,7 +625,7 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	}()
 	// ACKs of the scheduler's CONTROL messages, and the sections agents declare, go to the
 	// agents' lifecycle workflows (§7).
-	rt.SetSchedulerInbox(frontend.NewSchedulerInbox(a.temporal, a.relay))
+	rt.SetSchedulerInbox(frontend.NewSchedulerInbox(a.temporal, a.relay, st))
 	log.Info("sw4rm starting", "temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue,
 		"store", st.Kind(), "server", roles.Server, "worker", roles.Worker)
 

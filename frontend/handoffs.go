@@ -84,6 +84,10 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, sink 
 		}
 		return err
 	})
+	// A call that ended (its deadline, a cancel) has nothing left to hear.
+	rel.Handle(workflows.HandoffToolProvided, signalHandoff(tc, func(p workflows.ToolProvidedHandoff) (string, string, any) {
+		return workflows.ToolWorkflowID(p.CallID), workflows.ToolProvidedSignal, p.Provided
+	}))
 	rel.Handle(workflows.HandoffToolStart, func(ctx context.Context, h store.Handoff) error {
 		var p workflows.ToolStartHandoff
 		if err := json.Unmarshal(h.Payload, &p); err != nil {

@@ -30,14 +30,18 @@ import (
 type SchedulerInbox struct {
 	temporal client.Client
 	relay    *outbox.Relay
+	// store keeps the answers of provider agents to tool calls (tool_inbox.go); nil refuses
+	// them.
+	store store.Store
 }
 
 var _ router.SchedulerInbox = (*SchedulerInbox)(nil)
 
 // NewSchedulerInbox builds the inbox over a Temporal client and the relay that delivers its
-// handoffs (with RegisterHandoffs installed).
-func NewSchedulerInbox(tc client.Client, relay *outbox.Relay) *SchedulerInbox {
-	return &SchedulerInbox{temporal: tc, relay: relay}
+// handoffs (with RegisterHandoffs installed), and the store that keeps provider agents'
+// answers to tool calls.
+func NewSchedulerInbox(tc client.Client, relay *outbox.Relay, st store.Store) *SchedulerInbox {
+	return &SchedulerInbox{temporal: tc, relay: relay, store: st}
 }
 
 // AckHandoff returns the handoff that signals the lifecycle of msg's recipient with the ACK

@@ -159,8 +159,15 @@ func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c calle
 	if err != nil {
 		return prepared{}, tool.Errorf(tool.CodeInternal, "reading the descriptor: %v", err)
 	}
+	providerAgent := ""
 	if rec.Kind == tool.ProviderKindConnector {
-		return prepared{}, tool.Errorf(tool.CodeNotFound, "provider %s advertises its tools over ConnectorService, but this deployment runs only built-in and MCP providers' tools (docs/tools.md)", req.GetProviderId())
+		// An agent's own tools: the call is routed to it (§18.2), which needs it registered.
+		if _, err := t.s.store.Registry().GetAgent(ctx, req.GetProviderId()); errors.Is(err, store.ErrNotFound) {
+			return prepared{}, tool.Errorf(tool.CodeNotFound, "provider %s advertises tool %s but is not registered now: there is no agent to run it", req.GetProviderId(), req.GetToolName())
+		} else if err != nil {
+			return prepared{}, tool.Errorf(tool.CodeInternal, "looking up provider agent %s: %v", req.GetProviderId(), err)
+		}
+		providerAgent = req.GetProviderId()
 	}
 	d := rec.Descriptor
 	if err := tool.ValidateArgs(d, req.GetContentType(), req.GetArgs()); err != nil {
@@ -207,7 +214,7 @@ func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c calle
 	}
 	return prepared{
 		in: workflows.ToolCallInput{
-			ReplyTo: replyTo, Correlation: corr,
+			ReplyTo: replyTo, Correlation: corr, ProviderAgent: providerAgent,
 			Request: tools.Request{CallID: callID, ProviderID: req.GetProviderId(), ToolName: req.GetToolName(), ContentType: "application/json",
 				Args: args, Policy: pol, Worktree: wt},
 			Caller:      c.owner,

@@ -148,6 +148,9 @@ func (r *Router) controlUndeliverable(ctx context.Context, env *commonpb.Envelop
 // toSchedulerControl hands a CONTROL envelope an agent addressed to the scheduler to the
 // inbox, after validating it.
 func (r *Router) toSchedulerControl(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
+	if mt := env.GetMessageType(); mt == commonpb.MessageType_TOOL_RESULT || mt == commonpb.MessageType_TOOL_ERROR {
+		return r.toSchedulerToolReply(ctx, env)
+	}
 	if r.inbox == nil {
 		return r.reject(ctx, env, protocol.SchedulerID, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "this server does not run the scheduler's inbox"))
 	}
@@ -168,5 +171,31 @@ func (r *Router) toSchedulerControl(ctx context.Context, env *commonpb.Envelope)
 	}
 	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "scheduler.control_received",
 		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(), Details: map[string]any{"type": c.Type, "task_id": c.TaskID, "max_duration_ms": c.MaxDurationMS}})
+	return nil, nil
+}
+
+// ToolReplier is the part of a SchedulerInbox that takes provider agents' answers to the tool
+// calls the scheduler routed to them (§18.2).
+type ToolReplier interface {
+	// ToolReply stores a TOOL_RESULT or TOOL_ERROR envelope addressed to the scheduler; a
+	// protocol refusal comes back as a *protocol.Error.
+	ToolReply(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error)
+}
+
+// toSchedulerToolReply hands a provider agent's TOOL_RESULT or TOOL_ERROR to the inbox.
+func (r *Router) toSchedulerToolReply(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
+	tr, ok := r.inbox.(ToolReplier)
+	if !ok {
+		return r.reject(ctx, env, protocol.SchedulerID, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "this server does not take tool replies"))
+	}
+	perr, err := tr.ToolReply(ctx, env)
+	switch {
+	case err != nil:
+		return nil, err
+	case perr != nil:
+		return r.reject(ctx, env, protocol.SchedulerID, perr)
+	}
+	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "tool.reply_received",
+		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(), Details: map[string]any{"message_type": env.GetMessageType().String()}})
 	return nil, nil
 }

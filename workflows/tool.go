@@ -32,6 +32,28 @@ type ToolStartHandoff struct {
 	Input ToolCallInput
 }
 
+// HandoffToolProvided is the outbox hand-off kind that tells the call of an agent provider
+// that the agent's final TOOL_RESULT or TOOL_ERROR is stored (payload ToolProvidedHandoff).
+const HandoffToolProvided = "tool.provided"
+
+// ToolProvidedHandoff is the payload of a HandoffToolProvided hand-off.
+type ToolProvidedHandoff struct {
+	// CallID is the call.
+	CallID string
+	// Provided is what the signal carries.
+	Provided ToolProvided
+}
+
+// ToolProvided is the payload of ToolProvidedSignal: how the provider agent ended the call.
+type ToolProvided struct {
+	// Code is the TOOL_ERROR's code; empty for a TOOL_RESULT.
+	Code tool.Code `json:",omitempty"`
+	// Message is the TOOL_ERROR's note.
+	Message string `json:",omitempty"`
+	// FinalFrame is the stored final frame's frame_no.
+	FinalFrame uint64
+}
+
 // Names of the tool call workflow's handlers.
 const (
 	// ToolCancelUpdate cancels a call (§18.6); it answers CANCELLED once the call's final
@@ -39,6 +61,9 @@ const (
 	ToolCancelUpdate = "tool.cancel"
 	// ToolStatusQuery answers the call's ToolStatus.
 	ToolStatusQuery = "tool.status"
+	// ToolProvidedSignal tells the call of an agent provider that the agent answered and its
+	// final frame is stored (payload ToolProvided).
+	ToolProvidedSignal = "tool.provided"
 )
 
 // Timeouts of a tool call's attempts.
@@ -83,6 +108,10 @@ type ToolCallInput struct {
 	// PreApproved reports that the deployment's policy pre-approves this tool at PRIVILEGED
 	// and FULL_ACCESS, so no HITL wait is needed (§18.5.3).
 	PreApproved bool `json:",omitempty"`
+	// ProviderAgent, when set, is the agent that provides the tool (a provider registered
+	// over ConnectorService, §18.2): the call is routed to it as a TOOL_CALL envelope and
+	// ends with its TOOL_RESULT or TOOL_ERROR, instead of running on a tool worker.
+	ProviderAgent string `json:",omitempty"`
 	// ReplyTo, when set, is the agent that also receives the call's end as a TOOL_RESULT or
 	// TOOL_ERROR envelope (§18.2), with correlation_id Correlation.
 	ReplyTo     string `json:",omitempty"`
@@ -240,6 +269,9 @@ func (r *toolRun) approve(ctx workflow.Context) (tool.Code, string) {
 // retries (tool.Effective), so a non-idempotent one whose worker died ends INTERRUPTED and is
 // never run twice (§18.3).
 func (r *toolRun) execute(ctx workflow.Context) (activities.RunToolResult, tool.Code, string) {
+	if r.in.ProviderAgent != "" {
+		return r.executeOnAgent(ctx)
+	}
 	pol := r.in.Request.Policy
 	deadline, deadlineCode := pol.Deadline()
 	opts := workflow.ActivityOptions{
@@ -268,6 +300,52 @@ func (r *toolRun) execute(ctx workflow.Context) (activities.RunToolResult, tool.
 	}
 	code, msg := classifyToolError(err, deadline, deadlineCode, pol)
 	return res, code, msg
+}
+
+// executeOnAgent routes the call to the agent that provides the tool as a TOOL_CALL envelope
+// (§18.2) and waits for its answer — its frames and its final TOOL_RESULT or TOOL_ERROR are
+// stored by the scheduler's inbox as they come — or for the policy's deadline. A call that
+// ends without the agent's answer (deadline, cancel) tells the agent so, best effort.
+func (r *toolRun) executeOnAgent(ctx workflow.Context) (activities.RunToolResult, tool.Code, string) {
+	var acts *activities.Activities
+	provided := workflow.GetSignalChannel(ctx, ToolProvidedSignal)
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumInterval: 5 * time.Second, MaximumAttempts: 10},
+	})
+	in := activities.OfferToolCallInput{Request: r.in.Request, Caller: r.in.Caller, Agent: r.in.ProviderAgent}
+	if err := workflow.ExecuteActivity(actx, acts.OfferToolCall, in).Get(ctx, nil); err != nil {
+		if r.cancelled {
+			return activities.RunToolResult{}, "", ""
+		}
+		return activities.RunToolResult{}, tool.CodeInternal, fmt.Sprintf("the call could not be routed to provider agent %s: %v", r.in.ProviderAgent, err)
+	}
+	deadline, deadlineCode := r.in.Request.Policy.Deadline()
+	var got ToolProvided
+	received := false
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(provided, func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(ctx, &got)
+		received = true
+	})
+	sel.AddFuture(workflow.NewTimer(ctx, deadline), func(workflow.Future) {})
+	sel.Select(ctx)
+	if received {
+		return activities.RunToolResult{FinalFrame: got.FinalFrame}, got.Code, got.Message
+	}
+	// The deadline or a cancel: the agent should stop working on it.
+	nctx, _ := workflow.NewDisconnectedContext(ctx)
+	nctx = workflow.WithActivityOptions(nctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumAttempts: 5},
+	})
+	if err := workflow.ExecuteActivity(nctx, acts.NotifyToolCancelled, in).Get(nctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("the provider agent was not told that the call ended", "call_id", in.Request.CallID, "err", err)
+	}
+	if r.cancelled {
+		return activities.RunToolResult{}, "", ""
+	}
+	return activities.RunToolResult{}, deadlineCode, fmt.Sprintf("provider agent %s did not answer within %s", r.in.ProviderAgent, deadline)
 }
 
 // cancel is ToolCancelUpdate's handler (§18.6): it stores the final frame marking the

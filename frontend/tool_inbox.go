@@ -1,0 +1,111 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
+)
+
+// ToolReplyPayload is what a provider agent's TOOL_RESULT or TOOL_ERROR envelope to the
+// scheduler carries (§18.2): the call_id (else the envelope's correlation_id), and either a
+// result — a frame when "final" is false, the call's result otherwise (the default) — or an
+// error_code and note.
+type ToolReplyPayload struct {
+	// CallID is the call answered.
+	CallID string `json:"call_id"`
+	// Status is "OK" on a TOOL_RESULT.
+	Status string `json:"status,omitempty"`
+	// ResultB64 is the result's or frame's data.
+	ResultB64 []byte `json:"result_b64,omitempty"`
+	// ContentType is the data's content type (default application/json).
+	ContentType string `json:"content_type,omitempty"`
+	// Final is false for a frame of a result still coming; absent or true for the result.
+	Final *bool `json:"final,omitempty"`
+	// ErrorCode and Note are a TOOL_ERROR's (§18.3).
+	ErrorCode string `json:"error_code,omitempty"`
+	// Note says what went wrong.
+	Note string `json:"note,omitempty"`
+}
+
+// ToolReply stores what a provider agent answers to a call it was routed (§18.2): a frame, or
+// the call's final frame — its result or its TOOL_ERROR — whose storing then reaches the
+// call's workflow as a hand-off. Only the call's provider may answer it; an answer to a call
+// that already ended is refused, so the agent learns that its work was not used.
+func (in *SchedulerInbox) ToolReply(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
+	if in.store == nil {
+		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "this server does not take tool replies"), nil
+	}
+	var p ToolReplyPayload
+	if err := json.Unmarshal(env.GetPayload(), &p); err != nil {
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "the %s payload is not the JSON of §18.2: %v", env.GetMessageType(), err), nil
+	}
+	if p.CallID == "" {
+		p.CallID = env.GetCorrelationId()
+	}
+	calls := in.store.ToolCalls()
+	rec, err := calls.GetCall(ctx, p.CallID)
+	if errors.Is(err, store.ErrNotFound) {
+		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no tool call %q", p.CallID), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up tool call %s: %w", p.CallID, err)
+	}
+	if rec.ProviderID != env.GetProducerId() {
+		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "call %s is provider %s's to answer, not %s's", p.CallID, rec.ProviderID, env.GetProducerId()), nil
+	}
+	ct := p.ContentType
+	if ct == "" {
+		ct = "application/json"
+	}
+	var provided workflows.ToolProvided
+	var fin store.ToolFrameRecord
+	var created bool
+	switch {
+	case env.GetMessageType() == commonpb.MessageType_TOOL_RESULT && p.Final != nil && !*p.Final:
+		_, err := calls.AppendFrame(ctx, p.CallID, ct, p.ResultB64)
+		if errors.Is(err, store.ErrCallClosed) {
+			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "call %s already ended; the frame is not stored", p.CallID), nil
+		}
+		return nil, err
+	case env.GetMessageType() == commonpb.MessageType_TOOL_RESULT:
+		fin, created, err = calls.Finish(ctx, p.CallID, ct, p.ResultB64, func(frames, bytes uint64) []byte {
+			return activities.ToolSummary{Status: "ok", Frames: frames, Bytes: bytes, Attempt: 1}.JSON()
+		})
+	default:
+		code := tool.Code(p.ErrorCode)
+		if !code.Valid() || code == tool.CodeAlreadyCompleted {
+			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "error_code %q is not one of the §18.3 codes (docs/tools.md)", p.ErrorCode), nil
+		}
+		provided.Code, provided.Message = code, p.Note
+		data, _ := json.Marshal(map[string]string{"error_code": string(code), "message": p.Note})
+		fin, created, err = calls.Finish(ctx, p.CallID, "application/json", data, func(frames, bytes uint64) []byte {
+			return activities.ToolSummary{Status: "error", ErrorCode: string(code), Message: p.Note, Frames: frames, Bytes: bytes, Partial: frames > 0, Attempt: 1}.JSON()
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store the answer to call %s: %w", p.CallID, err)
+	}
+	if !created {
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "call %s already ended; the answer is not stored", p.CallID), nil
+	}
+	provided.FinalFrame = fin.FrameNo
+	h, err := newHandoff(workflows.HandoffToolProvided, workflows.ToolWorkflowID(p.CallID), workflows.ToolProvidedHandoff{CallID: p.CallID, Provided: provided})
+	if err != nil {
+		return nil, err
+	}
+	// The answer is stored: should this hand-off be lost with the process, the call ends at
+	// its deadline and finds the stored answer standing (the first final frame wins).
+	if err := in.store.Outbox().AddHandoffs(ctx, []store.Handoff{h}, store.HandoffLease); err != nil {
+		return nil, fmt.Errorf("hand the answer to call %s to Temporal: %w", p.CallID, err)
+	}
+	_ = in.relay.Deliver(ctx, h)
+	return nil, nil
+}
