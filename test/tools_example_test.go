@@ -2,9 +2,7 @@ package test
 
 import (
 	"bytes"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,30 +11,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sw4rm/sw4rm-temporal/examples/tools/coder"
+	"github.com/sw4rm/sw4rm-temporal/tools/mcp"
 )
 
 // mcpServerBin returns the path of an npm MCP server's program installed by `make
 // mcp-servers`; the test is skipped when it is missing, or fails under CI=true.
 func mcpServerBin(t *testing.T, program string) string {
 	t.Helper()
-	dir := os.Getenv("SW4RM_MCP_SERVERS_DIR")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		require.NoError(t, err)
-		dir = filepath.Join(home, ".cache", "sw4rm", "mcp")
-	}
-	path := filepath.Join(dir, "node_modules", ".bin", program)
-	missing := ""
-	if _, err := os.Stat(path); err != nil {
-		missing = fmt.Sprintf("%s is not installed in %s: run `make mcp-servers`", program, dir)
-	} else if _, err := exec.LookPath("node"); err != nil {
-		missing = program + " needs Node.js, which is not on the PATH"
-	}
-	if missing != "" {
+	path, err := mcp.InstalledServer(program)
+	if err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal(missing)
+			t.Fatal(err)
 		}
-		t.Skip(missing)
+		t.Skip(err)
 	}
 	return path
 }

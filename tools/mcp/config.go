@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -216,4 +217,27 @@ func ImportProvider(ctx context.Context, p Provider) (Import, error) {
 	}
 	defer func() { _ = c.Close() }()
 	return c.ListTools(ctx, p.Options())
+}
+
+// InstalledServer returns the path of an npm MCP server's program (e.g.
+// "mcp-server-filesystem") as `make mcp-servers` installs it: in SW4RM_MCP_SERVERS_DIR, else
+// ~/.cache/sw4rm/mcp, under node_modules/.bin. It fails, saying what to run, when the program
+// or Node.js is missing.
+func InstalledServer(program string) (string, error) {
+	dir := os.Getenv("SW4RM_MCP_SERVERS_DIR")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(home, ".cache", "sw4rm", "mcp")
+	}
+	path := filepath.Join(dir, "node_modules", ".bin", program)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s is not installed in %s: run `make mcp-servers`", program, dir)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		return "", fmt.Errorf("%s needs Node.js, which is not on the PATH", program)
+	}
+	return path, nil
 }

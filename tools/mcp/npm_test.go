@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,24 +30,12 @@ const stopQuickly = 500 * time.Millisecond
 // is missing the test is skipped — or fails under CI=true, where `make test` installs them.
 func npmServer(t *testing.T, program string) string {
 	t.Helper()
-	dir := os.Getenv("SW4RM_MCP_SERVERS_DIR")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		require.NoError(t, err)
-		dir = filepath.Join(home, ".cache", "sw4rm", "mcp")
-	}
-	path := filepath.Join(dir, "node_modules", ".bin", program)
-	missing := ""
-	if _, err := os.Stat(path); err != nil {
-		missing = fmt.Sprintf("%s is not installed in %s: run `make mcp-servers`", program, dir)
-	} else if _, err := exec.LookPath("node"); err != nil {
-		missing = fmt.Sprintf("%s needs Node.js, which is not on the PATH", program)
-	}
-	if missing != "" {
+	path, err := InstalledServer(program)
+	if err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal(missing)
+			t.Fatal(err)
 		}
-		t.Skip(missing)
+		t.Skip(err)
 	}
 	return path
 }
