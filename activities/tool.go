@@ -78,6 +78,13 @@ func (r *ToolRunner) RunTool(ctx context.Context, in RunToolInput) (RunToolResul
 	stopBeat := heartbeatEvery(ctx, ToolHeartbeatEvery)
 	defer stopBeat()
 
+	if req.MaxConcurrency > 0 {
+		release, err := r.takeSlot(ctx, req)
+		if err != nil {
+			return RunToolResult{}, toolAppError(err)
+		}
+		defer release()
+	}
 	emit := func(ectx context.Context, contentType string, data []byte) error {
 		_, err := r.Store.ToolCalls().AppendFrame(ectx, req.CallID, contentType, data)
 		if errors.Is(err, store.ErrCallClosed) {
@@ -99,6 +106,55 @@ func (r *ToolRunner) RunTool(ctx context.Context, in RunToolInput) (RunToolResul
 		return RunToolResult{}, fmt.Errorf("storing the final frame of %s: %w", req.CallID, err)
 	}
 	return RunToolResult{FinalFrame: final.FrameNo, Closed: !created}, nil
+}
+
+// ToolSlotLease is how long a running attempt holds its tool's concurrency slot without
+// renewing it: a worker that died frees the slot of its call this long after its last
+// renewal. A running attempt renews it every third of the lease.
+const ToolSlotLease = 15 * time.Second
+
+// takeSlot waits, heartbeating, for one of the tool's max_concurrency slots (§18.1), and
+// returns the function that frees it; the slot is renewed while the attempt runs. Waiting
+// ends with the attempt's deadline (TOOL_TIMEOUT) or its cancellation (CANCELLED).
+func (r *ToolRunner) takeSlot(ctx context.Context, req tools.Request) (release func(), err error) {
+	calls := r.Store.ToolCalls()
+	limit := int(req.MaxConcurrency)
+	wait := 50 * time.Millisecond
+	for {
+		ok, err := calls.AcquireSlot(ctx, req.ProviderID, req.ToolName, req.CallID, limit, ToolSlotLease)
+		if err == nil && ok {
+			break
+		}
+		if err != nil && ctx.Err() == nil && r.Log != nil {
+			r.Log.Warn("taking a tool's concurrency slot failed; trying again", "call_id", req.CallID, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, tool.Errorf(tool.CodeToolTimeout, "tool %s waited past its deadline for one of its %d concurrency slots", req.ToolName, limit)
+			}
+			return nil, tool.Errorf(tool.CodeCancelled, "cancelled while waiting for one of the %d concurrency slots of tool %s", limit, req.ToolName)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(ToolSlotLease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_, _ = calls.AcquireSlot(context.WithoutCancel(ctx), req.ProviderID, req.ToolName, req.CallID, limit, ToolSlotLease)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		_ = calls.ReleaseSlot(context.WithoutCancel(ctx), req.ProviderID, req.ToolName, req.CallID)
+	}, nil
 }
 
 // heartbeatEvery heartbeats until ctx ends or the returned stop is called.

@@ -216,7 +216,7 @@ func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c calle
 		in: workflows.ToolCallInput{
 			ReplyTo: replyTo, Correlation: corr, ProviderAgent: providerAgent,
 			Request: tools.Request{CallID: callID, ProviderID: req.GetProviderId(), ToolName: req.GetToolName(), ContentType: "application/json",
-				Args: args, Policy: pol, Worktree: wt},
+				Args: args, Policy: pol, Worktree: wt, MaxConcurrency: d.GetMaxConcurrency()},
 			Caller:      c.owner,
 			TaskQueue:   workflows.ToolTaskQueue(t.s.cfg.TaskQueue, req.GetProviderId()),
 			PreApproved: t.s.cfg.preApproved(req.GetProviderId(), req.GetToolName()),

@@ -69,4 +69,11 @@ type ToolCalls interface {
 	// Frames returns up to limit frames of the call numbered after `after`, in order; none
 	// is an empty slice.
 	Frames(ctx context.Context, callID string, after uint64, limit int) ([]ToolFrameRecord, error)
+	// AcquireSlot takes one of the limit slots of a tool (its descriptor's max_concurrency,
+	// across every worker) for a call, for lease, and reports true; a call that holds one
+	// renews it. It reports false when limit other calls hold slots whose leases have not
+	// passed: a worker that died frees its call's slot when the lease passes.
+	AcquireSlot(ctx context.Context, providerID, toolName, callID string, limit int, lease time.Duration) (bool, error)
+	// ReleaseSlot frees the call's slot of the tool, if it holds one.
+	ReleaseSlot(ctx context.Context, providerID, toolName, callID string) error
 }

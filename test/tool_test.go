@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,6 +36,8 @@ import (
 // emits {"tick": n} every tick_ms until n reaches count or ctx ends. It counts attempts.
 type fakeProvider struct {
 	attempts atomic.Int64
+	// running and maxRunning count the calls of "serial" running at once.
+	running, maxRunning atomic.Int64
 }
 
 func (f *fakeProvider) Descriptors() []*connectorpb.ToolDescriptor {
@@ -44,6 +47,7 @@ func (f *fakeProvider) Descriptors() []*connectorpb.ToolDescriptor {
 			Idempotent: true, SideEffects: "none"},
 		{ToolName: "write_once", InputSchema: `{"type":"object"}`, SideEffects: "write"},
 		{ToolName: "in_worktree", InputSchema: `{"type":"object"}`, SideEffects: "write", NeedsWorktree: true},
+		{ToolName: "serial", InputSchema: `{"type":"object"}`, Idempotent: true, SideEffects: "none", MaxConcurrency: 1},
 	}
 }
 
@@ -52,6 +56,17 @@ func (f *fakeProvider) Call(ctx context.Context, req tools.Request, emit tools.E
 	switch req.ToolName {
 	case "echo", "write_once", "in_worktree":
 		return tools.Result{ContentType: "application/json", Data: req.Args}, nil
+	case "serial":
+		n := f.running.Add(1)
+		defer f.running.Add(-1)
+		for {
+			m := f.maxRunning.Load()
+			if n <= m || f.maxRunning.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(150 * time.Millisecond)
+		return tools.Result{ContentType: "application/json", Data: []byte(`{}`)}, nil
 	case "ticks":
 		var a struct {
 			Count  int `json:"count"`
@@ -447,4 +462,31 @@ func stdoutFrames(t *testing.T, tc toolpb.ToolServiceClient, ctx context.Context
 		}
 	}
 	return b.String()
+}
+
+// TestToolMaxConcurrency: a tool whose descriptor sets max_concurrency 1 (§18.1) runs one
+// call at a time across the deployment, on both stores: four concurrent calls all complete,
+// never two at once.
+func TestToolMaxConcurrency(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys, fp := toolSystem(t, kind)
+			tc := toolpb.NewToolServiceClient(dialSigned(t, sys, "caller").Conn())
+			var wg sync.WaitGroup
+			errs := make(chan error, 4)
+			for range 4 {
+				wg.Go(func() {
+					_, err := tc.Call(context.Background(), &toolpb.ToolCall{ProviderId: "fake", ToolName: "serial", Args: []byte(`{}`)})
+					errs <- err
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, int64(1), fp.maxRunning.Load(), "never two calls of the tool at once")
+		})
+	}
 }

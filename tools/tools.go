@@ -35,6 +35,10 @@ type Request struct {
 	Worktree string
 	// Attempt counts attempts from 1.
 	Attempt int
+	// MaxConcurrency is the tool's max_concurrency (§18.1): how many of its calls may run at
+	// once across every worker; 0 is no limit. The activity holds a slot while the executor
+	// runs, so executors need not count.
+	MaxConcurrency uint32 `json:",omitempty"`
 }
 
 // Emit hands one frame of output to the caller while the tool runs (CallStream, §18.2): the

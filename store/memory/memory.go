@@ -100,6 +100,8 @@ type Store struct {
 	// toolCalls holds each tool call and its frames by call_id (see tool_calls.go), made on
 	// first write.
 	toolCalls map[string]*toolCallRow
+	// toolSlots holds the concurrency slots of each tool: call_id → lease end.
+	toolSlots map[slotKey]map[string]time.Time
 
 	// hub fans wake-ups out to Subscribe channels. It has its own lock and never blocks, so
 	// it is safe to wake it while s.mu is held.

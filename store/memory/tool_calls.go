@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -137,4 +138,49 @@ func (r *toolCallRow) add(f store.ToolFrameRecord) store.ToolFrameRecord {
 func cloneFrame(f store.ToolFrameRecord) store.ToolFrameRecord {
 	f.Data, f.Summary = bytes.Clone(f.Data), bytes.Clone(f.Summary)
 	return f
+}
+
+// slotKey names a tool for its concurrency slots.
+type slotKey struct{ provider, tool string }
+
+// AcquireSlot implements store.ToolCalls.
+func (c *toolCallsStore) AcquireSlot(ctx context.Context, providerID, toolName, callID string, limit int, lease time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s := c.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.toolSlots == nil {
+		s.toolSlots = make(map[slotKey]map[string]time.Time)
+	}
+	k := slotKey{providerID, toolName}
+	held := s.toolSlots[k]
+	if held == nil {
+		held = make(map[string]time.Time)
+		s.toolSlots[k] = held
+	}
+	at := time.Now()
+	for id, until := range held {
+		if !until.After(at) {
+			delete(held, id)
+		}
+	}
+	if _, mine := held[callID]; !mine && len(held) >= limit {
+		return false, nil
+	}
+	held[callID] = at.Add(lease)
+	return true, nil
+}
+
+// ReleaseSlot implements store.ToolCalls.
+func (c *toolCallsStore) ReleaseSlot(ctx context.Context, providerID, toolName, callID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := c.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.toolSlots[slotKey{providerID, toolName}], callID)
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -202,4 +203,45 @@ func nonNil(b []byte) []byte {
 		return []byte{}
 	}
 	return b
+}
+
+// AcquireSlot implements store.ToolCalls: under a transaction-scoped advisory lock on the
+// tool, expired slots are dropped, the call's own slot is renewed, or a new one is taken if
+// fewer than limit are held.
+func (c *toolCallsStore) AcquireSlot(ctx context.Context, providerID, toolName, callID string, limit int, lease time.Duration) (bool, error) {
+	var got bool
+	err := pgx.BeginFunc(ctx, c.s().pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('tool_slots/' || $1 || '/' || $2, 0))`, providerID, toolName); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM tool_slots WHERE provider_id = $1 AND tool_name = $2 AND expires_at <= now()`, providerID, toolName); err != nil {
+			return err
+		}
+		var held int
+		var mine bool
+		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(bool_or(call_id = $3), false) FROM tool_slots WHERE provider_id = $1 AND tool_name = $2`,
+			providerID, toolName, callID).Scan(&held, &mine); err != nil {
+			return err
+		}
+		if !mine && held >= limit {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO tool_slots (provider_id, tool_name, call_id, expires_at) VALUES ($1, $2, $3, now() + $4::interval)
+			ON CONFLICT (provider_id, tool_name, call_id) DO UPDATE SET expires_at = EXCLUDED.expires_at`,
+			providerID, toolName, callID, fmt.Sprintf("%d milliseconds", lease.Milliseconds()))
+		got = err == nil
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("postgres: acquire a slot of tool %s/%s: %w", providerID, toolName, unavailable(err))
+	}
+	return got, nil
+}
+
+// ReleaseSlot implements store.ToolCalls.
+func (c *toolCallsStore) ReleaseSlot(ctx context.Context, providerID, toolName, callID string) error {
+	if _, err := c.s().pool.Exec(ctx, `DELETE FROM tool_slots WHERE provider_id = $1 AND tool_name = $2 AND call_id = $3`, providerID, toolName, callID); err != nil {
+		return fmt.Errorf("postgres: release a slot of tool %s/%s: %w", providerID, toolName, unavailable(err))
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -136,6 +137,55 @@ func runToolCalls(t *testing.T, newStore func(t *testing.T) store.Store) {
 		for i, f := range fs {
 			require.Equal(t, uint64(i+1), f.FrameNo)
 		}
+	})
+
+	t.Run("ConcurrencySlots", func(t *testing.T) {
+		c := newStore(t).ToolCalls()
+		ctx := t.Context()
+		take := func(call string, lease time.Duration) bool {
+			ok, err := c.AcquireSlot(ctx, "p", "t", call, 2, lease)
+			require.NoError(t, err)
+			return ok
+		}
+		require.True(t, take("a", time.Minute))
+		require.True(t, take("b", time.Minute))
+		require.False(t, take("c", time.Minute), "both slots are held")
+		require.True(t, take("a", time.Minute), "a holder renews its own slot")
+		ok, err := c.AcquireSlot(ctx, "p", "other", "c", 2, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok, "slots are per tool")
+		require.NoError(t, c.ReleaseSlot(ctx, "p", "t", "a"))
+		require.NoError(t, c.ReleaseSlot(ctx, "p", "t", "never-held"))
+		require.True(t, take("c", time.Minute), "a released slot is free")
+
+		// A lease that passed frees its slot: the worker holding it died.
+		ok, err = c.AcquireSlot(ctx, "p", "short", "x", 1, 50*time.Millisecond)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = c.AcquireSlot(ctx, "p", "short", "y", 1, time.Minute)
+		require.NoError(t, err)
+		require.False(t, ok)
+		time.Sleep(150 * time.Millisecond)
+		ok, err = c.AcquireSlot(ctx, "p", "short", "y", 1, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok, "the expired lease no longer counts")
+
+		// Concurrent takers never exceed the limit.
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		won := 0
+		for i := range 8 {
+			wg.Go(func() {
+				ok, err := c.AcquireSlot(ctx, "p", "race", fmt.Sprintf("r%d", i), 3, time.Minute)
+				if err == nil && ok {
+					mu.Lock()
+					won++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, 3, won)
 	})
 
 	t.Run("RacingFinishesDecideOnce", func(t *testing.T) {
