@@ -205,7 +205,7 @@ func TestRequiredAuthRefusesImpersonation(t *testing.T) {
 				req := &registrypb.HeartbeatRequest{AgentId: alice.ID()}
 				_, err := reg.Heartbeat(ctx, req)
 				require.NoError(t, err)
-				replayer.replay = replayer.lastMD
+				replayer.replay = replayer.last()
 				_, err = reg.Heartbeat(ctx, req, grpc.Trailer(&tr))
 				refused(t, sys, err, tr, codes.Unauthenticated, registrypb.RegistryService_Heartbeat_FullMethodName)
 				assert.Contains(t, status.Convert(err).Message(), "replayed")
@@ -474,7 +474,7 @@ func TestTwoFrontendsShareIdentity(t *testing.T) {
 	replayer := &testSigner{agent: a.ID(), key: a.signer.key}
 	_, err = registrypb.NewRegistryServiceClient(signedConn(t, sys, replayer)).Heartbeat(ctx, &registrypb.HeartbeatRequest{AgentId: a.ID()})
 	require.NoError(t, err)
-	replayer.replay = replayer.lastMD
+	replayer.replay = replayer.last()
 	_, err = registrypb.NewRegistryServiceClient(signedConn(t, sys2, replayer)).Heartbeat(ctx, &registrypb.HeartbeatRequest{AgentId: a.ID()})
 	require.Equal(t, codes.Unauthenticated, status.Code(err), "a replay to the other frontend: %v", err)
 	assert.Contains(t, status.Convert(err).Message(), "replayed")

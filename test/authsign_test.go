@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -46,7 +47,9 @@ type testSigner struct {
 	p256 *ecdsa.PrivateKey
 	// at is the signing clock (time.Now when nil).
 	at func() time.Time
-	// lastMD is the metadata of the last signed call, to replay it.
+	// mu guards lastMD: one signed agent may make calls from several goroutines.
+	mu sync.Mutex
+	// lastMD is the metadata of the last signed call, to replay it (last).
 	lastMD metadata.MD
 	// replay, when set, is sent instead of fresh signing metadata.
 	replay metadata.MD
@@ -77,8 +80,17 @@ func (s *testSigner) sign(ctx context.Context, method string, body []byte) conte
 	} else {
 		md = metadata.New(signing.Sign(s.key, call))
 	}
+	s.mu.Lock()
 	s.lastMD = md
+	s.mu.Unlock()
 	return metadata.NewOutgoingContext(ctx, metadata.Join(md, mdOut(ctx)))
+}
+
+// last returns the metadata of the last signed call.
+func (s *testSigner) last() metadata.MD {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastMD
 }
 
 func mdOut(ctx context.Context) metadata.MD {

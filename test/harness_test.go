@@ -22,6 +22,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/app"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres/pgtest"
+	"github.com/sw4rm/sw4rm-temporal/tools/builtin"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -47,6 +48,8 @@ func temporalCLI() string {
 }
 
 func TestMain(m *testing.M) {
+	// The built-in provider's processes run under this test binary as their init.
+	builtin.RunInitIfAsked()
 	cli := temporalCLI()
 	if cli == "" {
 		msg := "end-to-end tests need the Temporal CLI: run `make temporal` or set SW4RM_TEMPORAL_CLI"

@@ -16,9 +16,13 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/app"
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/tools/builtin"
 )
 
 func main() {
+	// A process.run call's init is this executable (tools/builtin): it runs the call's
+	// program and exits here, before anything else.
+	builtin.RunInitIfAsked()
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "sw4rm:", err)
 		os.Exit(1)

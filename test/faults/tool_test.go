@@ -40,8 +40,9 @@ import (
 // for the same call_id answers ABORTED with error code INTERRUPTED, and runs.log holds one
 // line, also a few seconds later.
 //
-// SIGKILL gives the worker no chance to kill the process group it started, so the script's
-// `sleep` outlives it; the test kills what is left in the worktree and reports how many.
+// SIGKILL gives the worker no chance to kill the process group it started; the script runs
+// under sw4rm as the init of its own PID namespace, which dies with the worker (Pdeathsig)
+// and takes the script's `sleep` with it: nothing the call started is left running.
 func TestToolWorkerKilledDuringNonIdempotentCall(t *testing.T) {
 	tf := startToolFault(t)
 	ctx, cancel := context.WithTimeout(tf.ctx, time.Minute)
@@ -109,6 +110,9 @@ func TestToolWorkerKilledDuringNonIdempotentCall(t *testing.T) {
 		f.duplicated = runsLater - 1
 	}
 	strays := tf.killLeftovers()
+	if strays > 0 {
+		f.problem("%d processes the call started outlived the killed worker", strays)
+	}
 	f.add("killed=%s interrupted_after_s=%.1f runs=%d leftover_processes=%d", victim.name, endedAfter.Seconds(), runsLater, strays)
 	f.report(t)
 }

@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +62,13 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 	if isolate {
 		isolateNetwork(cmd)
 	}
+	sigR, err := dieWithWorker(cmd)
+	if err != nil {
+		return tools.Result{}, tool.Errorf(tool.CodeInternal, "tool %q: %v", req.ToolName, err)
+	}
+	if sigR != nil {
+		defer sigR.Close()
+	}
 	if a.Stdin != nil {
 		cmd.Stdin = strings.NewReader(*a.Stdin)
 	}
@@ -79,11 +88,14 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 	// The process writes into the pipes directly (no copying goroutine of exec's), so that
 	// Wait returns when the process exits, not when the last descendant closes its output.
 	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cmd.Start()
+	err = startLocked(cmd)
 	// The child holds its own copies of the write ends; ours would keep the reads from
 	// ever seeing the end of the output.
 	outW.Close()
 	errW.Close()
+	for _, f := range cmd.ExtraFiles {
+		f.Close()
+	}
 	if err != nil {
 		outR.Close()
 		errR.Close()
@@ -176,6 +188,8 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 		what := fmt.Sprintf("exited with code %d", ps.ExitCode())
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			what = "was killed by signal " + ws.Signal().String()
+		} else if sig, ok := reportedSignal(sigR); ok {
+			what = "was killed by signal " + sig.String()
 		}
 		tail := s.stderrTail()
 		if tail == "" {
@@ -248,13 +262,93 @@ func isolateNetwork(cmd *exec.Cmd) {
 	}
 	attr := cmd.SysProcAttr
 	attr.Cloneflags |= syscall.CLONE_NEWNET
-	if os.Geteuid() != 0 {
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
-		// Writing a gid map unprivileged requires setgroups to be denied.
-		attr.GidMappingsEnableSetgroups = false
+	ownUserNamespace(attr)
+}
+
+// ownUserNamespace adds the user namespace a server that is not root needs to create other
+// namespaces; the process's user and group are mapped to themselves in it, so it gains no
+// privilege.
+func ownUserNamespace(attr *syscall.SysProcAttr) {
+	if os.Geteuid() == 0 || attr.Cloneflags&syscall.CLONE_NEWUSER != 0 {
+		return
 	}
+	attr.Cloneflags |= syscall.CLONE_NEWUSER
+	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
+	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+	// Writing a gid map unprivileged requires setgroups to be denied.
+	attr.GidMappingsEnableSetgroups = false
+}
+
+// dieWithWorker makes the process die with the worker that started it — a worker killed with
+// SIGKILL runs no cleanup of its own — and everything it started with it. The process gets
+// SIGKILL when its parent dies (Pdeathsig). Where this executable calls RunInitIfAsked and
+// the host allows PID namespaces, the program runs under this executable as the init of a
+// new PID namespace, whose end the kernel makes the end of every process in it, including
+// descendants that left the process group (setsid); the init passes on signals, reaps
+// orphans and reports a program killed by a signal on the returned pipe. Otherwise only the
+// process itself dies with the worker.
+func dieWithWorker(cmd *exec.Cmd) (*os.File, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	attr := cmd.SysProcAttr
+	attr.Pdeathsig = syscall.SIGKILL
+	if cmd.Err != nil || !initHooked.Load() || !pidNamespaces() {
+		return nil, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil // run it directly, as without the hook
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Args = append([]string{self, initArg, cmd.Path}, cmd.Args...)
+	cmd.Path = self
+	cmd.ExtraFiles = append(cmd.ExtraFiles, w) // fd 3 in the init
+	attr.Cloneflags |= syscall.CLONE_NEWPID
+	ownUserNamespace(attr)
+	return r, nil
+}
+
+// reportedSignal reads the signal an init reported (dieWithWorker); none when r is nil or
+// empty.
+func reportedSignal(r *os.File) (syscall.Signal, bool) {
+	if r == nil {
+		return 0, false
+	}
+	_ = r.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	b := make([]byte, 16)
+	n, _ := r.Read(b)
+	sig, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	if err != nil || sig <= 0 {
+		return 0, false
+	}
+	return syscall.Signal(sig), true
+}
+
+// pidNamespaces reports, once per process, whether the host lets this server start a
+// process in a new PID namespace: a trial run of `true` in one.
+var pidNamespaces = sync.OnceValue(func() bool {
+	path, err := exec.LookPath("true")
+	if err != nil {
+		return false
+	}
+	cmd := exec.Command(path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	ownUserNamespace(cmd.SysProcAttr)
+	return cmd.Run() == nil
+})
+
+// startLocked starts cmd from a goroutine locked to its OS thread: Pdeathsig fires when the
+// thread that started the process ends, and the Go runtime ends a thread only when a
+// goroutine exits while locked to it — this one unlocks, so the thread lives on in the
+// runtime's pool.
+func startLocked(cmd *exec.Cmd) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return cmd.Start()
 }
 
 // startError maps a failure to start the process. With a network namespace requested, the

@@ -27,6 +27,8 @@ import (
 const helperArg = "builtin-helper"
 
 func TestMain(m *testing.M) {
+	// The processes of these tests run under this binary as their init (dieWithWorker).
+	RunInitIfAsked()
 	if len(os.Args) > 2 && os.Args[1] == helperArg {
 		os.Exit(helper(os.Args[2:]))
 	}
@@ -203,25 +205,16 @@ func TestProcessRunCancel(t *testing.T) {
 	p := New(Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pid := make(chan int, 1)
-	rec := &recorder{onFrame: func(f frame) {
-		if n, err := strconv.Atoi(strings.TrimSpace(f.data)); err == nil {
-			select {
-			case pid <- n:
-			default:
-			}
-		}
-		cancel()
-	}}
+	rec := &recorder{onFrame: func(frame) { cancel() }}
 	start := time.Now()
-	_, err := run(ctx, p, t.TempDir(), rec, nil, "sh", "-c", `sleep 30 & echo $!; wait`)
+	dir := t.TempDir()
+	_, err := run(ctx, p, dir, rec, nil, "sh", "-c", `sleep 30 & echo started; wait`)
 	wantCode(t, err, tool.CodeCancelled, "")
 	if time.Since(start) > 20*time.Second {
 		t.Fatalf("the call returned after %s: the sleep was not killed", time.Since(start))
 	}
-	child := <-pid
-	if alive(child) {
-		t.Errorf("the background sleep %d outlived the cancelled call", child)
+	if left := runningIn(dir); len(left) > 0 {
+		t.Errorf("processes %v outlived the cancelled call", left)
 	}
 
 	deadline, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -239,35 +232,77 @@ func TestProcessRunCancel(t *testing.T) {
 // does not leave it running after the call.
 func TestProcessRunKillsLeftovers(t *testing.T) {
 	p := New(Options{})
-	rec := &recorder{}
-	// The child's output goes elsewhere, so that the call does not wait for it.
-	if _, err := run(context.Background(), p, t.TempDir(), rec, nil, "sh", "-c", `sleep 30 >/dev/null 2>&1 & echo $!`); err != nil {
-		t.Fatal(err)
+	scripts := map[string]string{
+		// The child's output goes elsewhere, so that the call does not wait for it.
+		"in the group": `sleep 30 >/dev/null 2>&1 & echo started`,
 	}
-	child, err := strconv.Atoi(strings.TrimSpace(output(rec.all(), ContentTypeStdout)))
-	if err != nil {
-		t.Fatal(err)
+	if pidNamespaces() {
+		// Only the PID namespace catches a descendant that left the process group.
+		// The script waits until the child has left (setsid runs before the file is made).
+		scripts["left the group"] = `setsid sh -c 'touch left; exec sleep 30' >/dev/null 2>&1 </dev/null & while [ ! -e left ]; do sleep 0.01; done; echo started`
 	}
-	if alive(child) {
-		t.Errorf("the background sleep %d outlived the call", child)
+	for name, script := range scripts {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if _, err := run(context.Background(), p, dir, &recorder{}, nil, "sh", "-c", script); err != nil {
+				t.Fatal(err)
+			}
+			if left := runningIn(dir); len(left) > 0 {
+				t.Errorf("processes %v outlived the call", left)
+			}
+		})
 	}
 }
 
-// alive reports whether pid runs (a zombie waiting for its reaper does not count).
-func alive(pid int) bool {
-	// The kill was sent before the call returned; give the kernel a moment to deliver it.
+// TestProcessRunUnderInit: where PID namespaces are allowed, the program runs under this
+// binary as the init of its own namespace — not as PID 1 itself, so that signals it sends
+// itself work — and orphans of its are reaped.
+func TestProcessRunUnderInit(t *testing.T) {
+	if !pidNamespaces() {
+		t.Skip("this host allows no PID namespaces: processes run without an init")
+	}
+	p := New(Options{})
+	rec := &recorder{}
+	if _, err := run(context.Background(), p, t.TempDir(), rec, nil, "sh", "-c", `echo $$ $PPID`); err != nil {
+		t.Fatal(err)
+	}
+	ids := strings.Fields(output(rec.all(), ContentTypeStdout))
+	if len(ids) != 2 || ids[0] == "1" || ids[1] != "1" {
+		t.Errorf("the program's pid and parent's pid in its namespace are %q, want a pid other than 1 whose parent is 1 (the init)", ids)
+	}
+	_, err := run(context.Background(), p, t.TempDir(), nil, nil, "sh", "-c", `(sleep 0.1 &) ; kill -TERM $$`)
+	wantCode(t, err, tool.CodeToolFailed, "killed by signal terminated")
+}
+
+// runningIn returns the processes, not zombies, whose working directory is dir, after giving
+// the kernel a moment to deliver the kills sent before the call returned.
+func runningIn(dir string) []int {
+	var pids []int
 	for range 50 {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return false
+		pids = pids[:0]
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+			if err != nil || cwd != dir {
+				continue
+			}
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			// The state follows the command name, which is in parentheses.
+			if i := strings.LastIndexByte(string(b), ')'); err != nil || (i > 0 && strings.HasPrefix(string(b[i:]), ") Z")) {
+				continue
+			}
+			pids = append(pids, pid)
 		}
-		// The state follows the command name, which is in parentheses.
-		if i := strings.LastIndexByte(string(b), ')'); i > 0 && strings.HasPrefix(string(b[i:]), ") Z") {
-			return false
+		if len(pids) == 0 {
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return true
+	return pids
 }
 
 func TestProcessRunCPUBudget(t *testing.T) {
