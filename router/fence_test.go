@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -105,10 +106,16 @@ func TestFencedProducerIsRefused(t *testing.T) {
 			runSweeps(t, r)
 			require.NoError(t, fh.Fence(t.Context(), store.Fence{Correlation: "C", AgentID: "p", RequestID: "h1", NewOwner: "c"}))
 
+			// The probes go to an agent of their own, so that those admitted before the fence
+			// arrives (a loaded machine) fill no buffer the test uses below; only the fence's
+			// refusal ends the wait (a full sink answers buffer_full until then).
+			require.NoError(t, st.Registry().PutAgent(t.Context(), store.AgentRecord{
+				Descriptor: &registrypb.AgentDescriptor{AgentId: "sink", Name: "sink"}, State: commonpb.AgentState_RUNNABLE,
+			}))
 			require.Eventually(t, func() bool {
-				perr, err := r.Send(t.Context(), message("p", "C"), "c")
+				perr, err := r.Send(t.Context(), message("p", "C"), "sink")
 				require.NoError(t, err)
-				return perr != nil
+				return perr != nil && perr.Code == commonpb.ErrorCode_PERMISSION_DENIED
 			}, 5*time.Second, 10*time.Millisecond, "the fence reaches the router")
 			env := message("p", "C")
 			perr, err := r.Send(t.Context(), env, "c")
