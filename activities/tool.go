@@ -157,10 +157,12 @@ func (r *ToolRunner) takeSlot(ctx context.Context, req tools.Request) (release f
 	}, nil
 }
 
-// heartbeatEvery heartbeats until ctx ends or the returned stop is called.
+// heartbeatEvery heartbeats until ctx ends or the returned stop is called; stop returns once
+// the heartbeating goroutine has, so that no heartbeat is sent after the attempt returned.
 func heartbeatEvery(ctx context.Context, every time.Duration) (stop func()) {
-	done := make(chan struct{})
+	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(finished)
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -174,7 +176,10 @@ func heartbeatEvery(ctx context.Context, every time.Duration) (stop func()) {
 			}
 		}
 	}()
-	return func() { close(done) }
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 // toolAppError turns an executor's failure into the activity's error: an application error
