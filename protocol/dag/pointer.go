@@ -3,11 +3,11 @@ package dag
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
+
+	"github.com/sw4rm/sw4rm-temporal/protocol/schemas"
 )
 
 // References into JSON documents. A reference is an RFC 6901 JSON Pointer ("" is the whole
@@ -60,14 +60,7 @@ func parseRef(s string) (pointer, error) {
 }
 
 // String renders the pointer in RFC 6901 form.
-func (p pointer) String() string {
-	var b strings.Builder
-	for _, t := range p {
-		b.WriteByte('/')
-		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
-	}
-	return b.String()
-}
+func (p pointer) String() string { return schemas.Pointer(p) }
 
 // arrayIndex parses an RFC 6901 array index: "0" or digits without a leading zero.
 func arrayIndex(tok string) (int, bool) {
@@ -181,24 +174,8 @@ func jsonKind(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// decodeJSON decodes one JSON value, keeping numbers exact (json.Number) and refusing
-// trailing data.
-func decodeJSON(b []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	// Decoding and encoding bytes in memory is deterministic; workflowcheck flags encoding/json
-	// only because its reflection reaches runtime internals.
-	//workflowcheck:ignore
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	//workflowcheck:ignore
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("trailing data after the JSON value")
-	}
-	return v, nil
-}
+// decodeJSON decodes one JSON value, keeping numbers exact (schemas.Decode).
+func decodeJSON(b []byte) (any, error) { return schemas.Decode(b) }
 
 // encodeJSON encodes v deterministically: object members sorted by key (encoding/json
 // does), "<", ">" and "&" left as they are, no trailing newline.

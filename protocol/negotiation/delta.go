@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/schemas"
 )
 
 // MaxChangedPaths bounds DeltaSummary.changed_paths (§17.3: "a bounded magnitude and set of
@@ -113,7 +114,7 @@ func flatten(v any, path, shape string, out []leaf) []leaf {
 		// order does not leak out.
 		//workflowcheck:ignore
 		for k, child := range c {
-			out = flatten(child, path+"/"+pointerEscaper.Replace(k), shape+"o", out)
+			out = flatten(child, path+schemas.Pointer([]string{k}), shape+"o", out)
 		}
 		return out
 	case []any:

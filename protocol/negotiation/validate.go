@@ -5,16 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/schemas"
 )
 
 // ErrInvalidConfig is wrapped by ParseConfig's refusals: a schema that is not JSON or does not
@@ -139,11 +136,7 @@ type Check struct {
 
 // IsJSON reports whether a content type is JSON: application/json or any type ending in
 // +json (RFC 6839), case-insensitive, parameters ignored.
-func IsJSON(contentType string) bool {
-	mt, _, _ := strings.Cut(contentType, ";")
-	mt = strings.ToLower(strings.TrimSpace(mt))
-	return mt == "application/json" || (strings.HasSuffix(mt, "+json") && strings.Contains(mt, "/"))
-}
+func IsJSON(contentType string) bool { return schemas.IsJSON(contentType) }
 
 // Validate checks a draft against the configuration (§17.3). The schema check runs when a
 // schema is set: a JSON draft (IsJSON content type, parseable) is validated against it; a
@@ -278,49 +271,18 @@ func capReasons(rs []string) []string {
 // schemaURL is the name under which a schema is compiled; it is never fetched.
 const schemaURL = "urn:sw4rm:negotiation:schema"
 
-// offlineLoader refuses every URL: a $ref to anything but the schema itself or the standard
-// metaschemas (which the library embeds) is refused, so validation does no I/O and gives the
-// same answer on every replay.
-type offlineLoader struct{}
-
-// Load refuses url.
-func (offlineLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("remote reference %q is not loaded: negotiation schemas must be self-contained", url)
-}
-
-// english renders the library's validation messages.
-var english = message.NewPrinter(language.English)
-
-// compileSchema compiles a decoded JSON Schema (draft 2020-12 unless $schema says otherwise).
-// The compiler's internals range over maps; whether a schema compiles, and every validation
-// result of a compiled schema, does not depend on that order. Which problem the error names
-// can, when a schema has several; compileProblem renders it deterministically.
+// compileSchema compiles a decoded JSON Schema without I/O (schemas.Compile).
 func compileSchema(doc any) (*jsonschema.Schema, error) {
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	c.UseLoader(offlineLoader{})
-	//workflowcheck:ignore
-	if err := c.AddResource(schemaURL, doc); err != nil {
-		return nil, err
-	}
-	//workflowcheck:ignore
-	return c.Compile(schemaURL)
+	return schemas.Compile(schemaURL, "negotiation schemas", doc)
 }
 
 // compileProblem renders a compile error deterministically: a schema that breaks its
-// metaschema is described by every failing keyword, sorted (the metaschema validation
-// reports them all); any other error (an unresolvable $ref, an invalid regular expression, a
-// duplicate $id or anchor) by one fixed sentence, because with several such problems the
-// compiler names whichever it meets first in map order.
+// metaschema by every failing keyword, sorted; any other error by schemas.NotCompiled.
 func compileProblem(err error) string {
-	var sve *jsonschema.SchemaValidationError
-	if errors.As(err, &sve) {
-		var ve *jsonschema.ValidationError
-		if errors.As(sve.Err, &ve) {
-			return strings.Join(leafReasons(ve), "; ")
-		}
+	if reasons, ok := schemas.MetaschemaReasons(err); ok {
+		return strings.Join(reasons, "; ")
 	}
-	return "it does not compile (an unresolvable or remote $ref, an invalid regular expression, or a duplicate $id or anchor)"
+	return schemas.NotCompiled
 }
 
 // compileDetail renders a compile error with the compiler's own message when it is not a
@@ -350,91 +312,8 @@ func validateAgainst(schema json.RawMessage, doc any) (reasons []string, err err
 
 // validateWith validates doc against s; reasons are sorted, one per failing leaf.
 func validateWith(s *jsonschema.Schema, doc any) (reasons []string, err error) {
-	// Validation walks maps inside the library; whether it fails, and the set of leaf
-	// failures, do not depend on that order, and the reasons are sorted below.
-	//workflowcheck:ignore
-	verr := s.Validate(doc)
-	if verr == nil {
-		return nil, nil
-	}
-	var ve *jsonschema.ValidationError
-	if !errors.As(verr, &ve) {
-		return nil, verr
-	}
-	return leafReasons(ve), nil
+	return schemas.Validate(s, doc)
 }
 
-// leafReasons renders the leaves of a validation error tree as "<JSON Pointer>: <message>"
-// ("(root)" for the whole document), sorted and without duplicates.
-func leafReasons(ve *jsonschema.ValidationError) []string {
-	var out []string
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) == 0 {
-			out = append(out, pointerOrRoot(e.InstanceLocation)+": "+kindMessage(e.ErrorKind))
-			return
-		}
-		for _, c := range e.Causes {
-			walk(c)
-		}
-	}
-	walk(ve)
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-// kindMessage renders one failure. The names in an additionalProperties failure come in the
-// instance's map order; they are sorted so the message is the same on every run.
-func kindMessage(k jsonschema.ErrorKind) string {
-	switch k := k.(type) {
-	case nil:
-		return "validation failed"
-	case *kind.AdditionalProperties:
-		sorted := *k
-		sorted.Properties = slices.Sorted(slices.Values(k.Properties))
-		// Formatting a message in memory is deterministic; workflowcheck flags the printer
-		// only because its reflection reaches runtime internals, as with fmt.
-		//workflowcheck:ignore
-		return sorted.LocalizedString(english)
-	}
-	//workflowcheck:ignore
-	return k.LocalizedString(english)
-}
-
-func pointerOrRoot(tokens []string) string {
-	if len(tokens) == 0 {
-		return "(root)"
-	}
-	return pointer(tokens)
-}
-
-// pointer renders reference tokens as an RFC 6901 JSON Pointer ("~" as "~0", "/" as "~1").
-func pointer(tokens []string) string {
-	var b strings.Builder
-	for _, t := range tokens {
-		b.WriteByte('/')
-		b.WriteString(pointerEscaper.Replace(t))
-	}
-	return b.String()
-}
-
-var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
-
-// decodeJSON decodes exactly one JSON value, numbers kept exact (json.Number), refusing
-// trailing data.
-func decodeJSON(b []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	// Decoding bytes in memory is deterministic; workflowcheck flags encoding/json only
-	// because its reflection reaches runtime internals.
-	//workflowcheck:ignore
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	//workflowcheck:ignore
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("trailing data after the JSON value")
-	}
-	return v, nil
-}
+// decodeJSON decodes exactly one JSON value, numbers kept exact (schemas.Decode).
+func decodeJSON(b []byte) (any, error) { return schemas.Decode(b) }
