@@ -490,3 +490,49 @@ func TestToolMaxConcurrency(t *testing.T) {
 		})
 	}
 }
+
+// TestToolCallDuringTemporalOutage: on both stores, a call made while the frontend cannot
+// reach Temporal is recorded with the hand-off that starts its workflow (one write); the
+// caller's stream waits, and once Temporal is back the relay starts the call, which runs and
+// ends the stream with its final frame — the call accepted during the outage is not lost.
+func TestToolCallDuringTemporalOutage(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			proxy := newTemporalProxy(t)
+			cfg := newConfig(t, kind)
+			cfg.ToolExecutors = map[string]tools.Executor{"fake": &fakeProvider{}}
+			srv, _ := startBehindProxy(t, cfg, proxy)
+			tc := toolpb.NewToolServiceClient(dialRaw(t, &system{app: srv}))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+
+			proxy.cut(restarting)
+			callID := uniq(t, "outage")
+			st, err := tc.CallStream(ctx, &toolpb.ToolCall{CallId: callID, ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":2}`)})
+			require.NoError(t, err)
+			if _, err := st.Header(); err != nil {
+				t.Fatalf("the call was not accepted during the outage: %v", err)
+			}
+			rec, err := srv.Store().ToolCalls().GetCall(ctx, callID)
+			require.NoError(t, err, "the call is recorded while Temporal is away")
+			assert.False(t, rec.Final)
+			require.Eventually(t, func() bool {
+				hs, err := srv.Store().Outbox().PendingHandoffs(ctx, 100)
+				if err != nil {
+					return false
+				}
+				for _, h := range hs {
+					if h.Kind == workflows.HandoffToolStart && h.WorkflowID == workflows.ToolWorkflowID(callID) {
+						return true
+					}
+				}
+				return false
+			}, 10*time.Second, 50*time.Millisecond, "its start waits in the outbox")
+
+			proxy.restore()
+			frames := drain(t, st)
+			require.Len(t, frames, 3)
+			assert.Equal(t, "ok", summaryOf(t, frames[2]).Status, "the call ran once Temporal was back")
+		})
+	}
+}
