@@ -613,10 +613,10 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	a.router = rt
 	a.metrics = metrics.New(st, rt.Config().BufferCapacity)
 	rt.SetMetrics(a.metrics)
-	// Handoffs to Temporal that store writes promised (the outbox): every process relays
+	// Outbox entries that store writes promised (the outbox): every process relays
 	// them, so what one process wrote reaches Temporal even if that process dies.
 	a.relay = outbox.New(st.Outbox(), outbox.Config{}, log, sink)
-	frontend.RegisterHandoffs(a.relay, a.temporal, st, sink, cfg.TaskQueue)
+	frontend.RegisterOutboxHandlers(a.relay, a.temporal, st, sink, cfg.TaskQueue)
 	relayCtx, stopRelay := context.WithCancel(context.Background())
 	a.stopRelay, a.relayDone = stopRelay, make(chan struct{})
 	go func() {

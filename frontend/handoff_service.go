@@ -127,7 +127,7 @@ func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.Hand
 	}
 	now := time.Now().UTC()
 	in := workflows.HandoffInputFrom(req, corr, ct, now)
-	start, err := newHandoff(workflows.HandoffStart, workflows.HandoffWorkflowID(id), workflows.HandoffStartHandoff{Input: in})
+	start, err := newOutboxEntry(workflows.OutboxHandoffStart, workflows.HandoffWorkflowID(id), workflows.HandoffStartPayload{Input: in})
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
 	}

@@ -41,7 +41,7 @@ type fakeHandoffs struct {
 	order   []string
 	fences  map[[2]string]store.Fence
 	gen     int64
-	outbox  []store.Handoff
+	outbox  []store.OutboxEntry
 	created int
 }
 
@@ -49,7 +49,7 @@ func newFakeHandoffs() *fakeHandoffs {
 	return &fakeHandoffs{recs: map[string]store.HandoffRecord{}, fences: map[[2]string]store.Fence{}}
 }
 
-func (f *fakeHandoffs) CreateHandoff(_ context.Context, rec store.HandoffRecord, hs ...store.Handoff) (store.HandoffRecord, error) {
+func (f *fakeHandoffs) CreateHandoff(_ context.Context, rec store.HandoffRecord, hs ...store.OutboxEntry) (store.HandoffRecord, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if prev, ok := f.recs[rec.RequestID]; ok {
@@ -181,7 +181,7 @@ func newHandoffHarness(t *testing.T, agents map[string][]string) *handoffHarness
 	log := slog.New(slog.DiscardHandler)
 	sink := observe.New(log, st.Audit())
 	rel := outbox.New(st.Outbox(), outbox.Config{}, log, sink)
-	RegisterHandoffs(rel, h.tc, st, nil, "q")
+	RegisterOutboxHandlers(rel, h.tc, st, nil, "q")
 	r := router.New(st, router.Config{}, sink)
 	h.svc = &handoffService{s: &Server{store: st, router: r, temporal: h.tc, relay: rel, sink: sink, log: log, cfg: Config{TaskQueue: "q"}}}
 	return h
@@ -211,7 +211,7 @@ func handoffReq(id, from, to string) *handoffpb.HandoffRequest {
 }
 
 // TestRequestHandoffStoresAndStarts: a valid request is stored with its snapshot and its
-// correlation, and its workflow is started through the outbox hand-off with an input that
+// correlation, and its workflow is started through the outbox entry with an input that
 // holds no snapshot; a reuse answers the existing state and starts nothing.
 func TestRequestHandoffStoresAndStarts(t *testing.T) {
 	h := newHandoffHarness(t, map[string][]string{"a": nil, "b": nil})

@@ -53,7 +53,7 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 	// The registry record and the start of the lifecycle are one store write: the start
 	// travels as a handoff in the record's transaction, so no registered agent is ever left
 	// without its lifecycle, whatever fails next (docs/reliability.md).
-	start, err := newHandoff(workflows.HandoffAgentRegister, workflows.AgentWorkflowID(id), workflows.AgentRegisterHandoff{
+	start, err := newOutboxEntry(workflows.OutboxAgentRegister, workflows.AgentWorkflowID(id), workflows.AgentRegisterPayload{
 		Input: in, Registration: workflows.AgentRegistration{Name: d.GetName(), Capabilities: d.GetCapabilities()}})
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
@@ -115,14 +115,14 @@ func (r *registryService) Heartbeat(ctx context.Context, req *registrypb.Heartbe
 // DeregisterAgent removes the agent from routing at once and ends its lifecycle workflow,
 // which announces the leave to the other agents (§14: deregistration is explicit). The end of
 // the lifecycle is a handoff written with the removal, so it happens even if Temporal is
-// unreachable now (docs/architecture.md, "Hand-offs to Temporal").
+// unreachable now (docs/architecture.md, "The outbox").
 func (r *registryService) DeregisterAgent(ctx context.Context, req *registrypb.DeregisterAgentRequest) (*registrypb.DeregisterAgentResponse, error) {
 	id := req.GetAgentId()
 	if perr := protocol.ValidateAgentID(id); perr != nil {
 		return nil, perr
 	}
 	dereg := workflows.AgentDeregistration{Reason: req.GetReason()}
-	end, err := newHandoff(workflows.HandoffAgentDeregister, workflows.AgentWorkflowID(id), workflows.AgentDeregisterHandoff{AgentID: id, Deregistration: dereg})
+	end, err := newOutboxEntry(workflows.OutboxAgentDeregister, workflows.AgentWorkflowID(id), workflows.AgentDeregisterPayload{AgentID: id, Deregistration: dereg})
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
 	}

@@ -19,7 +19,7 @@ import (
 
 // SchedulerInbox translates what agents send the scheduler through the message plane onto
 // their lifecycle workflows, which schedule their tasks (§7): ACKs of the scheduler's CONTROL
-// messages become AgentControlAckSignal — through the outbox, as handoffs the router writes
+// messages become AgentControlAckSignal — through the outbox, as outbox entries the router writes
 // with the ACK — a request that requires a response, and its end, become
 // AgentResponseWaitSignal — as handoffs written with the pending response — and
 // non-preemptible section declarations become AgentControlSignal. Events that messages carry
@@ -38,25 +38,25 @@ type SchedulerInbox struct {
 var _ router.SchedulerInbox = (*SchedulerInbox)(nil)
 
 // NewSchedulerInbox builds the inbox over a Temporal client and the relay that delivers its
-// handoffs (with RegisterHandoffs installed), and the store that keeps provider agents'
+// handoffs (with RegisterOutboxHandlers installed), and the store that keeps provider agents'
 // answers to tool calls.
 func NewSchedulerInbox(tc client.Client, relay *outbox.Relay, st store.Store) *SchedulerInbox {
 	return &SchedulerInbox{temporal: tc, relay: relay, store: st}
 }
 
-// AckHandoff returns the handoff that signals the lifecycle of msg's recipient with the ACK
+// AckEntry returns the handoff that signals the lifecycle of msg's recipient with the ACK
 // of its CONTROL message. An agent whose lifecycle has ended by the time it is delivered has
 // nothing left to schedule: the handoff is then dropped (the router has recorded the ACK).
-func (in *SchedulerInbox) AckHandoff(msg store.MessageRecord, ack protocol.AckPayload) (store.Handoff, error) {
-	return newHandoff(workflows.HandoffAgentControlAck, workflows.AgentWorkflowID(msg.RecipientID), workflows.AgentControlAckHandoff{
+func (in *SchedulerInbox) AckEntry(msg store.MessageRecord, ack protocol.AckPayload) (store.OutboxEntry, error) {
+	return newOutboxEntry(workflows.OutboxAgentControlAck, workflows.AgentWorkflowID(msg.RecipientID), workflows.AgentControlAckPayload{
 		AgentID: msg.RecipientID,
 		Ack:     workflows.ControlAck{MessageID: msg.MessageID, Stage: ack.Stage, ErrorCode: ack.ErrorCode, Note: ack.Note},
 	})
 }
 
-// WaitHandoff returns the handoff that tells the lifecycle of the request's producer that it
+// WaitEntry returns the handoff that tells the lifecycle of the request's producer that it
 // waits on a response, or that the wait ended (004 §2).
-func (in *SchedulerInbox) WaitHandoff(rw router.ResponseWait) (store.Handoff, error) {
+func (in *SchedulerInbox) WaitEntry(rw router.ResponseWait) (store.OutboxEntry, error) {
 	outcome := workflows.ResponseFailed
 	if rw.Answered {
 		outcome = workflows.ResponseAnswered
@@ -65,23 +65,23 @@ func (in *SchedulerInbox) WaitHandoff(rw router.ResponseWait) (store.Handoff, er
 	if !rw.Waiting {
 		wait.Outcome, wait.Reason = outcome, rw.Reason
 	}
-	return newHandoff(workflows.HandoffAgentResponseWait, workflows.AgentWorkflowID(rw.ProducerID),
-		workflows.AgentResponseWaitHandoff{AgentID: rw.ProducerID, Wait: wait})
+	return newOutboxEntry(workflows.OutboxAgentResponseWait, workflows.AgentWorkflowID(rw.ProducerID),
+		workflows.AgentResponseWaitPayload{AgentID: rw.ProducerID, Wait: wait})
 }
 
-// EventHandoff returns the handoff that signals DAGEventSignal to the DAG run ev names with
+// EventEntry returns the handoff that signals DAGEventSignal to the DAG run ev names with
 // the event env carries (§17.7), its message_id and producer. A run that is closed or was
 // never started by the time it is delivered has no node to release: the handoff's handler
 // records that (workflow.event_unclaimed) and drops it.
-func (in *SchedulerInbox) EventHandoff(env *commonpb.Envelope, ev dag.MessageEvent) (store.Handoff, error) {
-	return newHandoff(workflows.HandoffDAGEvent, workflows.DAGWorkflowID(ev.WorkflowID), workflows.DAGEventHandoff{
+func (in *SchedulerInbox) EventEntry(env *commonpb.Envelope, ev dag.MessageEvent) (store.OutboxEntry, error) {
+	return newOutboxEntry(workflows.OutboxDAGEvent, workflows.DAGWorkflowID(ev.WorkflowID), workflows.DAGEventPayload{
 		WorkflowID: ev.WorkflowID,
 		Event:      workflows.DAGEvent{Name: ev.Name, MessageID: env.GetMessageId(), By: env.GetProducerId()},
 	})
 }
 
 // Deliver makes the in-line attempt of handoffs the router wrote.
-func (in *SchedulerInbox) Deliver(ctx context.Context, hs ...store.Handoff) error {
+func (in *SchedulerInbox) Deliver(ctx context.Context, hs ...store.OutboxEntry) error {
 	return in.relay.Deliver(ctx, hs...)
 }
 

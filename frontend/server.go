@@ -105,11 +105,11 @@ type Server struct {
 	sink     *observe.Sink
 	log      *slog.Logger
 	cfg      Config
-	// relay makes the in-line attempt of the handoffs the services write (see RegisterHandoffs).
+	// relay makes the in-line attempt of the outbox entries the services write (see RegisterOutboxHandlers).
 	relay *outbox.Relay
 }
 
-// New builds the frontend; relay delivers the handoffs its services write to the store.
+// New builds the frontend; relay delivers the outbox entries its services write to the store.
 func New(st store.Store, r *router.Router, tc client.Client, relay *outbox.Relay, sink *observe.Sink, log *slog.Logger, cfg Config) *Server {
 	return &Server{store: st, router: r, temporal: tc, relay: relay, sink: sink, log: log, cfg: cfg}
 }

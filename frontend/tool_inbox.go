@@ -37,7 +37,7 @@ type ToolReplyPayload struct {
 
 // ToolReply stores what a provider agent answers to a call it was routed (§18.2): a frame, or
 // the call's final frame — its result or its TOOL_ERROR — whose storing then reaches the
-// call's workflow as a hand-off. Only the call's provider may answer it; an answer to a call
+// call's workflow as an outbox entry. Only the call's provider may answer it; an answer to a call
 // that already ended is refused, so the agent learns that its work was not used.
 func (in *SchedulerInbox) ToolReply(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
 	if in.store == nil {
@@ -97,13 +97,13 @@ func (in *SchedulerInbox) ToolReply(ctx context.Context, env *commonpb.Envelope)
 		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "call %s already ended; the answer is not stored", p.CallID), nil
 	}
 	provided.FinalFrame = fin.FrameNo
-	h, err := newHandoff(workflows.HandoffToolProvided, workflows.ToolWorkflowID(p.CallID), workflows.ToolProvidedHandoff{CallID: p.CallID, Provided: provided})
+	h, err := newOutboxEntry(workflows.OutboxToolProvided, workflows.ToolWorkflowID(p.CallID), workflows.ToolProvidedPayload{CallID: p.CallID, Provided: provided})
 	if err != nil {
 		return nil, err
 	}
-	// The answer is stored: should this hand-off be lost with the process, the call ends at
+	// The answer is stored: should this outbox entry be lost with the process, the call ends at
 	// its deadline and finds the stored answer standing (the first final frame wins).
-	if err := in.store.Outbox().AddHandoffs(ctx, []store.Handoff{h}, store.HandoffLease); err != nil {
+	if err := in.store.Outbox().Add(ctx, []store.OutboxEntry{h}, store.OutboxLease); err != nil {
 		return nil, fmt.Errorf("hand the answer to call %s to Temporal: %w", p.CallID, err)
 	}
 	_ = in.relay.Deliver(ctx, h)

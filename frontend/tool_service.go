@@ -270,7 +270,7 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 	if len(p.notes) > 0 {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(ToolPolicyNoteHeader, strconv.QuoteToASCII(strings.Join(p.notes, "; "))))
 	}
-	start, err := newHandoff(workflows.HandoffToolStart, workflows.ToolWorkflowID(callID), workflows.ToolStartHandoff{Input: p.in})
+	start, err := newOutboxEntry(workflows.OutboxToolStart, workflows.ToolWorkflowID(callID), workflows.ToolStartPayload{Input: p.in})
 	if err != nil {
 		return "", status.Errorf(codes.Internal, "internal_error: %v", err)
 	}
@@ -307,7 +307,7 @@ func (t *toolService) Call(ctx context.Context, req *toolpb.ToolCall) (*toolpb.T
 		return nil, err
 	}
 	// The run's result is a long poll on Temporal: no store polling while the tool runs.
-	// A run not started yet (its hand-off still pending) or unreachable falls back to
+	// A run not started yet (its outbox entry still pending) or unreachable falls back to
 	// waiting for the stored final frame.
 	var res workflows.ToolCallResult
 	if err := t.s.temporal.GetWorkflow(ctx, workflows.ToolWorkflowID(callID), "").Get(ctx, &res); err != nil && ctx.Err() != nil {

@@ -22,7 +22,7 @@ type fakeTemporal struct {
 	delivered []string
 }
 
-func (f *fakeTemporal) handle(_ context.Context, h store.Handoff) error {
+func (f *fakeTemporal) handle(_ context.Context, h store.OutboxEntry) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -55,19 +55,19 @@ func newRelay(t *testing.T) (*outbox.Relay, store.Outbox, *fakeTemporal) {
 	return rel, st.Outbox(), f
 }
 
-func add(t *testing.T, ob store.Outbox, ids ...string) []store.Handoff {
+func add(t *testing.T, ob store.Outbox, ids ...string) []store.OutboxEntry {
 	t.Helper()
-	var hs []store.Handoff
+	var hs []store.OutboxEntry
 	for _, id := range ids {
-		hs = append(hs, store.Handoff{ID: id, Kind: "k", WorkflowID: "wf"})
+		hs = append(hs, store.OutboxEntry{ID: id, Kind: "k", WorkflowID: "wf"})
 	}
-	require.NoError(t, ob.AddHandoffs(t.Context(), hs, store.HandoffLease))
+	require.NoError(t, ob.Add(t.Context(), hs, store.OutboxLease))
 	return hs
 }
 
-func pending(t *testing.T, ob store.Outbox) []store.Handoff {
+func pending(t *testing.T, ob store.Outbox) []store.OutboxEntry {
 	t.Helper()
-	hs, err := ob.PendingHandoffs(t.Context(), 100)
+	hs, err := ob.Pending(t.Context(), 100)
 	require.NoError(t, err)
 	return hs
 }
@@ -113,7 +113,7 @@ func TestAHandoffWhoseWriterDiedIsDeliveredAfterItsLease(t *testing.T) {
 	f := &fakeTemporal{}
 	rel.Handle("k", f.handle)
 	// The writer leased it for its in-line attempt and died: a short lease for the test.
-	require.NoError(t, st.Outbox().AddHandoffs(t.Context(), []store.Handoff{{ID: "orphan", Kind: "k"}}, 50*time.Millisecond))
+	require.NoError(t, st.Outbox().Add(t.Context(), []store.OutboxEntry{{ID: "orphan", Kind: "k"}}, 50*time.Millisecond))
 	n, err := rel.RunOnce(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, n, "the writer's lease holds it at first")
@@ -123,8 +123,8 @@ func TestAHandoffWhoseWriterDiedIsDeliveredAfterItsLease(t *testing.T) {
 
 func TestPermanentFailuresAndUnknownKinds(t *testing.T) {
 	rel, ob, _ := newRelay(t)
-	rel.Handle("bad", func(context.Context, store.Handoff) error { return outbox.Permanent(errors.New("undecodable")) })
-	require.NoError(t, ob.AddHandoffs(t.Context(), []store.Handoff{{ID: "p", Kind: "bad"}, {ID: "u", Kind: "from-a-newer-version"}}, 0))
+	rel.Handle("bad", func(context.Context, store.OutboxEntry) error { return outbox.Permanent(errors.New("undecodable")) })
+	require.NoError(t, ob.Add(t.Context(), []store.OutboxEntry{{ID: "p", Kind: "bad"}, {ID: "u", Kind: "from-a-newer-version"}}, 0))
 	_, err := rel.RunOnce(t.Context())
 	require.NoError(t, err)
 	left := pending(t, ob)

@@ -41,11 +41,11 @@ func (r *Router) applyAck(ctx context.Context, env *commonpb.Envelope) (*protoco
 			if err != nil {
 				return nil, err
 			}
-			if c, err = r.withSchedulerHandoff(c, rec, ack); err != nil {
+			if c, err = r.withSchedulerEntry(c, rec, ack); err != nil {
 				return nil, err
 			}
 			forward = c
-			return &store.Step{To: to, ErrorCode: ack.ErrorCode, Note: ack.Note, FollowUp: c.admit, Handoff: c.handoff}, nil
+			return &store.Step{To: to, ErrorCode: ack.ErrorCode, Note: ack.Note, FollowUp: c.admit, Outbox: c.outbox}, nil
 		}})
 	if errors.Is(err, store.ErrNotFound) {
 		return r.reject(ctx, env, "", protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "ack_for_message_id %s names no message this router admitted", ack.AckForMessageID))

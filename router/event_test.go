@@ -24,15 +24,15 @@ type eventInbox struct {
 	SchedulerInbox // nil: only the event methods are used
 	failing        bool
 	mu             sync.Mutex
-	delivered      []store.Handoff
+	delivered      []store.OutboxEntry
 }
 
-func (in *eventInbox) EventHandoff(env *commonpb.Envelope, ev dag.MessageEvent) (store.Handoff, error) {
+func (in *eventInbox) EventEntry(env *commonpb.Envelope, ev dag.MessageEvent) (store.OutboxEntry, error) {
 	b, err := json.Marshal(map[string]string{"workflow_id": ev.WorkflowID, "event": ev.Name, "message_id": env.GetMessageId(), "by": env.GetProducerId()})
-	return store.Handoff{ID: uuid.NewString(), Kind: "dag.event", WorkflowID: dag.RunCorrelationPrefix + ev.WorkflowID, Payload: b}, err
+	return store.OutboxEntry{ID: uuid.NewString(), Kind: "dag.event", WorkflowID: dag.RunCorrelationPrefix + ev.WorkflowID, Payload: b}, err
 }
 
-func (in *eventInbox) Deliver(_ context.Context, hs ...store.Handoff) error {
+func (in *eventInbox) Deliver(_ context.Context, hs ...store.OutboxEntry) error {
 	if in.failing {
 		return errors.New("temporal unreachable")
 	}
@@ -49,7 +49,7 @@ func eventMessage(correlation, payload string) *commonpb.Envelope {
 }
 
 // TestEventOnARunsCorrelation: a message admitted on a DAG run's correlation that carries an
-// event writes the event's handoff with its admission (even when the in-line attempt fails,
+// event writes the event's outbox entry with its admission (even when the in-line attempt fails,
 // the handoff is stored for the relay) and is delivered to its recipient as any message; a
 // message on the correlation without an event, or one refused, writes none; a malformed
 // event is refused with validation_error; a router without the scheduler's inbox refuses an
@@ -61,9 +61,9 @@ func TestEventOnARunsCorrelation(t *testing.T) {
 	in := &eventInbox{}
 	r.SetSchedulerInbox(in)
 	ctx := t.Context()
-	pending := func() []store.Handoff {
+	pending := func() []store.OutboxEntry {
 		t.Helper()
-		hs, err := st.Outbox().PendingHandoffs(ctx, 100)
+		hs, err := st.Outbox().Pending(ctx, 100)
 		require.NoError(t, err)
 		return hs
 	}

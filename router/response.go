@@ -30,7 +30,7 @@ func (r *Router) requestFor(ctx context.Context, env *commonpb.Envelope, request
 }
 
 // ResponseWait tells an agent's lifecycle that the agent waits on the response to a request,
-// or that the wait ended (004 §2); SchedulerInbox.WaitHandoff carries it.
+// or that the wait ended (004 §2); SchedulerInbox.WaitEntry carries it.
 type ResponseWait struct {
 	// ProducerID is the requester, whose lifecycle is told.
 	ProducerID string
@@ -58,17 +58,17 @@ const responseWaitSlack = 10 * time.Second
 // it (004 §1–§2: WAITING is bounded). The first attempt also hands the requester's lifecycle
 // the beginning of its wait, in the transaction that records the pending entry, so the
 // agent enters WAITING whether or not Temporal is reachable now (docs/architecture.md,
-// "Hand-offs to Temporal"); retries continue the same wait.
+// "The outbox"); retries continue the same wait.
 func (r *Router) trackRequest(ctx context.Context, env *commonpb.Envelope, responder string, p protocol.ResponsePolicy, attempt int, original string) error {
 	pr := store.PendingResponse{
 		RequestMessageID: env.GetMessageId(), OriginalMessageID: original, ProducerID: env.GetProducerId(), ResponderID: responder,
 		CorrelationID: env.GetCorrelationId(), Attempt: attempt, MaxAttempts: p.MaxAttempts, Timeout: p.Timeout,
 		Deadline: time.Now().Add(p.Timeout), Status: "pending",
 	}
-	var handoffs []store.Handoff
+	var handoffs []store.OutboxEntry
 	if attempt == 1 && r.inbox != nil {
 		bound := time.Duration(p.MaxAttempts)*(p.Timeout+r.cfg.SweepInterval) + responseWaitSlack
-		h, err := r.inbox.WaitHandoff(ResponseWait{ProducerID: pr.ProducerID, Key: env.GetIdempotencyToken(), RequestID: original,
+		h, err := r.inbox.WaitEntry(ResponseWait{ProducerID: pr.ProducerID, Key: env.GetIdempotencyToken(), RequestID: original,
 			Waiting: true, Bound: bound})
 		if err != nil {
 			return fmt.Errorf("prepare the wait's handoff: %w", err)
@@ -79,7 +79,7 @@ func (r *Router) trackRequest(ctx context.Context, env *commonpb.Envelope, respo
 		return fmt.Errorf("track request: %w", err)
 	}
 	for _, h := range handoffs {
-		r.deliverHandoff(ctx, h)
+		r.deliverEntry(ctx, h)
 	}
 	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "request.waiting",
 		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(),
@@ -91,9 +91,9 @@ func (r *Router) trackRequest(ctx context.Context, env *commonpb.Envelope, respo
 // the request moves to FULFILLED (004 §1), which its producer hears as an ACK.
 // The requester's wait ends in the same transaction (004 §1: back to RUNNING).
 func (r *Router) fulfilRequest(ctx context.Context, request store.MessageRecord, response *commonpb.Envelope) error {
-	var handoffs []store.Handoff
+	var handoffs []store.OutboxEntry
 	if r.inbox != nil {
-		h, err := r.inbox.WaitHandoff(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: true,
+		h, err := r.inbox.WaitEntry(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: true,
 			Reason: "response " + response.GetMessageId()})
 		if err != nil {
 			return fmt.Errorf("prepare the wait's handoff: %w", err)
@@ -104,7 +104,7 @@ func (r *Router) fulfilRequest(ctx context.Context, request store.MessageRecord,
 		return fmt.Errorf("resolve pending response: %w", err)
 	} else if ok {
 		for _, h := range handoffs {
-			r.deliverHandoff(ctx, h)
+			r.deliverEntry(ctx, h)
 		}
 		r.sink.Record(ctx, observe.Event{CorrelationID: request.CorrelationID, Actor: response.GetProducerId(), Type: "request.answered",
 			AgentID: request.ProducerID, MessageID: request.MessageID, Details: map[string]any{"response_message_id": response.GetMessageId()}})
@@ -180,13 +180,13 @@ func (r *Router) endWait(ctx context.Context, request store.MessageRecord, answe
 	if r.inbox == nil {
 		return nil
 	}
-	h, err := r.inbox.WaitHandoff(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: answered, Reason: reason})
+	h, err := r.inbox.WaitEntry(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: answered, Reason: reason})
 	if err != nil {
 		return fmt.Errorf("prepare the wait's handoff: %w", err)
 	}
-	if err := r.st.Outbox().AddHandoffs(ctx, []store.Handoff{h}, store.HandoffLease); err != nil {
+	if err := r.st.Outbox().Add(ctx, []store.OutboxEntry{h}, store.OutboxLease); err != nil {
 		return fmt.Errorf("hand the end of the wait to Temporal: %w", err)
 	}
-	r.deliverHandoff(ctx, h)
+	r.deliverEntry(ctx, h)
 	return nil
 }

@@ -212,7 +212,7 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 	// A message on a DAG run's correlation may deliver an event to the run (§17.7): the
 	// handoff that signals it is written with the admission, so an admitted event reaches the
 	// run even when Temporal is down right now (docs/dag.md, "EVENT by message").
-	var eventHandoff *store.Handoff
+	var eventEntry *store.OutboxEntry
 	ev, isEvent, eperr := dag.EventOf(env.GetCorrelationId(), env.GetContentType(), env.GetPayload())
 	if eperr != nil {
 		return r.reject(ctx, env, recipient, eperr)
@@ -222,11 +222,11 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 			return r.reject(ctx, env, recipient, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE,
 				"event %q for DAG run %q: this server does not run the scheduler's inbox, which delivers events to runs", ev.Name, ev.WorkflowID))
 		}
-		h, err := r.inbox.EventHandoff(env, ev)
+		h, err := r.inbox.EventEntry(env, ev)
 		if err != nil {
-			return nil, fmt.Errorf("prepare the event's handoff: %w", err)
+			return nil, fmt.Errorf("prepare the event's outbox entry: %w", err)
 		}
-		eventHandoff = &h
+		eventEntry = &h
 	}
 	var request store.MessageRecord
 	if link.InResponseTo != "" {
@@ -272,8 +272,8 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 	if key := protocol.DedupKey(env, route.Recipient); key != "" {
 		req.Dedup = &store.Dedup{ProducerID: env.GetProducerId(), Key: key, Window: r.cfg.DedupWindow}
 	}
-	if eventHandoff != nil {
-		req.Handoffs = []store.Handoff{*eventHandoff}
+	if eventEntry != nil {
+		req.Outbox = []store.OutboxEntry{*eventEntry}
 	}
 	seq, err := r.st.Messages().Admit(ctx, req)
 	var dup *store.DedupError
@@ -301,12 +301,12 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 		CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
 		AgentID: route.Recipient, MessageID: env.GetMessageId(), Details: details,
 	})
-	if eventHandoff != nil {
+	if eventEntry != nil {
 		r.sink.Record(ctx, observe.Event{
 			CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "workflow.event_sent",
 			AgentID: route.Recipient, MessageID: env.GetMessageId(), Details: map[string]any{"workflow_id": ev.WorkflowID, "event": ev.Name},
 		})
-		r.deliverHandoff(ctx, *eventHandoff)
+		r.deliverEntry(ctx, *eventEntry)
 	}
 	if link.Request != nil {
 		if err := r.trackRequest(ctx, env, route.Recipient, *link.Request, 1, env.GetMessageId()); err != nil {
@@ -503,8 +503,8 @@ type control struct {
 	// toScheduler marks an ACK for the scheduler, handed to its inbox instead.
 	toScheduler bool
 	// handoff carries a toScheduler ACK to the agent's lifecycle workflow; written with the
-	// step the ACK reports (see withSchedulerHandoff), nil when the ACK came without one.
-	handoff *store.Handoff
+	// step the ACK reports (see withSchedulerEntry), nil when the ACK came without one.
+	outbox *store.OutboxEntry
 }
 
 // prepareControl decides how deliverControl delivers env to agentID. It only reads (the
@@ -537,8 +537,8 @@ func (r *Router) prepareControl(ctx context.Context, agentID string, env *common
 // was made: a scheduler ACK goes to the inbox, and an agent that is not registered is logged.
 func (r *Router) finishControl(ctx context.Context, c control) error {
 	switch {
-	case c.toScheduler && c.handoff != nil:
-		r.deliverHandoff(ctx, *c.handoff)
+	case c.toScheduler && c.outbox != nil:
+		r.deliverEntry(ctx, *c.outbox)
 	case c.toScheduler:
 		return r.toSchedulerAck(ctx, c.env)
 	case c.admit == nil:
@@ -587,11 +587,11 @@ func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64,
 		if err != nil {
 			return nil, err
 		}
-		if c, err = r.withSchedulerHandoff(c, rec, protocol.AckPayload{AckForMessageID: rec.MessageID, Stage: commonpb.AckStage_RECEIVED, Note: note}); err != nil {
+		if c, err = r.withSchedulerEntry(c, rec, protocol.AckPayload{AckForMessageID: rec.MessageID, Stage: commonpb.AckStage_RECEIVED, Note: note}); err != nil {
 			return nil, err
 		}
 		ack = c
-		return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Note: note, FollowUp: c.admit, Handoff: c.handoff}, nil
+		return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Note: note, FollowUp: c.admit, Outbox: c.outbox}, nil
 	}}
 	if messageID != "" && !permanentFailure {
 		req.Known = r.records.recall(messageID)

@@ -21,25 +21,25 @@ import (
 // non-preemptible section, and the beginning and end of an agent's wait on a response
 // (004 §2), and the events messages deliver to DAG runs on their correlation (§17.7). The
 // scheduler's state lives in Temporal workflows, so an ACK (and an event)
-// travels on as a store.Handoff: the router writes it in the transaction that applies the
+// travels on as a store.OutboxEntry: the router writes it in the transaction that applies the
 // ACK, so a stored ACK always reaches the agent's workflow, Temporal reachable or not
 // (docs/reliability.md).
 type SchedulerInbox interface {
-	// AckHandoff returns the handoff that carries an ACK or NACK of msg — a CONTROL message
+	// AckEntry returns the handoff that carries an ACK or NACK of msg — a CONTROL message
 	// the scheduler sent to msg.RecipientID — to the scheduler.
-	AckHandoff(msg store.MessageRecord, ack protocol.AckPayload) (store.Handoff, error)
-	// WaitHandoff returns the handoff that tells the lifecycle of rw.ProducerID that the
+	AckEntry(msg store.MessageRecord, ack protocol.AckPayload) (store.OutboxEntry, error)
+	// WaitEntry returns the handoff that tells the lifecycle of rw.ProducerID that the
 	// agent waits on a response to its request, or that the wait ended (004 §2).
-	WaitHandoff(rw ResponseWait) (store.Handoff, error)
+	WaitEntry(rw ResponseWait) (store.OutboxEntry, error)
 	// Deliver makes the in-line first attempt of handoffs the router has just written; a
 	// failure leaves them to the outbox relay.
-	Deliver(ctx context.Context, hs ...store.Handoff) error
+	Deliver(ctx context.Context, hs ...store.OutboxEntry) error
 	// Control handles a CONTROL envelope an agent addressed to the scheduler; a protocol
 	// refusal comes back as a *protocol.Error, a failure to hand it on as an error.
 	Control(ctx context.Context, env *commonpb.Envelope, c protocol.Control) (*protocol.Error, error)
-	// EventHandoff returns the handoff that delivers ev, the event env carries on a DAG
+	// EventEntry returns the handoff that delivers ev, the event env carries on a DAG
 	// run's correlation, to the run (§17.7); the router writes it with env's admission.
-	EventHandoff(env *commonpb.Envelope, ev dag.MessageEvent) (store.Handoff, error)
+	EventEntry(env *commonpb.Envelope, ev dag.MessageEvent) (store.OutboxEntry, error)
 }
 
 // SetSchedulerInbox installs the scheduler's inbox; call before serving. Without one, CONTROL
@@ -94,43 +94,43 @@ func (r *Router) toSchedulerAck(ctx context.Context, env *commonpb.Envelope) err
 	if err != nil {
 		return fmt.Errorf("look up the scheduler's message: %w", err)
 	}
-	c, err := r.withSchedulerHandoff(control{agentID: protocol.SchedulerID, env: env, toScheduler: true}, rec, ack)
+	c, err := r.withSchedulerEntry(control{agentID: protocol.SchedulerID, env: env, toScheduler: true}, rec, ack)
 	if err != nil {
 		return err
 	}
-	if c.handoff == nil {
+	if c.outbox == nil {
 		r.controlUndeliverable(ctx, env, ack)
 		return nil
 	}
-	if err := r.st.Outbox().AddHandoffs(ctx, []store.Handoff{*c.handoff}, store.HandoffLease); err != nil {
+	if err := r.st.Outbox().Add(ctx, []store.OutboxEntry{*c.outbox}, store.OutboxLease); err != nil {
 		return fmt.Errorf("hand the scheduler's ACK to Temporal: %w", err)
 	}
-	r.deliverHandoff(ctx, *c.handoff)
+	r.deliverEntry(ctx, *c.outbox)
 	return nil
 }
 
-// withSchedulerHandoff adds to c, an ACK for the scheduler, the handoff that carries it to
+// withSchedulerEntry adds to c, an ACK for the scheduler, the handoff that carries it to
 // the lifecycle workflow of msg's recipient, when msg is one of the scheduler's CONTROL
 // messages and this process has the scheduler's inbox. Other ACKs addressed to the scheduler
 // (of its notifications and heartbeats) concern nobody.
-func (r *Router) withSchedulerHandoff(c control, msg store.MessageRecord, ack protocol.AckPayload) (control, error) {
+func (r *Router) withSchedulerEntry(c control, msg store.MessageRecord, ack protocol.AckPayload) (control, error) {
 	if !c.toScheduler || r.inbox == nil || msg.ProducerID != protocol.SchedulerID || msg.Envelope.GetMessageType() != commonpb.MessageType_CONTROL {
 		return c, nil
 	}
-	h, err := r.inbox.AckHandoff(msg, ack)
+	h, err := r.inbox.AckEntry(msg, ack)
 	if err != nil {
-		return c, fmt.Errorf("prepare the scheduler's handoff: %w", err)
+		return c, fmt.Errorf("prepare the scheduler's outbox entry: %w", err)
 	}
-	c.handoff = &h
+	c.outbox = &h
 	return c, nil
 }
 
-// deliverHandoff makes the in-line attempt of a handoff the router wrote. A failure is not
+// deliverEntry makes the in-line attempt of a handoff the router wrote. A failure is not
 // the caller's: the handoff is stored, and the relay delivers it once Temporal takes it.
-func (r *Router) deliverHandoff(ctx context.Context, h store.Handoff) {
+func (r *Router) deliverEntry(ctx context.Context, h store.OutboxEntry) {
 	if err := r.inbox.Deliver(ctx, h); err != nil {
-		slog.Default().Warn("handoff to the scheduler stored; its delivery to Temporal is retried by the outbox relay", "kind", h.Kind,
-			"handoff_id", h.ID, "workflow_id", h.WorkflowID, "error", err)
+		slog.Default().Warn("outbox entry for the scheduler stored; its delivery to Temporal is retried by the outbox relay", "kind", h.Kind,
+			"entry_id", h.ID, "workflow_id", h.WorkflowID, "error", err)
 	}
 }
 

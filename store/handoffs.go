@@ -55,13 +55,13 @@ type Fence struct {
 
 // Handoffs holds the handoff projection and the fences.
 type Handoffs interface {
-	// CreateHandoff stores a new handoff and writes handoffs (its workflow's start) to the
-	// Outbox in the same transaction, leased for HandoffLease, and returns the record as
+	// CreateHandoff stores a new handoff and writes outbox entries (its workflow's start) to the
+	// Outbox in the same transaction, leased for OutboxLease, and returns the record as
 	// stored. The store sets CreatedAt and UpdatedAt; a zero Status is stored as PENDING. When
 	// the request_id exists it writes nothing (neither record nor handoffs) and returns the
 	// existing record with ErrDuplicateHandoff: of concurrent creations of one request_id,
 	// exactly one succeeds.
-	CreateHandoff(ctx context.Context, rec HandoffRecord, handoffs ...Handoff) (HandoffRecord, error)
+	CreateHandoff(ctx context.Context, rec HandoffRecord, entries ...OutboxEntry) (HandoffRecord, error)
 	// GetHandoff returns one handoff, or ErrNotFound.
 	GetHandoff(ctx context.Context, requestID string) (HandoffRecord, error)
 	// UpdateHandoff records a transition: status, the current target, the accepting agent and

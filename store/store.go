@@ -50,7 +50,7 @@ type Store interface {
 	HITL() HITL
 	// DLQ returns the dead-letter queue.
 	DLQ() DLQ
-	// Outbox returns the handoffs to Temporal that are not delivered yet.
+	// Outbox returns the outbox entries that are not delivered yet.
 	Outbox() Outbox
 	// ActivityBuffer returns the scheduler's activity buffer (§10).
 	ActivityBuffer() ActivityBuffer
@@ -130,11 +130,11 @@ type AdmitRequest struct {
 	// Dedup, when set (with Track), makes the admission consult and update the idempotency
 	// cache atomically (§11.2); see Dedup.
 	Dedup *Dedup
-	// Handoffs are written to the Outbox in the admission's transaction, leased for
-	// HandoffLease, and only when the message is admitted (not when it is refused, rejected
+	// Outbox are written to the Outbox in the admission's transaction, leased for
+	// OutboxLease, and only when the message is admitted (not when it is refused, rejected
 	// or a duplicate): what the message promises Temporal, such as the event it delivers to a
 	// DAG run, is kept exactly when the message is.
-	Handoffs []Handoff
+	Outbox []OutboxEntry
 }
 
 // Dedup identifies the logical operation of a tracked message for idempotency (§11.2, §11.3).
@@ -345,10 +345,10 @@ type Step struct {
 	// full buffer; a message_id already known fails the whole call with ErrDuplicateMessage
 	// and changes nothing.
 	FollowUp *AdmitRequest
-	// Handoff, when set, is written to the Outbox in the same transaction as the transition
-	// and only if it applies, leased for HandoffLease (the caller's in-line attempt): the
+	// Outbox, when set, is written to the Outbox in the same transaction as the transition
+	// and only if it applies, leased for OutboxLease (the caller's in-line attempt): the
 	// ACK of a scheduler's CONTROL message, on its way to the agent's lifecycle workflow.
-	Handoff *Handoff
+	Outbox *OutboxEntry
 }
 
 // PlanFunc decides, from a tracked message's current record, the Step to apply to it, or nil
@@ -522,14 +522,14 @@ type MessagePlane interface {
 	// AddPendingResponse starts tracking a response-required request (status "pending").
 	// Adding the same RequestMessageID again replaces it. The handoffs (the requester's
 	// lifecycle entering WAITING, 004 §2) are written in the same transaction, leased for
-	// HandoffLease.
-	AddPendingResponse(ctx context.Context, p PendingResponse, handoffs ...Handoff) error
+	// OutboxLease.
+	AddPendingResponse(ctx context.Context, p PendingResponse, entries ...OutboxEntry) error
 
 	// ResolvePendingResponse marks the pending request requestMessageID fulfilled by
 	// responseMessageID and returns it; false when there is no pending entry for it (unknown,
 	// already fulfilled, or expired). The handoffs (the requester's wait ending) are written
-	// in the same transaction, and only when it resolves the entry, leased for HandoffLease.
-	ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string, handoffs ...Handoff) (PendingResponse, bool, error)
+	// in the same transaction, and only when it resolves the entry, leased for OutboxLease.
+	ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string, entries ...OutboxEntry) (PendingResponse, bool, error)
 
 	// ExpirePendingResponses claims up to limit pending requests whose Deadline passed,
 	// marking them "expired" (each returned to exactly one caller).
@@ -562,17 +562,17 @@ type AgentRecord struct {
 // this is what routing and discovery read.
 type Registry interface {
 	// PutAgent inserts or replaces an agent record (registration and re-registration) and
-	// writes handoffs (the start of its lifecycle workflow) to the Outbox in the same
-	// transaction, leased for HandoffLease.
-	PutAgent(ctx context.Context, rec AgentRecord, handoffs ...Handoff) error
+	// writes outbox entries (the start of its lifecycle workflow) to the Outbox in the same
+	// transaction, leased for OutboxLease.
+	PutAgent(ctx context.Context, rec AgentRecord, entries ...OutboxEntry) error
 	// GetAgent returns one agent, or ErrNotFound.
 	GetAgent(ctx context.Context, agentID string) (AgentRecord, error)
 	// ListAgents returns every registered agent ordered by agent_id.
 	ListAgents(ctx context.Context) ([]AgentRecord, error)
 	// DeleteAgent removes an agent; it reports whether one was removed. Only when one was, it
-	// writes handoffs (the end of its lifecycle workflow) to the Outbox in the same
-	// transaction, leased for HandoffLease.
-	DeleteAgent(ctx context.Context, agentID string, handoffs ...Handoff) (bool, error)
+	// writes outbox entries (the end of its lifecycle workflow) to the Outbox in the same
+	// transaction, leased for OutboxLease.
+	DeleteAgent(ctx context.Context, agentID string, entries ...OutboxEntry) (bool, error)
 	// RecordHeartbeat stores a heartbeat's time and health map, or returns ErrNotFound.
 	RecordHeartbeat(ctx context.Context, agentID string, health map[string]string, at time.Time) error
 	// SetAgentState records the lifecycle state, or returns ErrNotFound.

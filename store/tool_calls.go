@@ -55,7 +55,7 @@ type ToolCalls interface {
 	// workflow (the transactional outbox: a recorded call always gets its workflow). When the
 	// call_id is known it writes nothing and returns the stored record with created=false;
 	// the caller compares owners.
-	CreateCall(ctx context.Context, rec ToolCallRecord, handoffs ...Handoff) (stored ToolCallRecord, created bool, err error)
+	CreateCall(ctx context.Context, rec ToolCallRecord, entries ...OutboxEntry) (stored ToolCallRecord, created bool, err error)
 	// GetCall returns a call or ErrNotFound.
 	GetCall(ctx context.Context, callID string) (ToolCallRecord, error)
 	// AppendFrame stores the call's next, non-final frame and returns it numbered; ErrCallClosed

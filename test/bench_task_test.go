@@ -20,7 +20,7 @@ import (
 
 // BenchmarkTaskRoundTrip measures one task end to end on PostgreSQL: SubmitTask, the RUN
 // reaching an SDK agent that completes at once, its ACKs handed to the agent's lifecycle
-// through the outbox (docs/architecture.md, "Hand-offs to Temporal"), and the task workflow's
+// through the outbox (docs/architecture.md, "The outbox"), and the task workflow's
 // COMPLETED result. BenchmarkBaselineBareTemporalTask does the same work on bare Temporal.
 func BenchmarkTaskRoundTrip(b *testing.B) {
 	sys := start(b, newConfig(b, "postgres"))

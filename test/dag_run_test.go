@@ -252,10 +252,10 @@ func TestDAGRunEventByMessage(t *testing.T) {
 			proxy.cut(unreachable)
 			approval, err := send(`{"event":"approved","by":"release manager"}`)
 			require.NoError(t, err, "the approval is admitted while Temporal is unreachable")
-			pending, err := sys.app.Store().Outbox().PendingHandoffs(ctx, 100)
+			pending, err := sys.app.Store().Outbox().Pending(ctx, 100)
 			require.NoError(t, err)
-			assert.True(t, slices.ContainsFunc(pending, func(h store.Handoff) bool {
-				return h.Kind == workflows.HandoffDAGEvent && strings.Contains(string(h.Payload), approval.GetMessageId())
+			assert.True(t, slices.ContainsFunc(pending, func(h store.OutboxEntry) bool {
+				return h.Kind == workflows.OutboxDAGEvent && strings.Contains(string(h.Payload), approval.GetMessageId())
 			}), "the event is in the outbox while Temporal is away: %v", pending)
 			time.Sleep(4 * time.Second)
 			assert.Zero(t, p.count("release"))

@@ -124,7 +124,7 @@ func TestTaskFinishedDuringTemporalOutageCompletes(t *testing.T) {
 				return false
 			}, 30*time.Second, 50*time.Millisecond, "the ACK FULFILLED never reached the store")
 			// Stay cut past the Temporal client's 10 s RPC timeout: a signal sent while the ACK
-			// is handled then fails for good, and only a durable hand-off can deliver it.
+			// is handled then fails for good, and only a durable outbox entry can deliver it.
 			time.Sleep(12 * time.Second)
 			proxy.restore()
 
@@ -160,10 +160,10 @@ func TestRegisterDuringTemporalOutage(t *testing.T) {
 			require.NoError(t, err, "the registration is stored; the lifecycle's start is a durable handoff")
 			require.True(t, res.GetAccepted())
 			require.Contains(t, res.GetReason(), "starts as soon as Temporal is reachable")
-			pending, err := sys.app.Store().Outbox().PendingHandoffs(context.Background(), 10)
+			pending, err := sys.app.Store().Outbox().Pending(context.Background(), 10)
 			require.NoError(t, err)
 			require.Len(t, pending, 1)
-			require.Equal(t, workflows.HandoffAgentRegister, pending[0].Kind)
+			require.Equal(t, workflows.OutboxAgentRegister, pending[0].Kind)
 
 			proxy.restore()
 			require.Eventually(t, func() bool {
@@ -179,7 +179,7 @@ func TestRegisterDuringTemporalOutage(t *testing.T) {
 				return err == nil && v.Get(&st) == nil && st.State == commonpb.AgentState_RUNNABLE.String()
 			}, 30*time.Second, 200*time.Millisecond)
 			require.Eventually(t, func() bool {
-				hs, err := sys.app.Store().Outbox().PendingHandoffs(context.Background(), 10)
+				hs, err := sys.app.Store().Outbox().Pending(context.Background(), 10)
 				return err == nil && len(hs) == 0
 			}, 10*time.Second, 50*time.Millisecond, "a delivered handoff is removed")
 		})

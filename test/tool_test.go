@@ -492,7 +492,7 @@ func TestToolMaxConcurrency(t *testing.T) {
 }
 
 // TestToolCallDuringTemporalOutage: on both stores, a call made while the frontend cannot
-// reach Temporal is recorded with the hand-off that starts its workflow (one write); the
+// reach Temporal is recorded with the outbox entry that starts its workflow (one write); the
 // caller's stream waits, and once Temporal is back the relay starts the call, which runs and
 // ends the stream with its final frame — the call accepted during the outage is not lost.
 func TestToolCallDuringTemporalOutage(t *testing.T) {
@@ -517,12 +517,12 @@ func TestToolCallDuringTemporalOutage(t *testing.T) {
 			require.NoError(t, err, "the call is recorded while Temporal is away")
 			assert.False(t, rec.Final)
 			require.Eventually(t, func() bool {
-				hs, err := srv.Store().Outbox().PendingHandoffs(ctx, 100)
+				hs, err := srv.Store().Outbox().Pending(ctx, 100)
 				if err != nil {
 					return false
 				}
 				for _, h := range hs {
-					if h.Kind == workflows.HandoffToolStart && h.WorkflowID == workflows.ToolWorkflowID(callID) {
+					if h.Kind == workflows.OutboxToolStart && h.WorkflowID == workflows.ToolWorkflowID(callID) {
 						return true
 					}
 				}

@@ -212,14 +212,14 @@ type DAGEvent struct {
 	By string `json:",omitempty"`
 }
 
-// HandoffDAGEvent is the outbox hand-off kind that signals DAGEventSignal to dag/<workflow_id>
+// OutboxDAGEvent is the outbox entry kind that signals DAGEventSignal to dag/<workflow_id>
 // after the router admitted a message carrying an event on the run's correlation (payload
-// DAGEventHandoff, written in the admission's transaction). A run that is closed or was never
+// DAGEventPayload, written in the admission's transaction). A run that is closed or was never
 // started has no node left to release: the frontend's handler records that and is done.
-const HandoffDAGEvent = "dag.event"
+const OutboxDAGEvent = "dag.event"
 
-// DAGEventHandoff is the payload of a HandoffDAGEvent hand-off.
-type DAGEventHandoff struct {
+// DAGEventPayload is the payload of an OutboxDAGEvent outbox entry.
+type DAGEventPayload struct {
 	// WorkflowID names the run (dag/<WorkflowID>).
 	WorkflowID string
 	// Event is the signal's argument.

@@ -21,10 +21,10 @@ import (
 // KindHandoff is the SW4RMKind search-attribute value of handoff runs.
 const KindHandoff = "handoff"
 
-// HandoffStart is the outbox hand-off kind that starts workflow handoff/<request_id> after
-// RequestHandoff stored the handoff (payload HandoffStartHandoff). The frontend's handler
+// OutboxHandoffStart is the outbox entry kind that starts workflow handoff/<request_id> after
+// RequestHandoff stored the handoff (payload HandoffStartPayload). The frontend's handler
 // starts it with HandoffStartOptions; a run already started counts as delivered.
-const HandoffStart = "handoff.start"
+const OutboxHandoffStart = "handoff.start"
 
 // Names of the handoff workflow's messages (§17.6).
 const (
@@ -120,8 +120,8 @@ func HandoffInputFrom(req *handoffpb.HandoffRequest, correlation, contentType st
 	}
 }
 
-// HandoffStartHandoff is the payload of a HandoffStart outbox hand-off.
-type HandoffStartHandoff struct {
+// HandoffStartPayload is the payload of an OutboxHandoffStart outbox entry.
+type HandoffStartPayload struct {
 	// Input starts the workflow.
 	Input HandoffInput
 }

@@ -20,24 +20,24 @@ import (
 // KindTool is the SW4RMKind search-attribute value of tool call runs.
 const KindTool = "tool"
 
-// HandoffToolStart is the outbox hand-off kind that starts a call's workflow: the frontend
+// OutboxToolStart is the outbox entry kind that starts a call's workflow: the frontend
 // records the call (store.ToolCalls.CreateCall) and the start in one write (payload
-// ToolStartHandoff), so a recorded call always runs even if the frontend dies or Temporal
+// ToolStartPayload), so a recorded call always runs even if the frontend dies or Temporal
 // is unreachable at that moment; a run already started counts as delivered.
-const HandoffToolStart = "tool.start"
+const OutboxToolStart = "tool.start"
 
-// ToolStartHandoff is the payload of a HandoffToolStart hand-off.
-type ToolStartHandoff struct {
+// ToolStartPayload is the payload of an OutboxToolStart outbox entry.
+type ToolStartPayload struct {
 	// Input starts the workflow.
 	Input ToolCallInput
 }
 
-// HandoffToolProvided is the outbox hand-off kind that tells the call of an agent provider
-// that the agent's final TOOL_RESULT or TOOL_ERROR is stored (payload ToolProvidedHandoff).
-const HandoffToolProvided = "tool.provided"
+// OutboxToolProvided is the outbox entry kind that tells the call of an agent provider
+// that the agent's final TOOL_RESULT or TOOL_ERROR is stored (payload ToolProvidedPayload).
+const OutboxToolProvided = "tool.provided"
 
-// ToolProvidedHandoff is the payload of a HandoffToolProvided hand-off.
-type ToolProvidedHandoff struct {
+// ToolProvidedPayload is the payload of an OutboxToolProvided outbox entry.
+type ToolProvidedPayload struct {
 	// CallID is the call.
 	CallID string
 	// Provided is what the signal carries.

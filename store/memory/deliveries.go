@@ -109,8 +109,8 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 			entry.UpdatedAt = t
 		}
 	}
-	for _, h := range req.Handoffs {
-		s.addHandoffLocked(h, store.HandoffLease, t)
+	for _, h := range req.Outbox {
+		s.addOutboxLocked(h, store.OutboxLease, t)
 	}
 	s.hub.Wake(req.RecipientID)
 	return row.seq, nil

@@ -35,9 +35,9 @@ func copyHandoffRecord(rec store.HandoffRecord) store.HandoffRecord {
 	return rec
 }
 
-// CreateHandoff implements store.Handoffs. The record and its outbox handoffs are written
+// CreateHandoff implements store.Handoffs. The record and its outbox entries are written
 // under one hold of s.mu, so no reader sees one without the other.
-func (h *handoffsStore) CreateHandoff(ctx context.Context, rec store.HandoffRecord, handoffs ...store.Handoff) (store.HandoffRecord, error) {
+func (h *handoffsStore) CreateHandoff(ctx context.Context, rec store.HandoffRecord, entries ...store.OutboxEntry) (store.HandoffRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return store.HandoffRecord{}, err
 	}
@@ -58,8 +58,8 @@ func (h *handoffsStore) CreateHandoff(ctx context.Context, rec store.HandoffReco
 	rec = copyHandoffRecord(rec)
 	s.handoffReqOrder++
 	s.handoffReqs[rec.RequestID] = &handoffReqRow{rec: rec, order: s.handoffReqOrder}
-	for _, ho := range handoffs {
-		s.addHandoffLocked(ho, store.HandoffLease, at)
+	for _, ho := range entries {
+		s.addOutboxLocked(ho, store.OutboxLease, at)
 	}
 	return copyHandoffRecord(rec), nil
 }

@@ -67,10 +67,10 @@ type Store struct {
 	// slices (copied on the way in and out).
 	hitl map[string]*store.HITLRecord
 
-	// handoffs holds the undelivered handoffs to Temporal by ID (see outbox.go);
-	// handoffOrder numbers them in insertion order.
-	handoffs     map[string]*handoffRow
-	handoffOrder int64
+	// outbox holds the undelivered outbox entries by ID (see outbox.go);
+	// outboxOrder numbers them in insertion order.
+	outbox      map[string]*outboxRow
+	outboxOrder int64
 
 	// handoffReqs holds the handoff projection (§17.6) by request_id, fences the fences by
 	// (correlation, agent) (see handoffs.go); they share s.mu with the outbox so that a
@@ -166,7 +166,7 @@ func New() *Store {
 		responses:   make(map[string]*store.PendingResponse),
 		agents:      make(map[string]*agentRow),
 		hitl:        make(map[string]*store.HITLRecord),
-		handoffs:    make(map[string]*handoffRow),
+		outbox:      make(map[string]*outboxRow),
 		handoffReqs: make(map[string]*handoffReqRow),
 		fences:      make(map[fenceKey]store.Fence),
 		definitions: make(map[string][]store.WorkflowDefinitionRecord),

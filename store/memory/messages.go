@@ -305,7 +305,7 @@ func (m *messagePlane) BufferStats(ctx context.Context) ([]store.BufferStat, err
 
 // AddPendingResponse implements store.MessagePlane. A zero Deadline means now + Timeout; an
 // empty OriginalMessageID means RequestMessageID (the first attempt).
-func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingResponse, handoffs ...store.Handoff) error {
+func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingResponse, entries ...store.OutboxEntry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -327,14 +327,14 @@ func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingRe
 	defer s.mu.Unlock()
 	s.responses[p.RequestMessageID] = &p
 	at := now()
-	for _, h := range handoffs {
-		s.addHandoffLocked(h, store.HandoffLease, at)
+	for _, h := range entries {
+		s.addOutboxLocked(h, store.OutboxLease, at)
 	}
 	return nil
 }
 
 // ResolvePendingResponse implements store.MessagePlane.
-func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string, handoffs ...store.Handoff) (store.PendingResponse, bool, error) {
+func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string, entries ...store.OutboxEntry) (store.PendingResponse, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return store.PendingResponse{}, false, err
 	}
@@ -347,8 +347,8 @@ func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessag
 	}
 	delete(s.responses, requestMessageID)
 	at := now()
-	for _, h := range handoffs {
-		s.addHandoffLocked(h, store.HandoffLease, at)
+	for _, h := range entries {
+		s.addOutboxLocked(h, store.OutboxLease, at)
 	}
 	out := *p
 	out.Status = "fulfilled"
@@ -579,8 +579,8 @@ func (s *Store) applyStep(id string, row *messageRow, step *store.Step, follow [
 	if f != nil {
 		res.FollowUpSeq = s.enqueueControl(f, follow, at)
 	}
-	if step.Handoff != nil {
-		s.addHandoffLocked(*step.Handoff, store.HandoffLease, at)
+	if step.Outbox != nil {
+		s.addOutboxLocked(*step.Outbox, store.OutboxLease, at)
 	}
 	return res, nil
 }

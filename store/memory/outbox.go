@@ -8,15 +8,15 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
-// handoffRow is one undelivered handoff; order is its insertion number (oldest first).
-type handoffRow struct {
-	h       store.Handoff
+// outboxRow is one undelivered entry; order is its insertion number (oldest first).
+type outboxRow struct {
+	h       store.OutboxEntry
 	order   int64
 	leaseTo time.Time
 }
 
 // outbox implements store.Outbox over the Store's maps; it shares s.mu with the message plane
-// and the registry, so a handoff written with a step or a registration is written atomically
+// and the registry, so an entry written with a step or a registration is written atomically
 // with it.
 type outbox Store
 
@@ -25,18 +25,18 @@ func (o *outbox) s() *Store { return (*Store)(o) }
 // Outbox implements store.Store.
 func (s *Store) Outbox() store.Outbox { return (*outbox)(s) }
 
-// addHandoffLocked stores h leased for lease; the caller holds s.mu.
-func (s *Store) addHandoffLocked(h store.Handoff, lease time.Duration, at time.Time) {
-	if _, ok := s.handoffs[h.ID]; ok {
+// addOutboxLocked stores h leased for lease; the caller holds s.mu.
+func (s *Store) addOutboxLocked(h store.OutboxEntry, lease time.Duration, at time.Time) {
+	if _, ok := s.outbox[h.ID]; ok {
 		return // written already (a retried write): keep the first
 	}
-	s.handoffOrder++
+	s.outboxOrder++
 	h.CreatedAt, h.Payload = at, slices.Clone(h.Payload)
-	s.handoffs[h.ID] = &handoffRow{h: h, order: s.handoffOrder, leaseTo: at.Add(lease)}
+	s.outbox[h.ID] = &outboxRow{h: h, order: s.outboxOrder, leaseTo: at.Add(lease)}
 }
 
-// AddHandoffs implements store.Outbox.
-func (o *outbox) AddHandoffs(ctx context.Context, hs []store.Handoff, lease time.Duration) error {
+// Add implements store.Outbox.
+func (o *outbox) Add(ctx context.Context, hs []store.OutboxEntry, lease time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -45,28 +45,28 @@ func (o *outbox) AddHandoffs(ctx context.Context, hs []store.Handoff, lease time
 	defer s.mu.Unlock()
 	at := now()
 	for _, h := range hs {
-		s.addHandoffLocked(h, lease, at)
+		s.addOutboxLocked(h, lease, at)
 	}
 	return nil
 }
 
-// sortedHandoffs returns the rows oldest first; the caller holds s.mu.
-func (s *Store) sortedHandoffs() []*handoffRow {
-	rows := make([]*handoffRow, 0, len(s.handoffs))
-	for _, r := range s.handoffs {
+// sortedOutbox returns the rows oldest first; the caller holds s.mu.
+func (s *Store) sortedOutbox() []*outboxRow {
+	rows := make([]*outboxRow, 0, len(s.outbox))
+	for _, r := range s.outbox {
 		rows = append(rows, r)
 	}
-	slices.SortFunc(rows, func(a, b *handoffRow) int { return int(a.order - b.order) })
+	slices.SortFunc(rows, func(a, b *outboxRow) int { return int(a.order - b.order) })
 	return rows
 }
 
-func copyHandoff(h store.Handoff) store.Handoff {
+func copyOutboxEntry(h store.OutboxEntry) store.OutboxEntry {
 	h.Payload = slices.Clone(h.Payload)
 	return h
 }
 
-// ClaimHandoffs implements store.Outbox.
-func (o *outbox) ClaimHandoffs(ctx context.Context, lease time.Duration, limit int) ([]store.Handoff, error) {
+// Claim implements store.Outbox.
+func (o *outbox) Claim(ctx context.Context, lease time.Duration, limit int) ([]store.OutboxEntry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -74,8 +74,8 @@ func (o *outbox) ClaimHandoffs(ctx context.Context, lease time.Duration, limit i
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at := now()
-	var out []store.Handoff
-	for _, r := range s.sortedHandoffs() {
+	var out []store.OutboxEntry
+	for _, r := range s.sortedOutbox() {
 		if len(out) >= limit {
 			break
 		}
@@ -83,13 +83,13 @@ func (o *outbox) ClaimHandoffs(ctx context.Context, lease time.Duration, limit i
 			continue
 		}
 		r.leaseTo = at.Add(lease)
-		out = append(out, copyHandoff(r.h))
+		out = append(out, copyOutboxEntry(r.h))
 	}
 	return out, nil
 }
 
-// CompleteHandoffs implements store.Outbox.
-func (o *outbox) CompleteHandoffs(ctx context.Context, ids []string) error {
+// Complete implements store.Outbox.
+func (o *outbox) Complete(ctx context.Context, ids []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -97,20 +97,20 @@ func (o *outbox) CompleteHandoffs(ctx context.Context, ids []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range ids {
-		delete(s.handoffs, id)
+		delete(s.outbox, id)
 	}
 	return nil
 }
 
-// RetryHandoff implements store.Outbox.
-func (o *outbox) RetryHandoff(ctx context.Context, id string, delay time.Duration, lastErr string) error {
+// Retry implements store.Outbox.
+func (o *outbox) Retry(ctx context.Context, id string, delay time.Duration, lastErr string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s := o.s()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r, ok := s.handoffs[id]; ok {
+	if r, ok := s.outbox[id]; ok {
 		r.h.Attempts++
 		r.h.LastError = lastErr
 		r.leaseTo = now().Add(delay)
@@ -118,20 +118,20 @@ func (o *outbox) RetryHandoff(ctx context.Context, id string, delay time.Duratio
 	return nil
 }
 
-// PendingHandoffs implements store.Outbox.
-func (o *outbox) PendingHandoffs(ctx context.Context, limit int) ([]store.Handoff, error) {
+// Pending implements store.Outbox.
+func (o *outbox) Pending(ctx context.Context, limit int) ([]store.OutboxEntry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s := o.s()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []store.Handoff
-	for _, r := range s.sortedHandoffs() {
+	var out []store.OutboxEntry
+	for _, r := range s.sortedOutbox() {
 		if len(out) >= limit {
 			break
 		}
-		out = append(out, copyHandoff(r.h))
+		out = append(out, copyOutboxEntry(r.h))
 	}
 	return out, nil
 }

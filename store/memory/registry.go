@@ -26,7 +26,7 @@ type registry Store
 func (r *registry) s() *Store { return (*Store)(r) }
 
 // PutAgent implements store.Registry.
-func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord, handoffs ...store.Handoff) error {
+func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord, entries ...store.OutboxEntry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -53,8 +53,8 @@ func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord, handoffs
 	defer s.mu.Unlock()
 	s.agents[id] = row
 	at := now()
-	for _, h := range handoffs {
-		s.addHandoffLocked(h, store.HandoffLease, at)
+	for _, h := range entries {
+		s.addOutboxLocked(h, store.OutboxLease, at)
 	}
 	return nil
 }
@@ -95,7 +95,7 @@ func (r *registry) ListAgents(ctx context.Context) ([]store.AgentRecord, error) 
 }
 
 // DeleteAgent implements store.Registry.
-func (r *registry) DeleteAgent(ctx context.Context, agentID string, handoffs ...store.Handoff) (bool, error) {
+func (r *registry) DeleteAgent(ctx context.Context, agentID string, entries ...store.OutboxEntry) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -108,8 +108,8 @@ func (r *registry) DeleteAgent(ctx context.Context, agentID string, handoffs ...
 	}
 	delete(s.agents, agentID)
 	at := now()
-	for _, h := range handoffs {
-		s.addHandoffLocked(h, store.HandoffLease, at)
+	for _, h := range entries {
+		s.addOutboxLocked(h, store.OutboxLease, at)
 	}
 	return true, nil
 }

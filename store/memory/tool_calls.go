@@ -24,7 +24,7 @@ func (c *toolCallsStore) s() *Store { return (*Store)(c) }
 func (s *Store) ToolCalls() store.ToolCalls { return (*toolCallsStore)(s) }
 
 // CreateCall implements store.ToolCalls.
-func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecord, handoffs ...store.Handoff) (store.ToolCallRecord, bool, error) {
+func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecord, entries ...store.OutboxEntry) (store.ToolCallRecord, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ToolCallRecord{}, false, err
 	}
@@ -42,8 +42,8 @@ func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecor
 	}
 	rec.Frames, rec.Bytes, rec.Final, rec.CreatedAt = 0, 0, false, now()
 	s.toolCalls[rec.CallID] = &toolCallRow{rec: rec}
-	for _, h := range handoffs {
-		s.addHandoffLocked(h, store.HandoffLease, rec.CreatedAt)
+	for _, h := range entries {
+		s.addOutboxLocked(h, store.OutboxLease, rec.CreatedAt)
 	}
 	return rec, true, nil
 }

@@ -40,7 +40,7 @@ func scanHandoffRecord(row pgx.CollectableRow) (store.HandoffRecord, error) {
 // transaction; ON CONFLICT DO NOTHING waits for a concurrent insert of the same request_id to
 // commit and then inserts nothing, so of concurrent creations exactly one writes the record
 // and its handoffs, and the others read the winner's record.
-func (h *handoffsStore) CreateHandoff(ctx context.Context, rec store.HandoffRecord, handoffs ...store.Handoff) (store.HandoffRecord, error) {
+func (h *handoffsStore) CreateHandoff(ctx context.Context, rec store.HandoffRecord, entries ...store.OutboxEntry) (store.HandoffRecord, error) {
 	if rec.RequestID == "" {
 		return store.HandoffRecord{}, errors.New("postgres: create handoff: request_id is required")
 	}
@@ -64,11 +64,11 @@ func (h *handoffsStore) CreateHandoff(ctx context.Context, rec store.HandoffReco
 			return err
 		}
 		inserted = true
-		if len(handoffs) == 0 {
+		if len(entries) == 0 {
 			return nil
 		}
 		b := &pgx.Batch{}
-		queueHandoffs(b, handoffs, store.HandoffLease)
+		queueOutbox(b, entries, store.OutboxLease)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {

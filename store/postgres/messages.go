@@ -58,7 +58,7 @@ func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
 // returned unchanged. It runs only when the buffer has room (a full buffer leaves the cache
 // untouched), in which case cur (the live entry as of the statement's snapshot) decides.
 // dec names the outcome; msg records the message (only admitted ones when untracked); del
-// enqueues it; ho writes the request's handoffs ($16-$19 as parallel arrays, leased for $20
+// enqueues it; ho writes the request's outbox entries ($16-$19 as parallel arrays, leased for $20
 // seconds) only when del enqueued the message; the final SELECT notifies listeners
 // (delivered at commit) and reports.
 //
@@ -147,7 +147,7 @@ del AS (
 	RETURNING seq
 ),
 ho AS (
-	INSERT INTO handoffs (id, kind, workflow_id, payload, lease_until)
+	INSERT INTO outbox (id, kind, workflow_id, payload, lease_until)
 	SELECT h.id, h.kind, h.workflow_id, h.payload, now() + make_interval(secs => $20)
 	FROM unnest($16::text[], $17::text[], $18::text[], $19::bytea[]) WITH ORDINALITY AS h(id, kind, workflow_id, payload, ord)
 	WHERE EXISTS (SELECT 1 FROM del)
@@ -196,11 +196,11 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 		dedupProducer, dedupKey, window = req.Dedup.ProducerID, req.Dedup.Key, store.EffectiveDedupWindow(req.Dedup.Window)
 	}
 	capacity := max(req.Capacity, 0)
-	hIDs, hKinds, hWorkflows, hPayloads := handoffColumnsOf(req.Handoffs)
+	hIDs, hKinds, hWorkflows, hPayloads := outboxColumnsOf(req.Outbox)
 	args := []any{id, req.Track, env.GetProducerId(), req.RecipientID, env.GetCorrelationId(),
 		int32(env.GetMessageType()), envBytes, int16(store.LaneRank(req.Lane)), nullTime(req.ExpiresAt), capacity,
 		dedupProducer, dedupKey, window.Microseconds(), store.BufferFullNote(req.RecipientID, capacity), NotifyChannel,
-		hIDs, hKinds, hWorkflows, hPayloads, store.HandoffLease.Seconds()}
+		hIDs, hKinds, hWorkflows, hPayloads, store.OutboxLease.Seconds()}
 
 	var (
 		decision string
@@ -629,7 +629,7 @@ func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal st
 // condition on the newest version, so ok_ tells whether everything the step was planned on
 // still holds; conf and upd write only then. fmsg and fdel admit the follow-up as Admit admits
 // untracked control traffic (a known message_id fails the statement on messages_pkey, which
-// undoes all of it), ho writes the step's handoff to the outbox (a data-modifying CTE runs
+// undoes all of it), ho writes the step's outbox entry (a data-modifying CTE runs
 // whether or not the SELECT reads it), and the final SELECT notifies the follow-up's recipient (delivered at
 // commit) and reports. Parameters:
 //
@@ -637,7 +637,7 @@ func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal st
 //	$7 seq to confirm (0: none)  $8 its agent_id
 //	$9 follow-up message_id ('': none)  $10 producer_id  $11 recipient_id  $12 correlation_id
 //	$13 message_type  $14 envelope  $15 lane  $16 expires_at  $17 notify channel
-//	$18 handoff id ('': none)  $19 kind  $20 workflow_id  $21 payload  $22 lease in seconds
+//	$18 outbox entry id ('': none)  $19 kind  $20 workflow_id  $21 payload  $22 lease in seconds
 func stepSQL(entSQL string) string {
 	return enumSQL(`
 WITH
@@ -679,7 +679,7 @@ fdel AS (
 	RETURNING seq
 ),
 ho AS (
-	INSERT INTO handoffs (id, kind, workflow_id, payload, lease_until)
+	INSERT INTO outbox (id, kind, workflow_id, payload, lease_until)
 	SELECT $18, $19, $20, $21, now() + make_interval(secs => $22) FROM upd WHERE $18 <> ''
 	ON CONFLICT (id) DO NOTHING
 )
@@ -732,11 +732,11 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 		note string
 		f    store.AdmitRequest
 		env  []byte
-		h    store.Handoff
+		h    store.OutboxEntry
 	)
 	if step != nil {
-		if step.Handoff != nil {
-			h = *step.Handoff
+		if step.Outbox != nil {
+			h = *step.Outbox
 		}
 		switch entSQLFor(step.To) {
 		case entTimedOutSQL:
@@ -767,7 +767,7 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 	err := m.s().pool.QueryRow(ctx, sql, messageID, to, code, note, int32(from), step != nil, seq, agentID,
 		followID, f.Envelope.GetProducerId(), f.RecipientID, f.Envelope.GetCorrelationId(), int32(f.Envelope.GetMessageType()),
 		env, int16(store.LaneRank(f.Lane)), nullTime(f.ExpiresAt), NotifyChannel,
-		h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), store.HandoffLease.Seconds()).Scan(dest...)
+		h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), store.OutboxLease.Seconds()).Scan(dest...)
 	if isDuplicateMessage(err) {
 		return stepOutcome{}, fmt.Errorf("follow-up %q: %w", followID, store.ErrDuplicateMessage)
 	}

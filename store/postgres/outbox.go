@@ -13,30 +13,30 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
-// outbox implements store.Outbox on the handoffs table (migration 00009).
+// outbox implements store.Outbox on the entries table (migration 00009).
 type outbox Store
 
 func (o *outbox) s() *Store { return (*Store)(o) }
 
-// Outbox returns the undelivered handoffs to Temporal.
+// Outbox returns the undelivered entries to Temporal.
 func (s *Store) Outbox() store.Outbox { return (*outbox)(s) }
 
-// insertHandoffSQL writes one handoff leased for $5 seconds; an ID written before (a retried
+// insertHandoffSQL writes one entry leased for $5 seconds; an ID written before (a retried
 // write) keeps its first row.
 const insertHandoffSQL = `
-INSERT INTO handoffs (id, kind, workflow_id, payload, lease_until)
+INSERT INTO outbox (id, kind, workflow_id, payload, lease_until)
 VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))
 ON CONFLICT (id) DO NOTHING`
 
-// queueHandoffs adds the inserts of hs to a batch.
-func queueHandoffs(b *pgx.Batch, hs []store.Handoff, lease time.Duration) {
+// queueOutbox adds the inserts of hs to a batch.
+func queueOutbox(b *pgx.Batch, hs []store.OutboxEntry, lease time.Duration) {
 	for _, h := range hs {
 		b.Queue(insertHandoffSQL, h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), lease.Seconds())
 	}
 }
 
-// handoffColumnsOf splits hs into the parallel arrays a statement unnests (see admitSQL).
-func handoffColumnsOf(hs []store.Handoff) (ids, kinds, workflowIDs []string, payloads [][]byte) {
+// outboxColumnsOf splits hs into the parallel arrays a statement unnests (see admitSQL).
+func outboxColumnsOf(hs []store.OutboxEntry) (ids, kinds, workflowIDs []string, payloads [][]byte) {
 	for _, h := range hs {
 		ids = append(ids, h.ID)
 		kinds = append(kinds, h.Kind)
@@ -54,47 +54,47 @@ func payloadBytes(p []byte) []byte {
 	return p
 }
 
-// AddHandoffs implements store.Outbox.
-func (o *outbox) AddHandoffs(ctx context.Context, hs []store.Handoff, lease time.Duration) error {
+// Add implements store.Outbox.
+func (o *outbox) Add(ctx context.Context, hs []store.OutboxEntry, lease time.Duration) error {
 	if len(hs) == 0 {
 		return nil
 	}
 	b := &pgx.Batch{}
-	queueHandoffs(b, hs, lease)
+	queueOutbox(b, hs, lease)
 	if err := o.s().pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("postgres: add handoffs: %w", err)
+		return fmt.Errorf("postgres: add entries: %w", err)
 	}
 	return nil
 }
 
-const handoffColumns = `id, kind, workflow_id, payload, created_at, attempts, last_error`
+const outboxColumns = `id, kind, workflow_id, payload, created_at, attempts, last_error`
 
-func scanHandoff(row pgx.CollectableRow) (store.Handoff, error) {
-	var h store.Handoff
+func scanOutboxEntry(row pgx.CollectableRow) (store.OutboxEntry, error) {
+	var h store.OutboxEntry
 	err := row.Scan(&h.ID, &h.Kind, &h.WorkflowID, &h.Payload, &h.CreatedAt, &h.Attempts, &h.LastError)
 	return h, err
 }
 
-// claimHandoffsSQL leases the oldest due handoffs. SKIP LOCKED lets relays in several
+// claimHandoffsSQL leases the oldest due entries. SKIP LOCKED lets relays in several
 // processes claim at once without waiting for each other or taking the same row.
 const claimHandoffsSQL = `
-UPDATE handoffs SET lease_until = now() + make_interval(secs => $1)
+UPDATE outbox SET lease_until = now() + make_interval(secs => $1)
 WHERE id IN (
-	SELECT id FROM handoffs WHERE lease_until <= now()
+	SELECT id FROM outbox WHERE lease_until <= now()
 	ORDER BY seq LIMIT $2
 	FOR UPDATE SKIP LOCKED
 )
-RETURNING seq, ` + handoffColumns
+RETURNING seq, ` + outboxColumns
 
-// ClaimHandoffs implements store.Outbox.
-func (o *outbox) ClaimHandoffs(ctx context.Context, lease time.Duration, limit int) ([]store.Handoff, error) {
+// Claim implements store.Outbox.
+func (o *outbox) Claim(ctx context.Context, lease time.Duration, limit int) ([]store.OutboxEntry, error) {
 	rows, err := o.s().pool.Query(ctx, claimHandoffsSQL, lease.Seconds(), limit)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: claim handoffs: %w", err)
+		return nil, fmt.Errorf("postgres: claim entries: %w", err)
 	}
 	type claimed struct {
 		seq int64
-		h   store.Handoff
+		h   store.OutboxEntry
 	}
 	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
 		var c claimed
@@ -102,46 +102,46 @@ func (o *outbox) ClaimHandoffs(ctx context.Context, lease time.Duration, limit i
 		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("postgres: claim handoffs: %w", err)
+		return nil, fmt.Errorf("postgres: claim entries: %w", err)
 	}
 	// RETURNING follows no ORDER BY: put them back in the order they were written.
 	slices.SortFunc(cs, func(a, b claimed) int { return cmp.Compare(a.seq, b.seq) })
-	hs := make([]store.Handoff, len(cs))
+	hs := make([]store.OutboxEntry, len(cs))
 	for i, c := range cs {
 		hs[i] = c.h
 	}
 	return hs, nil
 }
 
-// CompleteHandoffs implements store.Outbox.
-func (o *outbox) CompleteHandoffs(ctx context.Context, ids []string) error {
+// Complete implements store.Outbox.
+func (o *outbox) Complete(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := o.s().pool.Exec(ctx, `DELETE FROM handoffs WHERE id = ANY($1)`, ids); err != nil {
-		return fmt.Errorf("postgres: complete handoffs: %w", err)
+	if _, err := o.s().pool.Exec(ctx, `DELETE FROM outbox WHERE id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("postgres: complete entries: %w", err)
 	}
 	return nil
 }
 
-// RetryHandoff implements store.Outbox.
-func (o *outbox) RetryHandoff(ctx context.Context, id string, delay time.Duration, lastErr string) error {
+// Retry implements store.Outbox.
+func (o *outbox) Retry(ctx context.Context, id string, delay time.Duration, lastErr string) error {
 	_, err := o.s().pool.Exec(ctx, `
-		UPDATE handoffs SET attempts = attempts + 1, last_error = $2, lease_until = now() + make_interval(secs => $3)
+		UPDATE outbox SET attempts = attempts + 1, last_error = $2, lease_until = now() + make_interval(secs => $3)
 		WHERE id = $1`, id, lastErr, delay.Seconds())
 	if err != nil {
-		return fmt.Errorf("postgres: retry handoff %s: %w", id, err)
+		return fmt.Errorf("postgres: retry entry %s: %w", id, err)
 	}
 	return nil
 }
 
-// PendingHandoffs implements store.Outbox.
-func (o *outbox) PendingHandoffs(ctx context.Context, limit int) ([]store.Handoff, error) {
-	rows, err := o.s().pool.Query(ctx, `SELECT `+handoffColumns+` FROM handoffs ORDER BY seq LIMIT $1`, limit)
+// Pending implements store.Outbox.
+func (o *outbox) Pending(ctx context.Context, limit int) ([]store.OutboxEntry, error) {
+	rows, err := o.s().pool.Query(ctx, `SELECT `+outboxColumns+` FROM outbox ORDER BY seq LIMIT $1`, limit)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: pending handoffs: %w", err)
+		return nil, fmt.Errorf("postgres: pending entries: %w", err)
 	}
-	hs, err := pgx.CollectRows(rows, scanHandoff)
+	hs, err := pgx.CollectRows(rows, scanOutboxEntry)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

@@ -21,7 +21,7 @@ type registry Store
 func (r *registry) s() *Store { return (*Store)(r) }
 
 // PutAgent implements store.Registry.
-func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord, handoffs ...store.Handoff) error {
+func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord, entries ...store.OutboxEntry) error {
 	id := rec.Descriptor.GetAgentId()
 	if id == "" {
 		return errors.New("postgres: put agent: descriptor with an agent_id is required")
@@ -43,7 +43,7 @@ func (r *registry) PutAgent(ctx context.Context, rec store.AgentRecord, handoffs
 			descriptor = EXCLUDED.descriptor, state = EXCLUDED.state, health = EXCLUDED.health,
 			registered_at = EXCLUDED.registered_at, last_heartbeat = EXCLUDED.last_heartbeat`,
 		id, desc, int32(rec.State), health, nullTime(rec.RegisteredAt), nullTime(rec.LastHeartbeat))
-	queueHandoffs(b, handoffs, store.HandoffLease)
+	queueOutbox(b, entries, store.OutboxLease)
 	err = pgx.BeginFunc(ctx, r.s().pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
 	if err != nil {
 		return fmt.Errorf("postgres: put agent %q: %w", id, err)
@@ -82,17 +82,17 @@ func (r *registry) ListAgents(ctx context.Context) ([]store.AgentRecord, error) 
 }
 
 // DeleteAgent implements store.Registry.
-func (r *registry) DeleteAgent(ctx context.Context, agentID string, handoffs ...store.Handoff) (bool, error) {
+func (r *registry) DeleteAgent(ctx context.Context, agentID string, entries ...store.OutboxEntry) (bool, error) {
 	var removed bool
 	err := pgx.BeginFunc(ctx, r.s().pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM agents WHERE agent_id = $1`, agentID)
-		if err != nil || tag.RowsAffected() == 0 || len(handoffs) == 0 {
+		if err != nil || tag.RowsAffected() == 0 || len(entries) == 0 {
 			removed = err == nil && tag.RowsAffected() > 0
 			return err
 		}
 		removed = true
 		b := &pgx.Batch{}
-		queueHandoffs(b, handoffs, store.HandoffLease)
+		queueOutbox(b, entries, store.OutboxLease)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {

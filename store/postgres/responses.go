@@ -33,7 +33,7 @@ func scanPending(row pgx.CollectableRow) (store.PendingResponse, error) {
 // AddPendingResponse implements store.MessagePlane. A zero Deadline means now + Timeout by
 // the database clock; an empty OriginalMessageID means RequestMessageID (the first attempt).
 // The entry and its handoffs commit together, or neither does.
-func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingResponse, handoffs ...store.Handoff) error {
+func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingResponse, entries ...store.OutboxEntry) error {
 	if p.RequestMessageID == "" {
 		return errors.New("postgres: add pending response: request message_id is required")
 	}
@@ -49,14 +49,14 @@ func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingRe
 			timeout_us = EXCLUDED.timeout_us, deadline = EXCLUDED.deadline, created_at = now()`,
 		p.RequestMessageID, p.OriginalMessageID, p.ProducerID, p.ResponderID, p.CorrelationID,
 		p.Attempt, p.MaxAttempts, p.Timeout.Microseconds(), nullTime(p.Deadline))
-	queueHandoffs(b, handoffs, store.HandoffLease)
+	queueOutbox(b, entries, store.OutboxLease)
 	send := func(q interface {
 		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 	}) error {
 		return q.SendBatch(ctx, b).Close()
 	}
 	var err error
-	if len(handoffs) == 0 {
+	if len(entries) == 0 {
 		err = send(m.s().pool) // one statement: no transaction needed
 	} else {
 		err = pgx.BeginFunc(ctx, m.s().pool, func(tx pgx.Tx) error { return send(tx) })
@@ -70,7 +70,7 @@ func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingRe
 // ResolvePendingResponse implements store.MessagePlane. Deleting the row is the atomic
 // claim: a concurrent resolve or sweep finds nothing. The handoffs are written in the
 // transaction of the delete, and only when it found the row.
-func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string, handoffs ...store.Handoff) (store.PendingResponse, bool, error) {
+func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string, entries ...store.OutboxEntry) (store.PendingResponse, bool, error) {
 	var (
 		p     store.PendingResponse
 		found bool
@@ -89,11 +89,11 @@ func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessag
 			return err
 		}
 		found = true
-		if len(handoffs) == 0 {
+		if len(entries) == 0 {
 			return nil
 		}
 		b := &pgx.Batch{}
-		queueHandoffs(b, handoffs, store.HandoffLease)
+		queueOutbox(b, entries, store.OutboxLease)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {

@@ -33,7 +33,7 @@ func scanToolCall(row pgx.Row) (store.ToolCallRecord, error) {
 
 // CreateCall implements store.ToolCalls: ON CONFLICT DO NOTHING and, when the row is new,
 // its handoffs in the same transaction; else the stored row.
-func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecord, handoffs ...store.Handoff) (store.ToolCallRecord, bool, error) {
+func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecord, entries ...store.OutboxEntry) (store.ToolCallRecord, bool, error) {
 	if rec.CallID == "" {
 		return store.ToolCallRecord{}, false, errors.New("postgres: create tool call: call_id is required")
 	}
@@ -50,11 +50,11 @@ func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecor
 			return err
 		}
 		out, created = r, true
-		if len(handoffs) == 0 {
+		if len(entries) == 0 {
 			return nil
 		}
 		b := &pgx.Batch{}
-		queueHandoffs(b, handoffs, store.HandoffLease)
+		queueOutbox(b, entries, store.OutboxLease)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {

@@ -25,7 +25,7 @@ func handoffRec(requestID, correlation, from, target string) store.HandoffRecord
 	}
 }
 
-func createHandoff(t *testing.T, h store.Handoffs, rec store.HandoffRecord, hs ...store.Handoff) store.HandoffRecord {
+func createHandoff(t *testing.T, h store.Handoffs, rec store.HandoffRecord, hs ...store.OutboxEntry) store.HandoffRecord {
 	t.Helper()
 	got, err := h.CreateHandoff(t.Context(), rec, hs...)
 	require.NoError(t, err, "create handoff %s", rec.RequestID)
@@ -68,9 +68,9 @@ func fenced(t *testing.T, h store.Handoffs, correlation, agentID string) (store.
 
 func pendingHandoffIDs(t *testing.T, ob store.Outbox) []string {
 	t.Helper()
-	hs, err := ob.PendingHandoffs(t.Context(), 100)
+	hs, err := ob.Pending(t.Context(), 100)
 	require.NoError(t, err)
-	return handoffIDs(hs)
+	return outboxIDs(hs)
 }
 
 func runHandoffs(t *testing.T, newStore func(t *testing.T) store.Store) {
@@ -78,7 +78,7 @@ func runHandoffs(t *testing.T, newStore func(t *testing.T) store.Store) {
 		s := newStore(t)
 		h, ob := s.Handoffs(), s.Outbox()
 		rec := handoffRec("r1", "corr-1", "alice", "bob")
-		got := createHandoff(t, h, rec, handoff("start-r1"))
+		got := createHandoff(t, h, rec, outboxEntry("start-r1"))
 
 		// Every field kept; the store sets the times.
 		requireRecent(t, got.CreatedAt)
@@ -90,7 +90,7 @@ func runHandoffs(t *testing.T, newStore func(t *testing.T) store.Store) {
 
 		// The workflow's start is in the outbox, leased to the writer for its in-line attempt.
 		require.Equal(t, []string{"start-r1"}, pendingHandoffIDs(t, ob))
-		claimed, err := ob.ClaimHandoffs(t.Context(), longLease, 10)
+		claimed, err := ob.Claim(t.Context(), longLease, 10)
 		require.NoError(t, err)
 		require.Empty(t, claimed, "leased to the writer")
 	})
@@ -98,13 +98,13 @@ func runHandoffs(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("DuplicateReturnsTheExistingAndWritesNothing", func(t *testing.T) {
 		s := newStore(t)
 		h, ob := s.Handoffs(), s.Outbox()
-		first := createHandoff(t, h, handoffRec("r1", "corr-1", "alice", "bob"), handoff("start-r1"))
+		first := createHandoff(t, h, handoffRec("r1", "corr-1", "alice", "bob"), outboxEntry("start-r1"))
 
 		// A reuse of the request_id (§17.6) answers with the stored handoff, whatever the new
 		// request says, and writes neither the record nor its handoffs.
 		again := handoffRec("r1", "corr-2", "mallory", "carol")
 		again.Request = []byte("another request")
-		got, err := h.CreateHandoff(t.Context(), again, handoff("start-r1-again"))
+		got, err := h.CreateHandoff(t.Context(), again, outboxEntry("start-r1-again"))
 		require.ErrorIs(t, err, store.ErrDuplicateHandoff)
 		require.Equal(t, first, got, "the existing record is returned")
 		require.Equal(t, first, getHandoff(t, h, "r1"))
@@ -347,7 +347,7 @@ func runHandoffs(t *testing.T, newStore func(t *testing.T) store.Store) {
 		)
 		winner := oneWins(t, n, store.ErrDuplicateHandoff, func(i int) error {
 			got, err := h.CreateHandoff(t.Context(), handoffRec("r1", "corr-1", fmt.Sprintf("agent-%d", i), "bob"),
-				handoff(fmt.Sprintf("start-%d", i)))
+				outboxEntry(fmt.Sprintf("start-%d", i)))
 			if err != nil {
 				mu.Lock()
 				// A loser is answered with the winner's record, never an empty one.

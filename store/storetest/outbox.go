@@ -13,17 +13,17 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
-// This file tests the Outbox: handoffs to Temporal written with the state they report, leased
+// This file tests the Outbox: entries to Temporal written with the state they report, leased
 // to their writer, claimed by relays, retried and completed.
 
-// longLease keeps a handoff from being claimable for the whole test.
+// longLease keeps an entry from being claimable for the whole test.
 const longLease = time.Hour
 
-func handoff(id string) store.Handoff {
-	return store.Handoff{ID: id, Kind: "test.signal", WorkflowID: "wf/" + id, Payload: []byte(`{"id":"` + id + `"}`)}
+func outboxEntry(id string) store.OutboxEntry {
+	return store.OutboxEntry{ID: id, Kind: "test.signal", WorkflowID: "wf/" + id, Payload: []byte(`{"id":"` + id + `"}`)}
 }
 
-func handoffIDs(hs []store.Handoff) []string {
+func outboxIDs(hs []store.OutboxEntry) []string {
 	ids := make([]string, len(hs))
 	for i, h := range hs {
 		ids[i] = h.ID
@@ -35,55 +35,55 @@ func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("LeasedToTheWriterThenClaimedOnce", func(t *testing.T) {
 		ctx := t.Context()
 		ob := newStore(t).Outbox()
-		require.NoError(t, ob.AddHandoffs(ctx, []store.Handoff{handoff("held")}, longLease))
-		require.NoError(t, ob.AddHandoffs(ctx, []store.Handoff{handoff("h1"), handoff("h2")}, 0))
-		got, err := ob.ClaimHandoffs(ctx, longLease, 10)
+		require.NoError(t, ob.Add(ctx, []store.OutboxEntry{outboxEntry("held")}, longLease))
+		require.NoError(t, ob.Add(ctx, []store.OutboxEntry{outboxEntry("h1"), outboxEntry("h2")}, 0))
+		got, err := ob.Claim(ctx, longLease, 10)
 		require.NoError(t, err)
-		require.Equal(t, []string{"h1", "h2"}, handoffIDs(got), "only handoffs whose lease passed, oldest first")
+		require.Equal(t, []string{"h1", "h2"}, outboxIDs(got), "only entries whose lease passed, oldest first")
 		require.Equal(t, "test.signal", got[0].Kind)
 		require.Equal(t, "wf/h1", got[0].WorkflowID)
 		require.JSONEq(t, `{"id":"h1"}`, string(got[0].Payload))
 		require.False(t, got[0].CreatedAt.IsZero())
-		again, err := ob.ClaimHandoffs(ctx, longLease, 10)
+		again, err := ob.Claim(ctx, longLease, 10)
 		require.NoError(t, err)
 		require.Empty(t, again, "a claim leases what it returns")
-		pending, err := ob.PendingHandoffs(ctx, 10)
+		pending, err := ob.Pending(ctx, 10)
 		require.NoError(t, err)
-		require.Equal(t, []string{"held", "h1", "h2"}, handoffIDs(pending), "pending lists leased handoffs too")
+		require.Equal(t, []string{"held", "h1", "h2"}, outboxIDs(pending), "pending lists leased entries too")
 	})
 	t.Run("RetryCountsAndBacksOff", func(t *testing.T) {
 		ctx := t.Context()
 		ob := newStore(t).Outbox()
-		require.NoError(t, ob.AddHandoffs(ctx, []store.Handoff{handoff("r")}, 0))
-		require.NoError(t, ob.RetryHandoff(ctx, "r", longLease, "temporal unreachable"))
-		got, err := ob.ClaimHandoffs(ctx, longLease, 10)
+		require.NoError(t, ob.Add(ctx, []store.OutboxEntry{outboxEntry("r")}, 0))
+		require.NoError(t, ob.Retry(ctx, "r", longLease, "temporal unreachable"))
+		got, err := ob.Claim(ctx, longLease, 10)
 		require.NoError(t, err)
 		require.Empty(t, got, "a retry waits out its delay")
-		require.NoError(t, ob.RetryHandoff(ctx, "r", 0, "still unreachable"))
-		got, err = ob.ClaimHandoffs(ctx, longLease, 10)
+		require.NoError(t, ob.Retry(ctx, "r", 0, "still unreachable"))
+		got, err = ob.Claim(ctx, longLease, 10)
 		require.NoError(t, err)
 		require.Len(t, got, 1)
 		require.Equal(t, 2, got[0].Attempts)
 		require.Equal(t, "still unreachable", got[0].LastError)
-		require.NoError(t, ob.RetryHandoff(ctx, "unknown", 0, "x"), "an unknown id is ignored")
+		require.NoError(t, ob.Retry(ctx, "unknown", 0, "x"), "an unknown id is ignored")
 	})
 	t.Run("CompleteRemoves", func(t *testing.T) {
 		ctx := t.Context()
 		ob := newStore(t).Outbox()
-		require.NoError(t, ob.AddHandoffs(ctx, []store.Handoff{handoff("c1"), handoff("c2"), handoff("c1")}, 0))
-		require.NoError(t, ob.CompleteHandoffs(ctx, []string{"c1", "unknown"}))
-		pending, err := ob.PendingHandoffs(ctx, 10)
+		require.NoError(t, ob.Add(ctx, []store.OutboxEntry{outboxEntry("c1"), outboxEntry("c2"), outboxEntry("c1")}, 0))
+		require.NoError(t, ob.Complete(ctx, []string{"c1", "unknown"}))
+		pending, err := ob.Pending(ctx, 10)
 		require.NoError(t, err)
-		require.Equal(t, []string{"c2"}, handoffIDs(pending), "a repeated id is stored once; completed ones are gone")
+		require.Equal(t, []string{"c2"}, outboxIDs(pending), "a repeated id is stored once; completed ones are gone")
 	})
 	t.Run("ConcurrentRelaysClaimDisjointly", func(t *testing.T) {
 		ctx := t.Context()
 		ob := newStore(t).Outbox()
-		var hs []store.Handoff
+		var hs []store.OutboxEntry
 		for i := range 40 {
-			hs = append(hs, handoff(fmt.Sprintf("c%02d", i)))
+			hs = append(hs, outboxEntry(fmt.Sprintf("c%02d", i)))
 		}
-		require.NoError(t, ob.AddHandoffs(ctx, hs, 0))
+		require.NoError(t, ob.Add(ctx, hs, 0))
 		var (
 			mu   sync.Mutex
 			seen = map[string]int{}
@@ -92,7 +92,7 @@ func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
 		for range 4 {
 			wg.Go(func() {
 				for {
-					got, err := ob.ClaimHandoffs(ctx, longLease, 3)
+					got, err := ob.Claim(ctx, longLease, 3)
 					if err != nil || len(got) == 0 {
 						return
 					}
@@ -115,12 +115,12 @@ func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
 		s := newStore(t)
 		mp, ob := s.Messages(), s.Outbox()
 		admit(t, mp, "m-step", "bob", 0, true)
-		h := handoff("with-step")
+		h := outboxEntry("with-step")
 		plan := func(rec store.MessageRecord) (*store.Step, error) {
 			if rec.State != commonpb.EnvelopeState_ENVELOPE_STATE_SENT {
 				return nil, nil
 			}
-			return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Handoff: &h}, nil
+			return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Outbox: &h}, nil
 		}
 		res, err := mp.AdvanceWith(ctx, store.StepRequest{MessageID: "m-step", Plan: plan})
 		require.NoError(t, err)
@@ -128,24 +128,24 @@ func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
 		res, err = mp.AdvanceWith(ctx, store.StepRequest{MessageID: "m-step", Plan: plan})
 		require.NoError(t, err)
 		require.False(t, res.Applied)
-		pending, err := ob.PendingHandoffs(ctx, 10)
+		pending, err := ob.Pending(ctx, 10)
 		require.NoError(t, err)
-		require.Equal(t, []string{"with-step"}, handoffIDs(pending), "written once, with the step that applied")
-		got, err := ob.ClaimHandoffs(ctx, longLease, 10)
+		require.Equal(t, []string{"with-step"}, outboxIDs(pending), "written once, with the step that applied")
+		got, err := ob.Claim(ctx, longLease, 10)
 		require.NoError(t, err)
 		require.Empty(t, got, "leased to the writer for its in-line attempt")
 
-		// A step that fails (its follow-up's message_id is taken) writes no handoff either.
+		// A step that fails (its follow-up's message_id is taken) writes no entry either.
 		admit(t, mp, "m-dup", "bob", 0, true)
 		admit(t, mp, "taken", "alice", 0, false)
-		h2 := handoff("with-failed-step")
+		h2 := outboxEntry("with-failed-step")
 		_, err = mp.AdvanceWith(ctx, store.StepRequest{MessageID: "m-dup", Plan: func(store.MessageRecord) (*store.Step, error) {
-			return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, FollowUp: followUp("taken"), Handoff: &h2}, nil
+			return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, FollowUp: followUp("taken"), Outbox: &h2}, nil
 		}})
 		require.ErrorIs(t, err, store.ErrDuplicateMessage)
-		pending, err = ob.PendingHandoffs(ctx, 10)
+		pending, err = ob.Pending(ctx, 10)
 		require.NoError(t, err)
-		require.Equal(t, []string{"with-step"}, handoffIDs(pending))
+		require.Equal(t, []string{"with-step"}, outboxIDs(pending))
 	})
 	t.Run("WrittenWithAnAdmissionOnly", func(t *testing.T) {
 		ctx := t.Context()
@@ -153,38 +153,38 @@ func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
 		mp, ob := s.Messages(), s.Outbox()
 		pending := func() []string {
 			t.Helper()
-			hs, err := ob.PendingHandoffs(ctx, 10)
+			hs, err := ob.Pending(ctx, 10)
 			require.NoError(t, err)
-			return handoffIDs(hs)
+			return outboxIDs(hs)
 		}
-		withHandoffs := func(req store.AdmitRequest, ids ...string) store.AdmitRequest {
+		withOutbox := func(req store.AdmitRequest, ids ...string) store.AdmitRequest {
 			for _, id := range ids {
-				req.Handoffs = append(req.Handoffs, handoff(id))
+				req.Outbox = append(req.Outbox, outboxEntry(id))
 			}
 			return req
 		}
-		// Admitted, with and without a capacity: the handoffs are written, in order, leased.
-		admitReq(t, mp, withHandoffs(store.AdmitRequest{Envelope: Envelope("ev-1"), RecipientID: "bob", Track: true}, "ev-1-a", "ev-1-b"))
-		admitReq(t, mp, withHandoffs(store.AdmitRequest{Envelope: Envelope("ev-2"), RecipientID: "bob", Track: true, Capacity: 2}, "ev-2-a"))
+		// Admitted, with and without a capacity: the entries are written, in order, leased.
+		admitReq(t, mp, withOutbox(store.AdmitRequest{Envelope: Envelope("ev-1"), RecipientID: "bob", Track: true}, "ev-1-a", "ev-1-b"))
+		admitReq(t, mp, withOutbox(store.AdmitRequest{Envelope: Envelope("ev-2"), RecipientID: "bob", Track: true, Capacity: 2}, "ev-2-a"))
 		require.Equal(t, []string{"ev-1-a", "ev-1-b", "ev-2-a"}, pending(), "written with the admissions, in order")
-		got, err := ob.ClaimHandoffs(ctx, longLease, 10)
+		got, err := ob.Claim(ctx, longLease, 10)
 		require.NoError(t, err)
 		require.Empty(t, got, "leased to the admitting frontend for its in-line attempt")
-		h, err := ob.PendingHandoffs(ctx, 1)
+		h, err := ob.Pending(ctx, 1)
 		require.NoError(t, err)
 		require.JSONEq(t, `{"id":"ev-1-a"}`, string(h[0].Payload))
 		require.Equal(t, "wf/ev-1-a", h[0].WorkflowID)
 
 		// Refused admissions write nothing: a full buffer, a duplicate message_id, an operation
 		// the idempotency cache answers.
-		_, err = mp.Admit(ctx, withHandoffs(store.AdmitRequest{Envelope: Envelope("ev-full"), RecipientID: "bob", Track: true, Capacity: 1}, "ev-full-a"))
+		_, err = mp.Admit(ctx, withOutbox(store.AdmitRequest{Envelope: Envelope("ev-full"), RecipientID: "bob", Track: true, Capacity: 1}, "ev-full-a"))
 		require.ErrorIs(t, err, store.ErrBufferFull)
-		_, err = mp.Admit(ctx, withHandoffs(store.AdmitRequest{Envelope: Envelope("ev-1"), RecipientID: "carol", Track: true}, "ev-dup-a"))
+		_, err = mp.Admit(ctx, withOutbox(store.AdmitRequest{Envelope: Envelope("ev-1"), RecipientID: "carol", Track: true}, "ev-dup-a"))
 		require.ErrorIs(t, err, store.ErrDuplicateMessage)
 		admitReq(t, mp, dedupReq("ev-k1", "carol", "ev-key"))
-		_, err = mp.Admit(ctx, withHandoffs(dedupReq("ev-k2", "carol", "ev-key"), "ev-cached-a"))
+		_, err = mp.Admit(ctx, withOutbox(dedupReq("ev-k2", "carol", "ev-key"), "ev-cached-a"))
 		_ = requireDedupError(t, err, true)
-		require.Equal(t, []string{"ev-1-a", "ev-1-b", "ev-2-a"}, pending(), "no admission, no handoff")
+		require.Equal(t, []string{"ev-1-a", "ev-1-b", "ev-2-a"}, pending(), "no admission, no entry")
 	})
 	t.Run("WrittenWithAConfirmedStep", func(t *testing.T) {
 		ctx := t.Context()
@@ -192,29 +192,29 @@ func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
 		mp, ob := s.Messages(), s.Outbox()
 		seq := admit(t, mp, "m-conf", "bob", 0, true)
 		claim(t, mp, "bob", 10, time.Minute)
-		h := handoff("with-confirm")
+		h := outboxEntry("with-confirm")
 		res, err := mp.ConfirmAndAdvance(ctx, store.ConfirmRequest{AgentID: "bob", Seq: seq, MessageID: "m-conf",
 			Plan: func(store.MessageRecord) (*store.Step, error) {
-				return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Handoff: &h}, nil
+				return &store.Step{To: commonpb.EnvelopeState_ENVELOPE_STATE_RECEIVED, Outbox: &h}, nil
 			}})
 		require.NoError(t, err)
 		require.True(t, res.Confirmed)
 		require.True(t, res.Applied)
-		pending, err := ob.PendingHandoffs(ctx, 10)
+		pending, err := ob.Pending(ctx, 10)
 		require.NoError(t, err)
-		require.Equal(t, []string{"with-confirm"}, handoffIDs(pending))
+		require.Equal(t, []string{"with-confirm"}, outboxIDs(pending))
 	})
 	t.Run("WrittenWithARegistration", func(t *testing.T) {
 		ctx := t.Context()
 		s := newStore(t)
 		desc := &registrypb.AgentDescriptor{AgentId: "reg-1", Name: "reg"}
-		require.NoError(t, s.Registry().PutAgent(ctx, store.AgentRecord{Descriptor: desc}, handoff("start-reg-1")))
+		require.NoError(t, s.Registry().PutAgent(ctx, store.AgentRecord{Descriptor: desc}, outboxEntry("start-reg-1")))
 		_, err := s.Registry().GetAgent(ctx, "reg-1")
 		require.NoError(t, err)
-		pending, err := s.Outbox().PendingHandoffs(ctx, 10)
+		pending, err := s.Outbox().Pending(ctx, 10)
 		require.NoError(t, err)
-		require.Equal(t, []string{"start-reg-1"}, handoffIDs(pending))
-		got, err := s.Outbox().ClaimHandoffs(ctx, longLease, 10)
+		require.Equal(t, []string{"start-reg-1"}, outboxIDs(pending))
+		got, err := s.Outbox().Claim(ctx, longLease, 10)
 		require.NoError(t, err)
 		require.Empty(t, got, "leased to the registering frontend for its in-line attempt")
 	})
@@ -223,15 +223,15 @@ func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
 		s := newStore(t)
 		desc := &registrypb.AgentDescriptor{AgentId: "dereg-1", Name: "dereg"}
 		require.NoError(t, s.Registry().PutAgent(ctx, store.AgentRecord{Descriptor: desc}))
-		removed, err := s.Registry().DeleteAgent(ctx, "dereg-1", handoff("end-dereg-1"))
+		removed, err := s.Registry().DeleteAgent(ctx, "dereg-1", outboxEntry("end-dereg-1"))
 		require.NoError(t, err)
 		require.True(t, removed)
-		removed, err = s.Registry().DeleteAgent(ctx, "dereg-1", handoff("end-again"))
+		removed, err = s.Registry().DeleteAgent(ctx, "dereg-1", outboxEntry("end-again"))
 		require.NoError(t, err)
 		require.False(t, removed)
-		pending, err := s.Outbox().PendingHandoffs(ctx, 10)
+		pending, err := s.Outbox().Pending(ctx, 10)
 		require.NoError(t, err)
-		require.Equal(t, []string{"end-dereg-1"}, handoffIDs(pending), "only a removal writes its handoff")
+		require.Equal(t, []string{"end-dereg-1"}, outboxIDs(pending), "only a removal writes its entry")
 	})
 	t.Run("WrittenWithAPendingResponse", func(t *testing.T) {
 		ctx := t.Context()
@@ -239,26 +239,26 @@ func runOutbox(t *testing.T, newStore func(t *testing.T) store.Store) {
 		mp := s.Messages()
 		pending := func() []string {
 			t.Helper()
-			hs, err := s.Outbox().PendingHandoffs(ctx, 10)
+			hs, err := s.Outbox().Pending(ctx, 10)
 			require.NoError(t, err)
-			return handoffIDs(hs)
+			return outboxIDs(hs)
 		}
 		require.NoError(t, mp.AddPendingResponse(ctx, store.PendingResponse{
 			RequestMessageID: "req-1", ProducerID: "alice", ResponderID: "bob", Timeout: time.Minute,
-		}, handoff("wait-req-1")))
+		}, outboxEntry("wait-req-1")))
 		require.Equal(t, []string{"wait-req-1"}, pending(), "the wait is handed off with the entry")
-		_, ok, err := mp.ResolvePendingResponse(ctx, "unknown", "resp-x", handoff("end-unknown"))
+		_, ok, err := mp.ResolvePendingResponse(ctx, "unknown", "resp-x", outboxEntry("end-unknown"))
 		require.NoError(t, err)
 		require.False(t, ok)
-		require.Equal(t, []string{"wait-req-1"}, pending(), "no resolution, no handoff")
-		_, ok, err = mp.ResolvePendingResponse(ctx, "req-1", "resp-1", handoff("end-req-1"))
+		require.Equal(t, []string{"wait-req-1"}, pending(), "no resolution, no entry")
+		_, ok, err = mp.ResolvePendingResponse(ctx, "req-1", "resp-1", outboxEntry("end-req-1"))
 		require.NoError(t, err)
 		require.True(t, ok)
-		_, ok, err = mp.ResolvePendingResponse(ctx, "req-1", "resp-1b", handoff("end-again"))
+		_, ok, err = mp.ResolvePendingResponse(ctx, "req-1", "resp-1b", outboxEntry("end-again"))
 		require.NoError(t, err)
 		require.False(t, ok)
-		require.Equal(t, []string{"wait-req-1", "end-req-1"}, pending(), "only the resolution writes its handoff, after the wait's")
-		got, err := s.Outbox().ClaimHandoffs(ctx, longLease, 10)
+		require.Equal(t, []string{"wait-req-1", "end-req-1"}, pending(), "only the resolution writes its entry, after the wait's")
+		got, err := s.Outbox().Claim(ctx, longLease, 10)
 		require.NoError(t, err)
 		require.Empty(t, got, "leased to the writer for its in-line attempt")
 	})

@@ -20,16 +20,16 @@ func runToolCalls(t *testing.T, newStore func(t *testing.T) store.Store) {
 		st := newStore(t)
 		c := st.ToolCalls()
 		ctx := t.Context()
-		start := store.Handoff{ID: "h-start-c1", Kind: "tool.start", WorkflowID: "tool/c1", Payload: []byte(`{}`)}
+		start := store.OutboxEntry{ID: "h-start-c1", Kind: "tool.start", WorkflowID: "tool/c1", Payload: []byte(`{}`)}
 		rec, created, err := c.CreateCall(ctx, store.ToolCallRecord{CallID: "c1", Caller: "agent-a", ProviderID: "builtin", ToolName: "echo"}, start)
 		require.NoError(t, err)
 		require.True(t, created)
 		require.Equal(t, "agent-a", rec.Caller)
 		again, created, err := c.CreateCall(ctx, store.ToolCallRecord{CallID: "c1", Caller: "agent-b"},
-			store.Handoff{ID: "h-start-c1-again", Kind: "tool.start", WorkflowID: "tool/c1", Payload: []byte(`{}`)})
+			store.OutboxEntry{ID: "h-start-c1-again", Kind: "tool.start", WorkflowID: "tool/c1", Payload: []byte(`{}`)})
 		require.NoError(t, err)
 		require.False(t, created, "a known call_id is not created again")
-		pending, err := st.Outbox().PendingHandoffs(ctx, 10)
+		pending, err := st.Outbox().Pending(ctx, 10)
 		require.NoError(t, err)
 		require.Len(t, pending, 1, "the call's start is written with it, and only once")
 		require.Equal(t, "h-start-c1", pending[0].ID)

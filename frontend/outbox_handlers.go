@@ -16,30 +16,30 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
-// RegisterHandoffs installs on rel the handlers of the handoffs the frontend writes: the
+// RegisterOutboxHandlers installs on rel the handlers of the entries the frontend writes: the
 // start of an agent's lifecycle after its registration, its end after its deregistration,
 // the ACKs of the scheduler's CONTROL messages, the beginning and end of an agent's wait
 // on a response, the start of an agent-to-agent handoff's workflow (§17.6) and the events
 // messages deliver to DAG runs (§17.7). Every process that runs a relay registers them, so
 // any process can deliver what another wrote. sink records what a handler decides that
 // nobody else sees (an event for a run that is not open).
-func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, sink *observe.Sink, taskQueue string) {
+func RegisterOutboxHandlers(rel *outbox.Relay, tc client.Client, st store.Store, sink *observe.Sink, taskQueue string) {
 	// An ACK for a lifecycle that has ended concerns nobody: nothing is left to schedule.
-	rel.Handle(workflows.HandoffAgentControlAck, signalHandoff(tc, func(p workflows.AgentControlAckHandoff) (string, string, any) {
+	rel.Handle(workflows.OutboxAgentControlAck, signalEntry(tc, func(p workflows.AgentControlAckPayload) (string, string, any) {
 		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentControlAckSignal, p.Ack
 	}))
 	// No lifecycle left to end is the deregistration done.
-	rel.Handle(workflows.HandoffAgentDeregister, signalHandoff(tc, func(p workflows.AgentDeregisterHandoff) (string, string, any) {
+	rel.Handle(workflows.OutboxAgentDeregister, signalEntry(tc, func(p workflows.AgentDeregisterPayload) (string, string, any) {
 		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentDeregisterSignal, p.Deregistration
 	}))
 	// A producer without a lifecycle (not registered, or gone) has no state to change.
-	rel.Handle(workflows.HandoffAgentResponseWait, signalHandoff(tc, func(p workflows.AgentResponseWaitHandoff) (string, string, any) {
+	rel.Handle(workflows.OutboxAgentResponseWait, signalEntry(tc, func(p workflows.AgentResponseWaitPayload) (string, string, any) {
 		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentResponseWaitSignal, p.Wait
 	}))
-	rel.Handle(workflows.HandoffAgentRegister, func(ctx context.Context, h store.Handoff) error {
-		var p workflows.AgentRegisterHandoff
+	rel.Handle(workflows.OutboxAgentRegister, func(ctx context.Context, h store.OutboxEntry) error {
+		var p workflows.AgentRegisterPayload
 		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
+			return outbox.Permanent(fmt.Errorf("decode %s entry: %w", h.Kind, err))
 		}
 		// A registration delivered late must not start the lifecycle of an agent that has
 		// deregistered since.
@@ -52,10 +52,10 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, sink 
 			workflows.AgentStartOptions(p.Input.AgentID, taskQueue), workflows.AgentLifecycle, p.Input)
 		return err
 	})
-	rel.Handle(workflows.HandoffDAGEvent, func(ctx context.Context, h store.Handoff) error {
-		var p workflows.DAGEventHandoff
+	rel.Handle(workflows.OutboxDAGEvent, func(ctx context.Context, h store.OutboxEntry) error {
+		var p workflows.DAGEventPayload
 		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
+			return outbox.Permanent(fmt.Errorf("decode %s entry: %w", h.Kind, err))
 		}
 		wid := workflows.DAGWorkflowID(p.WorkflowID)
 		err := tc.SignalWorkflow(ctx, wid, "", workflows.DAGEventSignal, p.Event)
@@ -69,10 +69,10 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, sink 
 		}
 		return err
 	})
-	rel.Handle(workflows.HandoffStart, func(ctx context.Context, h store.Handoff) error {
-		var p workflows.HandoffStartHandoff
+	rel.Handle(workflows.OutboxHandoffStart, func(ctx context.Context, h store.OutboxEntry) error {
+		var p workflows.HandoffStartPayload
 		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
+			return outbox.Permanent(fmt.Errorf("decode %s entry: %w", h.Kind, err))
 		}
 		in := p.Input
 		_, err := tc.ExecuteWorkflow(ctx, workflows.HandoffStartOptions(in.RequestID, taskQueue, in.From, in.To), workflows.HandoffWorkflow, in)
@@ -85,13 +85,13 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, sink 
 		return err
 	})
 	// A call that ended (its deadline, a cancel) has nothing left to hear.
-	rel.Handle(workflows.HandoffToolProvided, signalHandoff(tc, func(p workflows.ToolProvidedHandoff) (string, string, any) {
+	rel.Handle(workflows.OutboxToolProvided, signalEntry(tc, func(p workflows.ToolProvidedPayload) (string, string, any) {
 		return workflows.ToolWorkflowID(p.CallID), workflows.ToolProvidedSignal, p.Provided
 	}))
-	rel.Handle(workflows.HandoffToolStart, func(ctx context.Context, h store.Handoff) error {
-		var p workflows.ToolStartHandoff
+	rel.Handle(workflows.OutboxToolStart, func(ctx context.Context, h store.OutboxEntry) error {
+		var p workflows.ToolStartPayload
 		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
+			return outbox.Permanent(fmt.Errorf("decode %s entry: %w", h.Kind, err))
 		}
 		in := p.Input
 		_, err := tc.ExecuteWorkflow(ctx, workflows.ToolStartOptions(in.Request.CallID, in.Caller, taskQueue), workflows.ToolCall, in)
@@ -105,14 +105,14 @@ func RegisterHandoffs(rel *outbox.Relay, tc client.Client, st store.Store, sink 
 	})
 }
 
-// signalHandoff is the handler of a handoff that signals one workflow: target decodes the
+// signalEntry is the handler of an entry that signals one workflow: target decodes the
 // payload P into the workflow ID, the signal name and its argument. A workflow that no
-// longer exists has nothing left to hear, so the handoff is done.
-func signalHandoff[P any](tc client.Client, target func(P) (workflowID, signal string, arg any)) outbox.Handler {
-	return func(ctx context.Context, h store.Handoff) error {
+// longer exists has nothing left to hear, so the entry is done.
+func signalEntry[P any](tc client.Client, target func(P) (workflowID, signal string, arg any)) outbox.Handler {
+	return func(ctx context.Context, h store.OutboxEntry) error {
 		var p P
 		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s handoff: %w", h.Kind, err))
+			return outbox.Permanent(fmt.Errorf("decode %s entry: %w", h.Kind, err))
 		}
 		wid, signal, arg := target(p)
 		err := tc.SignalWorkflow(ctx, wid, "", signal, arg)
@@ -124,11 +124,11 @@ func signalHandoff[P any](tc client.Client, target func(P) (workflowID, signal s
 	}
 }
 
-// newHandoff builds a handoff of kind for workflowID with payload encoded as JSON.
-func newHandoff(kind, workflowID string, payload any) (store.Handoff, error) {
+// newOutboxEntry builds an entry of kind for workflowID with payload encoded as JSON.
+func newOutboxEntry(kind, workflowID string, payload any) (store.OutboxEntry, error) {
 	b, err := json.Marshal(payload)
 	if err != nil {
-		return store.Handoff{}, fmt.Errorf("encode %s handoff: %w", kind, err)
+		return store.OutboxEntry{}, fmt.Errorf("encode %s entry: %w", kind, err)
 	}
-	return store.Handoff{ID: uuid.NewString(), Kind: kind, WorkflowID: workflowID, Payload: b}, nil
+	return store.OutboxEntry{ID: uuid.NewString(), Kind: kind, WorkflowID: workflowID, Payload: b}, nil
 }

@@ -1,0 +1,14 @@
+-- +goose Up
+-- The outbox's table was named "handoffs", the word §17.6 uses for an agent handing work to
+-- another (handoff_requests). It holds outbox entries (store.OutboxEntry), so it is named for
+-- them; its rows, columns and kinds are unchanged.
+ALTER TABLE handoffs RENAME TO outbox;
+ALTER INDEX handoffs_pkey RENAME TO outbox_pkey;
+ALTER INDEX handoffs_due_idx RENAME TO outbox_due_idx;
+ALTER SEQUENCE handoffs_seq_seq RENAME TO outbox_seq_seq;
+
+-- +goose Down
+ALTER SEQUENCE outbox_seq_seq RENAME TO handoffs_seq_seq;
+ALTER INDEX outbox_due_idx RENAME TO handoffs_due_idx;
+ALTER INDEX outbox_pkey RENAME TO handoffs_pkey;
+ALTER TABLE outbox RENAME TO handoffs;
