@@ -14,8 +14,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/reasoning"
@@ -31,7 +31,7 @@ type Activities struct {
 	// Router admits envelopes into agents' buffers.
 	Router *router.Router
 	// Sink records audit events.
-	Sink *observe.Sink
+	Sink *audit.Sink
 	// HITL is the operator policy and external HITL component (§15.1).
 	HITL hitlsignals.Policy
 	// Scheduler is the task admission policy (§9).
@@ -83,7 +83,7 @@ func (a *Activities) RecordAgentState(ctx context.Context, in AgentStateInput) e
 	if in.Final {
 		typ = "agent.lifecycle_ended"
 	}
-	a.Sink.Record(ctx, observe.Event{
+	a.Sink.Record(ctx, audit.Event{
 		CorrelationID: "agent/" + in.AgentID, Actor: protocol.SchedulerID, Type: typ, AgentID: in.AgentID,
 		Details: map[string]any{"from": in.From.String(), "to": in.To.String(), "reason": in.Reason},
 	})
@@ -158,7 +158,7 @@ func (a *Activities) NotifyRegistryEvent(ctx context.Context, in RegistryEventIn
 			return fmt.Errorf("notify %s: %w", to, err)
 		}
 	}
-	a.Sink.Record(ctx, observe.Event{
+	a.Sink.Record(ctx, audit.Event{
 		CorrelationID: in.EventID, Actor: protocol.SchedulerID, Type: "registry." + in.Event, AgentID: in.AgentID,
 		Details: map[string]any{"notified": len(agents) - 1},
 	})

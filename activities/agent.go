@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -69,14 +69,14 @@ func (a *Activities) CheckHeartbeat(ctx context.Context, in HeartbeatCheckInput)
 		out.LastSeen, out.Misses = rec.LastHeartbeat, 0
 		if out.Unavailable {
 			out.Unavailable = false
-			a.Sink.Record(ctx, observe.Event{CorrelationID: corr, Actor: protocol.SchedulerID, Type: "agent.available", AgentID: in.AgentID,
+			a.Sink.Record(ctx, audit.Event{CorrelationID: corr, Actor: protocol.SchedulerID, Type: "agent.available", AgentID: in.AgentID,
 				Details: map[string]any{"last_heartbeat": rec.LastHeartbeat.UTC().Format(time.RFC3339Nano)}})
 		}
 	} else {
 		out.Misses++
 		if out.Misses >= max(in.MaxMisses, 1) && !out.Unavailable {
 			out.Unavailable = true
-			a.Sink.Record(ctx, observe.Event{CorrelationID: corr, Actor: protocol.SchedulerID, Type: "agent.unavailable", AgentID: in.AgentID,
+			a.Sink.Record(ctx, audit.Event{CorrelationID: corr, Actor: protocol.SchedulerID, Type: "agent.unavailable", AgentID: in.AgentID,
 				Details: map[string]any{"missed_intervals": out.Misses, "interval": in.Interval.String()}})
 		}
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -223,7 +223,7 @@ func (a *Activities) OfferHandoff(ctx context.Context, in OfferHandoffInput) err
 	if err := a.notifyOnce(ctx, in.Target, id, in.Correlation, payload); err != nil {
 		return err
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: in.Correlation, Actor: protocol.SchedulerID, Type: "handoff.offered", AgentID: in.Target, MessageID: id,
+	a.Sink.Record(ctx, audit.Event{CorrelationID: in.Correlation, Actor: protocol.SchedulerID, Type: "handoff.offered", AgentID: in.Target, MessageID: id,
 		Details: map[string]any{"request_id": in.RequestID, "from": in.From, "offer": in.Offer, "why": in.ChoiceReason}})
 	return nil
 }
@@ -312,7 +312,7 @@ func (a *Activities) RecordHandoff(ctx context.Context, in RecordHandoffInput) e
 	if err := a.updateHandoff(ctx, in.RequestID, in.Status, in.Target, in.AcceptedBy, in.EndReason); err != nil {
 		return err
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: in.Correlation, Actor: protocol.SchedulerID, Type: "handoff." + strings.ToLower(in.Status.String()),
+	a.Sink.Record(ctx, audit.Event{CorrelationID: in.Correlation, Actor: protocol.SchedulerID, Type: "handoff." + strings.ToLower(in.Status.String()),
 		AgentID: in.From, Details: map[string]any{"request_id": in.RequestID, "target": in.Target, "accepted_by": in.AcceptedBy,
 			"end_reason": in.EndReason, "note": in.Note}})
 	return nil
@@ -347,7 +347,7 @@ func (a *Activities) FenceHandoff(ctx context.Context, in FenceHandoffInput) err
 	if err := a.Store.Handoffs().Fence(ctx, f); err != nil {
 		return fmt.Errorf("fence %s on %s: %w", in.AgentID, in.Correlation, err)
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: in.Correlation, Actor: protocol.SchedulerID, Type: "handoff.fenced", AgentID: in.AgentID,
+	a.Sink.Record(ctx, audit.Event{CorrelationID: in.Correlation, Actor: protocol.SchedulerID, Type: "handoff.fenced", AgentID: in.AgentID,
 		Details: map[string]any{"request_id": in.RequestID, "new_owner": in.NewOwner}})
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
@@ -66,7 +66,7 @@ func handoffActivities(t *testing.T) (*Activities, *fakeHandoffs, store.Store) {
 	t.Cleanup(mem.Close)
 	h := &fakeHandoffs{open: map[string]int{}, fences: map[[2]string]store.Fence{}}
 	st := handoffStore{Store: mem, h: h}
-	sink := observe.New(nil, st.Audit())
+	sink := audit.New(nil, st.Audit())
 	agents := map[string][]string{"a": {"billing"}, "b": {"billing"}, "c": {"billing", "refunds"}, "d": {"billing"}, "e": {"support"}}
 	for id, caps := range agents {
 		require.NoError(t, st.Registry().PutAgent(context.Background(), store.AgentRecord{

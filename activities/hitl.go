@@ -14,8 +14,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -61,7 +61,7 @@ func (a *Activities) RecordHitlInvocation(ctx context.Context, in HitlInvocation
 	if err != nil {
 		return hitlsignals.Policy{}, fmt.Errorf("record invocation: %w", err)
 	}
-	a.Sink.Record(ctx, observe.Event{
+	a.Sink.Record(ctx, audit.Event{
 		CorrelationID: in.Invocation.CorrelationID, Actor: actorOr(in.Invocation.RequestedBy), Type: "hitl.invoked",
 		Details: map[string]any{"invocation_id": in.Invocation.InvocationID, "reason_type": in.Invocation.ReasonType,
 			"subject": in.Invocation.Subject.String(), "priority": in.Invocation.Priority, "deadline": in.Deadline.UTC().Format(time.RFC3339),
@@ -101,7 +101,7 @@ func (a *Activities) RecordHitlEvent(ctx context.Context, in HitlEventInput) err
 	for k, v := range in.Details {
 		details[k] = v
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: in.CorrelationID, Actor: actorOr(in.Actor), Type: in.Type, Details: details})
+	a.Sink.Record(ctx, audit.Event{CorrelationID: in.CorrelationID, Actor: actorOr(in.Actor), Type: in.Type, Details: details})
 	return nil
 }
 
@@ -135,7 +135,7 @@ func (a *Activities) RecordHitlOutcome(ctx context.Context, in HitlOutcomeInput)
 	if in.Outcome.Extensions > 0 {
 		details["extensions"] = in.Outcome.Extensions
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: in.Invocation.CorrelationID, Actor: in.Outcome.DecidedBy, Type: "hitl.decided", Details: details})
+	a.Sink.Record(ctx, audit.Event{CorrelationID: in.Invocation.CorrelationID, Actor: in.Outcome.DecidedBy, Type: "hitl.decided", Details: details})
 	return nil
 }
 

@@ -16,8 +16,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
@@ -79,7 +79,7 @@ func TestHitlPolicyLeavesTokenHashesOut(t *testing.T) {
 		Operators:    []hitlsignals.Operator{{Name: "alice", TokenSHA256: hitlsignals.HashToken("alice-token"), Reasons: []string{"CONFLICT"}, PublicKeys: []ed25519.PublicKey{make([]byte, 32)}}},
 		DecisionKeys: []ed25519.PublicKey{make([]byte, 32)},
 	}
-	acts := &Activities{Store: st, Sink: observe.New(nil, st.Audit()), HITL: policy}
+	acts := &Activities{Store: st, Sink: audit.New(nil, st.Audit()), HITL: policy}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	env.RegisterActivity(acts)

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/reasoningpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -94,7 +94,7 @@ func (a *Activities) PublishNegotiation(ctx context.Context, in NegotiationPubli
 		return err
 	}
 	for _, ev := range in.Events {
-		a.Sink.Record(ctx, observe.Event{CorrelationID: in.NegotiationID, Actor: protocol.SchedulerID, Type: "negotiation." + ev.Kind,
+		a.Sink.Record(ctx, audit.Event{CorrelationID: in.NegotiationID, Actor: protocol.SchedulerID, Type: "negotiation." + ev.Kind,
 			Details: map[string]any{"seq": ev.Seq, "recipients": in.Recipients, "bytes": len(ev.JSON)}})
 	}
 	return nil
@@ -114,7 +114,7 @@ func (a *Activities) publishEvent(ctx context.Context, negotiationID, to string,
 	case errors.Is(err, store.ErrNotFound):
 		// A participant that deregistered mid-negotiation misses the rest; the others do
 		// not wait for it.
-		a.Sink.Record(ctx, observe.Event{CorrelationID: negotiationID, Actor: protocol.SchedulerID, Type: "negotiation.undeliverable",
+		a.Sink.Record(ctx, audit.Event{CorrelationID: negotiationID, Actor: protocol.SchedulerID, Type: "negotiation.undeliverable",
 			AgentID: to, Details: map[string]any{"seq": ev.Seq, "kind": ev.Kind, "error": err.Error()}})
 		return nil
 	}

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -67,7 +67,7 @@ func (a *Activities) PublishProposal(ctx context.Context, in ProposalInput) erro
 			return fmt.Errorf("send proposal to %s: %w", critic, err)
 		}
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: nid, Actor: p.GetProducerId(), Type: "room.proposal", AgentID: p.GetProducerId(),
+	a.Sink.Record(ctx, audit.Event{CorrelationID: nid, Actor: p.GetProducerId(), Type: "room.proposal", AgentID: p.GetProducerId(),
 		Details: map[string]any{"artifact_id": p.GetArtifactId(), "version": in.Version, "artifact_type": p.GetArtifactType().String(), "critics": p.GetRequestedCritics()}})
 	return nil
 }
@@ -120,7 +120,7 @@ func (a *Activities) PublishDecision(ctx context.Context, in DecisionInput) erro
 			return fmt.Errorf("send decision to %s: %w", agent, err)
 		}
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: nid, Actor: protocol.SchedulerID, Type: "room.decision", AgentID: in.ProducerID,
+	a.Sink.Record(ctx, audit.Event{CorrelationID: nid, Actor: protocol.SchedulerID, Type: "room.decision", AgentID: in.ProducerID,
 		Details: map[string]any{"artifact_id": d.GetArtifactId(), "version": in.Version, "outcome": d.GetOutcome().String(), "provisional": in.Provisional,
 			"reason": d.GetReason(), "policy_version": d.GetPolicyVersion(), "weighted_mean": d.GetAggregatedScore().GetWeightedMean(), "votes": len(d.GetVotes())}})
 	return nil

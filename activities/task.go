@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sw4rm/sw4rm-temporal/admission"
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -85,7 +85,7 @@ func (a *Activities) SendControl(ctx context.Context, in SendControlInput) error
 		}
 		return err
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "scheduler.control_sent",
+	a.Sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "scheduler.control_sent",
 		AgentID: in.AgentID, MessageID: in.MessageID, Details: map[string]any{"type": in.Control.Type, "task_id": in.Control.TaskID,
 			"priority": in.Control.Priority, "resume": in.Control.Resume, "grace_ms": in.Control.GraceMS, "reason": in.Control.Reason}})
 	return nil
@@ -120,7 +120,7 @@ func (a *Activities) RecordWaitingOn(ctx context.Context, in WaitingOnInput) err
 	if err != nil {
 		return fmt.Errorf("record waiting_on of %s/%s: %w", in.AgentID, in.TaskID, err)
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "activity.waiting_on",
+	a.Sink.Record(ctx, audit.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "activity.waiting_on",
 		AgentID: in.AgentID, MessageID: in.WaitingOn, Details: map[string]any{"task_id": in.TaskID, "waiting_on": e.WaitingOn, "waiting_since": e.WaitingSince}})
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/admission"
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/router"
@@ -27,7 +27,7 @@ func admitter(t *testing.T, policy admission.Policy) (*activities.Activities, st
 		require.NoError(t, st.Registry().PutAgent(context.Background(), store.AgentRecord{
 			Descriptor: &registrypb.AgentDescriptor{AgentId: id, Name: name}, State: commonpb.AgentState_RUNNABLE}))
 	}
-	sink := observe.New(nil, st.Audit())
+	sink := audit.New(nil, st.Audit())
 	return &activities.Activities{Store: st, Router: router.New(st, router.Config{}, sink), Sink: sink, Scheduler: policy}, st
 }
 

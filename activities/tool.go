@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -58,7 +58,7 @@ type ToolRunner struct {
 	// Store keeps the call's frames.
 	Store store.Store
 	// Sink records audit events.
-	Sink *observe.Sink
+	Sink *audit.Sink
 	// Log logs frame counts and escalations.
 	Log *slog.Logger
 }
@@ -277,7 +277,7 @@ func (a *Activities) RecordToolEnd(ctx context.Context, in RecordToolEndInput) e
 	if err != nil {
 		return err
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: in.CallID, Actor: in.Caller, AgentID: in.Caller, Type: AuditToolCallFinished,
+	a.Sink.Record(ctx, audit.Event{CorrelationID: in.CallID, Actor: in.Caller, AgentID: in.Caller, Type: AuditToolCallFinished,
 		Details: map[string]any{"call_id": in.CallID, "provider_id": in.ProviderID, "tool_name": in.ToolName, "error_code": in.Code,
 			"frames": rec.Frames, "bytes": rec.Bytes, "privilege_level": in.Privilege}})
 	return nil
@@ -286,7 +286,7 @@ func (a *Activities) RecordToolEnd(ctx context.Context, in RecordToolEndInput) e
 // RecordToolEscalation audits a call that runs at ELEVATED or above (§18.5.3); the call
 // workflow logs it too, at WARN from PRIVILEGED up.
 func (a *Activities) RecordToolEscalation(ctx context.Context, in RecordToolEndInput) error {
-	a.Sink.Record(ctx, observe.Event{CorrelationID: in.CallID, Actor: in.Caller, AgentID: in.Caller, Type: AuditToolEscalated,
+	a.Sink.Record(ctx, audit.Event{CorrelationID: in.CallID, Actor: in.Caller, AgentID: in.Caller, Type: AuditToolEscalated,
 		Details: map[string]any{"call_id": in.CallID, "provider_id": in.ProviderID, "tool_name": in.ToolName, "privilege_level": in.Privilege}})
 	return nil
 }

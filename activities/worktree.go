@@ -9,7 +9,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/repos"
@@ -138,7 +138,7 @@ func (a *Activities) RecordWorktree(ctx context.Context, in RecordWorktreeInput)
 	if actor == "" {
 		actor = protocol.SchedulerID
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: WorktreeCorrelation(b.AgentID), Actor: actor, Type: typ, AgentID: b.AgentID,
+	a.Sink.Record(ctx, audit.Event{CorrelationID: WorktreeCorrelation(b.AgentID), Actor: actor, Type: typ, AgentID: b.AgentID,
 		Details: details, Level: level})
 	return nil
 }
@@ -162,7 +162,7 @@ type BindRecoveryTimeoutInput struct {
 // No HITL invocation is raised: there is nothing to decide, only a repository, lock or
 // permission to fix, then an UNBIND or a new BIND (§16.3 manual recovery).
 func (a *Activities) NotifyBindRecoveryTimeout(ctx context.Context, in BindRecoveryTimeoutInput) error {
-	a.Sink.Record(ctx, observe.Event{
+	a.Sink.Record(ctx, audit.Event{
 		CorrelationID: WorktreeCorrelation(in.AgentID), Actor: protocol.SchedulerID, Type: WorktreeEventRecoveryTimeout, AgentID: in.AgentID,
 		Level: slog.LevelWarn,
 		Details: map[string]any{"repo_id": in.RepoID, "worktree_id": in.WorktreeID, "reason": in.Reason, "note": in.Note,

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/repos"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -43,7 +43,7 @@ func TestEnsureWorktreeActivity(t *testing.T) {
 	m, err := repos.New(t.Context(), map[string]string{"app": repo}, "")
 	require.NoError(t, err)
 	st := memory.New()
-	a := &Activities{Store: st, Sink: observe.New(nil, st.Audit()), Repos: m}
+	a := &Activities{Store: st, Sink: audit.New(nil, st.Audit()), Repos: m}
 
 	got, err := a.EnsureWorktree(t.Context(), EnsureWorktreeInput{AgentID: "coder", RepoID: "app", WorktreeID: "w1", Lock: true})
 	require.NoError(t, err)
@@ -70,7 +70,7 @@ func TestEnsureWorktreeActivity(t *testing.T) {
 	_, err = a.EnsureWorktree(t.Context(), EnsureWorktreeInput{AgentID: "other", RepoID: "app", WorktreeID: "w1", Lock: true})
 	require.NoError(t, err, "released")
 
-	none := &Activities{Store: st, Sink: observe.New(nil, st.Audit())}
+	none := &Activities{Store: st, Sink: audit.New(nil, st.Audit())}
 	_, err = none.EnsureWorktree(t.Context(), EnsureWorktreeInput{AgentID: "coder", RepoID: "app", WorktreeID: "w1", Lock: true})
 	r, _ = ReasonOfActivityError(err)
 	assert.Equal(t, worktree.ReasonWorktreeNotFound, r, "no repository configured")
@@ -81,7 +81,7 @@ func TestEnsureWorktreeActivity(t *testing.T) {
 // timeout is audited for operators.
 func TestRecordWorktree(t *testing.T) {
 	st := memory.New()
-	a := &Activities{Store: st, Sink: observe.New(nil, st.Audit())}
+	a := &Activities{Store: st, Sink: audit.New(nil, st.Audit())}
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	b := store.WorktreeBinding{AgentID: "coder", State: "BOUND_HOME", RepoID: "app", HomeWorktreeID: "w1", WorktreeID: "w1",
 		Branch: "sw4rm/w1", Path: "/p", UpdatedAt: at}

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
@@ -30,7 +30,7 @@ import (
 // recording every verdict through Sink (§19).
 type Admitter struct {
 	Store  store.Store
-	Sink   *observe.Sink
+	Sink   *audit.Sink
 	Policy Policy
 }
 
@@ -176,14 +176,14 @@ func (p *Prepared) Commit(ctx context.Context) (Result, error) {
 		case errors.As(err, &full):
 			p.res.NoActivityEntry, p.res.BufferWarning = true, true
 			p.res.Reason = fmt.Sprintf("admitted without an activity entry: activity_buffer_full: %v (§10.1); the buffer does not block scheduling (§10)", err)
-			a.Sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "activity.buffer_full",
+			a.Sink.Record(ctx, audit.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "activity.buffer_full",
 				AgentID: in.AgentID, Level: slog.LevelWarn, Details: map[string]any{"task_id": in.TaskID, "error_code": "activity_buffer_full",
 					"per_agent": full.PerAgent, "limit": full.Limit, "reason": err.Error()}})
 		case err != nil:
 			return Result{}, fmt.Errorf("create activity entry: %w", err)
 		case usage.Warn():
 			p.res.BufferWarning = true
-			a.Sink.Record(ctx, observe.Event{Actor: protocol.SchedulerID, Type: "activity.buffer_high", AgentID: in.AgentID, Level: slog.LevelWarn,
+			a.Sink.Record(ctx, audit.Event{Actor: protocol.SchedulerID, Type: "activity.buffer_high", AgentID: in.AgentID, Level: slog.LevelWarn,
 				Details: map[string]any{"active": usage.Active, "agent_active": usage.AgentActive, "max_active": usage.Limits.MaxActive, "max_per_agent": usage.Limits.MaxPerAgent}})
 		}
 		p.entry = nil
@@ -193,7 +193,7 @@ func (p *Prepared) Commit(ctx context.Context) (Result, error) {
 	if res.Verdict != OK {
 		level = slog.LevelWarn
 	}
-	a.Sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "task.admission",
+	a.Sink.Record(ctx, audit.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "task.admission",
 		AgentID: in.AgentID, Level: level, Details: map[string]any{"task_id": in.TaskID, "verdict": res.Verdict, "reason": res.Reason,
 			"other_task_id": res.OtherTaskID, "confidence": res.Confidence}})
 	return res, nil

@@ -26,11 +26,11 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
 	"github.com/sw4rm/sw4rm-temporal/metrics"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
@@ -439,7 +439,7 @@ type App struct {
 	// sweepDone closes when the router's Run has returned (its last writes are made).
 	sweepDone chan struct{}
 	metrics   *metrics.Router
-	sink      *observe.Sink
+	sink      *audit.Sink
 	router    *router.Router
 	relay     *outbox.Relay
 	stopRelay context.CancelFunc
@@ -602,7 +602,7 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	if len(operators) == 0 && cfg.HITLExternal == "" {
 		log.Warn("no HITL operators and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
 	}
-	a.sink = observe.NewAsync(log, st.Audit(), 4096)
+	a.sink = audit.NewAsync(log, st.Audit(), 4096)
 	sink := a.sink
 	rt := router.New(st, router.Config{
 		BufferCapacity: cfg.BufferCapacity, Lease: cfg.DeliveryLease, MaxPayloadBytes: cfg.MaxPayloadBytes,

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -24,13 +24,13 @@ const MCPImportTimeout = 30 * time.Second
 // logged and left out. A stdio server is started for the listing and stopped after it — a
 // per-worktree one in an empty directory (mcp.ImportProvider), and its tools are marked
 // needs_worktree.
-func ImportMCPProviders(ctx context.Context, providers []mcp.Provider, st store.ToolProviders, sink *observe.Sink, log *slog.Logger) {
+func ImportMCPProviders(ctx context.Context, providers []mcp.Provider, st store.ToolProviders, sink *audit.Sink, log *slog.Logger) {
 	for _, p := range providers {
 		importMCPProvider(ctx, p, st, sink, log)
 	}
 }
 
-func importMCPProvider(ctx context.Context, p mcp.Provider, st store.ToolProviders, sink *observe.Sink, log *slog.Logger) {
+func importMCPProvider(ctx context.Context, p mcp.Provider, st store.ToolProviders, sink *audit.Sink, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, MCPImportTimeout)
 	defer cancel()
 	log = log.With("provider_id", p.ID)
@@ -52,7 +52,7 @@ func importMCPProvider(ctx context.Context, p mcp.Provider, st store.ToolProvide
 	}
 	log.Info("MCP provider imported", "tools", len(imp.Tools), "skipped", len(imp.Skipped))
 	if sink != nil {
-		sink.Record(ctx, observe.Event{Actor: protocol.SchedulerID, Type: frontend.AuditToolProviderRegistered,
+		sink.Record(ctx, audit.Event{Actor: protocol.SchedulerID, Type: frontend.AuditToolProviderRegistered,
 			Details: map[string]any{"provider_id": p.ID, "kind": tool.ProviderKindMCP, "tools": names}})
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sw4rm/sw4rm-temporal/app"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -43,7 +43,7 @@ func TestImportMCPProviders(t *testing.T) {
 	st := memory.New()
 	t.Cleanup(st.Close)
 	log := slog.New(slog.DiscardHandler)
-	sink := observe.New(log, st.Audit())
+	sink := audit.New(log, st.Audit())
 	app.ImportMCPProviders(t.Context(), providers, st.ToolProviders(), sink, log)
 
 	recs, err := st.ToolProviders().ListTools(t.Context(), "")

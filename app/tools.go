@@ -10,7 +10,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -23,7 +23,7 @@ import (
 // startToolWorkers starts one Temporal worker per provider this process can run, each
 // polling its provider's task queue (workflows.ToolTaskQueue), so tool workers scale per
 // provider and a slow provider never starves another's calls (§18).
-func (a *App) startToolWorkers(execs map[string]tools.Executor, st store.Store, sink *observe.Sink, log *slog.Logger) error {
+func (a *App) startToolWorkers(execs map[string]tools.Executor, st store.Store, sink *audit.Sink, log *slog.Logger) error {
 	ids := make([]string, 0, len(execs))
 	for id := range execs {
 		ids = append(ids, id)

@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/signing"
@@ -130,7 +130,7 @@ type AuthConfig struct {
 	// KeyOverlap is how long a rotated-out key stays valid (DefaultKeyOverlap if zero).
 	KeyOverlap time.Duration
 	// Sink records every refusal in the audit log (§6.5).
-	Sink *observe.Sink
+	Sink *audit.Sink
 	// Log receives the optional mode's notes on unsigned calls.
 	Log *slog.Logger
 	// Now is the clock (time.Now if nil); tests pin it.
@@ -448,7 +448,7 @@ func registeringKey(req any, agentID string) (string, []byte) {
 // status; the error_code is permission_denied whatever the gRPC code.
 func (a *Authenticator) refuse(ctx context.Context, method string, p auth.Principal, c codes.Code, reason string) error {
 	reason = strings.TrimPrefix(reason, "signing: ")
-	a.cfg.Sink.Record(ctx, observe.Event{Type: "auth.refused", Actor: p.String(), AgentID: p.Agent, Level: slog.LevelWarn,
+	a.cfg.Sink.Record(ctx, audit.Event{Type: "auth.refused", Actor: p.String(), AgentID: p.Agent, Level: slog.LevelWarn,
 		Details: map[string]any{"method": method, "code": c.String(), "reason": reason, "mode": a.cfg.Mode.String()}})
 	return status.Errorf(c, "permission_denied: %s", reason)
 }

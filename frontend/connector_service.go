@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -138,5 +138,5 @@ func (c *connectorService) audit(ctx context.Context, by, typ string, details ma
 	if c.s.sink == nil {
 		return
 	}
-	c.s.sink.Record(ctx, observe.Event{Actor: by, Type: typ, Details: details})
+	c.s.sink.Record(ctx, audit.Event{Actor: by, Type: typ, Details: details})
 }

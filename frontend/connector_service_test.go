@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -25,7 +25,7 @@ func newConnectorService(t *testing.T) (*connectorService, store.Store) {
 	st := memory.New()
 	t.Cleanup(st.Close)
 	log := slog.New(slog.DiscardHandler)
-	return &connectorService{s: &Server{store: st, sink: observe.New(log, st.Audit()), log: log}}, st
+	return &connectorService{s: &Server{store: st, sink: audit.New(log, st.Audit()), log: log}}, st
 }
 
 func agentContext(t *testing.T, id string) context.Context {

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -163,7 +163,7 @@ func (d *dlqAdminService) requeueOne(ctx context.Context, op hitlsignals.Operato
 		details["code"] = res.Code
 		details["error"] = res.Error
 	}
-	d.s.sink.Record(ctx, observe.Event{
+	d.s.sink.Record(ctx, audit.Event{
 		CorrelationID: e.CorrelationID, Actor: op.Name, Type: "dlq.requeue_requested",
 		AgentID: e.RecipientID, MessageID: e.MessageID, Details: details,
 	})
@@ -252,7 +252,7 @@ func (d *dlqAdminService) Export(ctx context.Context, req *dlqadminpb.ExportRequ
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "internal_error: encode the bundle: %v", err)
 	}
-	d.s.sink.Record(ctx, observe.Event{Actor: op.Name, Type: "dlq.exported", Details: map[string]any{
+	d.s.sink.Record(ctx, audit.Event{Actor: op.Name, Type: "dlq.exported", Details: map[string]any{
 		"count": len(entries), "ids": dlqEntryIDs(entries), "via": dlqVia(ctx),
 	}})
 	return &dlqadminpb.ExportResponse{Bundle: append(b, '\n'), Count: uint32(len(entries))}, nil

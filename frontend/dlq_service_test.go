@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -58,7 +58,7 @@ func newDLQTestService(t *testing.T) (*dlqAdminService, store.Store, *fakeRequeu
 	st := memory.New()
 	t.Cleanup(st.Close)
 	log := slog.New(slog.DiscardHandler)
-	s := &Server{store: st, sink: observe.New(log, st.Audit()), log: log, cfg: Config{HITLPolicy: hitlsignals.Policy{
+	s := &Server{store: st, sink: audit.New(log, st.Audit()), log: log, cfg: Config{HITLPolicy: hitlsignals.Policy{
 		Operators: []hitlsignals.Operator{{Name: "olga", TokenSHA256: hitlsignals.HashToken(dlqTestToken)}},
 	}}}
 	r := &fakeRequeuer{st: st}

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -147,7 +147,7 @@ func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.Hand
 		h.s.log.Warn("handoff stored; its workflow starts when Temporal is reachable", "request_id", id, "error", err)
 		details["workflow"], details["workflow_error"] = "pending", err.Error()
 	}
-	h.s.sink.Record(ctx, observe.Event{CorrelationID: corr, Actor: from, Type: "handoff.requested", AgentID: to, Details: details})
+	h.s.sink.Record(ctx, audit.Event{CorrelationID: corr, Actor: from, Type: "handoff.requested", AgentID: to, Details: details})
 	_ = grpc.SetHeader(ctx, metadata.Pairs(HandoffStateHeader, handoffpb.HandoffStatus_PENDING.String()))
 	return &commonpb.Empty{}, nil
 }
@@ -354,7 +354,7 @@ func (h *handoffService) CancelDelegation(ctx context.Context, req *handoffpb.Ca
 		}
 		n++
 	}
-	h.s.sink.Record(ctx, observe.Event{CorrelationID: corr, Actor: cancel.By, Type: "handoff.cancel_requested",
+	h.s.sink.Record(ctx, audit.Event{CorrelationID: corr, Actor: cancel.By, Type: "handoff.cancel_requested",
 		Details: map[string]any{"reason": req.GetReason(), "grace_period_ms": req.GetGracePeriodMs(), "cancelled": n}})
 	msg := fmt.Sprintf("cancelled %d open handoff(s) of correlation %s", n, corr)
 	if n == 0 {

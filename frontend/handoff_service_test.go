@@ -21,8 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
@@ -179,7 +179,7 @@ func newHandoffHarness(t *testing.T, agents map[string][]string) *handoffHarness
 			return &mocks.WorkflowRun{}, nil
 		})
 	log := slog.New(slog.DiscardHandler)
-	sink := observe.New(log, st.Audit())
+	sink := audit.New(log, st.Audit())
 	rel := outbox.New(st.Outbox(), outbox.Config{}, log, sink)
 	RegisterOutboxHandlers(rel, h.tc, st, nil, "q")
 	r := router.New(st, router.Config{}, sink)

@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -136,7 +136,7 @@ func newHitlAdminHarness(t *testing.T, key ed25519.PrivateKey) *hitlAdminHarness
 		return st.HITL().CompleteInvocation(ctx, d.InvocationID, out, time.Now())
 	})
 	log := slog.New(slog.DiscardHandler)
-	s := &Server{store: st, temporal: tc, sink: observe.New(log, st.Audit()), log: log, cfg: Config{HITLPolicy: testHITLPolicy, HITLDecisionKey: key}}
+	s := &Server{store: st, temporal: tc, sink: audit.New(log, st.Audit()), log: log, cfg: Config{HITLPolicy: testHITLPolicy, HITLDecisionKey: key}}
 	h.svc = &hitlAdminService{s: s}
 	return h
 }

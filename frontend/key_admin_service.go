@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/keyadminpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -95,7 +95,7 @@ func (k *keyAdminService) RevokeKey(ctx context.Context, req *keyadminpb.RevokeK
 				revoked = append(revoked, key.KeyID)
 			}
 		}
-		k.s.sink.Record(ctx, observe.Event{Actor: op, Type: "auth.key_revoked", AgentID: agentID, Details: map[string]any{
+		k.s.sink.Record(ctx, audit.Event{Actor: op, Type: "auth.key_revoked", AgentID: agentID, Details: map[string]any{
 			"key_id": keyID, "revoked": n, "key_ids": revoked, "reason": reason, "via": dlqVia(ctx),
 		}})
 	}

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/keyadminpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -24,7 +24,7 @@ func newKeyAdminTestService(t *testing.T) (*keyAdminService, store.Store) {
 	st := memory.New()
 	t.Cleanup(st.Close)
 	log := slog.New(slog.DiscardHandler)
-	s := &Server{store: st, sink: observe.New(log, st.Audit()), log: log, cfg: Config{HITLPolicy: hitlsignals.Policy{
+	s := &Server{store: st, sink: audit.New(log, st.Audit()), log: log, cfg: Config{HITLPolicy: hitlsignals.Policy{
 		Operators: []hitlsignals.Operator{{Name: "olga", TokenSHA256: hitlsignals.HashToken(dlqTestToken)}},
 	}}}
 	return &keyAdminService{s: s}, st

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
 )
 
@@ -35,7 +35,7 @@ func (l *loggingService) Ingest(ctx context.Context, ev *loggingpb.LogEvent) (*l
 	if ev.GetTs() != nil {
 		details["agent_ts"] = ev.GetTs().AsTime().UTC().Format("2006-01-02T15:04:05.000000Z07:00")
 	}
-	l.s.sink.Record(ctx, observe.Event{
+	l.s.sink.Record(ctx, audit.Event{
 		CorrelationID: ev.GetCorrelationId(), Actor: ev.GetAgentId(), AgentID: ev.GetAgentId(),
 		Type: "agent." + ev.GetEventType(), Details: details,
 	})

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
@@ -208,7 +208,7 @@ func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.Negoti
 	if err != nil {
 		return nil, temporalStatus(ctx, "open the negotiation", err)
 	}
-	n.s.sink.Record(ctx, observe.Event{CorrelationID: id, Actor: in.Opener, Type: "negotiation.opened",
+	n.s.sink.Record(ctx, audit.Event{CorrelationID: id, Actor: in.Opener, Type: "negotiation.opened",
 		Details: map[string]any{"topic": in.Topic, "participants": parts, "intensity": req.GetIntensity().String(), "mode": in.Mode,
 			"profile": in.Profile, "debate_timeout": in.DebateTimeout.String(), "policy_notes": in.PolicyNotes}})
 	return &commonpb.Empty{}, nil

@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -23,7 +23,7 @@ import (
 // messages deliver to DAG runs (§17.7). Every process that runs a relay registers them, so
 // any process can deliver what another wrote. sink records what a handler decides that
 // nobody else sees (an event for a run that is not open).
-func RegisterOutboxHandlers(rel *outbox.Relay, tc client.Client, st store.Store, sink *observe.Sink, taskQueue string) {
+func RegisterOutboxHandlers(rel *outbox.Relay, tc client.Client, st store.Store, sink *audit.Sink, taskQueue string) {
 	// An ACK for a lifecycle that has ended concerns nobody: nothing is left to schedule.
 	rel.Handle(workflows.OutboxAgentControlAck, signalEntry(tc, func(p workflows.AgentControlAckPayload) (string, string, any) {
 		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentControlAckSignal, p.Ack
@@ -63,7 +63,7 @@ func RegisterOutboxHandlers(rel *outbox.Relay, tc client.Client, st store.Store,
 		if errors.As(err, &nf) {
 			// A closed run, or one never started: no node waits any more. The message itself
 			// was delivered to its recipient as usual; only the event has nowhere to go.
-			sink.Record(ctx, observe.Event{CorrelationID: wid, Actor: p.Event.By, Type: "workflow.event_unclaimed", MessageID: p.Event.MessageID,
+			sink.Record(ctx, audit.Event{CorrelationID: wid, Actor: p.Event.By, Type: "workflow.event_unclaimed", MessageID: p.Event.MessageID,
 				Details: map[string]any{"workflow_id": p.WorkflowID, "event": p.Event.Name, "reason": "no open run of the workflow"}})
 			return nil
 		}

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -107,5 +107,5 @@ func (s *Server) keyEvent(ctx context.Context, typ string, p auth.Principal, k s
 	for name, v := range more {
 		details[name] = v
 	}
-	s.sink.Record(ctx, observe.Event{Type: typ, Actor: p.String(), AgentID: k.AgentID, Details: details})
+	s.sink.Record(ctx, audit.Event{Type: typ, Actor: p.String(), AgentID: k.AgentID, Details: details})
 }

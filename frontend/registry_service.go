@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -32,7 +32,7 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 		d = nil
 	}
 	if perr := protocol.ValidateDescriptor(d); perr != nil {
-		r.s.sink.Record(ctx, observe.Event{Type: "registry.rejected", AgentID: req.GetAgent().GetAgentId(), Actor: req.GetAgent().GetAgentId(),
+		r.s.sink.Record(ctx, audit.Event{Type: "registry.rejected", AgentID: req.GetAgent().GetAgentId(), Actor: req.GetAgent().GetAgentId(),
 			Details: map[string]any{"reason": perr.Error()}})
 		return &registrypb.RegisterAgentResponse{Accepted: false, Reason: perr.Error()}, nil
 	}
@@ -71,7 +71,7 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 		details["lifecycle"], details["lifecycle_error"] = "pending", err.Error()
 		resp.Reason = "registered; the lifecycle workflow " + workflows.AgentWorkflowID(id) + " starts as soon as Temporal is reachable"
 	}
-	r.s.sink.Record(ctx, observe.Event{CorrelationID: workflows.AgentWorkflowID(id), Actor: id, Type: "registry.registered", AgentID: id, Details: details})
+	r.s.sink.Record(ctx, audit.Event{CorrelationID: workflows.AgentWorkflowID(id), Actor: id, Type: "registry.registered", AgentID: id, Details: details})
 	return resp, nil
 }
 
@@ -147,7 +147,7 @@ func (r *registryService) DeregisterAgent(ctx context.Context, req *registrypb.D
 			return nil, status.Errorf(codes.Unavailable, "internal_error: agent %s is not in the registry and its lifecycle workflow could not be reached; retry DeregisterAgent: %v", id, err)
 		}
 	}
-	r.s.sink.Record(ctx, observe.Event{CorrelationID: workflows.AgentWorkflowID(id), Actor: id, Type: "registry.deregistered", AgentID: id,
+	r.s.sink.Record(ctx, audit.Event{CorrelationID: workflows.AgentWorkflowID(id), Actor: id, Type: "registry.deregistered", AgentID: id,
 		Details: map[string]any{"reason": req.GetReason()}})
 	return &registrypb.DeregisterAgentResponse{Ok: true}, nil
 }

@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
@@ -121,7 +121,7 @@ func (ps *schedulerPolicyService) audit(ctx context.Context, by, typ string, det
 	if ps.s.sink == nil {
 		return
 	}
-	ps.s.sink.Record(ctx, observe.Event{Actor: by, Type: typ, Details: details})
+	ps.s.sink.Record(ctx, audit.Event{Actor: by, Type: typ, Details: details})
 }
 
 // policyDetails is a policy as audit details: its protojson (proto field names) as a JSON

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -30,7 +30,7 @@ func newPolicyService(t *testing.T) (*schedulerPolicyService, store.Store) {
 	st := memory.New()
 	t.Cleanup(st.Close)
 	log := slog.New(slog.DiscardHandler)
-	return &schedulerPolicyService{s: &Server{store: st, sink: observe.New(log, st.Audit()), log: log}}, st
+	return &schedulerPolicyService{s: &Server{store: st, sink: audit.New(log, st.Audit()), log: log}}, st
 }
 
 // opsContext is the context of a call proven to come from operator ops.
@@ -244,7 +244,7 @@ func (failingPolicyStore) NegotiationPolicies() store.NegotiationPolicies { retu
 
 func TestPolicyStoreFailuresAreUnavailable(t *testing.T) {
 	st := failingPolicyStore{memory.New()}
-	ps := &schedulerPolicyService{s: &Server{store: st, sink: observe.New(slog.New(slog.DiscardHandler), st.Audit())}}
+	ps := &schedulerPolicyService{s: &Server{store: st, sink: audit.New(slog.New(slog.DiscardHandler), st.Audit())}}
 	ctx := opsContext(t)
 	_, err1 := ps.SetNegotiationPolicy(ctx, &schedulerpb.SetNegotiationPolicyRequest{Policy: fullPolicy()})
 	_, err2 := ps.GetNegotiationPolicy(ctx, &schedulerpb.GetNegotiationPolicyRequest{})

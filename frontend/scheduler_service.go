@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -151,7 +151,7 @@ func (sc *schedulerService) PurgeActivity(ctx context.Context, req *schedulerpb.
 	if err != nil {
 		return nil, activityError(err)
 	}
-	sc.s.sink.Record(ctx, observe.Event{Actor: "scheduler", Type: "activity.purged", AgentID: agentID, Details: map[string]any{
+	sc.s.sink.Record(ctx, audit.Event{Actor: "scheduler", Type: "activity.purged", AgentID: agentID, Details: map[string]any{
 		"task_ids": taskIDs, "purged": n,
 	}})
 	return &schedulerpb.PurgeActivityResponse{Purged: uint32(n)}, nil

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -25,7 +25,7 @@ func newSchedulerTestService(t *testing.T) (*schedulerService, *memory.Store) {
 	st := memory.New()
 	t.Cleanup(st.Close)
 	log := slog.New(slog.DiscardHandler)
-	srv := New(st, nil, nil, nil, observe.New(log, st.Audit()), log, Config{})
+	srv := New(st, nil, nil, nil, audit.New(log, st.Audit()), log, Config{})
 	return &schedulerService{s: srv}, st
 }
 

@@ -20,9 +20,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
@@ -102,7 +102,7 @@ type Server struct {
 	store    store.Store
 	router   *router.Router
 	temporal client.Client
-	sink     *observe.Sink
+	sink     *audit.Sink
 	log      *slog.Logger
 	cfg      Config
 	// relay makes the in-line attempt of the outbox entries the services write (see RegisterOutboxHandlers).
@@ -110,7 +110,7 @@ type Server struct {
 }
 
 // New builds the frontend; relay delivers the outbox entries its services write to the store.
-func New(st store.Store, r *router.Router, tc client.Client, relay *outbox.Relay, sink *observe.Sink, log *slog.Logger, cfg Config) *Server {
+func New(st store.Store, r *router.Router, tc client.Client, relay *outbox.Relay, sink *audit.Sink, log *slog.Logger, cfg Config) *Server {
 	return &Server{store: st, router: r, temporal: tc, relay: relay, sink: sink, log: log, cfg: cfg}
 }
 

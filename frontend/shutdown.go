@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -51,7 +51,7 @@ func (sc *schedulerService) ShutdownAgent(ctx context.Context, req *schedulerpb.
 	case err != nil:
 		return nil, status.Errorf(codes.Unavailable, "internal_error: could not signal the lifecycle workflow of %s; retry ShutdownAgent: %v", id, err)
 	}
-	sc.s.sink.Record(ctx, observe.Event{CorrelationID: workflows.AgentWorkflowID(id), Actor: protocol.SchedulerID, Type: "registry.shutdown_requested", AgentID: id,
+	sc.s.sink.Record(ctx, audit.Event{CorrelationID: workflows.AgentWorkflowID(id), Actor: protocol.SchedulerID, Type: "registry.shutdown_requested", AgentID: id,
 		Details: map[string]any{"grace_period": grace.String()}})
 	return &schedulerpb.ShutdownAgentResponse{Ok: true}, nil
 }

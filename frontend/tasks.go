@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/admission"
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
@@ -132,7 +132,7 @@ func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.Sub
 	if in.NeedsWorktree {
 		details["needs_worktree"] = true
 	}
-	sc.s.sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "task.submitted",
+	sc.s.sink.Record(ctx, audit.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "task.submitted",
 		AgentID: in.AgentID, Details: details})
 	return &schedulerpb.SubmitTaskResponse{Accepted: adm.Accepted, Reason: adm.Reason}, nil
 }
@@ -317,7 +317,7 @@ func (sc *schedulerService) RequestPreemption(ctx context.Context, req *schedule
 	if err != nil {
 		return nil, temporalStatus(ctx, "signal the agent's scheduler", err)
 	}
-	sc.s.sink.Record(ctx, observe.Event{CorrelationID: protocol.TaskCorrelationID(req.GetTaskId()), Actor: protocol.SchedulerID, Type: "task.preemption_requested",
+	sc.s.sink.Record(ctx, audit.Event{CorrelationID: protocol.TaskCorrelationID(req.GetTaskId()), Actor: protocol.SchedulerID, Type: "task.preemption_requested",
 		AgentID: req.GetAgentId(), Details: map[string]any{"task_id": req.GetTaskId(), "reason": req.GetReason()}})
 	return &schedulerpb.PreemptResponse{Enqueued: true}, nil
 }

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
@@ -503,7 +503,7 @@ func (t *toolService) Cancel(ctx context.Context, req *toolpb.ToolCall) (*toolpb
 // AuditToolCallRefused records a call refused before it started: who, which tool, the code.
 const AuditToolCallRefused = "tool.call_refused"
 
-func auditToolRefused(callID string, req *toolpb.ToolCall, c caller, te *tool.Error) observe.Event {
-	return observe.Event{CorrelationID: callID, Actor: c.owner, AgentID: c.agent, Type: AuditToolCallRefused,
+func auditToolRefused(callID string, req *toolpb.ToolCall, c caller, te *tool.Error) audit.Event {
+	return audit.Event{CorrelationID: callID, Actor: c.owner, AgentID: c.agent, Type: AuditToolCallRefused,
 		Details: map[string]any{"call_id": callID, "provider_id": req.GetProviderId(), "tool_name": req.GetToolName(), "error_code": string(te.Code), "reason": te.Msg}}
 }

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -71,7 +71,7 @@ func (w *workflowService) StartWorkflow(ctx context.Context, req *workflowpb.Sta
 	if err != nil {
 		return nil, temporalStatus(ctx, "start the run", err)
 	}
-	w.s.sink.Record(ctx, observe.Event{CorrelationID: workflows.DAGWorkflowID(id), Actor: auth.FromContext(ctx).String(), Type: "workflow.started",
+	w.s.sink.Record(ctx, audit.Event{CorrelationID: workflows.DAGWorkflowID(id), Actor: auth.FromContext(ctx).String(), Type: "workflow.started",
 		Details: map[string]any{"version": rec.Version}})
 	st, err := w.state(ctx, id)
 	if err != nil {
@@ -138,7 +138,7 @@ func (w *workflowService) ResumeWorkflow(ctx context.Context, req *workflowpb.Re
 			return nil, err
 		}
 	}
-	w.s.sink.Record(ctx, observe.Event{CorrelationID: workflows.DAGWorkflowID(id), Actor: by, Type: "workflow.resumed",
+	w.s.sink.Record(ctx, audit.Event{CorrelationID: workflows.DAGWorkflowID(id), Actor: by, Type: "workflow.resumed",
 		Details: map[string]any{"node_id": node, "metadata": md}})
 	st, err := w.state(ctx, id)
 	if err != nil {

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
@@ -113,7 +113,7 @@ func (w *workflowService) CreateWorkflow(ctx context.Context, req *workflowpb.Cr
 		return nil, failed("store the definition", err)
 	}
 	if !retry {
-		w.s.sink.Record(ctx, observe.Event{Actor: auth.FromContext(ctx).String(), Type: "workflow.definition_created",
+		w.s.sink.Record(ctx, audit.Event{Actor: auth.FromContext(ctx).String(), Type: "workflow.definition_created",
 			Details: map[string]any{"workflow_id": id, "version": rec.Version, "nodes": len(def.GetNodes()),
 				"roots": res.Roots, "warnings": warnings}})
 	}

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
@@ -31,7 +31,7 @@ func newWorkflowHarness(t *testing.T, agents ...string) (*workflowService, *defi
 			Descriptor: &registrypb.AgentDescriptor{AgentId: id, Name: id}, State: commonpb.AgentState_RUNNABLE}))
 	}
 	log := slog.New(slog.DiscardHandler)
-	s := &Server{store: st, sink: observe.New(log, st.Audit()), log: log}
+	s := &Server{store: st, sink: audit.New(log, st.Audit()), log: log}
 	return &workflowService{s: s}, &definitionService{s: s}, st
 }
 

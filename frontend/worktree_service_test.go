@@ -17,8 +17,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc/codes"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
@@ -39,7 +39,7 @@ func newWorktreeService(t *testing.T) (*worktreeService, *mocks.Client, store.St
 		Descriptor: &registrypb.AgentDescriptor{AgentId: "coder", Name: "coder"}, State: commonpb.AgentState_RUNNABLE}))
 	tc := &mocks.Client{}
 	log := slog.New(slog.DiscardHandler)
-	sink := observe.New(log, st.Audit())
+	sink := audit.New(log, st.Audit())
 	r := router.New(st, router.Config{}, sink)
 	return &worktreeService{s: &Server{store: st, router: r, temporal: tc, sink: sink, log: log, cfg: Config{TaskQueue: "q"}}}, tc, st
 }

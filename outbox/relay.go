@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -80,14 +80,14 @@ type Relay struct {
 	st   store.Outbox
 	cfg  Config
 	log  *slog.Logger
-	sink *observe.Sink
+	sink *audit.Sink
 
 	mu       sync.RWMutex
 	handlers map[string]Handler
 }
 
 // New builds a relay over the store's outbox; sink records drops and late deliveries (§19).
-func New(st store.Outbox, cfg Config, log *slog.Logger, sink *observe.Sink) *Relay {
+func New(st store.Outbox, cfg Config, log *slog.Logger, sink *audit.Sink) *Relay {
 	return &Relay{st: st, cfg: cfg.withDefaults(), log: log, sink: sink, handlers: map[string]Handler{}}
 }
 
@@ -187,7 +187,7 @@ func (r *Relay) record(ctx context.Context, h store.OutboxEntry, typ string, lev
 		r.log.Log(ctx, level, typ, "details", details)
 		return
 	}
-	r.sink.Record(context.WithoutCancel(ctx), observe.Event{CorrelationID: h.WorkflowID, Actor: "scheduler", Type: typ, Level: level, Details: details})
+	r.sink.Record(context.WithoutCancel(ctx), audit.Event{CorrelationID: h.WorkflowID, Actor: "scheduler", Type: typ, Level: level, Details: details})
 }
 
 // Run delivers due entries until ctx ends: those whose writer's in-line attempt failed, and

@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -118,7 +118,7 @@ func (r *Router) ackIgnored(ctx context.Context, rec store.MessageRecord, env *c
 	if rec.State == protocol.StateForStage(ack.Stage) {
 		typ, level = "message.ack_repeated", slog.LevelInfo
 	}
-	r.sink.Record(ctx, observe.Event{
+	r.sink.Record(ctx, audit.Event{
 		CorrelationID: rec.CorrelationID, Actor: env.GetProducerId(), Type: typ,
 		AgentID: rec.ProducerID, MessageID: rec.MessageID, Level: level,
 		Details: map[string]any{"ack_stage": ack.Stage.String(), "current_state": rec.State.String(), "state_since": rec.UpdatedAt.UTC().Format(time.RFC3339Nano), "ack_message_id": env.GetMessageId()},
@@ -137,13 +137,13 @@ func (r *Router) lateAck(ctx context.Context, rec store.MessageRecord, env *comm
 	}
 	details := map[string]any{"ack_stage": ack.Stage.String(), "timed_out_at": rec.UpdatedAt.UTC().Format(time.RFC3339Nano),
 		"late_ack_at": time.Now().UTC().Format(time.RFC3339Nano), "reconciled": late.Reconciled}
-	r.sink.Record(ctx, observe.Event{CorrelationID: rec.CorrelationID, Actor: env.GetProducerId(), Type: "message.late_ack",
+	r.sink.Record(ctx, audit.Event{CorrelationID: rec.CorrelationID, Actor: env.GetProducerId(), Type: "message.late_ack",
 		AgentID: rec.ProducerID, MessageID: rec.MessageID, Level: slog.LevelWarn, Details: details})
 	if !late.Reconciled || late.Entry == nil {
 		return nil
 	}
 	entry := *late.Entry
-	r.sink.Record(ctx, observe.Event{CorrelationID: rec.CorrelationID, Actor: protocol.SchedulerID, Type: "idempotency.reconciled",
+	r.sink.Record(ctx, audit.Event{CorrelationID: rec.CorrelationID, Actor: protocol.SchedulerID, Type: "idempotency.reconciled",
 		AgentID: rec.ProducerID, MessageID: rec.MessageID,
 		Details: map[string]any{"key": entry.Key, "original_message_id": entry.OriginalMessageID, "status": entry.TerminalState.String()}})
 	retry := entry.LatestMessageID
@@ -162,7 +162,7 @@ func (r *Router) lateAck(ctx context.Context, rec store.MessageRecord, env *comm
 	if !applied {
 		return nil // the retry had already ended on its own
 	}
-	r.sink.Record(ctx, observe.Event{CorrelationID: after.CorrelationID, Actor: protocol.SchedulerID, Type: "idempotency.duplicate",
+	r.sink.Record(ctx, audit.Event{CorrelationID: after.CorrelationID, Actor: protocol.SchedulerID, Type: "idempotency.duplicate",
 		AgentID: after.ProducerID, MessageID: retry, Details: map[string]any{"original_message_id": entry.OriginalMessageID, "retry_cancelled_undelivered": cancelled}})
 	return r.nack(ctx, after.ProducerID, after.CorrelationID, retry, commonpb.AckStage_REJECTED, commonpb.ErrorCode_DUPLICATE_DETECTED, note)
 }
@@ -212,7 +212,7 @@ func trimState(s commonpb.EnvelopeState) string {
 // linked to the original, and the decision is logged (§19).
 func (r *Router) answerFromCache(ctx context.Context, env *commonpb.Envelope, dup *store.DedupError) (*protocol.Error, error) {
 	e := dup.Entry
-	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "idempotency.cache_hit",
+	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "idempotency.cache_hit",
 		MessageID: env.GetMessageId(), Details: map[string]any{"key": e.Key, "status": e.Status, "original_message_id": e.OriginalMessageID,
 			"latest_message_id": e.LatestMessageID, "in_progress": dup.InProgress}})
 	var perr *protocol.Error

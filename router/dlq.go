@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -72,7 +72,7 @@ func (r *Router) deadLetter(ctx context.Context, in deadLetterInput) error {
 	if err != nil {
 		return fmt.Errorf("dead-letter %s: %w", id, err)
 	}
-	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "dlq.added",
+	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "dlq.added",
 		AgentID: in.route, MessageID: id, Details: map[string]any{"dlq_id": entry.ID, "class": in.class, "error_code": in.code.String(), "reason": in.reason}})
 	return nil
 }
@@ -122,7 +122,7 @@ func (r *Router) Requeue(ctx context.Context, id int64) (string, error) {
 	if err := r.st.DLQ().MarkRequeued(ctx, id, env.GetMessageId(), time.Now().UTC()); err != nil {
 		return "", err
 	}
-	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: "operator", Type: "dlq.requeued",
+	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: "operator", Type: "dlq.requeued",
 		AgentID: entry.RecipientID, MessageID: env.GetMessageId(), Details: map[string]any{"dlq_id": id, "original_message_id": entry.MessageID, "retry_count": env.GetRetryCount()}})
 	return env.GetMessageId(), nil
 }

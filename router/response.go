@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -81,7 +81,7 @@ func (r *Router) trackRequest(ctx context.Context, env *commonpb.Envelope, respo
 	for _, h := range handoffs {
 		r.deliverEntry(ctx, h)
 	}
-	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "request.waiting",
+	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "request.waiting",
 		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(),
 		Details: map[string]any{"waiting_on": responder, "attempt": attempt, "max_attempts": p.MaxAttempts, "timeout_ms": p.Timeout.Milliseconds(), "original_message_id": original}})
 	return nil
@@ -106,7 +106,7 @@ func (r *Router) fulfilRequest(ctx context.Context, request store.MessageRecord,
 		for _, h := range handoffs {
 			r.deliverEntry(ctx, h)
 		}
-		r.sink.Record(ctx, observe.Event{CorrelationID: request.CorrelationID, Actor: response.GetProducerId(), Type: "request.answered",
+		r.sink.Record(ctx, audit.Event{CorrelationID: request.CorrelationID, Actor: response.GetProducerId(), Type: "request.answered",
 			AgentID: request.ProducerID, MessageID: request.MessageID, Details: map[string]any{"response_message_id": response.GetMessageId()}})
 	}
 	_, applied, err := r.advance(ctx, request.MessageID, commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED, 0, "response "+response.GetMessageId(), response.GetProducerId())
@@ -133,7 +133,7 @@ func (r *Router) retryOrFailRequest(ctx context.Context, p store.PendingResponse
 		return r.endWait(ctx, rec, rec.State == commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED,
 			fmt.Sprintf("the request is %s: %s", strings.TrimPrefix(rec.State.String(), "ENVELOPE_STATE_"), rec.Note))
 	}
-	r.sink.Record(ctx, observe.Event{CorrelationID: rec.CorrelationID, Actor: protocol.SchedulerID, Type: "request.response_timeout",
+	r.sink.Record(ctx, audit.Event{CorrelationID: rec.CorrelationID, Actor: protocol.SchedulerID, Type: "request.response_timeout",
 		AgentID: rec.ProducerID, MessageID: rec.MessageID, Details: map[string]any{"attempt": p.Attempt, "max_attempts": p.MaxAttempts, "waiting_on": p.ResponderID}})
 	if p.Attempt < p.MaxAttempts {
 		env := proto.Clone(rec.Envelope).(*commonpb.Envelope)
@@ -146,7 +146,7 @@ func (r *Router) retryOrFailRequest(ctx context.Context, p store.PendingResponse
 		_, err := r.st.Messages().Admit(ctx, store.AdmitRequest{Envelope: env, RecipientID: p.ResponderID, Capacity: r.cfg.BufferCapacity, Track: true,
 			Lane: r.laneFor(ctx, rec.ProducerID)})
 		if err == nil {
-			r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "request.retried",
+			r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "request.retried",
 				AgentID: p.ResponderID, MessageID: env.GetMessageId(), Details: map[string]any{"retry_of": rec.MessageID, "attempt": p.Attempt + 1}})
 			return r.trackRequest(ctx, env, p.ResponderID, protocol.ResponsePolicy{Timeout: p.Timeout, MaxAttempts: p.MaxAttempts}, p.Attempt+1, p.OriginalMessageID)
 		}

@@ -22,7 +22,7 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
@@ -148,7 +148,7 @@ type Metrics interface {
 type Router struct {
 	st      store.Store
 	cfg     Config
-	sink    *observe.Sink
+	sink    *audit.Sink
 	metrics Metrics
 	inbox   SchedulerInbox
 
@@ -163,7 +163,7 @@ type Router struct {
 }
 
 // New builds a router over a store.
-func New(st store.Store, cfg Config, sink *observe.Sink) *Router {
+func New(st store.Store, cfg Config, sink *audit.Sink) *Router {
 	return &Router{st: st, cfg: cfg.withDefaults(), sink: sink, limiters: map[string]*rate.Limiter{}}
 }
 
@@ -297,12 +297,12 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 	if req.Dedup != nil {
 		details["dedup_key"] = req.Dedup.Key
 	}
-	r.sink.Record(ctx, observe.Event{
+	r.sink.Record(ctx, audit.Event{
 		CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
 		AgentID: route.Recipient, MessageID: env.GetMessageId(), Details: details,
 	})
 	if eventEntry != nil {
-		r.sink.Record(ctx, observe.Event{
+		r.sink.Record(ctx, audit.Event{
 			CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "workflow.event_sent",
 			AgentID: route.Recipient, MessageID: env.GetMessageId(), Details: map[string]any{"workflow_id": ev.WorkflowID, "event": ev.Name},
 		})
@@ -345,7 +345,7 @@ func (r *Router) answerResent(ctx context.Context, env *commonpb.Envelope, route
 	if rec.ErrorCode != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
 		details["error_code"] = rec.ErrorCode.String()
 	}
-	r.sink.Record(ctx, observe.Event{CorrelationID: rec.CorrelationID, Actor: env.GetProducerId(), Type: "message.resent",
+	r.sink.Record(ctx, audit.Event{CorrelationID: rec.CorrelationID, Actor: env.GetProducerId(), Type: "message.resent",
 		AgentID: rec.RecipientID, MessageID: id, Details: details})
 	switch rec.State {
 	case commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT:
@@ -381,7 +381,7 @@ func (r *Router) laneFor(ctx context.Context, producerID string) commonpb.Commun
 		if r.metrics != nil {
 			r.metrics.PrivilegedOverflow(producerID)
 		}
-		r.sink.Record(ctx, observe.Event{Actor: producerID, AgentID: producerID, Type: "router.privileged_overflow", Level: slog.LevelWarn,
+		r.sink.Record(ctx, audit.Event{Actor: producerID, AgentID: producerID, Type: "router.privileged_overflow", Level: slog.LevelWarn,
 			Details: map[string]any{"rate_per_s": r.cfg.PrivilegedRate, "burst": r.cfg.PrivilegedBurst, "demoted_to": "STANDARD"}})
 		return commonpb.CommunicationClass_STANDARD
 	}
@@ -420,7 +420,7 @@ func (r *Router) recordTransition(ctx context.Context, after store.MessageRecord
 	if note != "" {
 		details["note"] = note
 	}
-	r.sink.Record(ctx, observe.Event{
+	r.sink.Record(ctx, audit.Event{
 		CorrelationID: after.CorrelationID, Actor: actor, Type: "message.state",
 		AgentID: after.RecipientID, MessageID: after.MessageID, Details: details,
 	})
@@ -431,7 +431,7 @@ func (r *Router) recordTransition(ctx context.Context, after store.MessageRecord
 // (§21.1). The NACK goes only to a registered producer with a usable message_id: anyone else
 // gets the synchronous answer alone.
 func (r *Router) reject(ctx context.Context, env *commonpb.Envelope, route string, perr *protocol.Error) (*protocol.Error, error) {
-	r.sink.Record(ctx, observe.Event{
+	r.sink.Record(ctx, audit.Event{
 		CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.rejected",
 		AgentID: route, MessageID: env.GetMessageId(), Level: slog.LevelWarn,
 		Details: map[string]any{"error_code": perr.Code.String(), "reason": perr.Msg},
@@ -542,7 +542,7 @@ func (r *Router) finishControl(ctx context.Context, c control) error {
 	case c.toScheduler:
 		return r.toSchedulerAck(ctx, c.env)
 	case c.admit == nil:
-		r.sink.Record(ctx, observe.Event{
+		r.sink.Record(ctx, audit.Event{
 			CorrelationID: c.env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.control_undeliverable",
 			AgentID: c.agentID, MessageID: c.env.GetMessageId(), Level: slog.LevelWarn,
 			Details: map[string]any{"reason": "agent not registered", "message_type": c.env.GetMessageType().String()},
@@ -721,7 +721,7 @@ func (r *Router) observeDispatch(ctx context.Context, agentID string, batch []st
 		slog.Default().Debug("urgent-lane dispatch", "agent_id", agentID, "urgent", urgent, "batch", len(batch))
 	}
 	if urgent > 0 && oldestOther > starvationAge {
-		r.sink.Record(ctx, observe.Event{Actor: protocol.SchedulerID, AgentID: agentID, Type: "router.starvation_risk", Level: slog.LevelWarn,
+		r.sink.Record(ctx, audit.Event{Actor: protocol.SchedulerID, AgentID: agentID, Type: "router.starvation_risk", Level: slog.LevelWarn,
 			Details: map[string]any{"urgent_in_batch": urgent, "oldest_non_urgent_age_s": oldestOther.Seconds()}})
 	}
 }

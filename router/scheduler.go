@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
@@ -73,7 +73,7 @@ func (r *Router) SendControl(ctx context.Context, agentID string, env *commonpb.
 	if err != nil {
 		return fmt.Errorf("deliver CONTROL to %s: %w", agentID, err)
 	}
-	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.admitted",
+	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.admitted",
 		AgentID: agentID, MessageID: env.GetMessageId(), Details: map[string]any{"state": "SENT", "message_type": "CONTROL", "lane": "PRIVILEGED"}})
 	return nil
 }
@@ -140,7 +140,7 @@ func (r *Router) controlUndeliverable(ctx context.Context, env *commonpb.Envelop
 	if r.inbox != nil {
 		reason = "not an ACK of a CONTROL message"
 	}
-	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.control_undeliverable",
+	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.control_undeliverable",
 		AgentID: protocol.SchedulerID, MessageID: ack.AckForMessageID, Level: slog.LevelWarn,
 		Details: map[string]any{"reason": reason, "ack_stage": ack.Stage.String()}})
 }
@@ -169,7 +169,7 @@ func (r *Router) toSchedulerControl(ctx context.Context, env *commonpb.Envelope)
 	case perr != nil:
 		return r.reject(ctx, env, protocol.SchedulerID, perr)
 	}
-	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "scheduler.control_received",
+	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "scheduler.control_received",
 		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(), Details: map[string]any{"type": c.Type, "task_id": c.TaskID, "max_duration_ms": c.MaxDurationMS}})
 	return nil, nil
 }
@@ -195,7 +195,7 @@ func (r *Router) toSchedulerToolReply(ctx context.Context, env *commonpb.Envelop
 	case perr != nil:
 		return r.reject(ctx, env, protocol.SchedulerID, perr)
 	}
-	r.sink.Record(ctx, observe.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "tool.reply_received",
+	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "tool.reply_received",
 		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(), Details: map[string]any{"message_type": env.GetMessageType().String()}})
 	return nil, nil
 }

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -126,7 +126,7 @@ func (r *Router) sweep(ctx context.Context, ackTimeouts bool) error {
 // expired tells the producer about a timeout or TTL expiry and dead-letters what is done for.
 func (r *Router) expired(ctx context.Context, e store.ExpiredMessage) error {
 	rec := e.Record
-	r.sink.Record(ctx, observe.Event{CorrelationID: rec.CorrelationID, Actor: protocol.SchedulerID, Type: "message.state",
+	r.sink.Record(ctx, audit.Event{CorrelationID: rec.CorrelationID, Actor: protocol.SchedulerID, Type: "message.state",
 		AgentID: rec.RecipientID, MessageID: rec.MessageID, Level: slog.LevelWarn,
 		Details: map[string]any{"state": rec.State.String(), "error_code": rec.ErrorCode.String(), "note": rec.Note, "retry_count": rec.Envelope.GetRetryCount()}})
 	nack := func() error {
@@ -160,6 +160,6 @@ func (r *Router) housekeeping(ctx context.Context) {
 	if n, err := r.st.DLQ().PurgeDeadLetters(ctx, now.Add(-r.cfg.DLQRetention)); err != nil {
 		slog.Default().Warn("dead-letter retention failed", "error", err)
 	} else if n > 0 {
-		r.sink.Record(ctx, observe.Event{Actor: protocol.SchedulerID, Type: "dlq.purged", Details: map[string]any{"entries": n, "retention": r.cfg.DLQRetention.String()}})
+		r.sink.Record(ctx, audit.Event{Actor: protocol.SchedulerID, Type: "dlq.purged", Details: map[string]any{"entries": n, "retention": r.cfg.DLQRetention.String()}})
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -76,7 +76,7 @@ func sweepFixture(t *testing.T, st store.Store, ackTimeout time.Duration) *Route
 			Descriptor: &registrypb.AgentDescriptor{AgentId: id, Name: id}, State: commonpb.AgentState_RUNNABLE,
 		}))
 	}
-	return New(st, Config{AckTimeout: ackTimeout, SweepInterval: 10 * time.Millisecond}, observe.New(slog.New(slog.DiscardHandler), st.Audit()))
+	return New(st, Config{AckTimeout: ackTimeout, SweepInterval: 10 * time.Millisecond}, audit.New(slog.New(slog.DiscardHandler), st.Audit()))
 }
 
 // sendToC admits one DATA message from p to c and returns its message_id.

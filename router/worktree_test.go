@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -63,7 +63,7 @@ func TestEnvelopeNamingAnotherWorktreeIsRefused(t *testing.T) {
 	wt := &countingWorktrees{Worktrees: mem.Worktrees()}
 	st := worktreesStore{handoffsStore: handoffsStore{Store: mem, h: &fakeHandoffs{}}, w: wt}
 	sweepFixture(t, st, time.Minute) // registers p and c
-	r := New(st, Config{BufferCapacity: 1000}, observe.New(slog.New(slog.DiscardHandler), st.Audit()))
+	r := New(st, Config{BufferCapacity: 1000}, audit.New(slog.New(slog.DiscardHandler), st.Audit()))
 
 	refused := func(env *commonpb.Envelope, want string) {
 		t.Helper()

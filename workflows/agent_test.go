@@ -9,7 +9,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/router"
@@ -32,7 +32,7 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, store.Store) {
 			Descriptor: &registrypb.AgentDescriptor{AgentId: id, Name: id}, State: commonpb.AgentState_INITIALIZING,
 		}))
 	}
-	sink := observe.New(nil, st.Audit())
+	sink := audit.New(nil, st.Audit())
 	worker.Register(env, &activities.Activities{Store: st, Router: router.New(st, router.Config{}, sink), Sink: sink})
 	return env, st
 }

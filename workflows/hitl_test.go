@@ -16,9 +16,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
-	"github.com/sw4rm/sw4rm-temporal/observe"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -57,7 +57,7 @@ func hitlEnv(t *testing.T, policy hitlsignals.Policy) (*testsuite.TestWorkflowEn
 	env := suite.NewTestWorkflowEnvironment()
 	st := memory.New()
 	t.Cleanup(st.Close)
-	sink := observe.New(nil, st.Audit())
+	sink := audit.New(nil, st.Audit())
 	worker.Register(env, &activities.Activities{Store: st, Router: router.New(st, router.Config{}, sink), Sink: sink, HITL: policy})
 	return env, st
 }

@@ -1,7 +1,7 @@
-// Package observe is the one observability sink of §19: every state transition and decision
+// Package audit is the one observability sink of §19: every state transition and decision
 // is written once, as a structured slog record and as a row of the audit log, with a UTC
 // timestamp, the correlation_id, the actor, the event type and its details.
-package observe
+package audit
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package observe_test
+package audit_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sw4rm/sw4rm-temporal/observe"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
@@ -55,17 +55,17 @@ func TestAsyncSinkKeepsOrderAndDrainsOnClose(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batch fails %v", fail), func(t *testing.T) {
 			log := &batchLog{failBatch: fail}
-			sink := observe.NewAsync(nil, log, 8)
+			sink := audit.NewAsync(nil, log, 8)
 			var want []string
 			for i := range 100 { // more than the queue holds: some are written synchronously
 				typ := fmt.Sprintf("e.%03d", i)
 				want = append(want, typ)
-				sink.Record(context.Background(), observe.Event{Type: typ, Details: map[string]any{"i": i}})
+				sink.Record(context.Background(), audit.Event{Type: typ, Details: map[string]any{"i": i}})
 			}
 			sink.Close()
 			sink.Close() // idempotent
 			require.ElementsMatch(t, want, types(log.events), "nothing dropped")
-			sink.Record(context.Background(), observe.Event{Type: "after.close"})
+			sink.Record(context.Background(), audit.Event{Type: "after.close"})
 			require.Contains(t, types(log.events), "after.close", "a closed sink writes synchronously")
 		})
 	}
@@ -73,9 +73,9 @@ func TestAsyncSinkKeepsOrderAndDrainsOnClose(t *testing.T) {
 
 func TestAsyncSinkOrderWithoutOverflow(t *testing.T) {
 	log := &batchLog{}
-	sink := observe.NewAsync(nil, log, 1024)
+	sink := audit.NewAsync(nil, log, 1024)
 	for i := range 50 {
-		sink.Record(context.Background(), observe.Event{Type: fmt.Sprintf("e.%02d", i)})
+		sink.Record(context.Background(), audit.Event{Type: fmt.Sprintf("e.%02d", i)})
 	}
 	sink.Close()
 	var want []string
@@ -89,8 +89,8 @@ func TestAsyncSinkOrderWithoutOverflow(t *testing.T) {
 func TestSyncSinkWritesToTheStore(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
-	sink := observe.New(nil, st.Audit())
-	sink.Record(context.Background(), observe.Event{CorrelationID: "c", Actor: "a", Type: "t.x", AgentID: "ag", MessageID: "m", Details: map[string]any{"k": "v"}})
+	sink := audit.New(nil, st.Audit())
+	sink.Record(context.Background(), audit.Event{CorrelationID: "c", Actor: "a", Type: "t.x", AgentID: "ag", MessageID: "m", Details: map[string]any{"k": "v"}})
 	evs, err := st.Audit().List(context.Background(), store.AuditFilter{CorrelationID: "c"})
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
@@ -132,12 +132,12 @@ func (o *outageLog) Append(ctx context.Context, e store.Event) (store.Event, err
 // message.admitted row after a PostgreSQL crash.
 func TestAsyncSinkWaitsOutAnUnavailableStore(t *testing.T) {
 	log := &outageLog{down: 3}
-	sink := observe.NewAsync(slog.New(slog.DiscardHandler), log, 64)
+	sink := audit.NewAsync(slog.New(slog.DiscardHandler), log, 64)
 	var want []string
 	for i := range 10 {
 		typ := fmt.Sprintf("e.%02d", i)
 		want = append(want, typ)
-		sink.Record(context.Background(), observe.Event{Type: typ})
+		sink.Record(context.Background(), audit.Event{Type: typ})
 	}
 	sink.Close()
 	log.mu.Lock()
