@@ -15,7 +15,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/admission"
 	"github.com/sw4rm/sw4rm-temporal/audit"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/reasoning"
@@ -33,7 +33,7 @@ type Activities struct {
 	// Sink records audit events.
 	Sink *audit.Sink
 	// HITL is the operator policy and external HITL component (§15.1).
-	HITL hitlsignals.Policy
+	HITL hitl.Policy
 	// Scheduler is the task admission policy (§9).
 	Scheduler admission.Policy
 	// Temporal signals workflows from local activities (SignalWorkflow).

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -29,7 +29,7 @@ const HitlUnavailableDetection = 5 * time.Second
 // HitlInvocationInput asks RecordHitlInvocation to record a raised invocation.
 type HitlInvocationInput struct {
 	// Invocation is the invocation.
-	Invocation hitlsignals.Invocation
+	Invocation hitl.Invocation
 	// WorkflowID is the HITL workflow's ID.
 	WorkflowID string
 	// Deadline is when the fallback applies.
@@ -45,10 +45,10 @@ type HitlInvocationInput struct {
 // RecordHitlInvocation writes the pending invocation to the store (so `sw4rm hitl list`
 // shows it), audits it, and returns the operator policy the workflow authorizes decisions
 // with — never tokens, and their hashes only when the run asks for them.
-func (a *Activities) RecordHitlInvocation(ctx context.Context, in HitlInvocationInput) (hitlsignals.Policy, error) {
+func (a *Activities) RecordHitlInvocation(ctx context.Context, in HitlInvocationInput) (hitl.Policy, error) {
 	raw, err := json.Marshal(in.Invocation)
 	if err != nil {
-		return hitlsignals.Policy{}, fmt.Errorf("encode invocation: %w", err)
+		return hitl.Policy{}, fmt.Errorf("encode invocation: %w", err)
 	}
 	err = a.Store.HITL().PutInvocation(ctx, store.HITLRecord{
 		InvocationID: in.Invocation.InvocationID, WorkflowID: in.WorkflowID, ReasonType: in.Invocation.ReasonType,
@@ -56,10 +56,10 @@ func (a *Activities) RecordHitlInvocation(ctx context.Context, in HitlInvocation
 		Deadline: in.Deadline, Status: store.HITLPending, Invocation: raw, CreatedAt: in.CreatedAt,
 	})
 	if errors.Is(err, store.ErrAlreadyDecided) {
-		return hitlsignals.Policy{}, temporal.NewNonRetryableApplicationError("invocation "+in.Invocation.InvocationID+" was already decided", "already_decided", err)
+		return hitl.Policy{}, temporal.NewNonRetryableApplicationError("invocation "+in.Invocation.InvocationID+" was already decided", "already_decided", err)
 	}
 	if err != nil {
-		return hitlsignals.Policy{}, fmt.Errorf("record invocation: %w", err)
+		return hitl.Policy{}, fmt.Errorf("record invocation: %w", err)
 	}
 	a.Sink.Record(ctx, audit.Event{
 		CorrelationID: in.Invocation.CorrelationID, Actor: actorOr(in.Invocation.RequestedBy), Type: "hitl.invoked",
@@ -77,7 +77,7 @@ func (a *Activities) RecordHitlInvocation(ctx context.Context, in HitlInvocation
 // reason types and public keys, the decision keys; no token hashes, since the result is
 // recorded in the workflow's history: a HITL wait reloads it for each attested decision, so
 // that keys rotated or revoked while it waits count (§23).
-func (a *Activities) LoadHitlPolicy(context.Context) (hitlsignals.Policy, error) {
+func (a *Activities) LoadHitlPolicy(context.Context) (hitl.Policy, error) {
 	return a.HITL.WithoutTokens(), nil
 }
 
@@ -108,9 +108,9 @@ func (a *Activities) RecordHitlEvent(ctx context.Context, in HitlEventInput) err
 // HitlOutcomeInput asks RecordHitlOutcome to store an outcome.
 type HitlOutcomeInput struct {
 	// Invocation is the invocation decided.
-	Invocation hitlsignals.Invocation
+	Invocation hitl.Invocation
 	// Outcome is how it ended.
-	Outcome hitlsignals.Outcome
+	Outcome hitl.Outcome
 }
 
 // RecordHitlOutcome marks the invocation decided in the store and audits the decision.
@@ -143,23 +143,23 @@ func (a *Activities) RecordHitlOutcome(ctx context.Context, in HitlOutcomeInput)
 // server of the canonical sw4rm.hitl.HitlService) and waits for its decision. The component
 // must answer its health check within HitlUnavailableDetection, else the activity fails with
 // the non-retryable type "hitl_unavailable" and the workflow applies hitl_unavailable_policy.
-func (a *Activities) AskExternalHitl(ctx context.Context, inv hitlsignals.Invocation) (hitlsignals.Outcome, error) {
+func (a *Activities) AskExternalHitl(ctx context.Context, inv hitl.Invocation) (hitl.Outcome, error) {
 	unavailable := func(err error) error {
 		return temporal.NewNonRetryableApplicationError("hitl_unavailable: external HITL component "+a.HITL.External+" is unavailable: "+err.Error(), "hitl_unavailable", err)
 	}
 	conn, err := grpc.NewClient(a.HITL.External, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return hitlsignals.Outcome{}, unavailable(err)
+		return hitl.Outcome{}, unavailable(err)
 	}
 	defer conn.Close()
 	hctx, cancel := context.WithTimeout(ctx, HitlUnavailableDetection)
 	resp, err := healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
 	cancel()
 	if err != nil {
-		return hitlsignals.Outcome{}, unavailable(err)
+		return hitl.Outcome{}, unavailable(err)
 	}
 	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return hitlsignals.Outcome{}, unavailable(fmt.Errorf("health status %s", resp.GetStatus()))
+		return hitl.Outcome{}, unavailable(fmt.Errorf("health status %s", resp.GetStatus()))
 	}
 	// Heartbeat while the human thinks, so a dead worker is noticed and the wait moves on.
 	done := make(chan struct{})
@@ -180,19 +180,19 @@ func (a *Activities) AskExternalHitl(ctx context.Context, inv hitlsignals.Invoca
 	// The invocation's id is the key: a retried activity, or the workflow asking again after
 	// the component was unavailable, attaches to the question it already asked (docs/hitl.md)
 	// instead of raising a second one.
-	kctx := metadata.AppendToOutgoingContext(ctx, hitlsignals.IdempotencyKeyMetadata, inv.InvocationID)
+	kctx := metadata.AppendToOutgoingContext(ctx, hitl.IdempotencyKeyMetadata, inv.InvocationID)
 	dec, err := hitlpb.NewHitlServiceClient(conn).Decide(kctx, &hitlpb.HitlInvocation{
 		ReasonType: commonpb.HitlReasonType(commonpb.HitlReasonType_value[inv.ReasonType]), Context: ctxJSON,
 		ProposedActions: inv.ProposedActions, Priority: inv.Priority,
 	})
 	if err != nil {
-		return hitlsignals.Outcome{}, unavailable(err)
+		return hitl.Outcome{}, unavailable(err)
 	}
-	action, err := hitlsignals.ParseAction(dec.GetAction())
+	action, err := hitl.ParseAction(dec.GetAction())
 	if err != nil {
-		return hitlsignals.Outcome{}, temporal.NewNonRetryableApplicationError("external HITL component answered an invalid decision: "+err.Error(), "validation_error", err)
+		return hitl.Outcome{}, temporal.NewNonRetryableApplicationError("external HITL component answered an invalid decision: "+err.Error(), "validation_error", err)
 	}
-	return hitlsignals.Outcome{
+	return hitl.Outcome{
 		InvocationID: inv.InvocationID, Decision: action, Rationale: dec.GetRationale(), Patch: dec.GetDecisionPayload(),
 		DecidedBy: "external:" + a.HITL.External, Via: "external",
 	}, nil

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
@@ -33,9 +33,9 @@ type externalHITL struct {
 func (e *externalHITL) Decide(ctx context.Context, _ *hitlpb.HitlInvocation) (*hitlpb.HitlDecision, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	e.mu.Lock()
-	e.keys = append(e.keys, md.Get(hitlsignals.IdempotencyKeyMetadata)...)
+	e.keys = append(e.keys, md.Get(hitl.IdempotencyKeyMetadata)...)
 	e.mu.Unlock()
-	return &hitlpb.HitlDecision{Action: string(hitlsignals.Approve), Rationale: "looks fine"}, nil
+	return &hitlpb.HitlDecision{Action: string(hitl.Approve), Rationale: "looks fine"}, nil
 }
 
 // TestAskExternalHitlSendsTheInvocationAsKey: asking the external component again — an
@@ -52,17 +52,17 @@ func TestAskExternalHitlSendsTheInvocationAsKey(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
-	acts := &Activities{HITL: hitlsignals.Policy{External: lis.Addr().String()}}
+	acts := &Activities{HITL: hitl.Policy{External: lis.Addr().String()}}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	env.RegisterActivity(acts)
-	inv := hitlsignals.Invocation{InvocationID: "inv-42", ReasonType: "SECURITY_APPROVAL", ProposedActions: []string{"approve"}}
+	inv := hitl.Invocation{InvocationID: "inv-42", ReasonType: "SECURITY_APPROVAL", ProposedActions: []string{"approve"}}
 	for range 2 {
 		v, err := env.ExecuteActivity(acts.AskExternalHitl, inv)
 		require.NoError(t, err)
-		var out hitlsignals.Outcome
+		var out hitl.Outcome
 		require.NoError(t, v.Get(&out))
-		require.Equal(t, hitlsignals.Approve, out.Decision)
+		require.Equal(t, hitl.Approve, out.Decision)
 	}
 	ext.mu.Lock()
 	defer ext.mu.Unlock()
@@ -75,27 +75,27 @@ func TestAskExternalHitlSendsTheInvocationAsKey(t *testing.T) {
 func TestHitlPolicyLeavesTokenHashesOut(t *testing.T) {
 	st := memory.New()
 	t.Cleanup(st.Close)
-	policy := hitlsignals.Policy{
-		Operators:    []hitlsignals.Operator{{Name: "alice", TokenSHA256: hitlsignals.HashToken("alice-token"), Reasons: []string{"CONFLICT"}, PublicKeys: []ed25519.PublicKey{make([]byte, 32)}}},
+	policy := hitl.Policy{
+		Operators:    []hitl.Operator{{Name: "alice", TokenSHA256: hitl.HashToken("alice-token"), Reasons: []string{"CONFLICT"}, PublicKeys: []ed25519.PublicKey{make([]byte, 32)}}},
 		DecisionKeys: []ed25519.PublicKey{make([]byte, 32)},
 	}
 	acts := &Activities{Store: st, Sink: audit.New(nil, st.Audit()), HITL: policy}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	env.RegisterActivity(acts)
-	get := func(fn any, args ...any) hitlsignals.Policy {
+	get := func(fn any, args ...any) hitl.Policy {
 		t.Helper()
 		v, err := env.ExecuteActivity(fn, args...)
 		require.NoError(t, err)
-		var p hitlsignals.Policy
+		var p hitl.Policy
 		require.NoError(t, v.Get(&p))
 		return p
 	}
 	in := func(id string, omit bool) HitlInvocationInput {
-		return HitlInvocationInput{Invocation: hitlsignals.Invocation{InvocationID: id, ReasonType: "CONFLICT"}, WorkflowID: "hitl/" + id,
+		return HitlInvocationInput{Invocation: hitl.Invocation{InvocationID: id, ReasonType: "CONFLICT"}, WorkflowID: "hitl/" + id,
 			Deadline: time.Now().Add(time.Hour), CreatedAt: time.Now(), OmitTokenHashes: omit}
 	}
-	for name, p := range map[string]hitlsignals.Policy{
+	for name, p := range map[string]hitl.Policy{
 		"new run": get(acts.RecordHitlInvocation, in("i1", true)),
 		"reload":  get(acts.LoadHitlPolicy),
 	} {
@@ -106,6 +106,6 @@ func TestHitlPolicyLeavesTokenHashesOut(t *testing.T) {
 		assert.Len(t, p.DecisionKeys, 1, name)
 	}
 	legacy := get(acts.RecordHitlInvocation, in("i2", false))
-	assert.Equal(t, hitlsignals.HashToken("alice-token"), legacy.Operators[0].TokenSHA256, "a legacy run keeps what its token decisions need")
+	assert.Equal(t, hitl.HashToken("alice-token"), legacy.Operators[0].TokenSHA256, "a legacy run keeps what its token decisions need")
 	assert.NotEmpty(t, acts.HITL.Operators[0].TokenSHA256, "the worker's own policy is not changed")
 }

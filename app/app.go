@@ -29,7 +29,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/metrics"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
@@ -386,7 +386,7 @@ func CheckHITLKey(cfg Config, roles Roles) error {
 	if cfg.HITLDecisionKeyFile != "" || roles.Server == roles.Worker {
 		return nil
 	}
-	if ops, err := hitlsignals.ParseOperators(cfg.HITLOperators); err != nil || len(ops) == 0 {
+	if ops, err := hitl.ParseOperators(cfg.HITLOperators); err != nil || len(ops) == 0 {
 		return nil // no operator to decide (a malformed list is reported at start)
 	}
 	return fmt.Errorf("`%s` has HITL operators (SW4RM_HITL_OPERATORS) but no HITL decision key: set SW4RM_HITL_DECISION_KEY_FILE "+
@@ -563,14 +563,14 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	if err := worker.EnsureSearchAttributes(ctx, a.temporal, cfg.Namespace); err != nil {
 		return nil, fmt.Errorf("register search attributes in namespace %s: %w", cfg.Namespace, err)
 	}
-	operators, err := hitlsignals.ParseOperators(cfg.HITLOperators)
+	operators, err := hitl.ParseOperators(cfg.HITLOperators)
 	if err != nil {
 		return nil, fmt.Errorf("SW4RM_HITL_OPERATORS: %w", err)
 	}
-	if operators, err = hitlsignals.ParseOperatorKeys(operators, cfg.HITLOperatorKeys); err != nil {
+	if operators, err = hitl.ParseOperatorKeys(operators, cfg.HITLOperatorKeys); err != nil {
 		return nil, fmt.Errorf("SW4RM_HITL_OPERATOR_KEYS: %w", err)
 	}
-	hitlPolicy := hitlsignals.Policy{Operators: operators, External: cfg.HITLExternal}
+	hitlPolicy := hitl.Policy{Operators: operators, External: cfg.HITLExternal}
 	if decisionKey != nil {
 		hitlPolicy.DecisionKeys = []ed25519.PublicKey{decisionKey.Public().(ed25519.PublicKey)}
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -96,13 +95,13 @@ func FromContext(ctx context.Context) Principal {
 	return p
 }
 
-// The key algorithms of §6.2.
+// The key algorithms of §6.2; protocol/signing owns the names.
 const (
 	// AlgorithmEd25519 names Ed25519 keys (32 raw bytes), the algorithm §6.2 prefers.
-	AlgorithmEd25519 = "ed25519"
+	AlgorithmEd25519 = signing.AlgorithmEd25519
 	// AlgorithmP256 names ECDSA P-256 keys (65-byte uncompressed SEC 1 points), §6.2's
 	// alternative where NIST-approved algorithms are required.
-	AlgorithmP256 = "ecdsa-p256"
+	AlgorithmP256 = signing.AlgorithmP256
 )
 
 // KeyAlgorithm tells the algorithm of a public key as AgentDescriptor.public_key carries it:
@@ -138,7 +137,4 @@ func VerifyDigest(algorithm string, pub []byte, c signing.Call, digest [sha256.S
 
 // KeyID names a public key: the algorithm, a colon and the first 16 hex digits of the
 // SHA-256 of the raw key, e.g. "ed25519:3b6a27bcceb6a42d".
-func KeyID(algorithm string, pub []byte) string {
-	sum := sha256.Sum256(pub)
-	return algorithm + ":" + hex.EncodeToString(sum[:8])
-}
+func KeyID(algorithm string, pub []byte) string { return signing.KeyID(algorithm, pub) }

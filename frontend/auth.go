@@ -20,7 +20,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/signing"
@@ -123,7 +123,7 @@ type AuthConfig struct {
 	// Keys holds the agents' keys and the nonces of signed calls.
 	Keys store.Keys
 	// Operators authenticates operator tokens (the HITL operator policy).
-	Operators hitlsignals.Policy
+	Operators hitl.Policy
 	// Skew is the largest accepted clock difference of a signed call (DefaultClockSkew if
 	// zero).
 	Skew time.Duration

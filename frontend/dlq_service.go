@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -53,7 +53,7 @@ type dlqAdminService struct {
 
 // authenticate finds the operator making the call — proven by the auth interceptor, or by
 // its bearer token — exactly as the HITL admin service does.
-func (d *dlqAdminService) authenticate(ctx context.Context) (hitlsignals.Operator, error) {
+func (d *dlqAdminService) authenticate(ctx context.Context) (hitl.Operator, error) {
 	return (&hitlAdminService{s: d.s}).authenticate(ctx)
 }
 
@@ -107,7 +107,7 @@ func (d *dlqAdminService) Requeue(ctx context.Context, req *dlqadminpb.RequeueRe
 }
 
 // requeueOne requeues one entry and audits the attempt.
-func (d *dlqAdminService) requeueOne(ctx context.Context, op hitlsignals.Operator, id int64) *dlqadminpb.RequeueResult {
+func (d *dlqAdminService) requeueOne(ctx context.Context, op hitl.Operator, id int64) *dlqadminpb.RequeueResult {
 	res := &dlqadminpb.RequeueResult{Id: id}
 	fail := func(code codes.Code, format string, args ...any) {
 		res.Code = dlqCodeName(code)

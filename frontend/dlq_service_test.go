@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -58,8 +58,8 @@ func newDLQTestService(t *testing.T) (*dlqAdminService, store.Store, *fakeRequeu
 	st := memory.New()
 	t.Cleanup(st.Close)
 	log := slog.New(slog.DiscardHandler)
-	s := &Server{store: st, sink: audit.New(log, st.Audit()), log: log, cfg: Config{HITLPolicy: hitlsignals.Policy{
-		Operators: []hitlsignals.Operator{{Name: "olga", TokenSHA256: hitlsignals.HashToken(dlqTestToken)}},
+	s := &Server{store: st, sink: audit.New(log, st.Audit()), log: log, cfg: Config{HITLPolicy: hitl.Policy{
+		Operators: []hitl.Operator{{Name: "olga", TokenSHA256: hitl.HashToken(dlqTestToken)}},
 	}}}
 	r := &fakeRequeuer{st: st}
 	return &dlqAdminService{s: s, requeue: r}, st, r

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
@@ -36,9 +36,9 @@ import (
 const InvocationIDHeader = "sw4rm-hitl-invocation-id"
 
 // IdempotencyKeyMetadataKey is the request metadata that makes retries of HitlService.Decide
-// (hitlsignals.IdempotencyKeyMetadata) and of the negotiation calls (negotiationUpdateID)
+// (hitl.IdempotencyKeyMetadata) and of the negotiation calls (negotiationUpdateID)
 // safe.
-const IdempotencyKeyMetadataKey = hitlsignals.IdempotencyKeyMetadata
+const IdempotencyKeyMetadataKey = hitl.IdempotencyKeyMetadata
 
 // maxIdempotencyKey bounds the key, as §11.2 tokens are bounded in practice.
 const maxIdempotencyKey = 256
@@ -76,7 +76,7 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 	if err != nil {
 		return nil, err
 	}
-	inv := hitlsignals.Invocation{
+	inv := hitl.Invocation{
 		InvocationID: uuid.NewString(), ReasonType: reason.String(), ProposedActions: req.GetProposedActions(),
 		Priority: req.GetPriority(), Timeout: h.s.cfg.HITLTimeout, RequestedBy: "grpc",
 	}
@@ -84,7 +84,7 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 		inv.InvocationID = keyedInvocationID(h.caller(ctx), key)
 	}
 	if raw := req.GetContext(); len(raw) > 0 {
-		var c hitlsignals.Context
+		var c hitl.Context
 		if json.Unmarshal(raw, &c) == nil {
 			inv.Context = c
 		} else {
@@ -99,7 +99,7 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 			inv.Timeout = d
 		}
 	}
-	inv.CorrelationID = hitlsignals.WorkflowID(inv.InvocationID)
+	inv.CorrelationID = hitl.WorkflowID(inv.InvocationID)
 	if err := inv.Validate(); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
 	}
@@ -111,7 +111,7 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 		// A retry whose invocation is decided is answered from the projection: it needs no
 		// Temporal, which may be the very thing the first call lost.
 		if rec, err := h.s.store.HITL().GetInvocation(ctx, inv.InvocationID); err == nil {
-			var prev hitlsignals.Invocation
+			var prev hitl.Invocation
 			if err := json.Unmarshal(rec.Invocation, &prev); err == nil {
 				if questionDigest(prev) != question {
 					return nil, keyReused(key, inv.InvocationID)
@@ -131,7 +131,7 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
 		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
 	}
-	run, err := h.s.temporal.ExecuteWorkflow(ctx, opts, hitlsignals.WorkflowType, workflows.HitlWaitInput{Invocation: inv})
+	run, err := h.s.temporal.ExecuteWorkflow(ctx, opts, hitl.WorkflowType, workflows.HitlWaitInput{Invocation: inv})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, status.Errorf(status.FromContextError(ctx.Err()).Code(), "the caller stopped waiting while invocation %s was being raised; %s", inv.InvocationID, retry)
@@ -147,7 +147,7 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 			return nil, keyReused(key, inv.InvocationID)
 		}
 	}
-	var out hitlsignals.Outcome
+	var out hitl.Outcome
 	if err := run.Get(ctx, &out); err != nil {
 		return nil, waitError(ctx, err, inv.InvocationID, retry)
 	}
@@ -206,10 +206,10 @@ func retryAdvice(key, id string) string {
 
 // questionDigest is what makes two calls the same question: everything the caller asked
 // except the deadline, which each attempt derives from its own call deadline.
-func questionDigest(inv hitlsignals.Invocation) string {
+func questionDigest(inv hitl.Invocation) string {
 	b, _ := json.Marshal(struct {
 		ReasonType      string              `json:"reason_type"`
-		Context         hitlsignals.Context `json:"context"`
+		Context         hitl.Context `json:"context"`
 		ProposedActions []string            `json:"proposed_actions,omitempty"`
 		Priority        int32               `json:"priority"`
 	}{inv.ReasonType, inv.Context, inv.ProposedActions, inv.Priority})
@@ -227,7 +227,7 @@ func keyReused(key, id string) error {
 // sameQuestion reports whether the running or completed hitl/ workflow was raised for this
 // question. A workflow without the memo (raised by a workflow, not by Decide) never is.
 func (h *hitlService) sameQuestion(ctx context.Context, id, question string) (bool, error) {
-	desc, err := h.s.temporal.DescribeWorkflowExecution(ctx, hitlsignals.WorkflowID(id), "")
+	desc, err := h.s.temporal.DescribeWorkflowExecution(ctx, hitl.WorkflowID(id), "")
 	if err != nil {
 		return false, err
 	}
@@ -240,7 +240,7 @@ func (h *hitlService) sameQuestion(ctx context.Context, id, question string) (bo
 
 // decisionOf answers Decide with an outcome recorded in the store.
 func decisionOf(id string, outcome []byte) (*hitlpb.HitlDecision, error) {
-	var o hitlsignals.Outcome
+	var o hitl.Outcome
 	if err := json.Unmarshal(outcome, &o); err != nil {
 		return nil, status.Errorf(codes.Internal, "internal_error: stored outcome of %s is unreadable: %v", id, err)
 	}
@@ -277,11 +277,11 @@ type hitlAdminService struct {
 // authenticate finds the operator making the call (§15.1, §23): the one the auth interceptor
 // already proved, else the one whose bearer token the call carries. The token is checked here
 // and goes no further: what leaves the frontend names the operator, never the secret.
-func (h *hitlAdminService) authenticate(ctx context.Context) (hitlsignals.Operator, error) {
+func (h *hitlAdminService) authenticate(ctx context.Context) (hitl.Operator, error) {
 	if name := auth.FromContext(ctx).Operator; name != "" {
 		op, ok := h.s.cfg.HITLPolicy.Operator(name)
 		if !ok {
-			return hitlsignals.Operator{}, status.Errorf(codes.PermissionDenied, "permission_denied: operator %q is not a HITL operator (SW4RM_HITL_OPERATORS)", name)
+			return hitl.Operator{}, status.Errorf(codes.PermissionDenied, "permission_denied: operator %q is not a HITL operator (SW4RM_HITL_OPERATORS)", name)
 		}
 		return op, nil
 	}
@@ -292,15 +292,15 @@ func (h *hitlAdminService) authenticate(ctx context.Context) (hitlsignals.Operat
 // operatorFromToken finds the operator whose token the call carries in the metadata
 // "authorization: Bearer <token>" (§15.1, §23), and returns it with the token. Every
 // operator service authenticates tokens through it.
-func (s *Server) operatorFromToken(ctx context.Context) (hitlsignals.Operator, string, error) {
+func (s *Server) operatorFromToken(ctx context.Context) (hitl.Operator, string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	token := bearerToken(md)
 	if token == "" {
-		return hitlsignals.Operator{}, "", status.Error(codes.Unauthenticated, "permission_denied: an operator token is required (metadata authorization: Bearer <token>; CLI: --token or SW4RM_OPERATOR_TOKEN)")
+		return hitl.Operator{}, "", status.Error(codes.Unauthenticated, "permission_denied: an operator token is required (metadata authorization: Bearer <token>; CLI: --token or SW4RM_OPERATOR_TOKEN)")
 	}
 	op, ok := s.cfg.HITLPolicy.OperatorForToken(token)
 	if !ok {
-		return hitlsignals.Operator{}, "", status.Error(codes.Unauthenticated, "permission_denied: the operator token is not valid")
+		return hitl.Operator{}, "", status.Error(codes.Unauthenticated, "permission_denied: the operator token is not valid")
 	}
 	return op, token, nil
 }
@@ -352,7 +352,7 @@ func (h *hitlAdminService) GetInvocation(ctx context.Context, req *hitladminpb.G
 // Decide checks the operator, the decision and the invocation's state, signals the decision
 // to hitl/<invocation_id> and returns the outcome the workflow applied. The signal names the
 // authenticated operator and carries an attestation by the deployment's decision key
-// (hitlsignals.Attest), never the operator's token: a signal's input stays in the workflow's
+// (hitl.Attest), never the operator's token: a signal's input stays in the workflow's
 // history. A repeat of the decision that was applied is answered with it (idempotent); any
 // other decision on a decided invocation is refused and changes nothing.
 func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRequest) (*hitladminpb.DecideResponse, error) {
@@ -360,7 +360,7 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 	if err != nil {
 		return nil, err
 	}
-	action, err := hitlsignals.ParseAction(req.GetDecision())
+	action, err := hitl.ParseAction(req.GetDecision())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
 	}
@@ -368,7 +368,7 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("sw4rm-client")) > 0 && md.Get("sw4rm-client")[0] == "cli" {
 		via = "cli"
 	}
-	d := hitlsignals.Decision{InvocationID: req.GetInvocationId(), Decision: action, Rationale: req.GetRationale(), Patch: req.GetPatch(), Operator: op.Name, Via: via}
+	d := hitl.Decision{InvocationID: req.GetInvocationId(), Decision: action, Rationale: req.GetRationale(), Patch: req.GetPatch(), Operator: op.Name, Via: via}
 	if err := d.Check(); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -389,11 +389,11 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 		return nil, status.Error(codes.FailedPrecondition, "internal_error: this server has no HITL decision key (SW4RM_HITL_DECISION_KEY_FILE), so it cannot vouch for decisions")
 	}
 	// A fresh attestation per attempt: repeating a decision after an error signs it again.
-	signed, err := hitlsignals.Attest(d, h.s.cfg.HITLDecisionKey, time.Now().Add(hitlsignals.DefaultAttestationTTL))
+	signed, err := hitl.Attest(d, h.s.cfg.HITLDecisionKey, time.Now().Add(hitl.DefaultAttestationTTL))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	err = hitlsignals.SendDecision(ctx, h.s.temporal, signed)
+	err = workflows.SignalHITLDecision(ctx, h.s.temporal, signed)
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return h.notWaiting(ctx, d, err)
@@ -416,8 +416,8 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 // finished between our read and the signal — then the outcome is reported — or Temporal,
 // restarting, does not find a workflow that is still waiting: then the operator must retry,
 // not be told that the invocation is over.
-func (h *hitlAdminService) notWaiting(ctx context.Context, d hitlsignals.Decision, signalErr error) (*hitladminpb.DecideResponse, error) {
-	desc, err := h.s.temporal.DescribeWorkflowExecution(ctx, hitlsignals.WorkflowID(d.InvocationID), "")
+func (h *hitlAdminService) notWaiting(ctx context.Context, d hitl.Decision, signalErr error) (*hitladminpb.DecideResponse, error) {
+	desc, err := h.s.temporal.DescribeWorkflowExecution(ctx, hitl.WorkflowID(d.InvocationID), "")
 	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return nil, status.Errorf(codes.Unavailable, "internal_error: Temporal did not find the workflow of invocation %s (%v), which is still waiting; repeat the decision when Temporal is reachable", d.InvocationID, signalErr)
 	}
@@ -430,8 +430,8 @@ func (h *hitlAdminService) notWaiting(ctx context.Context, d hitlsignals.Decisio
 
 // alreadyDecided answers a decision on a decided invocation: the outcome when it is the same
 // decision by the same operator, a refusal otherwise.
-func alreadyDecided(rec store.HITLRecord, d hitlsignals.Decision) (*hitladminpb.DecideResponse, error) {
-	var o hitlsignals.Outcome
+func alreadyDecided(rec store.HITLRecord, d hitl.Decision) (*hitladminpb.DecideResponse, error) {
+	var o hitl.Outcome
 	if err := json.Unmarshal(rec.Outcome, &o); err != nil {
 		return nil, status.Errorf(codes.Internal, "internal_error: stored outcome of %s is unreadable: %v", rec.InvocationID, err)
 	}

@@ -24,7 +24,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -77,15 +77,15 @@ func TestIdempotencyKeyMetadata(t *testing.T) {
 // TestQuestionDigestIgnoresDeadline: retries of one question carry different call deadlines
 // and so different timeouts; everything else the caller asked tells questions apart.
 func TestQuestionDigestIgnoresDeadline(t *testing.T) {
-	q := hitlsignals.Invocation{InvocationID: "a", ReasonType: "CONFLICT", Context: hitlsignals.Context{Facts: []string{"x"}}, ProposedActions: []string{"approve"}, Priority: 1, Timeout: time.Minute}
+	q := hitl.Invocation{InvocationID: "a", ReasonType: "CONFLICT", Context: hitl.Context{Facts: []string{"x"}}, ProposedActions: []string{"approve"}, Priority: 1, Timeout: time.Minute}
 	same := q
 	same.InvocationID, same.Timeout = "b", time.Hour
 	assert.Equal(t, questionDigest(q), questionDigest(same))
-	for name, change := range map[string]func(*hitlsignals.Invocation){
-		"reason":   func(i *hitlsignals.Invocation) { i.ReasonType = "SECURITY_APPROVAL" },
-		"context":  func(i *hitlsignals.Invocation) { i.Context.Facts = []string{"y"} },
-		"actions":  func(i *hitlsignals.Invocation) { i.ProposedActions = nil },
-		"priority": func(i *hitlsignals.Invocation) { i.Priority = 2 },
+	for name, change := range map[string]func(*hitl.Invocation){
+		"reason":   func(i *hitl.Invocation) { i.ReasonType = "SECURITY_APPROVAL" },
+		"context":  func(i *hitl.Invocation) { i.Context.Facts = []string{"y"} },
+		"actions":  func(i *hitl.Invocation) { i.ProposedActions = nil },
+		"priority": func(i *hitl.Invocation) { i.Priority = 2 },
 	} {
 		other := q
 		change(&other)
@@ -99,16 +99,16 @@ func TestQuestionDigestIgnoresDeadline(t *testing.T) {
 type hitlAdminHarness struct {
 	svc     *hitlAdminService
 	st      store.Store
-	policy  hitlsignals.Policy
+	policy  hitl.Policy
 	signals [][]byte // each signal's input, as Temporal's data converter encodes it
 }
 
 var (
 	testDecisionKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize))
-	testHITLPolicy  = hitlsignals.Policy{
-		Operators: []hitlsignals.Operator{
-			{Name: "alice", TokenSHA256: hitlsignals.HashToken("alice-token")},
-			{Name: "carol", TokenSHA256: hitlsignals.HashToken("carol-token"), Reasons: []string{"CONFLICT"}},
+	testHITLPolicy  = hitl.Policy{
+		Operators: []hitl.Operator{
+			{Name: "alice", TokenSHA256: hitl.HashToken("alice-token")},
+			{Name: "carol", TokenSHA256: hitl.HashToken("carol-token"), Reasons: []string{"CONFLICT"}},
 		},
 		DecisionKeys: []ed25519.PublicKey{testDecisionKey.Public().(ed25519.PublicKey)},
 	}
@@ -120,18 +120,18 @@ func newHitlAdminHarness(t *testing.T, key ed25519.PrivateKey) *hitlAdminHarness
 	t.Cleanup(st.Close)
 	tc := &mocks.Client{}
 	h := &hitlAdminHarness{st: st, policy: testHITLPolicy}
-	tc.On("SignalWorkflow", mock.Anything, mock.Anything, "", hitlsignals.DecisionSignal, mock.Anything).Return(func(ctx context.Context, wfID, _, _ string, arg any) error {
+	tc.On("SignalWorkflow", mock.Anything, mock.Anything, "", hitl.DecisionSignal, mock.Anything).Return(func(ctx context.Context, wfID, _, _ string, arg any) error {
 		p, err := converter.GetDefaultDataConverter().ToPayload(arg)
 		require.NoError(t, err)
 		h.signals = append(h.signals, p.GetData())
-		var d hitlsignals.Decision
+		var d hitl.Decision
 		require.NoError(t, json.Unmarshal(p.GetData(), &d))
-		require.Equal(t, hitlsignals.WorkflowID(d.InvocationID), wfID)
+		require.Equal(t, hitl.WorkflowID(d.InvocationID), wfID)
 		rec, err := st.HITL().GetInvocation(ctx, d.InvocationID)
 		require.NoError(t, err)
 		keyID, err := h.policy.Authorize(d, rec.ReasonType, time.Now())
 		require.NoError(t, err, "the workflow accepts what the frontend sends")
-		out, _ := json.Marshal(hitlsignals.Outcome{InvocationID: d.InvocationID, Decision: d.Decision, Rationale: d.Rationale,
+		out, _ := json.Marshal(hitl.Outcome{InvocationID: d.InvocationID, Decision: d.Decision, Rationale: d.Rationale,
 			DecidedBy: d.Operator, AttestedBy: keyID, Via: d.Via, DecidedAt: time.Now()})
 		return st.HITL().CompleteInvocation(ctx, d.InvocationID, out, time.Now())
 	})
@@ -144,8 +144,8 @@ func newHitlAdminHarness(t *testing.T, key ed25519.PrivateKey) *hitlAdminHarness
 // pending records a pending invocation of the reason type.
 func (h *hitlAdminHarness) pending(t *testing.T, id, reason string) {
 	t.Helper()
-	inv, _ := json.Marshal(hitlsignals.Invocation{InvocationID: id, ReasonType: reason})
-	require.NoError(t, h.st.HITL().PutInvocation(t.Context(), store.HITLRecord{InvocationID: id, WorkflowID: hitlsignals.WorkflowID(id),
+	inv, _ := json.Marshal(hitl.Invocation{InvocationID: id, ReasonType: reason})
+	require.NoError(t, h.st.HITL().PutInvocation(t.Context(), store.HITLRecord{InvocationID: id, WorkflowID: hitl.WorkflowID(id),
 		ReasonType: reason, Status: store.HITLPending, Invocation: inv, CreatedAt: time.Now(), Deadline: time.Now().Add(time.Hour)}))
 }
 
@@ -161,15 +161,15 @@ func TestHitlAdminDecideSignalsNoToken(t *testing.T) {
 	input := string(h.signals[0])
 	assert.NotContains(t, input, "alice-token")
 	assert.NotContains(t, input, `"token"`)
-	assert.NotContains(t, input, hitlsignals.HashToken("alice-token"))
-	var d hitlsignals.Decision
+	assert.NotContains(t, input, hitl.HashToken("alice-token"))
+	var d hitl.Decision
 	require.NoError(t, json.Unmarshal(h.signals[0], &d))
 	assert.Equal(t, "alice", d.Operator)
 	assert.Equal(t, "cli", d.Via)
 	require.NotNil(t, d.Attestation)
 	assert.Equal(t, auth.KeyID(auth.AlgorithmEd25519, testDecisionKey.Public().(ed25519.PublicKey)), d.Attestation.KeyID)
-	assert.WithinDuration(t, time.Now().Add(hitlsignals.DefaultAttestationTTL), time.UnixMilli(d.Attestation.ExpiresAt), time.Minute, "short-lived")
-	var o hitlsignals.Outcome
+	assert.WithinDuration(t, time.Now().Add(hitl.DefaultAttestationTTL), time.UnixMilli(d.Attestation.ExpiresAt), time.Minute, "short-lived")
+	var o hitl.Outcome
 	require.NoError(t, json.Unmarshal([]byte(resp.GetOutcomeJson()), &o))
 	assert.Equal(t, "alice", o.DecidedBy)
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/keyadminpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -24,8 +24,8 @@ func newKeyAdminTestService(t *testing.T) (*keyAdminService, store.Store) {
 	st := memory.New()
 	t.Cleanup(st.Close)
 	log := slog.New(slog.DiscardHandler)
-	s := &Server{store: st, sink: audit.New(log, st.Audit()), log: log, cfg: Config{HITLPolicy: hitlsignals.Policy{
-		Operators: []hitlsignals.Operator{{Name: "olga", TokenSHA256: hitlsignals.HashToken(dlqTestToken)}},
+	s := &Server{store: st, sink: audit.New(log, st.Audit()), log: log, cfg: Config{HITLPolicy: hitl.Policy{
+		Operators: []hitl.Operator{{Name: "olga", TokenSHA256: hitl.HashToken(dlqTestToken)}},
 	}}}
 	return &keyAdminService{s: s}, st
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/admission"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
@@ -68,9 +68,9 @@ type Config struct {
 	// workflow default.
 	HeartbeatMisses int
 	// HITLPolicy authenticates and authorizes operators (§15.1).
-	HITLPolicy hitlsignals.Policy
+	HITLPolicy hitl.Policy
 	// HITLDecisionKey is the deployment's decision key, with which the frontend attests the
-	// decisions of operators it authenticated (hitlsignals.Attest); the workers hold its
+	// decisions of operators it authenticated (hitl.Attest); the workers hold its
 	// public key in HITLPolicy.DecisionKeys. Without it HitlAdminService.Decide refuses.
 	HITLDecisionKey ed25519.PrivateKey
 	// HITLTimeout is the deadline of invocations raised through HitlService.Decide.

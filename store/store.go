@@ -685,9 +685,9 @@ type HITLRecord struct {
 	Deadline time.Time
 	// Status is HITLPending or HITLDecided.
 	Status string
-	// Invocation is the full invocation as JSON (hitlsignals.Invocation).
+	// Invocation is the full invocation as JSON (hitl.Invocation).
 	Invocation []byte
-	// Outcome is the outcome as JSON (hitlsignals.Outcome) once decided.
+	// Outcome is the outcome as JSON (hitl.Outcome) once decided.
 	Outcome []byte
 	// CreatedAt is when the invocation was raised.
 	CreatedAt time.Time

@@ -15,7 +15,8 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/app"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
@@ -105,8 +106,8 @@ func (h hitlCaller) pending() string {
 // signal door does.
 func (h hitlCaller) approve(id, rationale string) {
 	h.t.Helper()
-	require.NoError(h.t, hitlsignals.SendDecision(context.Background(), h.wrk.Temporal(), signedBy(h.t, hitlsignals.Decision{
-		InvocationID: id, Decision: hitlsignals.Approve, Rationale: rationale, Operator: "alice",
+	require.NoError(h.t, workflows.SignalHITLDecision(context.Background(), h.wrk.Temporal(), signedBy(h.t, hitl.Decision{
+		InvocationID: id, Decision: hitl.Approve, Rationale: rationale, Operator: "alice",
 	}, aliceKey)))
 }
 
@@ -128,7 +129,7 @@ func (h hitlCaller) approved(r keyedResult, id, rationale, when string) {
 	assert.Equal(h.t, "approve", r.dec.GetAction(), when)
 	assert.Equal(h.t, rationale, r.dec.GetRationale(), when)
 	assert.Equal(h.t, id, r.id, when)
-	var o hitlsignals.Outcome
+	var o hitl.Outcome
 	require.NoError(h.t, json.Unmarshal(r.dec.GetDecisionPayload(), &o), when)
 	assert.Equal(h.t, "alice", o.DecidedBy, when)
 }
@@ -151,7 +152,7 @@ func TestHitlDecideRetryAfterTemporalOutage(t *testing.T) {
 			proxy := newTemporalProxy(t)
 			srv, wrk := startBehindProxy(t, hitlConfig(t, kind), proxy)
 			h := hitlCaller{t: t, c: hitlpb.NewHitlServiceClient(dialRaw(t, &system{app: srv})), srv: srv, wrk: wrk}
-			ctxJSON, _ := json.Marshal(hitlsignals.Context{Facts: []string{"agent wants prod credentials"}})
+			ctxJSON, _ := json.Marshal(hitl.Context{Facts: []string{"agent wants prod credentials"}})
 			req := &hitlpb.HitlInvocation{ReasonType: commonpb.HitlReasonType_SECURITY_APPROVAL, Context: ctxJSON, ProposedActions: []string{"approve", "deny"}, Priority: -5}
 
 			key := uniq(t, "approval")
@@ -190,7 +191,7 @@ func TestHitlDecideRetryAfterTemporalOutage(t *testing.T) {
 			key3 := uniq(t, "terminated")
 			first = h.inBackground(key3, req)
 			id3 := h.pending()
-			require.NoError(t, wrk.Temporal().TerminateWorkflow(context.Background(), hitlsignals.WorkflowID(id3), "", "ended by an operator"))
+			require.NoError(t, wrk.Temporal().TerminateWorkflow(context.Background(), hitl.WorkflowID(id3), "", "ended by an operator"))
 			r = h.await(first, "after the invocation was terminated")
 			assert.Equal(t, codes.Aborted, status.Code(r.err), "a run that really ended is final: %v", r.err)
 			r = h.decide(key3, req, 20*time.Second)

@@ -26,7 +26,8 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/app"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -52,12 +53,12 @@ func operatorKeySpec() string {
 
 // signedBy is d as an operator signs it with their own key for the raw signal door (what
 // `sw4rm hitl sign` prints), valid for ten minutes.
-func signedBy(t testing.TB, d hitlsignals.Decision, key ed25519.PrivateKey) hitlsignals.Decision {
+func signedBy(t testing.TB, d hitl.Decision, key ed25519.PrivateKey) hitl.Decision {
 	t.Helper()
 	if d.Via == "" {
 		d.Via = "signal"
 	}
-	s, err := hitlsignals.Attest(d, key, time.Now().Add(hitlsignals.DefaultAttestationTTL))
+	s, err := hitl.Attest(d, key, time.Now().Add(hitl.DefaultAttestationTTL))
 	require.NoError(t, err)
 	return s
 }
@@ -151,7 +152,7 @@ func pendingDecide(t *testing.T, sys *system, reason commonpb.HitlReasonType) (s
 	t.Helper()
 	conn := dialRaw(t, sys)
 	c := hitlpb.NewHitlServiceClient(conn)
-	ctxJSON, _ := json.Marshal(hitlsignals.Context{Facts: []string{"agent wants prod credentials"}, RiskNotes: []string{"blast radius: all tenants"}})
+	ctxJSON, _ := json.Marshal(hitl.Context{Facts: []string{"agent wants prod credentials"}, RiskNotes: []string{"blast radius: all tenants"}})
 	res := make(chan decideResult, 1)
 	header := make(chan metadata.MD, 1)
 	go func() {
@@ -221,16 +222,16 @@ func TestHitlDecideBlocksUntilCLIApproves(t *testing.T) {
 	dec := awaitDecision(t, res)
 	assert.Equal(t, "approve", dec.GetAction())
 	assert.Equal(t, "scoped to one tenant", dec.GetRationale())
-	var o hitlsignals.Outcome
+	var o hitl.Outcome
 	require.NoError(t, json.Unmarshal(dec.GetDecisionPayload(), &o))
 	assert.Equal(t, "cli", o.Via)
 	assert.False(t, o.Fallback)
 	assert.Equal(t, auth.KeyID(auth.AlgorithmEd25519, ed25519.NewKeyFromSeed(decisionKeySeed).Public().(ed25519.PublicKey)), o.AttestedBy,
 		"the decision key vouched for alice")
-	requireNoSecretInHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(id), "alice-token", hitlsignals.HashToken("alice-token"))
+	requireNoSecretInHistory(t, sys.app.Temporal(), hitl.WorkflowID(id), "alice-token", hitl.HashToken("alice-token"))
 	// hitl_wait_cli_approved.json, recorded before decisions were attested, carries a token
 	// and stays as the proof that such runs still replay.
-	recordHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(id), "hitl_wait_cli_attested")
+	recordHistory(t, sys.app.Temporal(), hitl.WorkflowID(id), "hitl_wait_cli_attested")
 
 	out, err = runCLI(t, sys, "alice-token", "decide", id, "approve", "--rationale", "scoped to one tenant")
 	require.NoError(t, err, out)
@@ -265,7 +266,7 @@ func TestHitlRawTemporalSignal(t *testing.T) {
 	// ...and a raw signal with a wrong token is refused by the workflow itself.
 	signal := func(payload string) {
 		cmd := exec.Command(temporalCLI(), "workflow", "signal", "--address", temporalAddr, "--namespace", "default",
-			"--workflow-id", hitlsignals.WorkflowID(id), "--name", hitlsignals.DecisionSignal, "--input", payload)
+			"--workflow-id", hitl.WorkflowID(id), "--name", hitl.DecisionSignal, "--input", payload)
 		b, err := cmd.CombinedOutput()
 		require.NoError(t, err, string(b))
 	}
@@ -300,16 +301,16 @@ func TestHitlRawTemporalSignal(t *testing.T) {
 		"--invocation", id, "--decision", "deny", "--rationale", "scopes overlap on src/ui")
 	require.NoError(t, err, out)
 	signedJSON, hint, _ := strings.Cut(out, "\n")
-	assert.Contains(t, hint, "temporal workflow signal --workflow-id "+hitlsignals.WorkflowID(id))
+	assert.Contains(t, hint, "temporal workflow signal --workflow-id "+hitl.WorkflowID(id))
 	signal(signedJSON)
 	dec := awaitDecision(t, res)
 	assert.Equal(t, "deny", dec.GetAction())
-	var o hitlsignals.Outcome
+	var o hitl.Outcome
 	require.NoError(t, json.Unmarshal(dec.GetDecisionPayload(), &o))
 	assert.Equal(t, "signal", o.Via)
 	assert.Equal(t, "carol", o.DecidedBy)
 	assert.Equal(t, auth.KeyID(auth.AlgorithmEd25519, carolKey.Public().(ed25519.PublicKey)), o.AttestedBy)
-	recordHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(id), "hitl_wait_raw_signed")
+	recordHistory(t, sys.app.Temporal(), hitl.WorkflowID(id), "hitl_wait_raw_signed")
 }
 
 // TestHitlSurvivesWorkerRestart kills the worker while an invocation waits; the decision is
@@ -328,8 +329,8 @@ func TestHitlSurvivesWorkerRestart(t *testing.T) {
 	id, res := pendingDecide(t, sys, commonpb.HitlReasonType_TASK_ESCALATION)
 
 	wrk.Stop() // no worker runs now
-	require.NoError(t, hitlsignals.SendDecision(ctx, srv.Temporal(), signedBy(t, hitlsignals.Decision{
-		InvocationID: id, Decision: hitlsignals.Approve, Rationale: "approved while the worker was down", Operator: "alice",
+	require.NoError(t, workflows.SignalHITLDecision(ctx, srv.Temporal(), signedBy(t, hitl.Decision{
+		InvocationID: id, Decision: hitl.Approve, Rationale: "approved while the worker was down", Operator: "alice",
 	}, aliceKey)))
 	select {
 	case r := <-res:
@@ -353,12 +354,12 @@ func TestHitlDecideFallsBackAtDeadline(t *testing.T) {
 	_, res := pendingDecide(t, sys, commonpb.HitlReasonType_MANUAL_OVERRIDE)
 	dec := awaitDecision(t, res)
 	assert.Equal(t, "deny", dec.GetAction())
-	var o hitlsignals.Outcome
+	var o hitl.Outcome
 	require.NoError(t, json.Unmarshal(dec.GetDecisionPayload(), &o))
 	assert.True(t, o.Fallback)
-	assert.Equal(t, hitlsignals.DenyByDefault, o.FallbackPolicy)
+	assert.Equal(t, hitl.DenyByDefault, o.FallbackPolicy)
 	assert.Equal(t, "deadline", o.FallbackReason)
-	recordHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(o.InvocationID), "hitl_wait_deadline_fallback")
+	recordHistory(t, sys.app.Temporal(), hitl.WorkflowID(o.InvocationID), "hitl_wait_deadline_fallback")
 }
 
 // TestHitlInRequiredAuth: with SW4RM_AUTH=required the auth interceptor proves the operator,
@@ -370,13 +371,13 @@ func TestHitlInRequiredAuth(t *testing.T) {
 	sys := start(t, cfg)
 	c := hitlpb.NewHitlServiceClient(dialRaw(t, sys))
 	key := uniq(t, "shared")
-	ctxJSON, _ := json.Marshal(hitlsignals.Context{Facts: []string{"two agents edit src/ui"}})
+	ctxJSON, _ := json.Marshal(hitl.Context{Facts: []string{"two agents edit src/ui"}})
 	raise := func(token string) chan decideResult {
 		res := make(chan decideResult, 1)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token, hitlsignals.IdempotencyKeyMetadata, key)
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token, hitl.IdempotencyKeyMetadata, key)
 			d, err := c.Decide(ctx, &hitlpb.HitlInvocation{ReasonType: commonpb.HitlReasonType_CONFLICT, Context: ctxJSON, ProposedActions: []string{"approve", "deny"}})
 			res <- decideResult{d, err}
 		}()
@@ -411,5 +412,5 @@ func TestHitlInRequiredAuth(t *testing.T) {
 	out, err = runCLI(t, sys, "not-a-token", "list")
 	require.Error(t, err)
 	assert.Contains(t, out, "Unauthenticated")
-	requireNoSecretInHistory(t, sys.app.Temporal(), hitlsignals.WorkflowID(first), "alice-token", hitlsignals.HashToken("alice-token"))
+	requireNoSecretInHistory(t, sys.app.Temporal(), hitl.WorkflowID(first), "alice-token", hitl.HashToken("alice-token"))
 }

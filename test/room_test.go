@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
@@ -191,11 +191,11 @@ func TestRoomSplitVoteEscalatesAndOperatorApproves(t *testing.T) {
 	assert.Equal(t, negotiationroompb.DecisionOutcome_ESCALATED_TO_HITL, dec.GetDecision().GetOutcome())
 	assert.Contains(t, dec.GetDecision().GetReason(), "std")
 
-	payload, err := json.Marshal(signedBy(t, hitlsignals.Decision{InvocationID: st.HITLInvocationID, Decision: hitlsignals.Approve,
+	payload, err := json.Marshal(signedBy(t, hitl.Decision{InvocationID: st.HITLInvocationID, Decision: hitl.Approve,
 		Rationale: "security critic misread the config", Operator: "alice"}, aliceKey))
 	require.NoError(t, err)
 	out, err := exec.Command(temporalCLI(), "workflow", "signal", "--address", temporalAddr, "--namespace", "default",
-		"--workflow-id", hitlsignals.WorkflowID(st.HITLInvocationID), "--name", hitlsignals.DecisionSignal, "--input", string(payload)).CombinedOutput()
+		"--workflow-id", hitl.WorkflowID(st.HITLInvocationID), "--name", hitl.DecisionSignal, "--input", string(payload)).CombinedOutput()
 	require.NoError(t, err, string(out))
 	d := r.wait(t, "deploy-7")
 	assert.Equal(t, negotiationroompb.DecisionOutcome_APPROVED, d.GetOutcome())

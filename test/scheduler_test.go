@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -320,8 +320,8 @@ func TestScopeConflictGoesToHITL(t *testing.T) {
 
 	// carol may decide CONFLICT invocations; she approves with a raw Temporal signal, signed
 	// with her own key.
-	require.NoError(t, sys.app.Temporal().SignalWorkflow(context.Background(), hitlsignals.WorkflowID(st.HitlIDs[0]), "", hitlsignals.DecisionSignal,
-		signedBy(t, hitlsignals.Decision{InvocationID: st.HitlIDs[0], Decision: hitlsignals.Approve, Rationale: "different files in practice", Operator: "carol"}, carolKey)))
+	require.NoError(t, sys.app.Temporal().SignalWorkflow(context.Background(), hitl.WorkflowID(st.HitlIDs[0]), "", hitl.DecisionSignal,
+		signedBy(t, hitl.Decision{InvocationID: st.HitlIDs[0], Decision: hitl.Approve, Rationale: "different files in practice", Operator: "carol"}, carolKey)))
 	ys := waitTask(t, sys, ty, workflows.TaskCompleted)
 	assert.Equal(t, "y done", ys.Result)
 	assert.Contains(t, ys.History, workflows.TaskAwaitingHITL)

@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -32,7 +32,7 @@ func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(workflows.DAGRun)
 	r.RegisterWorkflow(workflows.HandoffWorkflow)
 	r.RegisterWorkflow(workflows.Negotiation)
-	r.RegisterWorkflowWithOptions(workflows.HitlWait, workflow.RegisterOptions{Name: hitlsignals.WorkflowType})
+	r.RegisterWorkflowWithOptions(workflows.HitlWait, workflow.RegisterOptions{Name: hitl.WorkflowType})
 	r.RegisterWorkflow(workflows.RoomCoordinator)
 	r.RegisterWorkflow(workflows.TaskWorkflow)
 	r.RegisterWorkflow(workflows.ToolCall)

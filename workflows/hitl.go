@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -10,7 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 )
 
 // DefaultHITLTimeout is how long a HITL wait lasts when the invocation names no timeout.
@@ -19,7 +20,7 @@ const DefaultHITLTimeout = time.Hour
 // HitlWaitInput starts a HITL wait.
 type HitlWaitInput struct {
 	// Invocation is what is asked.
-	Invocation hitlsignals.Invocation
+	Invocation hitl.Invocation
 }
 
 // RequestHITL is the one way a workflow asks a human (architecture: every HITL wait uses one
@@ -27,23 +28,23 @@ type HitlWaitInput struct {
 // caller as pending HITL in the Temporal UI while it waits, and returns the outcome: a
 // human's decision, or the configured fallback when nobody decides in time (§15.1, §15.3).
 // An empty InvocationID gets a fresh UUID.
-func RequestHITL(ctx workflow.Context, inv hitlsignals.Invocation) (hitlsignals.Outcome, error) {
+func RequestHITL(ctx workflow.Context, inv hitl.Invocation) (hitl.Outcome, error) {
 	if inv.InvocationID == "" {
 		if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&inv.InvocationID); err != nil {
-			return hitlsignals.Outcome{}, err
+			return hitl.Outcome{}, err
 		}
 	}
 	if inv.RequestedBy == "" {
 		inv.RequestedBy = workflow.GetInfo(ctx).WorkflowExecution.ID
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, HitlPendingKey.ValueSet(true)); err != nil {
-		return hitlsignals.Outcome{}, err
+		return hitl.Outcome{}, err
 	}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:            hitlsignals.WorkflowID(inv.InvocationID),
+		WorkflowID:            hitl.WorkflowID(inv.InvocationID),
 		TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet(KindHITL), HitlPendingKey.ValueSet(true)),
 	})
-	var out hitlsignals.Outcome
+	var out hitl.Outcome
 	err := workflow.ExecuteChildWorkflow(cctx, HitlWait, HitlWaitInput{Invocation: inv}).Get(ctx, &out)
 	if uerr := workflow.UpsertTypedSearchAttributes(ctx, HitlPendingKey.ValueSet(false)); uerr != nil && err == nil {
 		err = uerr
@@ -52,15 +53,15 @@ func RequestHITL(ctx workflow.Context, inv hitlsignals.Invocation) (hitlsignals.
 }
 
 // HitlWait is one durable HITL wait (§15): it records the invocation, then waits for a valid
-// decision on hitlsignals.DecisionSignal — or for an external HITL component's answer — with
+// decision on hitl.DecisionSignal — or for an external HITL component's answer — with
 // the deadline as a durable timer that a decision cancels. On the deadline, or when no HITL
 // component exists or the external one is unavailable, it applies the invocation's fallback
 // and records that it did, which one, why and when (§15.1, §15.3, §15.4). A decision must
-// carry a valid attestation (hitlsignals.Attest): signed by the deployment's decision key or
+// carry a valid attestation (hitl.Attest): signed by the deployment's decision key or
 // by the operator's own key, unexpired, for this invocation. Decisions without one — a
 // plaintext token included — for another invocation, or malformed, are refused and audited;
 // the first valid decision wins.
-func HitlWait(ctx workflow.Context, in HitlWaitInput) (hitlsignals.Outcome, error) {
+func HitlWait(ctx workflow.Context, in HitlWaitInput) (hitl.Outcome, error) {
 	w := &hitlWait{inv: in.Invocation}
 	return w.run(ctx)
 }
@@ -79,15 +80,15 @@ const (
 )
 
 type hitlWait struct {
-	inv    hitlsignals.Invocation
-	policy hitlsignals.Policy
+	inv    hitl.Invocation
+	policy hitl.Policy
 	// legacyTokens: the run was recorded before attested decisions and still accepts a
 	// decision's plaintext token.
 	legacyTokens bool
 	deadline     time.Time
 	extensions   int
 	refused      int
-	outcome      *hitlsignals.Outcome
+	outcome      *hitl.Outcome
 
 	// What the wait keeps between the steps of its loop (see run).
 	actx           workflow.Context // activity options for the audit and the records
@@ -97,23 +98,23 @@ type hitlWait struct {
 	cancelExternal workflow.CancelFunc
 }
 
-func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
+func (w *hitlWait) run(ctx workflow.Context) (hitl.Outcome, error) {
 	if err := w.inv.Validate(); err != nil {
-		return hitlsignals.Outcome{}, temporal.NewNonRetryableApplicationError("invalid HITL invocation: "+err.Error(), "validation_error", nil)
+		return hitl.Outcome{}, temporal.NewNonRetryableApplicationError("invalid HITL invocation: "+err.Error(), "validation_error", nil)
 	}
 	if w.inv.Timeout <= 0 {
 		w.inv.Timeout = DefaultHITLTimeout
 	}
 	if w.inv.Fallback.Policy == "" {
-		w.inv.Fallback.Policy = hitlsignals.DenyByDefault
+		w.inv.Fallback.Policy = hitl.DenyByDefault
 	}
 	w.legacyTokens = workflow.GetVersion(ctx, hitlAttestedDecisions, workflow.DefaultVersion, 1) == workflow.DefaultVersion
 	created := workflow.Now(ctx)
 	w.deadline = created.Add(w.inv.Timeout)
-	if err := workflow.SetQueryHandler(ctx, hitlsignals.StatusQuery, func() (hitlsignals.Status, error) {
-		return hitlsignals.Status{Invocation: w.inv, Deadline: w.deadline, Extensions: w.extensions, Outcome: w.outcome, Refused: w.refused}, nil
+	if err := workflow.SetQueryHandler(ctx, hitl.StatusQuery, func() (hitl.Status, error) {
+		return hitl.Status{Invocation: w.inv, Deadline: w.deadline, Extensions: w.extensions, Outcome: w.outcome, Refused: w.refused}, nil
 	}); err != nil {
-		return hitlsignals.Outcome{}, err
+		return hitl.Outcome{}, err
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 10 * time.Second,
@@ -124,10 +125,10 @@ func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
 		Invocation: w.inv, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Deadline: w.deadline, CreatedAt: created,
 		OmitTokenHashes: !w.legacyTokens,
 	}).Get(ctx, &w.policy); err != nil {
-		return hitlsignals.Outcome{}, err
+		return hitl.Outcome{}, err
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, KindKey.ValueSet(KindHITL), HitlPendingKey.ValueSet(true)); err != nil {
-		return hitlsignals.Outcome{}, err
+		return hitl.Outcome{}, err
 	}
 
 	w.actx = actx
@@ -136,7 +137,7 @@ func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
 		w.fallback(ctx, "no_hitl_component")
 	}
 
-	decisions := workflow.GetSignalChannel(ctx, hitlsignals.DecisionSignal)
+	decisions := workflow.GetSignalChannel(ctx, hitl.DecisionSignal)
 	var timerCtx workflow.Context
 	timerCtx, w.cancelTimer = workflow.WithCancel(ctx)
 	w.timer = workflow.NewTimer(timerCtx, w.deadline.Sub(workflow.Now(ctx)))
@@ -156,10 +157,10 @@ func (w *hitlWait) run(ctx workflow.Context) (hitlsignals.Outcome, error) {
 	w.cancelExternal()
 
 	if err := workflow.ExecuteActivity(actx, acts.RecordHitlOutcome, activities.HitlOutcomeInput{Invocation: w.inv, Outcome: *w.outcome}).Get(ctx, nil); err != nil {
-		return hitlsignals.Outcome{}, err
+		return hitl.Outcome{}, err
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, HitlPendingKey.ValueSet(false)); err != nil {
-		return hitlsignals.Outcome{}, err
+		return hitl.Outcome{}, err
 	}
 	return *w.outcome, nil
 }
@@ -193,13 +194,13 @@ func (w *hitlWait) askExternal(ctx workflow.Context) {
 
 // extendOrFallback handles the deadline and external unavailability alike (§15.4).
 func (w *hitlWait) extendOrFallback(ctx workflow.Context, reason string) {
-	if w.inv.Fallback.Policy != hitlsignals.ExtendTimeout {
+	if w.inv.Fallback.Policy != hitl.ExtendTimeout {
 		w.fallback(ctx, reason)
 		return
 	}
 	maxExt := w.inv.Fallback.MaxExtensions
 	if maxExt == 0 {
-		maxExt = hitlsignals.DefaultMaxExtensions
+		maxExt = hitl.DefaultMaxExtensions
 	}
 	if w.extensions >= maxExt {
 		w.fallback(ctx, "extensions_exhausted")
@@ -224,7 +225,7 @@ func (w *hitlWait) extendOrFallback(ctx workflow.Context, reason string) {
 // onDecision takes a decision signal: the first valid one wins, others are refused and
 // audited.
 func (w *hitlWait) onDecision(ctx workflow.Context, c workflow.ReceiveChannel) {
-	var d hitlsignals.Decision
+	var d hitl.Decision
 	c.Receive(ctx, &d)
 	// The time the decision arrived judges its attestation's expiry, not the time after the
 	// policy reload below.
@@ -250,7 +251,7 @@ func (w *hitlWait) onDeadline(ctx workflow.Context, f workflow.Future) {
 // onExternal takes the external component's answer, or its unavailability (§15.4).
 func (w *hitlWait) onExternal(ctx workflow.Context, f workflow.Future) {
 	w.external = nil
-	var o hitlsignals.Outcome
+	var o hitl.Outcome
 	err := f.Get(ctx, &o)
 	if err == nil {
 		o.InvocationID, o.DecidedAt = w.inv.InvocationID, workflow.Now(ctx)
@@ -267,14 +268,14 @@ func (w *hitlWait) onExternal(ctx workflow.Context, f workflow.Future) {
 }
 
 // accept validates a decision received at now and, if it is valid, makes it the outcome.
-func (w *hitlWait) accept(ctx workflow.Context, d hitlsignals.Decision, now time.Time) error {
+func (w *hitlWait) accept(ctx workflow.Context, d hitl.Decision, now time.Time) error {
 	if d.InvocationID != w.inv.InvocationID {
 		return fmt.Errorf("validation_error: decision names invocation %q, this is %q", d.InvocationID, w.inv.InvocationID)
 	}
 	// The attestation covers the decision exactly as it was signed, before ParseAction
 	// normalises its case.
 	signed := d
-	action, err := hitlsignals.ParseAction(string(d.Decision))
+	action, err := hitl.ParseAction(string(d.Decision))
 	if err != nil {
 		return fmt.Errorf("validation_error: %v", err)
 	}
@@ -296,7 +297,7 @@ func (w *hitlWait) accept(ctx workflow.Context, d hitlsignals.Decision, now time
 			return err
 		}
 	}
-	w.outcome = &hitlsignals.Outcome{
+	w.outcome = &hitl.Outcome{
 		InvocationID: w.inv.InvocationID, Decision: action, Rationale: d.Rationale, Patch: d.Patch,
 		DecidedBy: d.Operator, AttestedBy: keyID, Via: via(d.Via), DecidedAt: workflow.Now(ctx), Extensions: w.extensions,
 	}
@@ -311,7 +312,7 @@ func (w *hitlWait) reloadPolicy(ctx workflow.Context) {
 		return
 	}
 	var acts *activities.Activities
-	var p hitlsignals.Policy
+	var p hitl.Policy
 	if err := workflow.ExecuteActivity(w.actx, acts.LoadHitlPolicy).Get(ctx, &p); err != nil {
 		workflow.GetLogger(ctx).Error("HITL policy reload failed; keeping the loaded one", "error", err)
 		return
@@ -331,16 +332,16 @@ func (w *hitlWait) reloadPolicy(ctx workflow.Context) {
 // fallback applies the invocation's fallback policy (§15.1, §15.3, §15.4).
 func (w *hitlWait) fallback(ctx workflow.Context, reason string) {
 	fb := w.inv.Fallback
-	o := &hitlsignals.Outcome{
+	o := &hitl.Outcome{
 		InvocationID: w.inv.InvocationID, DecidedBy: "fallback", Via: "fallback", DecidedAt: workflow.Now(ctx),
 		Fallback: true, FallbackPolicy: fb.Policy, FallbackReason: reason, Extensions: w.extensions,
-		Decision: hitlsignals.Deny,
+		Decision: hitl.Deny,
 	}
 	switch {
-	case fb.Policy == hitlsignals.AutoDecideThreshold && fb.Score >= fb.Threshold:
-		o.Decision = hitlsignals.Approve
+	case fb.Policy == hitl.AutoDecideThreshold && fb.Score >= fb.Threshold:
+		o.Decision = hitl.Approve
 		o.Rationale = fmt.Sprintf("no human decision (%s); auto-approved: score %.3f reaches threshold %.3f", reason, fb.Score, fb.Threshold)
-	case fb.Policy == hitlsignals.AutoDecideThreshold:
+	case fb.Policy == hitl.AutoDecideThreshold:
 		o.Rationale = fmt.Sprintf("no human decision (%s); auto-denied: score %.3f is below threshold %.3f", reason, fb.Score, fb.Threshold)
 	default:
 		o.Rationale = fmt.Sprintf("no human decision (%s); denied by default", reason)
@@ -362,7 +363,14 @@ const KindHITL = "hitl"
 // (HitlService.Decide) on taskQueue.
 func HitlStartOptions(invocationID, taskQueue string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
-		ID: hitlsignals.WorkflowID(invocationID), TaskQueue: taskQueue,
+		ID: hitl.WorkflowID(invocationID), TaskQueue: taskQueue,
 		TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet(KindHITL), HitlPendingKey.ValueSet(true)),
 	}
+}
+
+// SignalHITLDecision signals a decision to its invocation's workflow, hitl/<invocation_id> —
+// what every door (gRPC, CLI, web) does in the end. It does not wait for the workflow to act
+// on it; the workflow's own checks decide whether the decision stands.
+func SignalHITLDecision(ctx context.Context, c client.Client, d hitl.Decision) error {
+	return c.SignalWorkflow(ctx, hitl.WorkflowID(d.InvocationID), "", hitl.DecisionSignal, d)
 }

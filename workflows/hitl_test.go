@@ -18,7 +18,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -33,13 +33,13 @@ var (
 	otherKey    = keyOf(9)
 )
 
-var operators = []hitlsignals.Operator{
-	{Name: "alice", TokenSHA256: hitlsignals.HashToken("alice-token"), PublicKeys: []ed25519.PublicKey{pubOf(aliceKey)}},
-	{Name: "carol", TokenSHA256: hitlsignals.HashToken("carol-token"), Reasons: []string{"CONFLICT"}},
+var operators = []hitl.Operator{
+	{Name: "alice", TokenSHA256: hitl.HashToken("alice-token"), PublicKeys: []ed25519.PublicKey{pubOf(aliceKey)}},
+	{Name: "carol", TokenSHA256: hitl.HashToken("carol-token"), Reasons: []string{"CONFLICT"}},
 }
 
 // policy is the operator policy of the tests: operators and the decision key.
-var policy = hitlsignals.Policy{Operators: operators, DecisionKeys: []ed25519.PublicKey{pubOf(decisionKey)}}
+var policy = hitl.Policy{Operators: operators, DecisionKeys: []ed25519.PublicKey{pubOf(decisionKey)}}
 
 func keyOf(b byte) ed25519.PrivateKey {
 	seed := make([]byte, ed25519.SeedSize)
@@ -51,7 +51,7 @@ func keyOf(b byte) ed25519.PrivateKey {
 
 func pubOf(k ed25519.PrivateKey) ed25519.PublicKey { return k.Public().(ed25519.PublicKey) }
 
-func hitlEnv(t *testing.T, policy hitlsignals.Policy) (*testsuite.TestWorkflowEnvironment, store.Store) {
+func hitlEnv(t *testing.T, policy hitl.Policy) (*testsuite.TestWorkflowEnvironment, store.Store) {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
@@ -62,43 +62,43 @@ func hitlEnv(t *testing.T, policy hitlsignals.Policy) (*testsuite.TestWorkflowEn
 	return env, st
 }
 
-func invocation(id string) hitlsignals.Invocation {
-	return hitlsignals.Invocation{
+func invocation(id string) hitl.Invocation {
+	return hitl.Invocation{
 		InvocationID: id, ReasonType: "SECURITY_APPROVAL", CorrelationID: "corr-" + id,
-		Subject:         hitlsignals.Subject{TaskID: "t1", RepoID: "r1"},
-		Context:         hitlsignals.Context{Facts: []string{"touches prod"}, RiskNotes: []string{"irreversible"}},
+		Subject:         hitl.Subject{TaskID: "t1", RepoID: "r1"},
+		Context:         hitl.Context{Facts: []string{"touches prod"}, RiskNotes: []string{"irreversible"}},
 		ProposedActions: []string{"approve", "deny"}, Timeout: 10 * time.Minute,
 	}
 }
 
 // decide signals d after a delay, attested by the decision key as a frontend would, valid
 // for ten minutes from the moment it is sent.
-func decide(env *testsuite.TestWorkflowEnvironment, after time.Duration, d hitlsignals.Decision) {
+func decide(env *testsuite.TestWorkflowEnvironment, after time.Duration, d hitl.Decision) {
 	signed(env, after, d, decisionKey)
 }
 
 // signed signals d after a delay, attested by key (unless d carries a token: then as is).
-func signed(env *testsuite.TestWorkflowEnvironment, after time.Duration, d hitlsignals.Decision, key ed25519.PrivateKey) {
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(hitlsignals.DecisionSignal, attestAt(env, d, key)) }, after)
+func signed(env *testsuite.TestWorkflowEnvironment, after time.Duration, d hitl.Decision, key ed25519.PrivateKey) {
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(hitl.DecisionSignal, attestAt(env, d, key)) }, after)
 }
 
 // attestAt attests d with key at the environment's time, unless it carries a token.
-func attestAt(env *testsuite.TestWorkflowEnvironment, d hitlsignals.Decision, key ed25519.PrivateKey) hitlsignals.Decision {
+func attestAt(env *testsuite.TestWorkflowEnvironment, d hitl.Decision, key ed25519.PrivateKey) hitl.Decision {
 	if d.Token != "" {
 		return d
 	}
-	a, err := hitlsignals.Attest(d, key, env.Now().Add(hitlsignals.DefaultAttestationTTL))
+	a, err := hitl.Attest(d, key, env.Now().Add(hitl.DefaultAttestationTTL))
 	if err != nil {
 		panic(err)
 	}
 	return a
 }
 
-func outcomeOf(t *testing.T, env *testsuite.TestWorkflowEnvironment) hitlsignals.Outcome {
+func outcomeOf(t *testing.T, env *testsuite.TestWorkflowEnvironment) hitl.Outcome {
 	t.Helper()
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
-	var o hitlsignals.Outcome
+	var o hitl.Outcome
 	require.NoError(t, env.GetWorkflowResult(&o))
 	return o
 }
@@ -111,10 +111,10 @@ func TestHitlApprovedInTime(t *testing.T) {
 		assert.Equal(t, store.HITLPending, rec.Status, "listed as pending while waiting")
 		assert.Equal(t, "SECURITY_APPROVAL", rec.ReasonType)
 	}, time.Minute)
-	decide(env, 2*time.Minute, hitlsignals.Decision{InvocationID: "h1", Decision: "APPROVE", Rationale: "low risk", Operator: "alice", Via: "cli"})
+	decide(env, 2*time.Minute, hitl.Decision{InvocationID: "h1", Decision: "APPROVE", Rationale: "low risk", Operator: "alice", Via: "cli"})
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h1")})
 	o := outcomeOf(t, env)
-	assert.Equal(t, hitlsignals.Approve, o.Decision)
+	assert.Equal(t, hitl.Approve, o.Decision)
 	assert.Equal(t, "alice", o.DecidedBy)
 	assert.Equal(t, "cli", o.Via)
 	assert.Equal(t, "low risk", o.Rationale)
@@ -123,7 +123,7 @@ func TestHitlApprovedInTime(t *testing.T) {
 	rec, err := st.HITL().GetInvocation(context.Background(), "h1")
 	require.NoError(t, err)
 	assert.Equal(t, store.HITLDecided, rec.Status)
-	var stored hitlsignals.Outcome
+	var stored hitl.Outcome
 	require.NoError(t, json.Unmarshal(rec.Outcome, &stored))
 	assert.Equal(t, o.Decision, stored.Decision)
 	evs, err := st.Audit().List(context.Background(), store.AuditFilter{CorrelationID: "corr-h1"})
@@ -136,32 +136,32 @@ func TestHitlApprovedInTime(t *testing.T) {
 
 func TestHitlDenied(t *testing.T) {
 	env, _ := hitlEnv(t, policy)
-	decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h2", Decision: "deny", Rationale: "too risky", Operator: "alice"})
+	decide(env, time.Minute, hitl.Decision{InvocationID: "h2", Decision: "deny", Rationale: "too risky", Operator: "alice"})
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h2")})
 	o := outcomeOf(t, env)
-	assert.Equal(t, hitlsignals.Deny, o.Decision)
+	assert.Equal(t, hitl.Deny, o.Decision)
 	assert.Equal(t, "signal", o.Via, "a raw signal without via is recorded as such")
 }
 
 func TestHitlModifyWithPatch(t *testing.T) {
 	env, _ := hitlEnv(t, policy)
 	// modify without a patch is refused, the one with a patch wins.
-	decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h3", Decision: "modify", Rationale: "narrow it", Operator: "alice"})
-	decide(env, 2*time.Minute, hitlsignals.Decision{InvocationID: "h3", Decision: "modify", Rationale: "narrow it", Patch: []byte(`{"scope":"src/ui"}`), Operator: "alice"})
+	decide(env, time.Minute, hitl.Decision{InvocationID: "h3", Decision: "modify", Rationale: "narrow it", Operator: "alice"})
+	decide(env, 2*time.Minute, hitl.Decision{InvocationID: "h3", Decision: "modify", Rationale: "narrow it", Patch: []byte(`{"scope":"src/ui"}`), Operator: "alice"})
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h3")})
 	o := outcomeOf(t, env)
-	assert.Equal(t, hitlsignals.Modify, o.Decision)
+	assert.Equal(t, hitl.Modify, o.Decision)
 	assert.JSONEq(t, `{"scope":"src/ui"}`, string(o.Patch))
 }
 
 func TestHitlRefusesBadDecisionsAndFirstValidWins(t *testing.T) {
 	env, st := hitlEnv(t, policy)
 	type attempt struct {
-		d   hitlsignals.Decision
+		d   hitl.Decision
 		key ed25519.PrivateKey // nil: sent without attestation
 	}
-	approve := func(op string) hitlsignals.Decision {
-		return hitlsignals.Decision{InvocationID: "h4", Decision: "approve", Rationale: "x", Operator: op}
+	approve := func(op string) hitl.Decision {
+		return hitl.Decision{InvocationID: "h4", Decision: "approve", Rationale: "x", Operator: op}
 	}
 	wrongInvocation := approve("alice")
 	wrongInvocation.InvocationID = "other"
@@ -185,29 +185,29 @@ func TestHitlRefusesBadDecisionsAndFirstValidWins(t *testing.T) {
 			if a.key != nil {
 				d = attestAt(env, d, a.key)
 			}
-			env.SignalWorkflow(hitlsignals.DecisionSignal, d)
+			env.SignalWorkflow(hitl.DecisionSignal, d)
 		}, time.Duration(i+1)*time.Second)
 	}
 	// Signed at once, arriving after its ten minutes: expired.
 	env.RegisterDelayedCallback(func() {
 		late := attestAt(env, approve("alice"), decisionKey)
-		env.RegisterDelayedCallback(func() { env.SignalWorkflow(hitlsignals.DecisionSignal, late) }, 11*time.Minute-10*time.Second)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(hitl.DecisionSignal, late) }, 11*time.Minute-10*time.Second)
 	}, 10*time.Second)
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(hitlsignals.StatusQuery)
+		v, err := env.QueryWorkflow(hitl.StatusQuery)
 		require.NoError(t, err)
-		var s hitlsignals.Status
+		var s hitl.Status
 		require.NoError(t, v.Get(&s))
 		assert.Equal(t, len(attempts)+1, s.Refused)
 		assert.Nil(t, s.Outcome, "nothing changed")
 	}, 11*time.Minute+30*time.Second)
 	inv := invocation("h4")
 	inv.Timeout = time.Hour
-	decide(env, 12*time.Minute, hitlsignals.Decision{InvocationID: "h4", Decision: "deny", Rationale: "first", Operator: "alice"})
-	decide(env, 12*time.Minute, hitlsignals.Decision{InvocationID: "h4", Decision: "approve", Rationale: "second", Operator: "alice"})
+	decide(env, 12*time.Minute, hitl.Decision{InvocationID: "h4", Decision: "deny", Rationale: "first", Operator: "alice"})
+	decide(env, 12*time.Minute, hitl.Decision{InvocationID: "h4", Decision: "approve", Rationale: "second", Operator: "alice"})
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: inv})
 	o := outcomeOf(t, env)
-	assert.Equal(t, hitlsignals.Deny, o.Decision, "the first valid decision wins")
+	assert.Equal(t, hitl.Deny, o.Decision, "the first valid decision wins")
 	assert.Equal(t, "first", o.Rationale)
 	assert.Equal(t, auth.KeyID(auth.AlgorithmEd25519, pubOf(decisionKey)), o.AttestedBy)
 	refusals, err := st.Audit().List(context.Background(), store.AuditFilter{TypePrefix: "hitl.decision_refused"})
@@ -230,16 +230,16 @@ func TestHitlLegacyRunAcceptsToken(t *testing.T) {
 	env.OnGetVersion("hitl-attested-decisions", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	reloads := 0
 	var acts *activities.Activities
-	env.OnActivity(acts.LoadHitlPolicy, mock.Anything).Return(func(context.Context) (hitlsignals.Policy, error) {
+	env.OnActivity(acts.LoadHitlPolicy, mock.Anything).Return(func(context.Context) (hitl.Policy, error) {
 		reloads++
 		return policy.WithoutTokens(), nil
 	})
-	signed(env, 30*time.Second, hitlsignals.Decision{InvocationID: "h13", Decision: "approve", Rationale: "x", Operator: "alice"}, otherKey)
-	decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h13", Decision: "approve", Rationale: "x", Operator: "alice", Token: "wrong"})
-	decide(env, 2*time.Minute, hitlsignals.Decision{InvocationID: "h13", Decision: "approve", Rationale: "legacy", Operator: "alice", Token: "alice-token"})
+	signed(env, 30*time.Second, hitl.Decision{InvocationID: "h13", Decision: "approve", Rationale: "x", Operator: "alice"}, otherKey)
+	decide(env, time.Minute, hitl.Decision{InvocationID: "h13", Decision: "approve", Rationale: "x", Operator: "alice", Token: "wrong"})
+	decide(env, 2*time.Minute, hitl.Decision{InvocationID: "h13", Decision: "approve", Rationale: "legacy", Operator: "alice", Token: "alice-token"})
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h13")})
 	o := outcomeOf(t, env)
-	assert.Equal(t, hitlsignals.Approve, o.Decision)
+	assert.Equal(t, hitl.Approve, o.Decision)
 	assert.Equal(t, "legacy", o.Rationale)
 	assert.Empty(t, o.AttestedBy)
 	assert.Equal(t, 1, reloads)
@@ -249,8 +249,8 @@ func TestHitlLegacyRunAcceptsToken(t *testing.T) {
 // the raw signal door, is accepted and names her key; her key cannot vouch for the CLI door.
 func TestHitlOperatorKeySignedDecision(t *testing.T) {
 	env, st := hitlEnv(t, policy)
-	signed(env, time.Minute, hitlsignals.Decision{InvocationID: "h14", Decision: "approve", Rationale: "x", Operator: "alice", Via: "cli"}, aliceKey)
-	signed(env, 2*time.Minute, hitlsignals.Decision{InvocationID: "h14", Decision: "approve", Rationale: "signed myself", Operator: "alice", Via: "signal"}, aliceKey)
+	signed(env, time.Minute, hitl.Decision{InvocationID: "h14", Decision: "approve", Rationale: "x", Operator: "alice", Via: "cli"}, aliceKey)
+	signed(env, 2*time.Minute, hitl.Decision{InvocationID: "h14", Decision: "approve", Rationale: "signed myself", Operator: "alice", Via: "signal"}, aliceKey)
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h14")})
 	o := outcomeOf(t, env)
 	assert.Equal(t, "signed myself", o.Rationale)
@@ -267,18 +267,18 @@ func TestHitlOperatorKeySignedDecision(t *testing.T) {
 // can be decided), and a key revoked while the run waits is refused (§23).
 func TestHitlReloadsPolicyForEachDecision(t *testing.T) {
 	t.Run("key added", func(t *testing.T) {
-		env, _ := hitlEnv(t, hitlsignals.Policy{Operators: operators}) // loaded at start: no decision key
+		env, _ := hitlEnv(t, hitl.Policy{Operators: operators}) // loaded at start: no decision key
 		var acts *activities.Activities
 		env.OnActivity(acts.LoadHitlPolicy, mock.Anything).Return(policy, nil)
-		decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h15", Decision: "approve", Rationale: "key arrived", Operator: "alice"})
+		decide(env, time.Minute, hitl.Decision{InvocationID: "h15", Decision: "approve", Rationale: "key arrived", Operator: "alice"})
 		env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h15")})
 		assert.Equal(t, "key arrived", outcomeOf(t, env).Rationale)
 	})
 	t.Run("key revoked", func(t *testing.T) {
 		env, st := hitlEnv(t, policy)
 		var acts *activities.Activities
-		env.OnActivity(acts.LoadHitlPolicy, mock.Anything).Return(hitlsignals.Policy{Operators: operators}, nil)
-		decide(env, time.Minute, hitlsignals.Decision{InvocationID: "h16", Decision: "approve", Rationale: "revoked", Operator: "alice"})
+		env.OnActivity(acts.LoadHitlPolicy, mock.Anything).Return(hitl.Policy{Operators: operators}, nil)
+		decide(env, time.Minute, hitl.Decision{InvocationID: "h16", Decision: "approve", Rationale: "revoked", Operator: "alice"})
 		env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h16")})
 		o := outcomeOf(t, env)
 		assert.True(t, o.Fallback, "the revoked key decided nothing")
@@ -292,12 +292,12 @@ func TestHitlReloadsPolicyForEachDecision(t *testing.T) {
 func TestHitlDeadlineFallbacks(t *testing.T) {
 	cases := []struct {
 		name     string
-		fallback hitlsignals.Fallback
-		want     hitlsignals.Action
+		fallback hitl.Fallback
+		want     hitl.Action
 	}{
-		{"deny by default", hitlsignals.Fallback{}, hitlsignals.Deny},
-		{"auto approve above threshold", hitlsignals.Fallback{Policy: hitlsignals.AutoDecideThreshold, Score: 0.92, Threshold: 0.9}, hitlsignals.Approve},
-		{"auto deny below threshold", hitlsignals.Fallback{Policy: hitlsignals.AutoDecideThreshold, Score: 0.5, Threshold: 0.9}, hitlsignals.Deny},
+		{"deny by default", hitl.Fallback{}, hitl.Deny},
+		{"auto approve above threshold", hitl.Fallback{Policy: hitl.AutoDecideThreshold, Score: 0.92, Threshold: 0.9}, hitl.Approve},
+		{"auto deny below threshold", hitl.Fallback{Policy: hitl.AutoDecideThreshold, Score: 0.5, Threshold: 0.9}, hitl.Deny},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -314,7 +314,7 @@ func TestHitlDeadlineFallbacks(t *testing.T) {
 			assert.Equal(t, "fallback", o.DecidedBy)
 			assert.WithinDuration(t, start.Add(10*time.Minute), o.DecidedAt, time.Second, "decided at the deadline")
 			if c.fallback.Policy == "" {
-				assert.Equal(t, hitlsignals.DenyByDefault, o.FallbackPolicy)
+				assert.Equal(t, hitl.DenyByDefault, o.FallbackPolicy)
 			} else {
 				assert.Equal(t, c.fallback.Policy, o.FallbackPolicy)
 			}
@@ -328,10 +328,10 @@ func TestHitlDeadlineFallbacks(t *testing.T) {
 func TestHitlExtendTimeoutCappedAtThree(t *testing.T) {
 	env, st := hitlEnv(t, policy)
 	inv := invocation("h6")
-	inv.Fallback = hitlsignals.Fallback{Policy: hitlsignals.ExtendTimeout}
+	inv.Fallback = hitl.Fallback{Policy: hitl.ExtendTimeout}
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: inv})
 	o := outcomeOf(t, env)
-	assert.Equal(t, hitlsignals.Deny, o.Decision)
+	assert.Equal(t, hitl.Deny, o.Decision)
 	assert.Equal(t, "extensions_exhausted", o.FallbackReason)
 	assert.Equal(t, 3, o.Extensions)
 	evs, err := st.Audit().List(context.Background(), store.AuditFilter{TypePrefix: "hitl.deadline_extended"})
@@ -342,44 +342,44 @@ func TestHitlExtendTimeoutCappedAtThree(t *testing.T) {
 func TestHitlExtendedThenDecided(t *testing.T) {
 	env, _ := hitlEnv(t, policy)
 	inv := invocation("h7")
-	inv.Fallback = hitlsignals.Fallback{Policy: hitlsignals.ExtendTimeout, ExtendBy: 5 * time.Minute}
-	decide(env, 12*time.Minute, hitlsignals.Decision{InvocationID: "h7", Decision: "approve", Rationale: "back from lunch", Operator: "alice"})
+	inv.Fallback = hitl.Fallback{Policy: hitl.ExtendTimeout, ExtendBy: 5 * time.Minute}
+	decide(env, 12*time.Minute, hitl.Decision{InvocationID: "h7", Decision: "approve", Rationale: "back from lunch", Operator: "alice"})
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: inv})
 	o := outcomeOf(t, env)
-	assert.Equal(t, hitlsignals.Approve, o.Decision)
+	assert.Equal(t, hitl.Approve, o.Decision)
 	assert.Equal(t, 1, o.Extensions, "one extension happened before the human decided")
 }
 
 func TestHitlWithoutComponentNeverBlocks(t *testing.T) {
-	env, _ := hitlEnv(t, hitlsignals.Policy{})
+	env, _ := hitlEnv(t, hitl.Policy{})
 	inv := invocation("h8")
-	inv.Fallback = hitlsignals.Fallback{Policy: hitlsignals.AutoDecideThreshold, Score: 0.95, Threshold: 0.9}
+	inv.Fallback = hitl.Fallback{Policy: hitl.AutoDecideThreshold, Score: 0.95, Threshold: 0.9}
 	var start time.Time
 	env.RegisterDelayedCallback(func() { start = env.Now() }, 0)
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: inv})
 	o := outcomeOf(t, env)
-	assert.Equal(t, hitlsignals.Approve, o.Decision)
+	assert.Equal(t, hitl.Approve, o.Decision)
 	assert.Equal(t, "no_hitl_component", o.FallbackReason)
 	assert.WithinDuration(t, start, o.DecidedAt, time.Second, "§15.3: applied at once, not after the deadline")
 }
 
 func TestHitlExternalUnavailable(t *testing.T) {
-	for _, policy := range []string{hitlsignals.DenyByDefault, hitlsignals.ExtendTimeout} {
+	for _, policy := range []string{hitl.DenyByDefault, hitl.ExtendTimeout} {
 		t.Run(policy, func(t *testing.T) {
-			env, _ := hitlEnv(t, hitlsignals.Policy{External: "127.0.0.1:1"})
+			env, _ := hitlEnv(t, hitl.Policy{External: "127.0.0.1:1"})
 			calls := 0
 			var acts *activities.Activities
-			env.OnActivity(acts.AskExternalHitl, mock.Anything, mock.Anything).Return(func(context.Context, hitlsignals.Invocation) (hitlsignals.Outcome, error) {
+			env.OnActivity(acts.AskExternalHitl, mock.Anything, mock.Anything).Return(func(context.Context, hitl.Invocation) (hitl.Outcome, error) {
 				calls++
-				return hitlsignals.Outcome{}, temporal.NewNonRetryableApplicationError("hitl_unavailable: down", "hitl_unavailable", errors.New("down"))
+				return hitl.Outcome{}, temporal.NewNonRetryableApplicationError("hitl_unavailable: down", "hitl_unavailable", errors.New("down"))
 			})
 			inv := invocation("h9")
-			inv.Fallback = hitlsignals.Fallback{Policy: policy}
+			inv.Fallback = hitl.Fallback{Policy: policy}
 			env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: inv})
 			o := outcomeOf(t, env)
-			assert.Equal(t, hitlsignals.Deny, o.Decision)
+			assert.Equal(t, hitl.Deny, o.Decision)
 			assert.True(t, o.Fallback)
-			if policy == hitlsignals.DenyByDefault {
+			if policy == hitl.DenyByDefault {
 				assert.Equal(t, "hitl_unavailable", o.FallbackReason)
 				assert.Equal(t, 1, calls)
 			} else {
@@ -392,18 +392,18 @@ func TestHitlExternalUnavailable(t *testing.T) {
 }
 
 func TestHitlExternalDecides(t *testing.T) {
-	env, _ := hitlEnv(t, hitlsignals.Policy{External: "127.0.0.1:1"})
+	env, _ := hitlEnv(t, hitl.Policy{External: "127.0.0.1:1"})
 	var acts *activities.Activities
-	env.OnActivity(acts.AskExternalHitl, mock.Anything, mock.Anything).Return(hitlsignals.Outcome{Decision: hitlsignals.Approve, Rationale: "ok", DecidedBy: "external:x", Via: "external"}, nil)
+	env.OnActivity(acts.AskExternalHitl, mock.Anything, mock.Anything).Return(hitl.Outcome{Decision: hitl.Approve, Rationale: "ok", DecidedBy: "external:x", Via: "external"}, nil)
 	env.ExecuteWorkflow(workflows.HitlWait, workflows.HitlWaitInput{Invocation: invocation("h10")})
 	o := outcomeOf(t, env)
-	assert.Equal(t, hitlsignals.Approve, o.Decision)
+	assert.Equal(t, hitl.Approve, o.Decision)
 	assert.Equal(t, "external", o.Via)
 	assert.Equal(t, "h10", o.InvocationID)
 }
 
 // requester stands for any SW4RM workflow that needs a human.
-func requester(ctx workflow.Context, inv hitlsignals.Invocation) (hitlsignals.Outcome, error) {
+func requester(ctx workflow.Context, inv hitl.Invocation) (hitl.Outcome, error) {
 	return workflows.RequestHITL(ctx, inv)
 }
 
@@ -412,12 +412,12 @@ func TestRequestHITLFromAnotherWorkflow(t *testing.T) {
 	env.RegisterWorkflow(requester)
 	inv := invocation("h11")
 	env.RegisterDelayedCallback(func() {
-		require.NoError(t, env.SignalWorkflowByID(hitlsignals.WorkflowID("h11"), hitlsignals.DecisionSignal,
-			attestAt(env, hitlsignals.Decision{InvocationID: "h11", Decision: "approve", Rationale: "fine", Operator: "alice"}, decisionKey)))
+		require.NoError(t, env.SignalWorkflowByID(hitl.WorkflowID("h11"), hitl.DecisionSignal,
+			attestAt(env, hitl.Decision{InvocationID: "h11", Decision: "approve", Rationale: "fine", Operator: "alice"}, decisionKey)))
 	}, time.Minute)
 	env.ExecuteWorkflow(requester, inv)
 	o := outcomeOf(t, env)
-	assert.Equal(t, hitlsignals.Approve, o.Decision)
+	assert.Equal(t, hitl.Approve, o.Decision)
 	assert.Equal(t, "alice", o.DecidedBy)
 }
 

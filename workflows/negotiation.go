@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
@@ -633,9 +633,9 @@ func (w *negotiationRun) deadlock(ctx workflow.Context, best NegotiationVersion,
 	}
 	why := fmt.Sprintf("%s after %s: %s by %s — %s", "DEBATE_DEADLOCK", verdict.Reason, out.Decision, outcomeBy(out), out.Rationale)
 	switch out.Decision {
-	case hitlsignals.Approve:
+	case hitl.Approve:
 		return w.decide(ctx, "hitl", best.ContentType, best.Payload, best.Score, verdict.Reason, why+fmt.Sprintf("; v%d decided", best.N))
-	case hitlsignals.Modify:
+	case hitl.Modify:
 		return w.decide(ctx, "hitl", best.ContentType, out.Patch, best.Score, verdict.Reason, why+"; the human's modification decided")
 	}
 	return w.aborted(ctx, why)
@@ -650,9 +650,9 @@ func (w *negotiationRun) finalAcceptGate(ctx workflow.Context, v NegotiationVers
 	}
 	why := fmt.Sprintf("final accept gate: %s by %s — %s", out.Decision, outcomeBy(out), out.Rationale)
 	switch out.Decision {
-	case hitlsignals.Approve:
+	case hitl.Approve:
 		return w.decide(ctx, "consensus", v.ContentType, v.Payload, v.Score, verdict.Reason, fmt.Sprintf("v%d accepted by every participant; %s", v.N, why))
-	case hitlsignals.Modify:
+	case hitl.Modify:
 		return w.decide(ctx, "hitl", v.ContentType, out.Patch, v.Score, verdict.Reason, why+"; the human's modification decided")
 	}
 	return w.aborted(ctx, why)
@@ -668,9 +668,9 @@ func (w *negotiationRun) pauseBetweenRounds(ctx workflow.Context) error {
 		return err
 	}
 	switch out.Decision {
-	case hitlsignals.Deny:
+	case hitl.Deny:
 		w.abort = &NegotiationAbort{By: outcomeBy(out), Reason: fmt.Sprintf("paused between rounds; denied by %s — %s", outcomeBy(out), out.Rationale)}
-	case hitlsignals.Modify:
+	case hitl.Modify:
 		w.decision = &NegotiationDecision{By: outcomeBy(out), DecidedBy: "hitl", ContentType: v.ContentType, Result: out.Patch, Operator: true}
 	}
 	w.roundStart = workflow.Now(ctx) // the human's time is not the participants' round
@@ -680,27 +680,27 @@ func (w *negotiationRun) pauseBetweenRounds(ctx workflow.Context) error {
 
 // askHuman raises a HITL wait while drafts are refused, and returns its outcome. An abort or
 // a Decide that arrives meanwhile interrupts it (interrupted=true; the loop then applies it).
-func (w *negotiationRun) askHuman(ctx workflow.Context, reason string, facts []string, suggested string) (hitlsignals.Outcome, bool, error) {
+func (w *negotiationRun) askHuman(ctx workflow.Context, reason string, facts []string, suggested string) (hitl.Outcome, bool, error) {
 	if err := w.flush(ctx); err != nil {
-		return hitlsignals.Outcome{}, false, err
+		return hitl.Outcome{}, false, err
 	}
-	inv := hitlsignals.Invocation{
+	inv := hitl.Invocation{
 		ReasonType:      reason,
 		CorrelationID:   w.in.NegotiationID,
-		Subject:         hitlsignals.Subject{NegotiationID: w.in.NegotiationID},
-		Context:         hitlsignals.Context{Facts: facts},
+		Subject:         hitl.Subject{NegotiationID: w.in.NegotiationID},
+		Context:         hitl.Context{Facts: facts},
 		ProposedActions: []string{"approve", "deny", "modify"},
 		SuggestedAction: suggested,
 		Timeout:         w.in.HITLTimeout,
 	}
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&inv.InvocationID); err != nil {
-		return hitlsignals.Outcome{}, false, err
+		return hitl.Outcome{}, false, err
 	}
 	w.paused, w.st.Status, w.st.HITLInvocationID = true, NegotiationPaused, inv.InvocationID
 	defer func() { w.paused, w.st.HITLInvocationID = false, "" }()
 	hctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
-	var out hitlsignals.Outcome
+	var out hitl.Outcome
 	var herr error
 	done := false
 	workflow.Go(hctx, func(c workflow.Context) {
@@ -719,7 +719,7 @@ func (w *negotiationRun) askHuman(ctx workflow.Context, reason string, facts []s
 }
 
 // outcomeBy names who decided a HITL outcome.
-func outcomeBy(o hitlsignals.Outcome) string {
+func outcomeBy(o hitl.Outcome) string {
 	if o.Fallback {
 		return "fallback " + o.FallbackPolicy + " (" + o.FallbackReason + ")"
 	}

@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
@@ -37,8 +37,8 @@ type negHarness struct {
 	summaries int
 	engine    float64
 	turn      func(in workflows.TaskInput, p debate.TurnParams) string
-	hitl      func(inv hitlsignals.Invocation) hitlsignals.Outcome
-	invs      []hitlsignals.Invocation
+	hitl      func(inv hitl.Invocation) hitl.Outcome
+	invs      []hitl.Invocation
 }
 
 func newNegHarness(t *testing.T) *negHarness {
@@ -72,7 +72,7 @@ func newNegHarness(t *testing.T) *negHarness {
 		})
 	h.env.RegisterWorkflow(workflows.HitlWait)
 	h.env.OnWorkflow(workflows.HitlWait, mock.Anything, mock.Anything).Return(
-		func(_ workflow.Context, in workflows.HitlWaitInput) (hitlsignals.Outcome, error) {
+		func(_ workflow.Context, in workflows.HitlWaitInput) (hitl.Outcome, error) {
 			h.mu.Lock()
 			h.invs = append(h.invs, in.Invocation)
 			h.mu.Unlock()
@@ -145,8 +145,8 @@ func TestNegotiationRoundTimeoutTieBreak(t *testing.T) {
 func TestNegotiationRefusalsAndOscillation(t *testing.T) {
 	h := newNegHarness(t)
 	h.engine = 0
-	h.hitl = func(inv hitlsignals.Invocation) hitlsignals.Outcome {
-		return hitlsignals.Outcome{InvocationID: inv.InvocationID, Decision: hitlsignals.Modify, Patch: []byte(`{"x":2}`), DecidedBy: "alice", Rationale: "split the difference"}
+	h.hitl = func(inv hitl.Invocation) hitl.Outcome {
+		return hitl.Outcome{InvocationID: inv.InvocationID, Decision: hitl.Modify, Patch: []byte(`{"x":2}`), DecidedBy: "alice", Rationale: "split the difference"}
 	}
 	p := basePolicy()
 	p.Scoring.LlmWeight = 1
@@ -182,8 +182,8 @@ func TestNegotiationRefusalsAndOscillation(t *testing.T) {
 // human, who approves; the version is decided by consensus.
 func TestNegotiationFinalAcceptGate(t *testing.T) {
 	h := newNegHarness(t)
-	h.hitl = func(inv hitlsignals.Invocation) hitlsignals.Outcome {
-		return hitlsignals.Outcome{InvocationID: inv.InvocationID, Decision: hitlsignals.Approve, DecidedBy: "alice", Rationale: "ok"}
+	h.hitl = func(inv hitl.Invocation) hitl.Outcome {
+		return hitl.Outcome{InvocationID: inv.InvocationID, Decision: hitl.Approve, DecidedBy: "alice", Rationale: "ok"}
 	}
 	p := basePolicy()
 	p.Hitl.Mode = negotiation.HitlPauseOnFinalAccept

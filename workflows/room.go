@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
 )
@@ -194,11 +194,11 @@ func (w *roomCoordinator) escalate(ctx, actx workflow.Context, verdict voting.Ve
 		facts = append(facts, fmt.Sprintf("%s: score %.1f, confidence %.2f, passed %t; weaknesses %s; recommendations %s",
 			v.GetCriticId(), v.GetScore(), v.GetConfidence(), v.GetPassed(), strings.Join(v.GetWeaknesses(), "; "), strings.Join(v.GetRecommendations(), "; ")))
 	}
-	inv := hitlsignals.Invocation{
+	inv := hitl.Invocation{
 		ReasonType:    "DEBATE_DEADLOCK",
 		CorrelationID: workflow.GetInfo(ctx).WorkflowExecution.ID,
-		Subject:       hitlsignals.Subject{NegotiationID: workflow.GetInfo(ctx).WorkflowExecution.ID, AgentID: p.GetProducerId()},
-		Context: hitlsignals.Context{Facts: facts, RiskNotes: verdict.Escalations, Inference: map[string]string{
+		Subject:       hitl.Subject{NegotiationID: workflow.GetInfo(ctx).WorkflowExecution.ID, AgentID: p.GetProducerId()},
+		Context: hitl.Context{Facts: facts, RiskNotes: verdict.Escalations, Inference: map[string]string{
 			"weighted_mean": fmt.Sprintf("%.3f", verdict.Aggregate.GetWeightedMean()), "std_dev": fmt.Sprintf("%.3f", verdict.Aggregate.GetStdDev()),
 		}},
 		ProposedActions: []string{"approve", "deny", "modify"},
@@ -218,11 +218,11 @@ func (w *roomCoordinator) escalate(ctx, actx workflow.Context, verdict voting.Ve
 		who = "fallback " + out.FallbackPolicy
 	}
 	switch out.Decision {
-	case hitlsignals.Approve:
+	case hitl.Approve:
 		w.decision.Outcome = negotiationroompb.DecisionOutcome_APPROVED
-	case hitlsignals.Deny:
+	case hitl.Deny:
 		w.decision.Outcome = negotiationroompb.DecisionOutcome_REVISION_REQUESTED
-	case hitlsignals.Modify:
+	case hitl.Modify:
 		w.decision.Outcome = negotiationroompb.DecisionOutcome_REVISION_REQUESTED
 		w.decision.Reason += fmt.Sprintf("; requested modification: %s", string(out.Patch))
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
@@ -17,7 +17,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
-func roomEnv(t *testing.T, policy hitlsignals.Policy) (*testsuite.TestWorkflowEnvironment, store.Store) {
+func roomEnv(t *testing.T, policy hitl.Policy) (*testsuite.TestWorkflowEnvironment, store.Store) {
 	t.Helper()
 	env, st := hitlEnv(t, policy)
 	for _, id := range []string{"producer", "c1", "c2", "c3"} {
@@ -64,7 +64,7 @@ func decisionOf(t *testing.T, env *testsuite.TestWorkflowEnvironment) *negotiati
 }
 
 func TestRoomApprovesWhenThresholdsHold(t *testing.T) {
-	env, st := roomEnv(t, hitlsignals.Policy{})
+	env, st := roomEnv(t, hitl.Policy{})
 	var r1, r2, r3 voteResult
 	vote(env, time.Second, v("c1", 8.5, 0.9, true), &r1)
 	vote(env, 2*time.Second, v("c2", 8.0, 0.8, true), &r2)
@@ -83,7 +83,7 @@ func TestRoomApprovesWhenThresholdsHold(t *testing.T) {
 }
 
 func TestRoomRefusesInvalidVotes(t *testing.T) {
-	env, _ := roomEnv(t, hitlsignals.Policy{})
+	env, _ := roomEnv(t, hitl.Policy{})
 	var outsider, high, dup, first voteResult
 	vote(env, time.Second, v("mallory", 8, 0.9, true), &outsider)
 	vote(env, 2*time.Second, v("c1", 10.5, 0.9, true), &high)
@@ -103,7 +103,7 @@ func TestRoomRefusesInvalidVotes(t *testing.T) {
 }
 
 func TestRoomLowScoresRequestRevision(t *testing.T) {
-	env, _ := roomEnv(t, hitlsignals.Policy{})
+	env, _ := roomEnv(t, hitl.Policy{})
 	for i, c := range []string{"c1", "c2", "c3"} {
 		vote(env, time.Duration(i+1)*time.Second, v(c, 5, 0.9, false), &voteResult{})
 	}
@@ -123,8 +123,8 @@ func TestRoomSplitVoteEscalatesAndHumanDecides(t *testing.T) {
 		require.NoError(t, val.Get(&st))
 		require.NotEmpty(t, st.HITLInvocationID)
 		assert.Equal(t, negotiationroompb.DecisionOutcome_ESCALATED_TO_HITL, st.Decision.GetOutcome())
-		require.NoError(t, env.SignalWorkflowByID(hitlsignals.WorkflowID(st.HITLInvocationID), hitlsignals.DecisionSignal, attestAt(env, hitlsignals.Decision{
-			InvocationID: st.HITLInvocationID, Decision: hitlsignals.Approve, Rationale: "the outlier misread it", Operator: "alice"}, decisionKey)))
+		require.NoError(t, env.SignalWorkflowByID(hitl.WorkflowID(st.HITLInvocationID), hitl.DecisionSignal, attestAt(env, hitl.Decision{
+			InvocationID: st.HITLInvocationID, Decision: hitl.Approve, Rationale: "the outlier misread it", Operator: "alice"}, decisionKey)))
 	}, time.Minute)
 	env.ExecuteWorkflow(workflows.RoomCoordinator, workflows.RoomInput{Proposal: proposal(), Version: 1})
 	d := decisionOf(t, env)
@@ -133,7 +133,7 @@ func TestRoomSplitVoteEscalatesAndHumanDecides(t *testing.T) {
 }
 
 func TestRoomCriticAskingForEscalation(t *testing.T) {
-	env, _ := roomEnv(t, hitlsignals.Policy{}) // no operators: the HITL fallback denies at once
+	env, _ := roomEnv(t, hitl.Policy{}) // no operators: the HITL fallback denies at once
 	vote(env, time.Second, v("c1", 8.5, 0.9, true, "Escalate to HITL: licence question"), &voteResult{})
 	vote(env, 2*time.Second, v("c2", 8.5, 0.9, true), &voteResult{})
 	vote(env, 3*time.Second, v("c3", 8.5, 0.9, true), &voteResult{})
@@ -145,7 +145,7 @@ func TestRoomCriticAskingForEscalation(t *testing.T) {
 }
 
 func TestRoomTimeoutWithMissingVoteEscalates(t *testing.T) {
-	env, _ := roomEnv(t, hitlsignals.Policy{})
+	env, _ := roomEnv(t, hitl.Policy{})
 	vote(env, time.Second, v("c1", 9, 0.9, true), &voteResult{})
 	vote(env, 2*time.Second, v("c2", 9, 0.9, true), &voteResult{})
 	env.ExecuteWorkflow(workflows.RoomCoordinator, workflows.RoomInput{Proposal: proposal(), Version: 1, Timeout: 5 * time.Minute})

@@ -13,7 +13,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/admission"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
@@ -473,11 +473,11 @@ func (t *taskRun) escalate(ctx workflow.Context, res admission.Result) (bool, er
 	t.st.HitlIDs = append(t.st.HitlIDs, id)
 	t.set(ctx, TaskAwaitingHITL, res.Reason)
 	accepted := res.Verdict == admission.Conflict // a conflict holds the task; a duplicate is refused until authorized
-	t.answer(TaskAdmission{Accepted: accepted, HitlID: id, Reason: fmt.Sprintf("%s; awaiting HITL decision %s", res.Reason, hitlsignals.WorkflowID(id))})
-	out, err := RequestHITL(ctx, hitlsignals.Invocation{
+	t.answer(TaskAdmission{Accepted: accepted, HitlID: id, Reason: fmt.Sprintf("%s; awaiting HITL decision %s", res.Reason, hitl.WorkflowID(id))})
+	out, err := RequestHITL(ctx, hitl.Invocation{
 		InvocationID: id, ReasonType: reasonType, CorrelationID: protocol.TaskCorrelationID(t.in.TaskID),
-		Subject: hitlsignals.Subject{TaskID: t.in.TaskID, AgentID: t.in.AgentID},
-		Context: hitlsignals.Context{
+		Subject: hitl.Subject{TaskID: t.in.TaskID, AgentID: t.in.AgentID},
+		Context: hitl.Context{
 			Facts: []string{title, res.Reason, "scope of " + t.in.TaskID + ": " + t.in.Scope,
 				"other task " + res.OtherTaskID + " runs on agent " + res.OtherAgentID},
 			Inference: map[string]string{"confidence": fmt.Sprintf("%.2f", res.Confidence), "overlaps": strings.Join(res.Overlaps, "; ")},
@@ -487,7 +487,7 @@ func (t *taskRun) escalate(ctx workflow.Context, res admission.Result) (bool, er
 	if err != nil {
 		return false, err
 	}
-	return out.Decision == hitlsignals.Approve, nil
+	return out.Decision == hitl.Approve, nil
 }
 
 // waitFor waits until another task has ended, checking its workflow's state.

@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/tools"
@@ -237,16 +237,16 @@ func (r *toolRun) approve(ctx workflow.Context) (tool.Code, string) {
 		return tool.CodeInternal, err.Error()
 	}
 	r.st.State = "awaiting_approval"
-	inv := hitlsignals.Invocation{
+	inv := hitl.Invocation{
 		InvocationID: r.st.HitlID, ReasonType: commonpb.HitlReasonType_TOOL_PRIVILEGE_ESCALATION.String(),
 		CorrelationID: req.CallID, RequestedBy: ToolWorkflowID(req.CallID),
-		Subject: hitlsignals.Subject{AgentID: r.in.Caller},
-		Context: hitlsignals.Context{Facts: []string{
+		Subject: hitl.Subject{AgentID: r.in.Caller},
+		Context: hitl.Context{Facts: []string{
 			fmt.Sprintf("%s asks to run tool %s of provider %s at privilege level %s (§18.5.3)", orScheduler(r.in.Caller), req.ToolName, req.ProviderID, req.Policy.Privilege),
 			fmt.Sprintf("call %s, network policy %s, arguments of %d bytes", req.CallID, req.Policy.Network, len(req.Args)),
 		}},
 		ProposedActions: []string{"approve: run the call at " + req.Policy.Privilege.String(), "deny: refuse it (PERMISSION_DENIED)"},
-		Fallback:        hitlsignals.Fallback{Policy: hitlsignals.DenyByDefault},
+		Fallback:        hitl.Fallback{Policy: hitl.DenyByDefault},
 	}
 	out, err := RequestHITL(ctx, inv)
 	r.st.State = "running"
@@ -255,7 +255,7 @@ func (r *toolRun) approve(ctx workflow.Context) (tool.Code, string) {
 		return "", ""
 	case err != nil:
 		return tool.CodePermissionDenied, "the privilege escalation was not approved: its HITL invocation failed: " + err.Error()
-	case out.Decision == hitlsignals.Approve || out.Decision == hitlsignals.Modify:
+	case out.Decision == hitl.Approve || out.Decision == hitl.Modify:
 		return "", ""
 	case out.Fallback:
 		return tool.CodePermissionDenied, fmt.Sprintf("the privilege escalation was not approved: HITL invocation %s fell back to %s", r.st.HitlID, out.FallbackPolicy)

@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -262,7 +262,7 @@ type worktreeOp struct {
 
 // hitlResult is the outcome of a switch's HITL invocation.
 type hitlResult struct {
-	out hitlsignals.Outcome
+	out hitl.Outcome
 	err error
 }
 
@@ -579,7 +579,7 @@ func (w *worktreeRun) checkApprove(a WorktreeSwitchApproval) error {
 func (w *worktreeRun) checkDecision(target string) error {
 	if w.st.RequiresHITL {
 		return refused("the switch of %s to %s is decided by HITL invocation %s: decide it there", w.st.AgentID, w.st.TargetWorktreeID,
-			hitlsignals.WorkflowID(w.st.HitlID))
+			hitl.WorkflowID(w.st.HitlID))
 	}
 	if target != "" && target != w.st.TargetWorktreeID {
 		return refused("the pending switch of %s is to %s, not %s", w.st.AgentID, w.st.TargetWorktreeID, target)
@@ -790,7 +790,7 @@ func (w *worktreeRun) applyRequest(ctx workflow.Context, r WorktreeSwitchRequest
 			return err
 		}
 		w.st.Note = fmt.Sprintf("a switch to %s/%s is asked for; HITL invocation %s decides it", w.st.RepoID, r.TargetWorktreeID,
-			hitlsignals.WorkflowID(w.st.HitlID))
+			hitl.WorkflowID(w.st.HitlID))
 	}
 	if err := w.transition(ctx, worktree.EventSwitchRequest, r.By, map[string]any{"requires_hitl": r.RequiresHITL}); err != nil {
 		return err
@@ -805,18 +805,18 @@ func (w *worktreeRun) applyRequest(ctx workflow.Context, r WorktreeSwitchRequest
 // its outcome reaches the main loop through w.hitl.
 func (w *worktreeRun) askHITL(ctx workflow.Context, by string) {
 	st := w.st
-	inv := hitlsignals.Invocation{
+	inv := hitl.Invocation{
 		InvocationID: st.HitlID, ReasonType: commonpb.HitlReasonType_WORKTREE_OVERRIDE.String(),
 		CorrelationID: activities.WorktreeCorrelation(st.AgentID), RequestedBy: WorktreeWorkflowID(st.AgentID),
-		Subject: hitlsignals.Subject{RepoID: st.RepoID, WorktreeID: st.TargetWorktreeID, AgentID: st.AgentID},
-		Context: hitlsignals.Context{Facts: []string{
+		Subject: hitl.Subject{RepoID: st.RepoID, WorktreeID: st.TargetWorktreeID, AgentID: st.AgentID},
+		Context: hitl.Context{Facts: []string{
 			fmt.Sprintf("agent %s asks to work in worktree %s of repository %s, outside its home worktree %s (§16)", st.AgentID, st.TargetWorktreeID, st.RepoID, st.HomeWorktreeID),
 			fmt.Sprintf("asked by %s", orScheduler(by)),
 			fmt.Sprintf("an approval binds it there for %s (a modify decision may patch {\"ttl_ms\": n}, at most %s); then it returns home", DefaultSwitchTTL, MaxSwitchTTL),
 		}},
 		ProposedActions: []string{"approve: switch " + st.AgentID + " to " + st.TargetWorktreeID + " for " + DefaultSwitchTTL.String(),
 			"modify: approve with the TTL of a {\"ttl_ms\": n} patch", "deny: keep it at home"},
-		Fallback: hitlsignals.Fallback{Policy: hitlsignals.DenyByDefault},
+		Fallback: hitl.Fallback{Policy: hitl.DenyByDefault},
 	}
 	workflow.Go(ctx, func(gctx workflow.Context) {
 		out, err := RequestHITL(gctx, inv)
@@ -829,7 +829,7 @@ func (w *worktreeRun) askHITL(ctx workflow.Context, by string) {
 func (w *worktreeRun) applyHITL(ctx workflow.Context) error {
 	h := *w.hitl
 	w.hitl = nil
-	by := hitlsignals.WorkflowID(w.st.HitlID)
+	by := hitl.WorkflowID(w.st.HitlID)
 	if h.err != nil {
 		if temporal.IsCanceledError(h.err) {
 			return h.err
@@ -841,9 +841,9 @@ func (w *worktreeRun) applyHITL(ctx workflow.Context) error {
 		decider = "fallback " + h.out.FallbackPolicy
 	}
 	switch h.out.Decision {
-	case hitlsignals.Approve, hitlsignals.Modify:
+	case hitl.Approve, hitl.Modify:
 		ttl := DefaultSwitchTTL
-		if h.out.Decision == hitlsignals.Modify {
+		if h.out.Decision == hitl.Modify {
 			p, err := switchPatchOf(h.out.Patch)
 			if err != nil || p.TTLMs == 0 || time.Duration(p.TTLMs)*time.Millisecond > MaxSwitchTTL {
 				return w.rejectPending(ctx, fmt.Sprintf("the switch was rejected: the HITL decision of %s modified it with a patch that is not {\"ttl_ms\": n} with 0 < n ≤ %d",

@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -35,9 +35,9 @@ type worktreeHarness struct {
 	releases  []activities.ReleaseWorktreeInput
 	records   []activities.RecordWorktreeInput
 	escalated []activities.BindRecoveryTimeoutInput
-	hitl      hitlsignals.Outcome
+	hitl      hitl.Outcome
 	hitlAfter time.Duration
-	invs      []hitlsignals.Invocation
+	invs      []hitl.Invocation
 }
 
 func newWorktreeHarness(t *testing.T) *worktreeHarness {
@@ -77,13 +77,13 @@ func newWorktreeHarness(t *testing.T) *worktreeHarness {
 	})
 	h.env.RegisterWorkflow(workflows.HitlWait)
 	h.env.OnWorkflow(workflows.HitlWait, mock.Anything, mock.Anything).Return(
-		func(ctx workflow.Context, in workflows.HitlWaitInput) (hitlsignals.Outcome, error) {
+		func(ctx workflow.Context, in workflows.HitlWaitInput) (hitl.Outcome, error) {
 			h.mu.Lock()
 			h.invs = append(h.invs, in.Invocation)
 			out, after := h.hitl, h.hitlAfter
 			h.mu.Unlock()
 			if err := workflow.Sleep(ctx, after); err != nil {
-				return hitlsignals.Outcome{}, err
+				return hitl.Outcome{}, err
 			}
 			out.InvocationID = in.Invocation.InvocationID
 			return out, nil
@@ -412,7 +412,7 @@ func TestWorktreeSwitchRejectedAndRevoked(t *testing.T) {
 // ttl_ms patch approves it for that TTL; a denial rejects the next one.
 func TestWorktreeSwitchByHITL(t *testing.T) {
 	h := newWorktreeHarness(t)
-	h.hitl = hitlsignals.Outcome{Decision: hitlsignals.Modify, Patch: []byte(`{"ttl_ms": 120000}`), DecidedBy: "ops"}
+	h.hitl = hitl.Outcome{Decision: hitl.Modify, Patch: []byte(`{"ttl_ms": 120000}`), DecidedBy: "ops"}
 	h.hitlAfter = time.Minute
 	h.bind(time.Second, "app", "home")
 	req := h.requestSwitch(2*time.Second, "hotfix", true)
@@ -422,7 +422,7 @@ func TestWorktreeSwitchByHITL(t *testing.T) {
 	h.env.RegisterDelayedCallback(func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		h.hitl = hitlsignals.Outcome{Decision: hitlsignals.Deny, Rationale: "too risky", DecidedBy: "ops"}
+		h.hitl = hitl.Outcome{Decision: hitl.Deny, Rationale: "too risky", DecidedBy: "ops"}
 	}, 5*time.Minute)
 	denied := h.requestSwitch(6*time.Minute, "hotfix", true)
 	after := h.query(8 * time.Minute)
@@ -437,8 +437,8 @@ func TestWorktreeSwitchByHITL(t *testing.T) {
 	inv := h.invs[0]
 	assert.Equal(t, "WORKTREE_OVERRIDE", inv.ReasonType)
 	assert.Equal(t, req.state.HitlID, inv.InvocationID)
-	assert.Equal(t, hitlsignals.Subject{RepoID: "app", WorktreeID: "hotfix", AgentID: "coder"}, inv.Subject)
-	assert.Equal(t, hitlsignals.DenyByDefault, inv.Fallback.Policy)
+	assert.Equal(t, hitl.Subject{RepoID: "app", WorktreeID: "hotfix", AgentID: "coder"}, inv.Subject)
+	assert.Equal(t, hitl.DenyByDefault, inv.Fallback.Policy)
 
 	assert.Equal(t, worktree.StateBoundNonHome, away.State)
 	assert.Equal(t, 2*time.Minute, away.TTL, "the patch's TTL")

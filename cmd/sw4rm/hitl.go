@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 )
 
@@ -59,7 +59,7 @@ func newHitlCmd() *cobra.Command {
 			for _, inv := range resp.GetInvocations() {
 				st := inv.GetStatus()
 				if st == "decided" {
-					var o hitlsignals.Outcome
+					var o hitl.Outcome
 					if json.Unmarshal([]byte(inv.GetOutcomeJson()), &o) == nil {
 						st = fmt.Sprintf("%s by %s", o.Decision, o.DecidedBy)
 					}
@@ -96,7 +96,7 @@ func newHitlCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var o hitlsignals.Outcome
+			var o hitl.Outcome
 			_ = json.Unmarshal([]byte(resp.GetOutcomeJson()), &o)
 			note := ""
 			if resp.GetAlreadyDecided() {
@@ -159,10 +159,10 @@ func newHitlSignCmd() *cobra.Command {
 			if keyFile == "" || operator == "" || invocation == "" {
 				return fmt.Errorf("--key, --operator (or SW4RM_OPERATOR) and --invocation are required")
 			}
-			if ttl <= 0 || ttl > hitlsignals.MaxAttestationTTL {
-				return fmt.Errorf("--ttl %s: want a positive duration of at most %s", ttl, hitlsignals.MaxAttestationTTL)
+			if ttl <= 0 || ttl > hitl.MaxAttestationTTL {
+				return fmt.Errorf("--ttl %s: want a positive duration of at most %s", ttl, hitl.MaxAttestationTTL)
 			}
-			action, err := hitlsignals.ParseAction(decision)
+			action, err := hitl.ParseAction(decision)
 			if err != nil {
 				return err
 			}
@@ -172,7 +172,7 @@ func newHitlSignCmd() *cobra.Command {
 					return fmt.Errorf("read patch: %w", err)
 				}
 			}
-			d := hitlsignals.Decision{InvocationID: invocation, Decision: action, Rationale: rationale, Patch: patch, Operator: operator, Via: "signal"}
+			d := hitl.Decision{InvocationID: invocation, Decision: action, Rationale: rationale, Patch: patch, Operator: operator, Via: "signal"}
 			if err := d.Check(); err != nil {
 				return err
 			}
@@ -180,7 +180,7 @@ func newHitlSignCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			signed, err := hitlsignals.Attest(d, key, time.Now().Add(ttl))
+			signed, err := hitl.Attest(d, key, time.Now().Add(ttl))
 			if err != nil {
 				return err
 			}
@@ -190,7 +190,7 @@ func newHitlSignCmd() *cobra.Command {
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), string(b))
 			fmt.Fprintf(cmd.ErrOrStderr(), "# valid until %s; send it with:\n# temporal workflow signal --workflow-id %s --name %s --input '<the JSON above>'\n",
-				time.UnixMilli(signed.Attestation.ExpiresAt).UTC().Format(time.RFC3339), hitlsignals.WorkflowID(invocation), hitlsignals.DecisionSignal)
+				time.UnixMilli(signed.Attestation.ExpiresAt).UTC().Format(time.RFC3339), hitl.WorkflowID(invocation), hitl.DecisionSignal)
 			return nil
 		},
 	}
@@ -201,7 +201,7 @@ func newHitlSignCmd() *cobra.Command {
 	f.StringVar(&decision, "decision", "", "approve, deny, modify or defer")
 	f.StringVar(&rationale, "rationale", "", "why (required)")
 	f.StringVar(&patchFile, "patch-file", "", "the modification, for modify")
-	f.DurationVar(&ttl, "ttl", hitlsignals.DefaultAttestationTTL, "how long the signed decision stays valid")
+	f.DurationVar(&ttl, "ttl", hitl.DefaultAttestationTTL, "how long the signed decision stays valid")
 	return sign
 }
 

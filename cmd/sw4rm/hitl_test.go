@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 )
 
 // runSplit executes the command line and returns stdout and stderr apart.
@@ -49,24 +49,24 @@ func TestHitlSignPrintsASignedDecision(t *testing.T) {
 		"--decision", "Approve", "--rationale", "scoped to one tenant", "--ttl", "5m")
 	require.NoError(t, err, hint)
 	assert.NotContains(t, out, "token")
-	var d hitlsignals.Decision
+	var d hitl.Decision
 	require.NoError(t, json.Unmarshal([]byte(out), &d), out)
-	assert.Equal(t, hitlsignals.Approve, d.Decision)
+	assert.Equal(t, hitl.Approve, d.Decision)
 	assert.Equal(t, "alice", d.Operator)
 	assert.Equal(t, "signal", d.Via)
 	require.NotNil(t, d.Attestation)
 	assert.WithinDuration(t, time.Now().Add(5*time.Minute), time.UnixMilli(d.Attestation.ExpiresAt), time.Minute)
-	assert.Contains(t, hint, "temporal workflow signal --workflow-id hitl/3f0c-1 --name "+hitlsignals.DecisionSignal)
+	assert.Contains(t, hint, "temporal workflow signal --workflow-id hitl/3f0c-1 --name "+hitl.DecisionSignal)
 
 	entry, _, err := runSplit(t, "hitl", "operator-key", "--key", keyFile, "--operator", "alice")
 	require.NoError(t, err)
-	ops, err := hitlsignals.ParseOperators("alice=alice-token")
+	ops, err := hitl.ParseOperators("alice=alice-token")
 	require.NoError(t, err)
-	ops, err = hitlsignals.ParseOperatorKeys(ops, strings.TrimSpace(entry))
+	ops, err = hitl.ParseOperatorKeys(ops, strings.TrimSpace(entry))
 	require.NoError(t, err)
 	require.Len(t, ops[0].PublicKeys, 1)
 	assert.True(t, ops[0].PublicKeys[0].Equal(key.Public()))
-	policy := hitlsignals.Policy{Operators: ops}
+	policy := hitl.Policy{Operators: ops}
 	_, err = policy.Authorize(d, "SECURITY_APPROVAL", time.Now())
 	require.NoError(t, err, "the workflow accepts it")
 	_, err = policy.Authorize(d, "SECURITY_APPROVAL", time.Now().Add(6*time.Minute))

@@ -387,7 +387,7 @@ func (x *DecideRequest) GetPatch() []byte {
 // DecideResponse carries the applied outcome.
 type DecideResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The outcome as JSON (hitlsignals.Outcome).
+	// The outcome as JSON (hitl.Outcome).
 	OutcomeJson string `protobuf:"bytes,1,opt,name=outcome_json,json=outcomeJson,proto3" json:"outcome_json,omitempty"`
 	// True when this exact decision had already been applied (an idempotent repeat).
 	AlreadyDecided bool `protobuf:"varint,2,opt,name=already_decided,json=alreadyDecided,proto3" json:"already_decided,omitempty"`

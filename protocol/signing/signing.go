@@ -190,3 +190,19 @@ func (g *ReplayGuard) Check(c Call, now time.Time) error {
 	g.seen[key] = c.Timestamp.Add(2 * skew)
 	return nil
 }
+
+// The key algorithms of §6.2.
+const (
+	// AlgorithmEd25519 names Ed25519 keys (32 raw bytes), the algorithm §6.2 prefers.
+	AlgorithmEd25519 = "ed25519"
+	// AlgorithmP256 names ECDSA P-256 keys (65-byte uncompressed SEC 1 points), §6.2's
+	// alternative where NIST-approved algorithms are required.
+	AlgorithmP256 = "ecdsa-p256"
+)
+
+// KeyID names a public key: the algorithm, a colon and the first 16 hex digits of the
+// SHA-256 of the raw key, e.g. "ed25519:3b6a27bcceb6a42d".
+func KeyID(algorithm string, pub []byte) string {
+	sum := sha256.Sum256(pub)
+	return algorithm + ":" + hex.EncodeToString(sum[:8])
+}

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/hitlsignals"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
@@ -234,7 +234,7 @@ func startHITLCaller(t testing.TB, ctx context.Context, conn *grpc.ClientConn) *
 	t.Helper()
 	h := &hitlCaller{admin: hitladminpb.NewHitlAdminServiceClient(conn), answer: make(chan hitlAnswer, 1)}
 	marker := "fault-suite-" + agentID("hitl")
-	body, _ := json.Marshal(hitlsignals.Context{Facts: []string{marker}})
+	body, _ := json.Marshal(hitl.Context{Facts: []string{marker}})
 	go func() {
 		// A careful caller (docs/hitl.md): each attempt waits at most 15 s, and an attempt
 		// answered Unavailable or cut off by its deadline is retried with the same
@@ -306,7 +306,7 @@ func (h *hitlCaller) lost(t testing.TB, by time.Time) int {
 			t.Logf("the HITL caller lost its decision: %v", a.err)
 			return 1
 		}
-		if a.decision.GetAction() != string(hitlsignals.Approve) {
+		if a.decision.GetAction() != string(hitl.Approve) {
 			t.Logf("the HITL caller got %q, not the operator's approval", a.decision.GetAction())
 			return 1
 		}

@@ -1,11 +1,10 @@
-// Package hitlsignals is the operator ↔ workflow contract of human-in-the-loop (§15): the
+// Package hitl is the operator ↔ workflow contract of human-in-the-loop (§15): the
 // signal and query names, the invocation, decision and outcome payloads, and the helper that
 // sends a decision. The CLI, the gRPC frontend and a plain `temporal workflow signal` all
 // reach the same signal, DecisionSignal, on the workflow hitl/<invocation_id>.
-package hitlsignals
+package hitl
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -14,8 +13,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"go.temporal.io/sdk/client"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 )
@@ -228,7 +225,7 @@ type Outcome struct {
 	Patch []byte `json:"patch_b64,omitempty"`
 	// DecidedBy is the operator, or "fallback".
 	DecidedBy string `json:"decided_by"`
-	// AttestedBy names the key whose attestation proved the decision (auth.KeyID), when one
+	// AttestedBy names the key whose attestation proved the decision (signing.KeyID), when one
 	// did.
 	AttestedBy string `json:"attested_by,omitempty"`
 	// Via is the door the decision came through, or "fallback".
@@ -328,12 +325,6 @@ func (d Decision) Check() error {
 		return fmt.Errorf("validation_error: modify needs a patch")
 	}
 	return nil
-}
-
-// SendDecision signals a decision to its invocation's workflow — what every door does in the
-// end. It does not wait for the workflow to act on it.
-func SendDecision(ctx context.Context, c client.Client, d Decision) error {
-	return c.SignalWorkflow(ctx, WorkflowID(d.InvocationID), "", DecisionSignal, d)
 }
 
 // ParseOperators reads the operator policy from its configuration form

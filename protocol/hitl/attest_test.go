@@ -1,4 +1,4 @@
-package hitlsignals
+package hitl
 
 import (
 	"crypto/ed25519"
@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/protocol/signing"
 )
 
 // keyOf is a deterministic test key: the seed is b repeated.
@@ -72,7 +72,7 @@ func TestAttestationRoundTrip(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &got))
 	keyID, err := testPolicy().Authorize(got, "SECURITY_APPROVAL", t0.Add(time.Minute))
 	require.NoError(t, err)
-	assert.Equal(t, auth.KeyID(auth.AlgorithmEd25519, pubOf(decisionKey)), keyID)
+	assert.Equal(t, signing.KeyID(signing.AlgorithmEd25519, pubOf(decisionKey)), keyID)
 	// The decision key vouches for any configured operator the frontend authenticated.
 	bob := aDecision()
 	bob.Operator = "bob"
@@ -133,7 +133,7 @@ func TestAttestationTamper(t *testing.T) {
 		"expires_at":    func(d *Decision) { d.Attestation.ExpiresAt += 60_000 },
 		"signature":     func(d *Decision) { d.Attestation.Signature[0] ^= 1 },
 		"short sig":     func(d *Decision) { d.Attestation.Signature = d.Attestation.Signature[:10] },
-		"key_id":        func(d *Decision) { d.Attestation.KeyID = auth.KeyID(auth.AlgorithmEd25519, pubOf(aliceKey)) },
+		"key_id":        func(d *Decision) { d.Attestation.KeyID = signing.KeyID(signing.AlgorithmEd25519, pubOf(aliceKey)) },
 	} {
 		d := signed
 		a := *signed.Attestation
@@ -173,7 +173,7 @@ func TestAttestationWrongKey(t *testing.T) {
 	require.ErrorContains(t, err, "neither the deployment's decision key nor a key of operator")
 
 	forged := attest(t, aDecision(), strangerKey, t0.Add(time.Minute))
-	forged.Attestation.KeyID = auth.KeyID(auth.AlgorithmEd25519, pubOf(decisionKey))
+	forged.Attestation.KeyID = signing.KeyID(signing.AlgorithmEd25519, pubOf(decisionKey))
 	_, err = p.Authorize(forged, "CONFLICT", t0)
 	require.ErrorContains(t, err, "does not match")
 
@@ -204,7 +204,7 @@ func TestOperatorKeyAttestation(t *testing.T) {
 	d.Via = "signal"
 	keyID, err := p.Authorize(attest(t, d, aliceKey, t0.Add(time.Minute)), "SECURITY_APPROVAL", t0)
 	require.NoError(t, err)
-	assert.Equal(t, auth.KeyID(auth.AlgorithmEd25519, pubOf(aliceKey)), keyID)
+	assert.Equal(t, signing.KeyID(signing.AlgorithmEd25519, pubOf(aliceKey)), keyID)
 	d.Via = ""
 	_, err = p.Authorize(attest(t, d, aliceKey, t0.Add(time.Minute)), "SECURITY_APPROVAL", t0)
 	require.NoError(t, err, "an empty via is the signal door")

@@ -1,4 +1,4 @@
-package hitlsignals
+package hitl
 
 import (
 	"crypto/ed25519"
@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/protocol/signing"
 )
 
 // Attested decisions (§15.1, §23: HITL decisions are authenticated; issue 15: no operator
@@ -48,7 +48,7 @@ const MaxAttestationTTL = 24 * time.Hour
 
 // Attestation is the proof a decision carries (see Attest).
 type Attestation struct {
-	// KeyID names the signing key (auth.KeyID of its public key).
+	// KeyID names the signing key (signing.KeyID of its public key).
 	KeyID string `json:"key_id"`
 	// ExpiresAt is when the attestation stops being valid, in Unix milliseconds.
 	ExpiresAt int64 `json:"expires_at"`
@@ -95,7 +95,7 @@ func Attest(d Decision, key ed25519.PrivateKey, expires time.Time) (Decision, er
 		return Decision{}, err
 	}
 	pub, _ := key.Public().(ed25519.PublicKey)
-	d.Attestation = &Attestation{KeyID: auth.KeyID(auth.AlgorithmEd25519, pub), ExpiresAt: ms, Signature: ed25519.Sign(key, pre)}
+	d.Attestation = &Attestation{KeyID: signing.KeyID(signing.AlgorithmEd25519, pub), ExpiresAt: ms, Signature: ed25519.Sign(key, pre)}
 	return d, nil
 }
 
@@ -152,12 +152,12 @@ func (p Policy) Authorize(d Decision, reasonType string, now time.Time) (string,
 // whether it is one of op's.
 func (p Policy) key(op Operator, keyID string) (ed25519.PublicKey, bool) {
 	for _, k := range p.DecisionKeys {
-		if auth.KeyID(auth.AlgorithmEd25519, k) == keyID {
+		if signing.KeyID(signing.AlgorithmEd25519, k) == keyID {
 			return k, false
 		}
 	}
 	for _, k := range op.PublicKeys {
-		if auth.KeyID(auth.AlgorithmEd25519, k) == keyID {
+		if signing.KeyID(signing.AlgorithmEd25519, k) == keyID {
 			return k, true
 		}
 	}
