@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
 
-	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -35,7 +35,7 @@ type Activities struct {
 	// HITL is the operator policy and external HITL component (§15.1).
 	HITL hitl.Policy
 	// Scheduler is the task admission policy (§9).
-	Scheduler admission.Policy
+	Scheduler taskadmission.Policy
 	// Temporal signals workflows from local activities (SignalWorkflow).
 	Temporal client.Client
 	// Reasoning evaluates proposals and summarises transcripts (EvaluateDebate, Summarize;

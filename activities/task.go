@@ -9,7 +9,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
@@ -17,13 +17,13 @@ import (
 )
 
 // AdmitTask is the task workflow's admission (package admission), as an activity.
-func (a *Activities) AdmitTask(ctx context.Context, in admission.Input) (admission.Result, error) {
+func (a *Activities) AdmitTask(ctx context.Context, in taskadmission.Input) (taskadmission.Result, error) {
 	return a.admitter().Admit(ctx, in)
 }
 
 // admitter is the admission over the activities' dependencies.
-func (a *Activities) admitter() *admission.Admitter {
-	return &admission.Admitter{Store: a.Store, Sink: a.Sink, Policy: a.Scheduler}
+func (a *Activities) admitter() *taskadmission.Admitter {
+	return &taskadmission.Admitter{Store: a.Store, Sink: a.Sink, Policy: a.Scheduler}
 }
 
 // AgentTypeOf returns the agent's type (its descriptor name; §9.1 counts instances per type),

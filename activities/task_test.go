@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
@@ -19,7 +19,7 @@ import (
 
 // admitter returns activities over a memory store with agents coder-1, coder-2 and coder-3
 // (type "coder") and reviewer-1 (type "reviewer"), all RUNNABLE.
-func admitter(t *testing.T, policy admission.Policy) (*activities.Activities, store.Store) {
+func admitter(t *testing.T, policy taskadmission.Policy) (*activities.Activities, store.Store) {
 	t.Helper()
 	st := memory.New()
 	t.Cleanup(st.Close)
@@ -31,23 +31,23 @@ func admitter(t *testing.T, policy admission.Policy) (*activities.Activities, st
 	return &activities.Activities{Store: st, Router: router.New(st, router.Config{}, sink), Sink: sink, Scheduler: policy}, st
 }
 
-func admit(t *testing.T, a *activities.Activities, agent, task, scope string, params string) admission.Result {
+func admit(t *testing.T, a *activities.Activities, agent, task, scope string, params string) taskadmission.Result {
 	t.Helper()
 	typ, err := a.AgentTypeOf(t.Context(), agent)
 	require.NoError(t, err)
-	res, err := a.AdmitTask(t.Context(), admission.Input{TaskID: task, AgentID: agent, Scope: scope,
-		JobKey: admission.JobKey(typ, []byte(params), "application/json", scope)})
+	res, err := a.AdmitTask(t.Context(), taskadmission.Input{TaskID: task, AgentID: agent, Scope: scope,
+		JobKey: taskadmission.JobKey(typ, []byte(params), "application/json", scope)})
 	require.NoError(t, err)
 	return res
 }
 
 func TestAdmitTaskVerdicts(t *testing.T) {
-	a, st := admitter(t, admission.Policy{MaxParallel: map[string]int{"coder": 2}})
+	a, st := admitter(t, taskadmission.Policy{MaxParallel: map[string]int{"coder": 2}})
 	ab := st.ActivityBuffer()
 
 	// Admission creates the entry before execution, with the scope's location (§10).
 	res := admit(t, a, "coder-1", "t1", "repo:shop path:src/api/** branch:main", `{"n":1}`)
-	require.Equal(t, admission.OK, res.Verdict, res.Reason)
+	require.Equal(t, taskadmission.OK, res.Verdict, res.Reason)
 	es, err := ab.List(t.Context(), store.ActivityFilter{TaskID: "t1"})
 	require.NoError(t, err)
 	require.Len(t, es, 1)
@@ -57,47 +57,47 @@ func TestAdmitTaskVerdicts(t *testing.T) {
 
 	// The identical job on another agent of the type is a duplicate (§9.2).
 	res = admit(t, a, "coder-2", "t2", "repo:shop path:src/api/** branch:main", `{"n":1}`)
-	require.Equal(t, admission.Duplicate, res.Verdict)
+	require.Equal(t, taskadmission.Duplicate, res.Verdict)
 	require.Equal(t, commonpb.ErrorCode_DUPLICATE_DETECTED, res.Code)
 	require.Equal(t, "t1", res.OtherTaskID)
 
 	// An overlapping scope is a conflict with a confidence below the threshold (§9.3).
 	res = admit(t, a, "coder-2", "t3", "repo:shop path:src/api/orders.go", `{"n":3}`)
-	require.Equal(t, admission.Conflict, res.Verdict, res.Reason)
+	require.Equal(t, taskadmission.Conflict, res.Verdict, res.Reason)
 	require.Less(t, res.Confidence, 0.7)
 
 	// A disjoint scope runs in parallel; the second busy coder reaches max_parallel_instances.
-	require.Equal(t, admission.OK, admit(t, a, "coder-2", "t4", "repo:docs path:guide/**", `{"n":4}`).Verdict)
+	require.Equal(t, taskadmission.OK, admit(t, a, "coder-2", "t4", "repo:docs path:guide/**", `{"n":4}`).Verdict)
 	res = admit(t, a, "coder-3", "t5", "repo:infra path:tf/**", `{"n":5}`)
-	require.Equal(t, admission.Concurrency, res.Verdict)
+	require.Equal(t, taskadmission.Concurrency, res.Verdict)
 	require.Contains(t, res.Reason, `max_parallel_instances=2 of agent type "coder"`)
 	// An agent already holding a task is one instance: its own queue is not held back, and
 	// other types have no limit.
-	require.Equal(t, admission.OK, admit(t, a, "coder-1", "t6", "repo:infra path:tf/**", `{"n":6}`).Verdict)
-	require.Equal(t, admission.OK, admit(t, a, "reviewer-1", "t7", "repo:infra2 path:x/**", `{"n":7}`).Verdict)
+	require.Equal(t, taskadmission.OK, admit(t, a, "coder-1", "t6", "repo:infra path:tf/**", `{"n":6}`).Verdict)
+	require.Equal(t, taskadmission.OK, admit(t, a, "reviewer-1", "t7", "repo:infra2 path:x/**", `{"n":7}`).Verdict)
 
 	// Finishing a task frees its instance.
 	require.NoError(t, a.FinishTask(t.Context(), activities.FinishTaskInput{AgentID: "coder-2", TaskID: "t4"}))
 	ended, err := a.TaskEnded(t.Context(), "t4")
 	require.NoError(t, err)
 	require.True(t, ended)
-	require.Equal(t, admission.OK, admit(t, a, "coder-3", "t5", "repo:infra3 path:tf/**", `{"n":5}`).Verdict)
+	require.Equal(t, taskadmission.OK, admit(t, a, "coder-3", "t5", "repo:infra3 path:tf/**", `{"n":5}`).Verdict)
 }
 
 func TestAdmitTaskRejections(t *testing.T) {
-	a, st := admitter(t, admission.Policy{ActivityLimits: store.ActivityLimits{MaxActive: 1}})
+	a, st := admitter(t, taskadmission.Policy{ActivityLimits: store.ActivityLimits{MaxActive: 1}})
 	_, err := a.AgentTypeOf(t.Context(), "nobody")
 	require.Error(t, err)
-	res, err := a.AdmitTask(t.Context(), admission.Input{TaskID: "t0", AgentID: "nobody", Scope: "resource:x"})
+	res, err := a.AdmitTask(t.Context(), taskadmission.Input{TaskID: "t0", AgentID: "nobody", Scope: "resource:x"})
 	require.NoError(t, err)
-	require.Equal(t, admission.Reject, res.Verdict)
+	require.Equal(t, taskadmission.Reject, res.Verdict)
 	require.Equal(t, commonpb.ErrorCode_NO_ROUTE, res.Code)
 
-	require.Equal(t, admission.OK, admit(t, a, "coder-1", "t1", "resource:a", `{}`).Verdict)
+	require.Equal(t, taskadmission.OK, admit(t, a, "coder-1", "t1", "resource:a", `{}`).Verdict)
 	// A full activity buffer refuses the entry, not the task (§10: it MUST NOT block
 	// scheduling; §10.1: the registration is refused with activity_buffer_full, audited).
 	res = admit(t, a, "coder-2", "t2", "resource:b", `{}`)
-	require.Equal(t, admission.OK, res.Verdict, "the activity buffer is full, and the task is admitted all the same")
+	require.Equal(t, taskadmission.OK, res.Verdict, "the activity buffer is full, and the task is admitted all the same")
 	require.True(t, res.NoActivityEntry)
 	require.Contains(t, res.Reason, "activity_buffer_full")
 	ended, err := a.TaskEnded(t.Context(), "t2")
@@ -111,7 +111,7 @@ func TestAdmitTaskRejections(t *testing.T) {
 
 	require.NoError(t, st.Registry().SetAgentState(t.Context(), "reviewer-1", commonpb.AgentState_SHUTTING_DOWN))
 	res = admit(t, a, "reviewer-1", "t3", "resource:c", `{}`)
-	require.Equal(t, admission.Reject, res.Verdict)
+	require.Equal(t, taskadmission.Reject, res.Verdict)
 	require.Equal(t, commonpb.ErrorCode_AGENT_SHUTDOWN, res.Code)
 }
 
@@ -120,7 +120,7 @@ func TestAdmitTaskRejections(t *testing.T) {
 // worktree, or an approved switch's target — rather than its scope's; an agent that is not
 // bound (no binding, UNBOUND, BIND_FAILED) keeps the scope's location.
 func TestAdmittedEntryCarriesTheBinding(t *testing.T) {
-	a, st := admitter(t, admission.Policy{})
+	a, st := admitter(t, taskadmission.Policy{})
 	ctx := t.Context()
 	entry := func(agent, task string) store.ActivityEntry {
 		t.Helper()
@@ -135,23 +135,23 @@ func TestAdmittedEntryCarriesTheBinding(t *testing.T) {
 		require.NoError(t, st.Worktrees().PutBinding(ctx, b))
 	}
 
-	require.Equal(t, admission.OK, admit(t, a, "coder-1", "none", "repo:shop worktree:w branch:main path:a/**", `{"n":1}`).Verdict)
+	require.Equal(t, taskadmission.OK, admit(t, a, "coder-1", "none", "repo:shop worktree:w branch:main path:a/**", `{"n":1}`).Verdict)
 	e := entry("coder-1", "none")
 	require.Equal(t, [3]string{"shop", "w", "main"}, [3]string{e.RepoID, e.WorktreeID, e.Branch}, "no binding: the scope's")
 
 	put(store.WorktreeBinding{AgentID: "coder-1", State: "BOUND_HOME", RepoID: "app", HomeWorktreeID: "home", WorktreeID: "home", Branch: "sw4rm/home"})
-	require.Equal(t, admission.OK, admit(t, a, "coder-1", "home", "repo:shop path:b/**", `{"n":2}`).Verdict)
+	require.Equal(t, taskadmission.OK, admit(t, a, "coder-1", "home", "repo:shop path:b/**", `{"n":2}`).Verdict)
 	e = entry("coder-1", "home")
 	require.Equal(t, [3]string{"app", "home", "sw4rm/home"}, [3]string{e.RepoID, e.WorktreeID, e.Branch}, "bound: the binding's")
 
 	put(store.WorktreeBinding{AgentID: "coder-1", State: "BOUND_NON_HOME", RepoID: "app", HomeWorktreeID: "home", WorktreeID: "hotfix",
 		Branch: "sw4rm/hotfix", TargetWorktreeID: "hotfix"})
-	require.Equal(t, admission.OK, admit(t, a, "coder-1", "away", "repo:shop path:c/**", `{"n":3}`).Verdict)
+	require.Equal(t, taskadmission.OK, admit(t, a, "coder-1", "away", "repo:shop path:c/**", `{"n":3}`).Verdict)
 	e = entry("coder-1", "away")
 	require.Equal(t, [3]string{"app", "hotfix", "sw4rm/hotfix"}, [3]string{e.RepoID, e.WorktreeID, e.Branch}, "switched: the target's")
 
 	put(store.WorktreeBinding{AgentID: "coder-2", State: "BIND_FAILED", RepoID: "app", HomeWorktreeID: "w2", Reason: "worktree_locked"})
-	require.Equal(t, admission.OK, admit(t, a, "coder-2", "failed", "repo:docs path:d/**", `{"n":4}`).Verdict)
+	require.Equal(t, taskadmission.OK, admit(t, a, "coder-2", "failed", "repo:docs path:d/**", `{"n":4}`).Verdict)
 	e = entry("coder-2", "failed")
 	require.Equal(t, [3]string{"docs", "", ""}, [3]string{e.RepoID, e.WorktreeID, e.Branch}, "BIND_FAILED: the scope's")
 }

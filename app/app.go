@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
@@ -594,7 +594,7 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	}
 	execs, closeTools := toolExecutors(cfg, mcpProviders, log)
 	a.closeTools = closeTools
-	schedPolicy := admission.Policy{MaxParallel: maxParallel, ConflictThreshold: cfg.ConflictThreshold, Unavailable: unavailable}
+	schedPolicy := taskadmission.Policy{MaxParallel: maxParallel, ConflictThreshold: cfg.ConflictThreshold, Unavailable: unavailable}
 	if a.reasoning, err = reasoning.FromConfig(cfg.ReasoningExternal); err != nil {
 		return nil, fmt.Errorf("SW4RM_REASONING_EXTERNAL: %w", err)
 	}

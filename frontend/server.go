@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
@@ -85,7 +85,7 @@ type Config struct {
 	// TerminateGrace is TERMINATE's grace period before KILL (§7.2); zero means the default.
 	TerminateGrace time.Duration
 	// SchedulerPolicy is task admission's policy (§9), as the worker's activities have it.
-	SchedulerPolicy admission.Policy
+	SchedulerPolicy taskadmission.Policy
 	// Auth is the authenticator the server's interceptors use (ServerOptions); RegisterAgent
 	// runs the key handshake with it (§6.2). Nil means SW4RM_AUTH=off.
 	Auth *Authenticator

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -190,9 +190,9 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 		_, err := tc.ExecuteWorkflow(ctx, sc.taskStartOptions(in), workflows.TaskWorkflow, in)
 		started <- err
 	}()
-	adm := &admission.Admitter{Store: sc.s.store, Sink: sc.s.sink, Policy: sc.s.cfg.SchedulerPolicy}
+	adm := &taskadmission.Admitter{Store: sc.s.store, Sink: sc.s.sink, Policy: sc.s.cfg.SchedulerPolicy}
 	prep, err := adm.Prepare(ctx, workflows.AdmitInput(in, ""), func(agentType string) string {
-		return admission.JobKey(agentType, in.Params, in.ContentType, in.Scope)
+		return taskadmission.JobKey(agentType, in.Params, in.ContentType, in.Scope)
 	})
 	if serr := <-started; serr != nil {
 		var already *serviceerror.WorkflowExecutionAlreadyStarted
@@ -201,7 +201,7 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 		}
 		return workflows.TaskAdmission{}, temporalStatus(ctx, "start the task", serr)
 	}
-	var res admission.Result
+	var res taskadmission.Result
 	if err == nil {
 		res, err = prep.Commit(ctx)
 	}
@@ -218,7 +218,7 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 		if rerr := report(workflows.TaskAdmitted{}); rerr != nil {
 			return workflows.TaskAdmission{}, rerr
 		}
-	case res.Verdict == admission.OK:
+	case res.Verdict == taskadmission.OK:
 		err := tc.SignalWorkflow(ctx, workflows.AgentWorkflowID(in.AgentID), "", workflows.AgentTaskEnqueueSignal, workflows.QueuedTaskOf(in))
 		if err != nil {
 			if rerr := report(workflows.TaskAdmitted{EnqueueError: fmt.Sprintf("agent %s has no running lifecycle: %v", in.AgentID, err)}); rerr != nil {
@@ -234,7 +234,7 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 			reason = "queued; " + res.Reason
 		}
 		return workflows.TaskAdmission{Accepted: true, State: workflows.TaskQueued, Reason: reason}, nil
-	case res.Verdict == admission.Reject:
+	case res.Verdict == taskadmission.Reject:
 		// The answer is known here; the workflow, told the same verdict, rejects the task and
 		// closes, and an update sent to it now could find it closed.
 		if err := report(workflows.TaskAdmitted{Result: &res}); err != nil {

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -44,15 +44,15 @@ type TaskAdmitted struct {
 	Enqueued bool `json:",omitempty"`
 	// Result is admission's verdict when it was not AdmitOK; the workflow takes over from it
 	// (HITL, waiting). Nil, without Enqueued, means the workflow admits the task itself.
-	Result *admission.Result `json:",omitempty"`
+	Result *taskadmission.Result `json:",omitempty"`
 	// EnqueueError says why the admitted task could not be queued at its agent.
 	EnqueueError string `json:",omitempty"`
 }
 
 // AdmitInput is the admission request for a task, the same from the frontend's fast path
 // and from the workflow.
-func AdmitInput(in TaskInput, jobKey string) admission.Input {
-	return admission.Input{TaskID: in.TaskID, AgentID: in.AgentID, Scope: in.Scope, JobKey: jobKey,
+func AdmitInput(in TaskInput, jobKey string) taskadmission.Input {
+	return taskadmission.Input{TaskID: in.TaskID, AgentID: in.AgentID, Scope: in.Scope, JobKey: jobKey,
 		Description: fmt.Sprintf("task %s (priority %d) scope: %s", in.TaskID, in.Priority, in.Scope)}
 }
 
@@ -237,7 +237,7 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 	})
 
 	var (
-		first    *admission.Result
+		first    *taskadmission.Result
 		enqueued bool
 	)
 	if t.in.FrontendAdmits {
@@ -342,7 +342,7 @@ func HeldForWorktreeReason(agentID string, aw activities.AgentWorktree) string {
 // admit runs admission (§9) until the task is admitted, rejected or denied, starting from
 // first when the frontend already made the first attempt; done reports that the task ended
 // (rejected) instead of being admitted.
-func (t *taskRun) admit(ctx, lctx workflow.Context, first *admission.Result) (done bool, err error) {
+func (t *taskRun) admit(ctx, lctx workflow.Context, first *taskadmission.Result) (done bool, err error) {
 	var acts *activities.Activities
 	recheck := orDefault(t.in.WaitRecheck, DefaultTaskRecheck)
 	var agentType string
@@ -350,28 +350,28 @@ func (t *taskRun) admit(ctx, lctx workflow.Context, first *admission.Result) (do
 		_, err = t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: %v", err))
 		return true, err
 	}
-	t.jobKey = admission.JobKey(agentType, t.in.Params, t.in.ContentType, t.in.Scope)
+	t.jobKey = taskadmission.JobKey(agentType, t.in.Params, t.in.ContentType, t.in.Scope)
 	admitIn := AdmitInput(t.in, t.jobKey)
 	for {
-		var res admission.Result
+		var res taskadmission.Result
 		if first != nil {
 			res, first = *first, nil
 		} else if err := workflow.ExecuteLocalActivity(lctx, acts.AdmitTask, admitIn).Get(ctx, &res); err != nil {
 			return true, err
 		}
 		switch res.Verdict {
-		case admission.OK:
+		case taskadmission.OK:
 			return false, nil
-		case admission.Reject:
+		case taskadmission.Reject:
 			_, err := t.reject(ctx, res.Code, res.Reason)
 			return true, err
-		case admission.Duplicate, admission.Conflict:
+		case taskadmission.Duplicate, taskadmission.Conflict:
 			approved, err := t.escalate(ctx, res)
 			if err != nil {
 				return true, err
 			}
 			if !approved {
-				if res.Verdict == admission.Duplicate {
+				if res.Verdict == taskadmission.Duplicate {
 					_, err := t.reject(ctx, commonpb.ErrorCode_DUPLICATE_DETECTED, "duplicate_detected: HITL did not authorize the identical job: "+t.st.Reason)
 					return true, err
 				}
@@ -383,12 +383,12 @@ func (t *taskRun) admit(ctx, lctx workflow.Context, first *admission.Result) (do
 				}
 				continue
 			}
-			if res.Verdict == admission.Duplicate {
+			if res.Verdict == taskadmission.Duplicate {
 				admitIn.AuthorizedDuplicate = true
 			} else {
 				admitIn.AuthorizedConflicts = append(admitIn.AuthorizedConflicts, res.OtherTaskID)
 			}
-		case admission.Concurrency, admission.Serialize:
+		case taskadmission.Concurrency, taskadmission.Serialize:
 			if t.st.State != TaskWaiting {
 				t.set(ctx, TaskWaiting, res.Reason)
 			}
@@ -459,10 +459,10 @@ func (t *taskRun) reject(ctx workflow.Context, code commonpb.ErrorCode, reason s
 
 // escalate raises the HITL invocation for a duplicate job or a scope conflict and waits for
 // its outcome; it reports whether the human (or the fallback) approved.
-func (t *taskRun) escalate(ctx workflow.Context, res admission.Result) (bool, error) {
+func (t *taskRun) escalate(ctx workflow.Context, res taskadmission.Result) (bool, error) {
 	reasonType, title := commonpb.HitlReasonType_CONFLICT.String(), "scope conflict between tasks "+t.in.TaskID+" and "+res.OtherTaskID
 	actions := []string{"approve: run both in parallel", "deny: run " + t.in.TaskID + " after " + res.OtherTaskID}
-	if res.Verdict == admission.Duplicate {
+	if res.Verdict == taskadmission.Duplicate {
 		reasonType, title = commonpb.HitlReasonType_MANUAL_OVERRIDE.String(), "duplicate job: task "+t.in.TaskID+" repeats "+res.OtherTaskID
 		actions = []string{"approve: run the identical job again", "deny: reject " + t.in.TaskID}
 	}
@@ -472,7 +472,7 @@ func (t *taskRun) escalate(ctx workflow.Context, res admission.Result) (bool, er
 	}
 	t.st.HitlIDs = append(t.st.HitlIDs, id)
 	t.set(ctx, TaskAwaitingHITL, res.Reason)
-	accepted := res.Verdict == admission.Conflict // a conflict holds the task; a duplicate is refused until authorized
+	accepted := res.Verdict == taskadmission.Conflict // a conflict holds the task; a duplicate is refused until authorized
 	t.answer(TaskAdmission{Accepted: accepted, HitlID: id, Reason: fmt.Sprintf("%s; awaiting HITL decision %s", res.Reason, hitl.WorkflowID(id))})
 	out, err := RequestHITL(ctx, hitl.Invocation{
 		InvocationID: id, ReasonType: reasonType, CorrelationID: protocol.TaskCorrelationID(t.in.TaskID),

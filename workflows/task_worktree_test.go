@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/admission"
+	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -45,11 +45,11 @@ func newHeldTaskHarness(t *testing.T, binding func(call int) activities.AgentWor
 		return h.binding(len(h.checks)), nil
 	})
 	h.env.OnActivity(acts.AgentTypeOf, mock.Anything, mock.Anything).Return("coder", nil)
-	h.env.OnActivity(acts.AdmitTask, mock.Anything, mock.Anything).Return(func(context.Context, admission.Input) (admission.Result, error) {
+	h.env.OnActivity(acts.AdmitTask, mock.Anything, mock.Anything).Return(func(context.Context, taskadmission.Input) (taskadmission.Result, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.admitted = append(h.admitted, h.env.Now())
-		return admission.Result{Verdict: admission.OK, Reason: "admitted"}, nil
+		return taskadmission.Result{Verdict: taskadmission.OK, Reason: "admitted"}, nil
 	})
 	h.env.OnActivity(acts.FinishTask, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinishTaskInput) error {
 		h.mu.Lock()

@@ -1,9 +1,9 @@
-// Package admission decides whether a task may be queued at its agent (§9): job uniqueness,
+// Package taskadmission decides whether a task may be queued at its agent (§9): job uniqueness,
 // max_parallel_instances, scope conflicts through the inference engine, and the activity
 // entry created before the task executes (§10). SubmitTask's fast path in the frontend and
-// the task workflow's AdmitTask activity both call it, so there is one admission, and the
+// the task workflow's AdmitTask activity both call it, so there is one task admission (the router's admission of messages is another thing), and the
 // frontend does not depend on the activities package.
-package admission
+package taskadmission
 
 import (
 	"cmp"
