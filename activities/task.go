@@ -9,11 +9,11 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 )
 
 // AdmitTask is the task workflow's admission (package admission), as an activity.

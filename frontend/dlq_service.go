@@ -20,9 +20,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
-	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 

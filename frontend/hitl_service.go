@@ -23,10 +23,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -208,10 +208,10 @@ func retryAdvice(key, id string) string {
 // except the deadline, which each attempt derives from its own call deadline.
 func questionDigest(inv hitl.Invocation) string {
 	b, _ := json.Marshal(struct {
-		ReasonType      string              `json:"reason_type"`
+		ReasonType      string       `json:"reason_type"`
 		Context         hitl.Context `json:"context"`
-		ProposedActions []string            `json:"proposed_actions,omitempty"`
-		Priority        int32               `json:"priority"`
+		ProposedActions []string     `json:"proposed_actions,omitempty"`
+		Priority        int32        `json:"priority"`
 	}{inv.ReasonType, inv.Context, inv.ProposedActions, inv.Priority})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])

@@ -15,12 +15,12 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/app"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
-	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
-	"github.com/sw4rm/sw4rm-temporal/workflows"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // startBehindProxy runs the server with its Temporal client behind proxy and the worker

@@ -26,11 +26,11 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/app"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
-	"github.com/sw4rm/sw4rm-temporal/workflows"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 const operatorSpec = "alice=alice-token,carol=carol-token:CONFLICT"

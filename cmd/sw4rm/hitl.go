@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 )
 
 // newHitlCmd builds `sw4rm hitl list|decide|history`, thin clients of the HitlAdminService
