@@ -98,29 +98,21 @@ func handoffInput(to string) workflows.HandoffInput {
 		Capabilities: []string{"billing"}, Timeout: 10 * time.Minute, ContextContentType: "application/json", ContextSize: 12}
 }
 
-// updateResult is what the test environment's callbacks reported for one update.
+// updateResult is one handoff update's outcome and the state it answered.
 type updateResult struct {
-	rejected error
-	accepted bool
-	state    workflows.HandoffState
-	err      error
-	done     bool
+	updateOutcome
+	state workflows.HandoffState
 }
 
 // update sends an update at a moment of workflow time and records the outcome.
 func (h *handoffHarness) update(after time.Duration, name string, arg any) *updateResult {
 	res := &updateResult{}
 	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { res.rejected = err },
-			OnAccept: func() { res.accepted = true },
-			OnComplete: func(v any, err error) {
-				res.done, res.err = true, err
-				if s, ok := v.(workflows.HandoffState); ok {
-					res.state = s
-				}
-			},
-		}, arg)
+		h.env.UpdateWorkflow(name, "", res.callback(func(v any) {
+			if s, ok := v.(workflows.HandoffState); ok {
+				res.state = s
+			}
+		}), arg)
 	}, after)
 	return res
 }
@@ -174,20 +166,6 @@ func (h *handoffHarness) recorded() []handoffpb.HandoffStatus {
 		out = append(out, r.Status)
 	}
 	return out
-}
-
-func requireAccepted(t *testing.T, r *updateResult) {
-	t.Helper()
-	require.NoError(t, r.rejected)
-	require.True(t, r.accepted && r.done, "the update ran")
-	require.NoError(t, r.err)
-}
-
-func requireRefused(t *testing.T, r *updateResult, msg string) {
-	t.Helper()
-	require.Error(t, r.rejected, "the validator refuses it: nothing enters history")
-	assert.False(t, r.accepted)
-	assert.Contains(t, r.rejected.Error(), msg)
 }
 
 func TestHandoffAcceptThenComplete(t *testing.T) {

@@ -93,31 +93,23 @@ func newWorktreeHarness(t *testing.T) *worktreeHarness {
 
 // wtUpdate is what the test environment's callbacks reported for one update.
 type wtUpdate struct {
-	rejected error
-	accepted bool
-	done     bool
-	err      error
-	state    workflows.WorktreeState
-	bind     workflows.WorktreeBindResult
+	updateOutcome
+	state workflows.WorktreeState
+	bind  workflows.WorktreeBindResult
 }
 
 // update sends an update at a moment of workflow time and records the outcome.
 func (h *worktreeHarness) update(after time.Duration, name string, arg any) *wtUpdate {
 	res := &wtUpdate{}
 	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { res.rejected = err },
-			OnAccept: func() { res.accepted = true },
-			OnComplete: func(v any, err error) {
-				res.done, res.err = true, err
-				switch s := v.(type) {
-				case workflows.WorktreeState:
-					res.state = s
-				case workflows.WorktreeBindResult:
-					res.bind, res.state = s, s.State
-				}
-			},
-		}, arg)
+		h.env.UpdateWorkflow(name, "", res.callback(func(v any) {
+			switch s := v.(type) {
+			case workflows.WorktreeState:
+				res.state = s
+			case workflows.WorktreeBindResult:
+				res.bind, res.state = s, s.State
+			}
+		}), arg)
 	}, after)
 	return res
 }
@@ -174,20 +166,6 @@ func (h *worktreeHarness) transitions() []string {
 	return out
 }
 
-func requireDone(t *testing.T, u *wtUpdate) {
-	t.Helper()
-	require.NoError(t, u.rejected)
-	require.True(t, u.accepted && u.done, "the update ran")
-	require.NoError(t, u.err)
-}
-
-func requireRejected(t *testing.T, u *wtUpdate, msg string) {
-	t.Helper()
-	require.Error(t, u.rejected, "the validator refuses it: nothing enters history")
-	assert.False(t, u.accepted)
-	assert.Contains(t, u.rejected.Error(), msg)
-}
-
 // TestWorktreeBindAndUnbind: a bind locks the home worktree and answers ok; a second bind of
 // it is answered ok at once, one of another worktree refused; an unbind releases it and ends
 // the run; every transition is recorded.
@@ -200,18 +178,18 @@ func TestWorktreeBindAndUnbind(t *testing.T) {
 	u := h.unbind(5 * time.Second)
 	res := h.run()
 
-	requireDone(t, b)
+	requireAccepted(t, b)
 	assert.True(t, b.bind.OK, b.bind.Reason)
 	assert.Equal(t, worktree.StateBoundHome, b.state.State)
 	assert.Equal(t, "/wt/app/w1", b.state.Path)
 	assert.Equal(t, "sw4rm/w1", b.state.Branch)
 	assert.Equal(t, worktree.StateBoundHome, mid.State)
 	assert.Equal(t, "w1", mid.WorktreeID)
-	requireDone(t, again)
+	requireAccepted(t, again)
 	assert.True(t, again.bind.OK)
 	assert.Contains(t, again.bind.Reason, "already bound")
-	requireRejected(t, other, "unbind it before binding app/w2")
-	requireDone(t, u)
+	requireRefused(t, other, "unbind it before binding app/w2")
+	requireAccepted(t, u)
 	assert.Equal(t, worktree.StateUnbound, u.state.State)
 
 	assert.Equal(t, worktree.StateUnbound, res.State)
@@ -235,7 +213,7 @@ func TestWorktreeBindFailureRetries(t *testing.T) {
 	u := h.unbind(2 * time.Minute)
 	res := h.run()
 
-	requireDone(t, b)
+	requireAccepted(t, b)
 	assert.False(t, b.bind.OK)
 	assert.Contains(t, b.bind.Reason, "worktree_not_found: worktree_not_found for w1")
 	assert.Contains(t, b.bind.Reason, "retry 1 of 3")
@@ -258,7 +236,7 @@ func TestWorktreeBindFailureRetries(t *testing.T) {
 	assert.Equal(t, 4, h.escalated[0].Attempts)
 	assert.Equal(t, h.t0.Add(time.Second), h.escalated[0].FailedAt)
 
-	requireDone(t, u)
+	requireAccepted(t, u)
 	assert.Equal(t, worktree.StateUnbound, res.State)
 	assert.Empty(t, h.releases, "nothing was locked")
 	assert.Equal(t, []string{"UNBOUND -bind_failed-> BIND_FAILED", "BIND_FAILED -unbind-> UNBOUND"}, h.transitions())
@@ -339,15 +317,15 @@ func TestWorktreeSwitchApprovedReturnsHome(t *testing.T) {
 	h.unbind(12 * time.Minute)
 	h.run()
 
-	requireRejected(t, early, "switch_approve is not allowed in state BOUND_HOME")
-	requireDone(t, req)
+	requireRefused(t, early, "switch_approve is not allowed in state BOUND_HOME")
+	requireAccepted(t, req)
 	assert.Equal(t, worktree.StateSwitchPending, req.state.State)
 	assert.Equal(t, "home", req.state.WorktreeID, "still at home while pending")
-	requireRejected(t, self, "switch_request is not allowed in state SWITCH_PENDING")
-	requireRejected(t, unbindPending, "unbind is not allowed in state SWITCH_PENDING")
-	requireRejected(t, wrong, "is to hotfix, not other")
-	requireRejected(t, tooLong, "outside")
-	requireDone(t, ok)
+	requireRefused(t, self, "switch_request is not allowed in state SWITCH_PENDING")
+	requireRefused(t, unbindPending, "unbind is not allowed in state SWITCH_PENDING")
+	requireRefused(t, wrong, "is to hotfix, not other")
+	requireRefused(t, tooLong, "outside")
+	requireAccepted(t, ok)
 	assert.Equal(t, worktree.StateBoundNonHome, ok.state.State)
 	assert.Equal(t, "hotfix", ok.state.WorktreeID)
 	assert.Equal(t, "/wt/app/hotfix", ok.state.Path)
@@ -389,12 +367,12 @@ func TestWorktreeSwitchRejectedAndRevoked(t *testing.T) {
 	h.unbind(3 * time.Hour)
 	h.run()
 
-	requireDone(t, rej)
+	requireAccepted(t, rej)
 	assert.Equal(t, worktree.StateBoundHome, rej.state.State)
 	assert.Contains(t, rej.state.Note, "rejected by operator:ops: not today")
-	requireRejected(t, noSwitch, "has no switch to reject or revoke")
+	requireRefused(t, noSwitch, "has no switch to reject or revoke")
 	assert.Equal(t, workflows.DefaultSwitchTTL, away.TTL, "ttl 0 is the default")
-	requireDone(t, revoke)
+	requireAccepted(t, revoke)
 	assert.Equal(t, worktree.StateBoundHome, revoke.state.State)
 	assert.Equal(t, "home", revoke.state.WorktreeID)
 	assert.Contains(t, revoke.state.Note, "revoked")
@@ -429,10 +407,10 @@ func TestWorktreeSwitchByHITL(t *testing.T) {
 	h.unbind(9 * time.Minute)
 	h.run()
 
-	requireDone(t, req)
+	requireAccepted(t, req)
 	assert.Equal(t, worktree.StateSwitchPending, req.state.State)
 	require.NotEmpty(t, req.state.HitlID)
-	requireRejected(t, op, "is decided by HITL invocation hitl/"+req.state.HitlID)
+	requireRefused(t, op, "is decided by HITL invocation hitl/"+req.state.HitlID)
 	require.Len(t, h.invs, 2)
 	inv := h.invs[0]
 	assert.Equal(t, "WORKTREE_OVERRIDE", inv.ReasonType)
@@ -444,7 +422,7 @@ func TestWorktreeSwitchByHITL(t *testing.T) {
 	assert.Equal(t, 2*time.Minute, away.TTL, "the patch's TTL")
 	assert.Contains(t, away.Note, "approved by HITL decision of ops")
 	assert.Equal(t, worktree.StateBoundHome, back.State)
-	requireDone(t, denied)
+	requireAccepted(t, denied)
 	assert.Equal(t, worktree.StateBoundHome, after.State)
 	assert.Contains(t, after.Note, "rejected by HITL decision of ops (deny): too risky")
 	var actors []string
@@ -481,7 +459,7 @@ func TestWorktreeSwitchTargetFails(t *testing.T) {
 	require.ErrorAs(t, first.err, &app)
 	assert.Equal(t, "permission_denied", app.Type())
 	assert.Equal(t, worktree.StateSwitchPending, pending.State)
-	requireDone(t, second)
+	requireAccepted(t, second)
 	assert.Equal(t, worktree.StateBoundNonHome, second.state.State)
 }
 
@@ -491,7 +469,7 @@ func TestWorktreeIdleRunEnds(t *testing.T) {
 	h := newWorktreeHarness(t)
 	bad := h.bind(time.Second, "", "w1")
 	res := h.run()
-	requireRejected(t, bad, "repo_id and worktree_id are required")
+	requireRefused(t, bad, "repo_id and worktree_id are required")
 	assert.Equal(t, worktree.StateUnbound, res.State)
 	assert.Empty(t, h.records)
 }
@@ -511,15 +489,11 @@ func TestWorktreeBindQueuedBehindUnbind(t *testing.T) {
 			res  *wtUpdate
 		}{{workflows.WorktreeUnbindUpdate, workflows.WorktreeUnbind{}, u}, {workflows.WorktreeBindUpdate, workflows.WorktreeBind{RepoID: "app", WorktreeID: "w1"}, b}} {
 			res := c.res
-			h.env.UpdateWorkflow(c.name, "", &testsuite.TestUpdateCallback{
-				OnReject:   func(err error) { res.rejected = err },
-				OnAccept:   func() { res.accepted = true },
-				OnComplete: func(_ any, err error) { res.done, res.err = true, err },
-			}, c.arg)
+			h.env.UpdateWorkflow(c.name, "", res.callback(nil), c.arg)
 		}
 	}, 2*time.Second)
 	res := h.run()
-	requireDone(t, u)
+	requireAccepted(t, u)
 	assert.Equal(t, worktree.StateUnbound, res.State, "the run ends unbound")
 	if b.rejected == nil {
 		require.True(t, b.done)
