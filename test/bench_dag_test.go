@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
@@ -122,15 +121,7 @@ func bareDAG(ctx workflow.Context, n int, fanout bool) error {
 // BenchmarkBaselineBareTemporalDAG is DAGRun's floor in the same run: a hand-written workflow
 // running the chain or the fan-out with one activity per node.
 func BenchmarkBaselineBareTemporalDAG(b *testing.B) {
-	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
-	require.NoError(b, err)
-	defer c.Close()
-	tq := "bare-" + uuid.NewString()[:8]
-	w := sdkworker.New(c, tq, sdkworker.Options{})
-	w.RegisterWorkflow(bareDAG)
-	w.RegisterActivity(bareNode)
-	require.NoError(b, w.Start())
-	defer w.Stop()
+	c, tq := bareWorker(b, "bare-", []any{bareDAG}, []any{bareNode})
 	for _, shape := range []string{"chain", "fanout"} {
 		b.Run(shape, func(b *testing.B) {
 			ctx := context.Background()

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -93,14 +92,7 @@ func bareHandoff(ctx workflow.Context) error {
 // BenchmarkBaselineBareTemporalHandoff is the handoff's floor in the same run: bare Temporal
 // starting a workflow, one update (the acceptance) and one signal.
 func BenchmarkBaselineBareTemporalHandoff(b *testing.B) {
-	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
-	require.NoError(b, err)
-	defer c.Close()
-	tq := "bare-" + uuid.NewString()[:8]
-	w := sdkworker.New(c, tq, sdkworker.Options{})
-	w.RegisterWorkflow(bareHandoff)
-	require.NoError(b, w.Start())
-	defer w.Stop()
+	c, tq := bareWorker(b, "bare-", []any{bareHandoff}, nil)
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -101,15 +100,7 @@ func bareEvent(context.Context) error { return nil }
 // BenchmarkBaselineBareTemporalNegotiation is the negotiation's floor in the same run: bare
 // Temporal starting a workflow, three updates and five local activities.
 func BenchmarkBaselineBareTemporalNegotiation(b *testing.B) {
-	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
-	require.NoError(b, err)
-	defer c.Close()
-	tq := "bare-" + uuid.NewString()[:8]
-	w := sdkworker.New(c, tq, sdkworker.Options{})
-	w.RegisterWorkflow(bareNegotiation)
-	w.RegisterActivity(bareEvent)
-	require.NoError(b, w.Start())
-	defer w.Stop()
+	c, tq := bareWorker(b, "bare-", []any{bareNegotiation}, []any{bareEvent})
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()

@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -131,15 +130,7 @@ func echoActivity(_ context.Context, n int) error {
 // bare Temporal's signal round trip — the client signals a running workflow, which reacts
 // with a local activity that reports back to the benchmark.
 func BenchmarkBaselineBareTemporalSignal(b *testing.B) {
-	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
-	require.NoError(b, err)
-	defer c.Close()
-	tq := "bare-" + uuid.NewString()[:8]
-	w := sdkworker.New(c, tq, sdkworker.Options{})
-	w.RegisterWorkflow(signalEcho)
-	w.RegisterActivity(echoActivity)
-	require.NoError(b, w.Start())
-	defer w.Stop()
+	c, tq := bareWorker(b, "bare-", []any{signalEcho}, []any{echoActivity})
 	ctx := context.Background()
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "bare-signal/" + uuid.NewString(), TaskQueue: tq}, signalEcho)
 	require.NoError(b, err)

@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -73,15 +71,7 @@ func agentWork(context.Context) (string, error) { return "done", nil }
 // BenchmarkBaselineBareTemporalTask is the same-run baseline for BenchmarkTaskRoundTrip:
 // start a workflow, run one activity, wait for the result.
 func BenchmarkBaselineBareTemporalTask(b *testing.B) {
-	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
-	require.NoError(b, err)
-	defer c.Close()
-	tq := "bare-task-" + uuid.NewString()[:8]
-	w := sdkworker.New(c, tq, sdkworker.Options{})
-	w.RegisterWorkflow(taskLike)
-	w.RegisterActivity(agentWork)
-	require.NoError(b, w.Start())
-	defer w.Stop()
+	c, tq := bareWorker(b, "bare-task-", []any{taskLike}, []any{agentWork})
 	ctx := context.Background()
 	run := func() {
 		r, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "bare-task/" + uuid.NewString(), TaskQueue: tq}, taskLike)

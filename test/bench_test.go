@@ -237,14 +237,7 @@ func bareVotes(ctx workflow.Context) (int, error) {
 // BenchmarkBaselineBareTemporalRoom is the same shape in bare Temporal, measured in the same
 // run: start a workflow, send three updates, wait for its result.
 func BenchmarkBaselineBareTemporalRoom(b *testing.B) {
-	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
-	require.NoError(b, err)
-	defer c.Close()
-	tq := "bare-" + uuid.NewString()[:8]
-	w := sdkworker.New(c, tq, sdkworker.Options{})
-	w.RegisterWorkflow(bareVotes)
-	require.NoError(b, w.Start())
-	defer w.Stop()
+	c, tq := bareWorker(b, "bare-", []any{bareVotes}, nil)
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
@@ -375,4 +368,25 @@ func BenchmarkRouterThroughput(b *testing.B) {
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 		})
 	}
+}
+
+// bareWorker is the setup every same-run baseline shares: a client of the test's Temporal
+// server and a worker on a fresh task queue named prefix+random, running workflows and
+// activities; both stop when the benchmark ends.
+func bareWorker(b *testing.B, prefix string, workflows, activities []any) (client.Client, string) {
+	b.Helper()
+	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
+	require.NoError(b, err)
+	b.Cleanup(c.Close)
+	tq := prefix + uuid.NewString()[:8]
+	w := sdkworker.New(c, tq, sdkworker.Options{})
+	for _, wf := range workflows {
+		w.RegisterWorkflow(wf)
+	}
+	for _, a := range activities {
+		w.RegisterActivity(a)
+	}
+	require.NoError(b, w.Start())
+	b.Cleanup(w.Stop)
+	return c, tq
 }

@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -78,15 +76,7 @@ func bareEcho(_ context.Context, args []byte) ([]byte, error) { return args, nil
 // BenchmarkBaselineBareTemporalTool is the tool call's floor in the same run: bare Temporal
 // starting a workflow that runs one activity echoing its input, and waiting for its result.
 func BenchmarkBaselineBareTemporalTool(b *testing.B) {
-	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietLogger()})
-	require.NoError(b, err)
-	defer c.Close()
-	tq := "bare-tool-" + uuid.NewString()[:8]
-	w := sdkworker.New(c, tq, sdkworker.Options{})
-	w.RegisterWorkflow(bareToolCall)
-	w.RegisterActivity(bareEcho)
-	require.NoError(b, w.Start())
-	defer w.Stop()
+	c, tq := bareWorker(b, "bare-tool-", []any{bareToolCall}, []any{bareEcho})
 	ctx := context.Background()
 	run := func() {
 		r, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "bare-tool/" + uuid.NewString(), TaskQueue: tq}, bareToolCall, toolBenchArgs)
