@@ -146,47 +146,7 @@ func newConsumer(a *sdk.Agent) *consumer {
 
 // start runs the consumer until ctx ends; the returned function waits for it.
 func (c *consumer) start(ctx context.Context) (wait func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			c.stream(ctx)
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	return func() { <-done }
-}
-
-// stream reads one stream until it fails, a confirmation fails, or a reset is asked for.
-func (c *consumer) stream(ctx context.Context) {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	st, err := c.agent.Receive(sctx)
-	if err != nil {
-		return
-	}
-	c.mu.Lock()
-	c.streams++
-	c.mu.Unlock()
-	go func() {
-		select {
-		case <-c.reset:
-			cancel()
-		case <-sctx.Done():
-		}
-	}()
-	for {
-		d, err := st.Next()
-		if err != nil {
-			return
-		}
-		if !c.handle(sctx, d) {
-			return
-		}
-	}
+	return streamReader{agent: c.agent, reset: c.reset, mu: &c.mu, streams: &c.streams, handle: c.handle}.start(ctx)
 }
 
 // handle records and confirms one delivery; false means the confirmation failed.

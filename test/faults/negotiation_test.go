@@ -522,69 +522,38 @@ func (p *party) retried(ctx context.Context, fn func(context.Context, *negotiati
 
 // start reads the agent's stream until ctx ends; the returned function waits for it.
 func (p *party) start(ctx context.Context) (wait func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			p.stream(ctx)
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	return func() { <-done }
+	return streamReader{agent: p.agent, reset: p.reset, mu: &p.mu, streams: &p.streams, handle: p.handle}.start(ctx)
 }
 
-// stream reads one stream until it fails, a confirmation fails or a reset is asked for.
-func (p *party) stream(ctx context.Context) {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	st, err := p.agent.Receive(sctx)
-	if err != nil {
-		return
-	}
+// handle records one delivery (a negotiation event of the party's negotiation, or a
+// sentinel) and confirms it; false ends the stream.
+func (p *party) handle(ctx context.Context, d *sdk.Delivery) bool {
+	env := d.Envelope
+	id := env.GetMessageId()
+	ours := env.GetMessageType() == commonpb.MessageType_NEGOTIATION && env.GetCorrelationId() == p.negID
 	p.mu.Lock()
-	p.streams++
-	p.mu.Unlock()
-	go func() {
-		select {
-		case <-p.reset:
-			cancel()
-		case <-sctx.Done():
+	if ours {
+		ev, _, perr := negotiation.ParseEvent(env)
+		p.events = append(p.events, eventSeen{messageID: id, stream: p.streams, seq: d.Seq, at: time.Now(), ev: ev, err: perr})
+		if p.confirmed[id] {
+			p.afterConfirm[id] = true
 		}
-	}()
-	for {
-		d, err := st.Next()
-		if err != nil {
-			return
-		}
-		env := d.Envelope
-		id := env.GetMessageId()
-		ours := env.GetMessageType() == commonpb.MessageType_NEGOTIATION && env.GetCorrelationId() == p.negID
-		p.mu.Lock()
-		if ours {
-			ev, _, perr := negotiation.ParseEvent(env)
-			p.events = append(p.events, eventSeen{messageID: id, stream: p.streams, seq: d.Seq, at: time.Now(), ev: ev, err: perr})
-			if p.confirmed[id] {
-				p.afterConfirm[id] = true
-			}
-		} else if sp := (payload{}); env.GetMessageType() == commonpb.MessageType_DATA && d.DecodeJSON(&sp) == nil && sp.Sentinel != "" {
-			p.sentinels[sp.Sentinel] = true
-		}
-		p.mu.Unlock()
-		cctx, ccancel := context.WithTimeout(sctx, 5*time.Second)
-		recorded, err := d.Confirm(cctx)
-		ccancel()
-		if err != nil {
-			return
-		}
-		if recorded && ours {
-			p.mu.Lock()
-			p.confirmed[id] = true
-			p.mu.Unlock()
-		}
+	} else if sp := (payload{}); env.GetMessageType() == commonpb.MessageType_DATA && d.DecodeJSON(&sp) == nil && sp.Sentinel != "" {
+		p.sentinels[sp.Sentinel] = true
 	}
+	p.mu.Unlock()
+	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+	recorded, err := d.Confirm(cctx)
+	ccancel()
+	if err != nil {
+		return false
+	}
+	if recorded && ours {
+		p.mu.Lock()
+		p.confirmed[id] = true
+		p.mu.Unlock()
+	}
+	return true
 }
 
 // settle makes what the party saw final: it opens a new stream, which delivers whatever is
