@@ -30,7 +30,7 @@ func newDLQCmd() *cobra.Command {
 	}
 	of.register(cmd)
 
-	client := func(cmd *cobra.Command) (dlqadminpb.DlqAdminServiceClient, context.Context, func(), error) {
+	var client dlqAdminDialer = func(cmd *cobra.Command) (dlqadminpb.DlqAdminServiceClient, context.Context, func(), error) {
 		conn, ctx, err := of.dial(cmd, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(dlqMaxBundleBytes)))
 		if err != nil {
 			return nil, nil, nil, err
@@ -38,6 +38,15 @@ func newDLQCmd() *cobra.Command {
 		return dlqadminpb.NewDlqAdminServiceClient(conn), ctx, func() { _ = conn.Close() }, nil
 	}
 
+	cmd.AddCommand(newDLQListCmd(client), newDLQRequeueCmd(client), newDLQExportCmd(client))
+	return cmd
+}
+
+// dlqAdminDialer dials DlqAdminService for one command; the returned func closes the connection.
+type dlqAdminDialer = func(*cobra.Command) (dlqadminpb.DlqAdminServiceClient, context.Context, func(), error)
+
+// newDLQListCmd builds `sw4rm dlq list`.
+func newDLQListCmd(client dlqAdminDialer) *cobra.Command {
 	var lf dlqFilterFlags
 	list := &cobra.Command{
 		Use:   "list",
@@ -73,7 +82,11 @@ func newDLQCmd() *cobra.Command {
 	}
 	lf.register(list)
 	list.Flags().BoolVar(&lf.all, "all", false, "include dead letters that were already requeued")
+	return list
+}
 
+// newDLQRequeueCmd builds `sw4rm dlq requeue`.
+func newDLQRequeueCmd(client dlqAdminDialer) *cobra.Command {
 	requeue := &cobra.Command{
 		Use:   "requeue <id>...",
 		Short: "Requeue dead letters as new attempts (each at most once)",
@@ -108,7 +121,11 @@ func newDLQCmd() *cobra.Command {
 			return nil
 		},
 	}
+	return requeue
+}
 
+// newDLQExportCmd builds `sw4rm dlq export`.
+func newDLQExportCmd(client dlqAdminDialer) *cobra.Command {
 	var ef dlqFilterFlags
 	var ids []int64
 	var outFile string
@@ -146,9 +163,7 @@ func newDLQCmd() *cobra.Command {
 	export.Flags().BoolVar(&ef.all, "all", false, "include dead letters that were already requeued")
 	export.Flags().Int64SliceVar(&ids, "id", nil, "export exactly these dead letters (repeatable or comma-separated; not with filters)")
 	export.Flags().StringVarP(&outFile, "output", "o", "", "write the bundle to this file (default stdout)")
-
-	cmd.AddCommand(list, requeue, export)
-	return cmd
+	return export
 }
 
 // dlqFilterFlags are the filters of §21.1 shared by list and export.

@@ -29,7 +29,7 @@ func newHitlCmd() *cobra.Command {
 	}
 	of.register(cmd)
 
-	client := func(cmd *cobra.Command) (hitladminpb.HitlAdminServiceClient, context.Context, func(), error) {
+	var client hitlAdminDialer = func(cmd *cobra.Command) (hitladminpb.HitlAdminServiceClient, context.Context, func(), error) {
 		conn, ctx, err := of.dial(cmd)
 		if err != nil {
 			return nil, nil, nil, err
@@ -37,6 +37,15 @@ func newHitlCmd() *cobra.Command {
 		return hitladminpb.NewHitlAdminServiceClient(conn), ctx, func() { _ = conn.Close() }, nil
 	}
 
+	cmd.AddCommand(newHitlListCmd(client), newHitlDecideCmd(client), newHitlHistoryCmd(client), newHitlSignCmd(), newHitlOperatorKeyCmd())
+	return cmd
+}
+
+// hitlAdminDialer dials HitlAdminService for one command; the returned func closes the connection.
+type hitlAdminDialer = func(*cobra.Command) (hitladminpb.HitlAdminServiceClient, context.Context, func(), error)
+
+// newHitlListCmd builds `sw4rm hitl list`.
+func newHitlListCmd(client hitlAdminDialer) *cobra.Command {
 	var all bool
 	var reason string
 	list := &cobra.Command{
@@ -72,7 +81,11 @@ func newHitlCmd() *cobra.Command {
 	}
 	list.Flags().BoolVar(&all, "all", false, "include decided invocations")
 	list.Flags().StringVar(&reason, "reason", "", "only this reason type, e.g. CONFLICT")
+	return list
+}
 
+// newHitlDecideCmd builds `sw4rm hitl decide`.
+func newHitlDecideCmd(client hitlAdminDialer) *cobra.Command {
 	var rationale, patchFile string
 	decide := &cobra.Command{
 		Use:   "decide <invocation-id> approve|deny|modify|defer --rationale \"...\"",
@@ -108,7 +121,11 @@ func newHitlCmd() *cobra.Command {
 	}
 	decide.Flags().StringVar(&rationale, "rationale", "", "why (required)")
 	decide.Flags().StringVar(&patchFile, "patch-file", "", "the modification, for modify")
+	return decide
+}
 
+// newHitlHistoryCmd builds `sw4rm hitl history`.
+func newHitlHistoryCmd(client hitlAdminDialer) *cobra.Command {
 	history := &cobra.Command{
 		Use:   "history [invocation-id]",
 		Short: "Show the audit trail: who, when, what, why",
@@ -135,8 +152,7 @@ func newHitlCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(list, decide, history, newHitlSignCmd(), newHitlOperatorKeyCmd())
-	return cmd
+	return history
 }
 
 // newHitlSignCmd builds `sw4rm hitl sign`: the raw signal door's half that needs a key. It

@@ -21,7 +21,8 @@ import (
 // SchedulerPolicyService's policy RPCs (§17.2, docs/negotiation-policy.md). Policies are JSON
 // in the protojson form of policy.proto (field names as in the .proto, unknown fields
 // refused), so what get and profiles print, set and profiles set read back. Setting needs an
-// operator token when authentication is on.
+// operator token when authentication is on. It is a flat list of four short subcommands
+// sharing one dialer, kept together because each is a few lines over the same flags.
 func newNegotiationCmd() *cobra.Command {
 	var of operatorFlags
 	cmd := &cobra.Command{
