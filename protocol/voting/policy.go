@@ -197,6 +197,8 @@ type Verdict struct {
 // rounding. With no usable votes the average confidence and pass ratio are 0, so such a
 // decision is REVISION_REQUESTED (or ESCALATED_TO_HITL by rule 4 if critics were requested and
 // the timeout expired). Decide does not validate p; call Policy.Validate when loading it.
+// It is one function because the rules are ordered and each reads the figures the previous
+// ones computed; the numbered list above is its outline.
 func Decide(p Policy, requestedCritics []string, votes []*negotiationroompb.NegotiationVote, timedOut bool) Verdict {
 	strategy := p.Strategy
 	if !strategy.Valid() {

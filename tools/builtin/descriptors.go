@@ -15,7 +15,8 @@ const (
 )
 
 // descriptors are the built-in tools' descriptors (§18.1). Each says honestly whether a
-// retry is safe (idempotent, §18.3) and what it touches (side_effects).
+// retry is safe (idempotent, §18.3) and what it touches (side_effects). It is long because it
+// is a table: one literal per tool, read side by side.
 func descriptors() []*connectorpb.ToolDescriptor {
 	return []*connectorpb.ToolDescriptor{
 		{

@@ -40,7 +40,8 @@ var errCPUBudget = errors.New("the CPU budget is exhausted")
 // a scrubbed environment, a process group of its own) and streams its output as frames.
 // Whatever ends it — exit, ctx, the CPU budget, a call that takes no more frames — the
 // whole process group is killed before the call returns, so nothing it started outlives
-// the call (§18.6: cleanup).
+// the call (§18.6: cleanup). It stays one function because every exit path must reach the
+// same kill-the-group cleanup in order; split, those paths would be harder to check.
 func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processArgs, isolate bool, emit tools.Emit) (tools.Result, error) {
 	var proc procfs.FS
 	if req.Policy.BudgetCPU > 0 {
