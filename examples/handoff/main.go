@@ -78,6 +78,8 @@ type member struct {
 	client *handoff.Client
 }
 
+// run is the example: register, hand off, accept, complete, and check what every agent saw.
+// It is one function on purpose: an example reads top to bottom as the story it tells.
 func run(ctx context.Context, server string, wait time.Duration) error {
 	suffix := uuid.NewString()[:8]
 	ids := map[string]string{

@@ -78,6 +78,8 @@ type member struct {
 	registered bool
 }
 
+// run is the example: a producer submits an artifact, critics vote, and the room decides.
+// It is one function on purpose: an example reads top to bottom as the story it tells.
 func run(ctx context.Context, server, roomID string, wait time.Duration) error {
 	runID := uuid.NewString()[:8] // ids unique per run, so reruns never collide
 	artifactID := "notify-webhook-" + runID

@@ -312,6 +312,7 @@ func decode(in map[string]json.RawMessage, key string, v any) error {
 // lint and waits for it to complete. It returns an error when the run does not behave as the
 // example says: lint not failed with its dependents not run, the run not completed, or a
 // completed node run again.
+// It is one function on purpose: an example reads top to bottom as the story it tells.
 func Run(ctx context.Context, server string, opts Options) (res *Result, err error) {
 	if opts.Out == nil {
 		opts.Out = os.Stdout

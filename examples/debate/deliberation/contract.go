@@ -77,7 +77,7 @@ type ContractResult struct {
 	Result []byte
 }
 
-// contract runs part 1.
+// contract runs part 1. It is one function on purpose: an example reads top to bottom as the story it tells.
 func (s *session) contract(ctx context.Context) (*ContractResult, error) {
 	buyer, err := s.join(ctx, "buyer", "opens the contract negotiation and proposes")
 	if err != nil {
