@@ -1,4 +1,4 @@
-package frontend
+package bridge
 
 import (
 	"context"
@@ -97,7 +97,7 @@ func (in *SchedulerInbox) ToolReply(ctx context.Context, env *commonpb.Envelope)
 		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "call %s already ended; the answer is not stored", p.CallID), nil
 	}
 	provided.FinalFrame = fin.FrameNo
-	h, err := newOutboxEntry(workflows.OutboxToolProvided, workflows.ToolWorkflowID(p.CallID), workflows.ToolProvidedPayload{CallID: p.CallID, Provided: provided})
+	h, err := NewOutboxEntry(workflows.OutboxToolProvided, workflows.ToolWorkflowID(p.CallID), workflows.ToolProvidedPayload{CallID: p.CallID, Provided: provided})
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package frontend
+package bridge
 
 import (
 	"context"
@@ -48,7 +48,7 @@ func NewSchedulerInbox(tc client.Client, relay *outbox.Relay, st store.Store) *S
 // of its CONTROL message. An agent whose lifecycle has ended by the time it is delivered has
 // nothing left to schedule: the handoff is then dropped (the router has recorded the ACK).
 func (in *SchedulerInbox) AckEntry(msg store.MessageRecord, ack protocol.AckPayload) (store.OutboxEntry, error) {
-	return newOutboxEntry(workflows.OutboxAgentControlAck, workflows.AgentWorkflowID(msg.RecipientID), workflows.AgentControlAckPayload{
+	return NewOutboxEntry(workflows.OutboxAgentControlAck, workflows.AgentWorkflowID(msg.RecipientID), workflows.AgentControlAckPayload{
 		AgentID: msg.RecipientID,
 		Ack:     workflows.ControlAck{MessageID: msg.MessageID, Stage: ack.Stage, ErrorCode: ack.ErrorCode, Note: ack.Note},
 	})
@@ -65,7 +65,7 @@ func (in *SchedulerInbox) WaitEntry(rw router.ResponseWait) (store.OutboxEntry, 
 	if !rw.Waiting {
 		wait.Outcome, wait.Reason = outcome, rw.Reason
 	}
-	return newOutboxEntry(workflows.OutboxAgentResponseWait, workflows.AgentWorkflowID(rw.ProducerID),
+	return NewOutboxEntry(workflows.OutboxAgentResponseWait, workflows.AgentWorkflowID(rw.ProducerID),
 		workflows.AgentResponseWaitPayload{AgentID: rw.ProducerID, Wait: wait})
 }
 
@@ -74,7 +74,7 @@ func (in *SchedulerInbox) WaitEntry(rw router.ResponseWait) (store.OutboxEntry, 
 // never started by the time it is delivered has no node to release: the handoff's handler
 // records that (workflow.event_unclaimed) and drops it.
 func (in *SchedulerInbox) EventEntry(env *commonpb.Envelope, ev dag.MessageEvent) (store.OutboxEntry, error) {
-	return newOutboxEntry(workflows.OutboxDAGEvent, workflows.DAGWorkflowID(ev.WorkflowID), workflows.DAGEventPayload{
+	return NewOutboxEntry(workflows.OutboxDAGEvent, workflows.DAGWorkflowID(ev.WorkflowID), workflows.DAGEventPayload{
 		WorkflowID: ev.WorkflowID,
 		Event:      workflows.DAGEvent{Name: ev.Name, MessageID: env.GetMessageId(), By: env.GetProducerId()},
 	})
