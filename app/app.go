@@ -626,7 +626,8 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	}()
 	// ACKs of the scheduler's CONTROL messages, and the sections agents declare, go to the
 	// agents' lifecycle workflows (§7).
-	rt.SetSchedulerInbox(bridge.NewSchedulerInbox(a.temporal, a.relay, st))
+	sched := bridge.NewScheduler(a.temporal, a.relay, st, sink)
+	rt.SetScheduler(sched.Handlers(), sched)
 	log.Info("sw4rm starting", "temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue,
 		"store", st.Kind(), "server", roles.Server, "worker", roles.Worker)
 

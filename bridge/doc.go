@@ -5,12 +5,13 @@
 // to the other crosses here, in every sw4rm process (frontend and worker alike, since any of
 // them may apply an ACK, time a message out or relay another process's outbox entries):
 //
-//   - the messages agents address to the scheduler, taken by the handlers SchedulerInbox
-//     gives the router: non-preemptible sections (§7.2) and provider agents' answers to
-//     tool calls (§18.2);
-//   - the outbox entries the router writes with its own steps: the ACKs of the scheduler's
-//     CONTROL messages, the beginning and end of an agent's wait on a response (004 §2) and
-//     the events messages deliver to DAG runs (§17.7);
+//   - the messages agents address to the scheduler, taken by the dispatch table Scheduler
+//     gives the router (router.SchedulerHandlers): non-preemptible sections (§7.2) and
+//     provider agents' answers to tool calls (§18.2);
+//   - the outbox entries the router writes with its own steps, built from its notices
+//     (router.Notice): the ACKs of the scheduler's CONTROL messages, the beginning and end of
+//     an agent's wait on a response (004 §2) and the events messages deliver to DAG runs
+//     (§17.7);
 //   - the handlers the outbox relay runs to deliver every kind of entry to its workflow
 //     (RegisterOutboxHandlers), and NewOutboxEntry, which builds the entries the frontend's
 //     services write with their own store writes.

@@ -30,7 +30,7 @@ func (r *Router) requestFor(ctx context.Context, env *commonpb.Envelope, request
 }
 
 // ResponseWait tells an agent's lifecycle that the agent waits on the response to a request,
-// or that the wait ended (004 §2); SchedulerInbox.WaitEntry carries it.
+// or that the wait ended (004 §2): a Notice.
 type ResponseWait struct {
 	// ProducerID is the requester, whose lifecycle is told.
 	ProducerID string
@@ -66,9 +66,9 @@ func (r *Router) trackRequest(ctx context.Context, env *commonpb.Envelope, respo
 		Deadline: time.Now().Add(p.Timeout), Status: "pending",
 	}
 	var handoffs []store.OutboxEntry
-	if attempt == 1 && r.inbox != nil {
+	if attempt == 1 && r.schedOutbox != nil {
 		bound := time.Duration(p.MaxAttempts)*(p.Timeout+r.cfg.SweepInterval) + responseWaitSlack
-		h, err := r.inbox.WaitEntry(ResponseWait{ProducerID: pr.ProducerID, Key: env.GetIdempotencyToken(), RequestID: original,
+		h, err := r.schedOutbox.Entry(ResponseWait{ProducerID: pr.ProducerID, Key: env.GetIdempotencyToken(), RequestID: original,
 			Waiting: true, Bound: bound})
 		if err != nil {
 			return fmt.Errorf("prepare the wait's handoff: %w", err)
@@ -92,8 +92,8 @@ func (r *Router) trackRequest(ctx context.Context, env *commonpb.Envelope, respo
 // The requester's wait ends in the same transaction (004 §1: back to RUNNING).
 func (r *Router) fulfilRequest(ctx context.Context, request store.MessageRecord, response *commonpb.Envelope) error {
 	var handoffs []store.OutboxEntry
-	if r.inbox != nil {
-		h, err := r.inbox.WaitEntry(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: true,
+	if r.schedOutbox != nil {
+		h, err := r.schedOutbox.Entry(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: true,
 			Reason: "response " + response.GetMessageId()})
 		if err != nil {
 			return fmt.Errorf("prepare the wait's handoff: %w", err)
@@ -177,10 +177,10 @@ func (r *Router) retryOrFailRequest(ctx context.Context, p store.PendingResponse
 // last transition, as the sweep's CONTROL timeouts are; a frontend that dies in between leaves
 // the lifecycle's own bound on the wait to end it (workflows.ResponseWait.Bound).
 func (r *Router) endWait(ctx context.Context, request store.MessageRecord, answered bool, reason string) error {
-	if r.inbox == nil {
+	if r.schedOutbox == nil {
 		return nil
 	}
-	h, err := r.inbox.WaitEntry(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: answered, Reason: reason})
+	h, err := r.schedOutbox.Entry(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: answered, Reason: reason})
 	if err != nil {
 		return fmt.Errorf("prepare the wait's handoff: %w", err)
 	}

@@ -150,7 +150,9 @@ type Router struct {
 	cfg     Config
 	sink    *audit.Sink
 	metrics Metrics
-	inbox   SchedulerInbox
+	// schedHandlers and schedOutbox are the scheduler's side of the message plane (SetScheduler).
+	schedHandlers SchedulerHandlers
+	schedOutbox   SchedulerOutbox
 
 	limitersMu sync.Mutex
 	limiters   map[string]*rate.Limiter
@@ -190,7 +192,7 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 		return r.applyAck(ctx, env)
 	}
 	if perr == nil && route.Recipient == protocol.SchedulerID {
-		return r.toSchedulerControl(ctx, env)
+		return r.toScheduler(ctx, env)
 	}
 	// A producer that handed this correlation's context away may not work on it any more
 	// (§17.6). ACKs and control traffic to the scheduler above are not work on the context.
@@ -218,11 +220,11 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 		return r.reject(ctx, env, recipient, eperr)
 	}
 	if isEvent {
-		if r.inbox == nil {
+		if r.schedOutbox == nil {
 			return r.reject(ctx, env, recipient, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE,
 				"event %q for DAG run %q: this server does not run the scheduler's inbox, which delivers events to runs", ev.Name, ev.WorkflowID))
 		}
-		h, err := r.inbox.EventEntry(env, ev)
+		h, err := r.schedOutbox.Entry(RunEvent{Envelope: env, Event: ev})
 		if err != nil {
 			return nil, fmt.Errorf("prepare the event's outbox entry: %w", err)
 		}
