@@ -16,6 +16,48 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
+// routeResponse routes a response to the producer of the request it answers, whatever the
+// addressing metadata says (004 §3); anything else keeps the route protocol.Resolve gave it,
+// or its refusal. A request and a response get idempotency tokens here when they have none.
+func (r *Router) routeResponse(ctx context.Context, s *sending) (*protocol.Error, error) {
+	env := s.env
+	if s.link.InResponseTo != "" {
+		request, perr := r.requestFor(ctx, env, s.link.InResponseTo)
+		if perr != nil {
+			return perr, nil
+		}
+		s.request, s.route, s.routeErr = request, protocol.Route{Recipient: request.ProducerID}, nil
+		if env.IdempotencyToken == "" {
+			env.IdempotencyToken = protocol.ResponseToken(env.GetProducerId(), originalOf(request))
+		}
+	}
+	if s.routeErr != nil {
+		return s.routeErr, nil
+	}
+	if s.link.Request != nil && env.IdempotencyToken == "" {
+		// A response-required request gets a token so its retries and its response's token
+		// (derived from it) stay stable across attempts (004 §5).
+		env.IdempotencyToken = env.GetProducerId() + ":request:" + env.GetMessageId()
+	}
+	return nil, nil
+}
+
+// requestAdmitted tracks an admitted request that requires a response (trackRequest).
+func (r *Router) requestAdmitted(ctx context.Context, s *sending) error {
+	if s.link.Request == nil {
+		return nil
+	}
+	return r.trackRequest(ctx, s.env, s.route.Recipient, *s.link.Request, 1, s.env.GetMessageId())
+}
+
+// responseAdmitted fulfils the request an admitted response answers (fulfilRequest).
+func (r *Router) responseAdmitted(ctx context.Context, s *sending) error {
+	if s.link.InResponseTo == "" {
+		return nil
+	}
+	return r.fulfilRequest(ctx, s.request, s.env)
+}
+
 // requestFor finds the request a response answers and checks that the responder is the
 // agent the request went to.
 func (r *Router) requestFor(ctx context.Context, env *commonpb.Envelope, requestID string) (store.MessageRecord, *protocol.Error) {

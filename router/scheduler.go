@@ -80,8 +80,8 @@ func (r *Router) SetScheduler(handlers SchedulerHandlers, out SchedulerOutbox) {
 
 // SendControl delivers one of the scheduler's CONTROL messages (RUN, PREEMPT_REQUEST,
 // TERMINATE, KILL, SHUTDOWN) to an agent. Unlike Notify the message is tracked: the agent's
-// delivery confirmation and ACKs advance its lifecycle and reach the SchedulerInbox, and the
-// sweep times it out like any message. Like all control traffic it rides the PRIVILEGED lane
+// delivery confirmation and ACKs advance its lifecycle and reach the scheduler as ControlAck
+// notices, and the sweep times it out like any message. Like all control traffic it rides the PRIVILEGED lane
 // and bypasses the buffer's capacity: a full buffer must not hold back a preemption (§7.3).
 // Sending a message_id twice is a no-op, so an activity that retries is safe.
 func (r *Router) SendControl(ctx context.Context, agentID string, env *commonpb.Envelope) error {
