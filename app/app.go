@@ -27,6 +27,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/bridge"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/metrics"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
@@ -616,7 +617,7 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	// Outbox entries that store writes promised (the outbox): every process relays
 	// them, so what one process wrote reaches Temporal even if that process dies.
 	a.relay = outbox.New(st.Outbox(), outbox.Config{}, log, sink)
-	frontend.RegisterOutboxHandlers(a.relay, a.temporal, st, sink, cfg.TaskQueue)
+	bridge.RegisterOutboxHandlers(a.relay, a.temporal, st, sink, cfg.TaskQueue)
 	relayCtx, stopRelay := context.WithCancel(context.Background())
 	a.stopRelay, a.relayDone = stopRelay, make(chan struct{})
 	go func() {
@@ -625,7 +626,8 @@ func startWithStore(ctx context.Context, cfg Config, roles Roles, log *slog.Logg
 	}()
 	// ACKs of the scheduler's CONTROL messages, and the sections agents declare, go to the
 	// agents' lifecycle workflows (§7).
-	rt.SetSchedulerInbox(frontend.NewSchedulerInbox(a.temporal, a.relay, st))
+	sched := bridge.NewScheduler(a.temporal, a.relay, st, sink)
+	rt.SetScheduler(sched.Handlers(), sched)
 	log.Info("sw4rm starting", "temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue,
 		"store", st.Kind(), "server", roles.Server, "worker", roles.Worker)
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/bridge"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -127,7 +128,7 @@ func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.Hand
 	}
 	now := time.Now().UTC()
 	in := workflows.HandoffInputFrom(req, corr, ct, now)
-	start, err := newOutboxEntry(workflows.OutboxHandoffStart, workflows.HandoffWorkflowID(id), workflows.HandoffStartPayload{Input: in})
+	start, err := bridge.NewOutboxEntry(workflows.OutboxHandoffStart, workflows.HandoffWorkflowID(id), workflows.HandoffStartPayload{Input: in})
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/bridge"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
@@ -181,7 +182,7 @@ func newHandoffHarness(t *testing.T, agents map[string][]string) *handoffHarness
 	log := slog.New(slog.DiscardHandler)
 	sink := audit.New(log, st.Audit())
 	rel := outbox.New(st.Outbox(), outbox.Config{}, log, sink)
-	RegisterOutboxHandlers(rel, h.tc, st, nil, "q")
+	bridge.RegisterOutboxHandlers(rel, h.tc, st, nil, "q")
 	r := router.New(st, router.Config{}, sink)
 	h.svc = &handoffService{s: &Server{store: st, router: r, temporal: h.tc, relay: rel, sink: sink, log: log, cfg: Config{TaskQueue: "q"}}}
 	return h

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
+	"github.com/sw4rm/sw4rm-temporal/bridge"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -53,7 +54,7 @@ func (r *registryService) RegisterAgent(ctx context.Context, req *registrypb.Reg
 	// The registry record and the start of the lifecycle are one store write: the start
 	// travels as a handoff in the record's transaction, so no registered agent is ever left
 	// without its lifecycle, whatever fails next (docs/reliability.md).
-	start, err := newOutboxEntry(workflows.OutboxAgentRegister, workflows.AgentWorkflowID(id), workflows.AgentRegisterPayload{
+	start, err := bridge.NewOutboxEntry(workflows.OutboxAgentRegister, workflows.AgentWorkflowID(id), workflows.AgentRegisterPayload{
 		Input: in, Registration: workflows.AgentRegistration{Name: d.GetName(), Capabilities: d.GetCapabilities()}})
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
@@ -122,7 +123,7 @@ func (r *registryService) DeregisterAgent(ctx context.Context, req *registrypb.D
 		return nil, perr
 	}
 	dereg := workflows.AgentDeregistration{Reason: req.GetReason()}
-	end, err := newOutboxEntry(workflows.OutboxAgentDeregister, workflows.AgentWorkflowID(id), workflows.AgentDeregisterPayload{AgentID: id, Deregistration: dereg})
+	end, err := bridge.NewOutboxEntry(workflows.OutboxAgentDeregister, workflows.AgentWorkflowID(id), workflows.AgentDeregisterPayload{AgentID: id, Deregistration: dereg})
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
 	}

@@ -105,7 +105,7 @@ type Server struct {
 	sink     *audit.Sink
 	log      *slog.Logger
 	cfg      Config
-	// relay makes the in-line attempt of the outbox entries the services write (see RegisterOutboxHandlers).
+	// relay makes the in-line attempt of the outbox entries the services write (see bridge.RegisterOutboxHandlers).
 	relay *outbox.Relay
 }
 

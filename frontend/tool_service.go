@@ -21,6 +21,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/bridge"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
@@ -270,7 +271,7 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 	if len(p.notes) > 0 {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(ToolPolicyNoteHeader, strconv.QuoteToASCII(strings.Join(p.notes, "; "))))
 	}
-	start, err := newOutboxEntry(workflows.OutboxToolStart, workflows.ToolWorkflowID(callID), workflows.ToolStartPayload{Input: p.in})
+	start, err := bridge.NewOutboxEntry(workflows.OutboxToolStart, workflows.ToolWorkflowID(callID), workflows.ToolStartPayload{Input: p.in})
 	if err != nil {
 		return "", status.Errorf(codes.Internal, "internal_error: %v", err)
 	}

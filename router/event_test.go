@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -18,16 +19,21 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
 
-// eventInbox is a SchedulerInbox that builds event handoffs and records the in-line attempts
-// the router makes; failing makes every attempt fail, as when Temporal is unreachable.
+// eventInbox is a SchedulerOutbox that builds event outbox entries and records the in-line
+// attempts the router makes; failing makes every attempt fail, as when Temporal is
+// unreachable.
 type eventInbox struct {
-	SchedulerInbox // nil: only the event methods are used
-	failing        bool
-	mu             sync.Mutex
-	delivered      []store.OutboxEntry
+	failing   bool
+	mu        sync.Mutex
+	delivered []store.OutboxEntry
 }
 
-func (in *eventInbox) EventEntry(env *commonpb.Envelope, ev dag.MessageEvent) (store.OutboxEntry, error) {
+func (in *eventInbox) Entry(n Notice) (store.OutboxEntry, error) {
+	e, ok := n.(RunEvent)
+	if !ok {
+		return store.OutboxEntry{}, fmt.Errorf("only events: %T", n)
+	}
+	env, ev := e.Envelope, e.Event
 	b, err := json.Marshal(map[string]string{"workflow_id": ev.WorkflowID, "event": ev.Name, "message_id": env.GetMessageId(), "by": env.GetProducerId()})
 	return store.OutboxEntry{ID: uuid.NewString(), Kind: "dag.event", WorkflowID: dag.RunCorrelationPrefix + ev.WorkflowID, Payload: b}, err
 }
@@ -59,7 +65,7 @@ func TestEventOnARunsCorrelation(t *testing.T) {
 	t.Cleanup(st.Close)
 	r := sweepFixture(t, st, time.Minute)
 	in := &eventInbox{}
-	r.SetSchedulerInbox(in)
+	r.SetScheduler(nil, in)
 	ctx := t.Context()
 	pending := func() []store.OutboxEntry {
 		t.Helper()

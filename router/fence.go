@@ -105,9 +105,10 @@ func (r *Router) Fenced(ctx context.Context, correlation, agentID string) (store
 	return f, fenced, nil
 }
 
-// checkFence refuses a message whose producer is fenced on its correlation.
-func (r *Router) checkFence(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
-	f, fenced, err := r.Fenced(ctx, env.GetCorrelationId(), env.GetProducerId())
+// checkFence refuses a message whose producer is fenced on its correlation. ACKs and control
+// traffic to the scheduler are not work on the context and never reach it (Send).
+func (r *Router) checkFence(ctx context.Context, s *sending) (*protocol.Error, error) {
+	f, fenced, err := r.Fenced(ctx, s.env.GetCorrelationId(), s.env.GetProducerId())
 	if err != nil || !fenced {
 		return nil, err
 	}

@@ -16,6 +16,48 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
+// routeResponse routes a response to the producer of the request it answers, whatever the
+// addressing metadata says (004 §3); anything else keeps the route protocol.Resolve gave it,
+// or its refusal. A request and a response get idempotency tokens here when they have none.
+func (r *Router) routeResponse(ctx context.Context, s *sending) (*protocol.Error, error) {
+	env := s.env
+	if s.link.InResponseTo != "" {
+		request, perr := r.requestFor(ctx, env, s.link.InResponseTo)
+		if perr != nil {
+			return perr, nil
+		}
+		s.request, s.route, s.routeErr = request, protocol.Route{Recipient: request.ProducerID}, nil
+		if env.IdempotencyToken == "" {
+			env.IdempotencyToken = protocol.ResponseToken(env.GetProducerId(), originalOf(request))
+		}
+	}
+	if s.routeErr != nil {
+		return s.routeErr, nil
+	}
+	if s.link.Request != nil && env.IdempotencyToken == "" {
+		// A response-required request gets a token so its retries and its response's token
+		// (derived from it) stay stable across attempts (004 §5).
+		env.IdempotencyToken = env.GetProducerId() + ":request:" + env.GetMessageId()
+	}
+	return nil, nil
+}
+
+// requestAdmitted tracks an admitted request that requires a response (trackRequest).
+func (r *Router) requestAdmitted(ctx context.Context, s *sending) error {
+	if s.link.Request == nil {
+		return nil
+	}
+	return r.trackRequest(ctx, s.env, s.route.Recipient, *s.link.Request, 1, s.env.GetMessageId())
+}
+
+// responseAdmitted fulfils the request an admitted response answers (fulfilRequest).
+func (r *Router) responseAdmitted(ctx context.Context, s *sending) error {
+	if s.link.InResponseTo == "" {
+		return nil
+	}
+	return r.fulfilRequest(ctx, s.request, s.env)
+}
+
 // requestFor finds the request a response answers and checks that the responder is the
 // agent the request went to.
 func (r *Router) requestFor(ctx context.Context, env *commonpb.Envelope, requestID string) (store.MessageRecord, *protocol.Error) {
@@ -30,7 +72,7 @@ func (r *Router) requestFor(ctx context.Context, env *commonpb.Envelope, request
 }
 
 // ResponseWait tells an agent's lifecycle that the agent waits on the response to a request,
-// or that the wait ended (004 §2); SchedulerInbox.WaitEntry carries it.
+// or that the wait ended (004 §2): a Notice.
 type ResponseWait struct {
 	// ProducerID is the requester, whose lifecycle is told.
 	ProducerID string
@@ -66,9 +108,9 @@ func (r *Router) trackRequest(ctx context.Context, env *commonpb.Envelope, respo
 		Deadline: time.Now().Add(p.Timeout), Status: "pending",
 	}
 	var handoffs []store.OutboxEntry
-	if attempt == 1 && r.inbox != nil {
+	if attempt == 1 && r.schedOutbox != nil {
 		bound := time.Duration(p.MaxAttempts)*(p.Timeout+r.cfg.SweepInterval) + responseWaitSlack
-		h, err := r.inbox.WaitEntry(ResponseWait{ProducerID: pr.ProducerID, Key: env.GetIdempotencyToken(), RequestID: original,
+		h, err := r.schedOutbox.Entry(ResponseWait{ProducerID: pr.ProducerID, Key: env.GetIdempotencyToken(), RequestID: original,
 			Waiting: true, Bound: bound})
 		if err != nil {
 			return fmt.Errorf("prepare the wait's handoff: %w", err)
@@ -92,8 +134,8 @@ func (r *Router) trackRequest(ctx context.Context, env *commonpb.Envelope, respo
 // The requester's wait ends in the same transaction (004 §1: back to RUNNING).
 func (r *Router) fulfilRequest(ctx context.Context, request store.MessageRecord, response *commonpb.Envelope) error {
 	var handoffs []store.OutboxEntry
-	if r.inbox != nil {
-		h, err := r.inbox.WaitEntry(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: true,
+	if r.schedOutbox != nil {
+		h, err := r.schedOutbox.Entry(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: true,
 			Reason: "response " + response.GetMessageId()})
 		if err != nil {
 			return fmt.Errorf("prepare the wait's handoff: %w", err)
@@ -177,10 +219,10 @@ func (r *Router) retryOrFailRequest(ctx context.Context, p store.PendingResponse
 // last transition, as the sweep's CONTROL timeouts are; a frontend that dies in between leaves
 // the lifecycle's own bound on the wait to end it (workflows.ResponseWait.Bound).
 func (r *Router) endWait(ctx context.Context, request store.MessageRecord, answered bool, reason string) error {
-	if r.inbox == nil {
+	if r.schedOutbox == nil {
 		return nil
 	}
-	h, err := r.inbox.WaitEntry(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: answered, Reason: reason})
+	h, err := r.schedOutbox.Entry(ResponseWait{ProducerID: request.ProducerID, Key: request.Envelope.GetIdempotencyToken(), Answered: answered, Reason: reason})
 	if err != nil {
 		return fmt.Errorf("prepare the wait's handoff: %w", err)
 	}

@@ -6,6 +6,21 @@
 // store, moves what cannot succeed to the dead-letter queue, and feeds each agent's inbound
 // stream lane by lane. The gRPC RouterService in frontend/ and the activities that notify
 // agents both go through it, so there is one implementation of admission.
+//
+// Send is a pipeline: validate, resolve the address, run the checks, admit, run the
+// reactions (send.go). A pattern that constrains what may be sent adds a check to
+// admissionChecks, one that reacts to admitted messages a reaction to admissionReactions,
+// and one that lets agents tell the scheduler something an entry to the SchedulerHandlers
+// table its bridge installs (SetScheduler); none adds a branch to Send. What the router must
+// tell the scheduler's workflows it writes into the outbox as a Notice.
+//
+// Refusal and failure. A function that can refuse a message returns (*protocol.Error, error):
+// the *protocol.Error is a refusal under the spec — an error_code and a note for the
+// producer, who also gets a NACK — and the error a failure of the router itself (the store,
+// Temporal), which the caller reports as an internal error and may retry. At most one of the
+// two is non-nil, and (nil, nil) means accepted. The two are kept apart because a refusal is
+// an answer, recorded and audited, while a failure is not: the message may still be admitted
+// on a retry.
 package router
 
 import (
@@ -26,7 +41,6 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
-	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -150,7 +164,12 @@ type Router struct {
 	cfg     Config
 	sink    *audit.Sink
 	metrics Metrics
-	inbox   SchedulerInbox
+	// schedHandlers and schedOutbox are the scheduler's side of the message plane (SetScheduler).
+	schedHandlers SchedulerHandlers
+	schedOutbox   SchedulerOutbox
+	// checks and reactions are Send's steps before and after admission (send.go).
+	checks    []check
+	reactions []reaction
 
 	limitersMu sync.Mutex
 	limiters   map[string]*rate.Limiter
@@ -164,7 +183,9 @@ type Router struct {
 
 // New builds a router over a store.
 func New(st store.Store, cfg Config, sink *audit.Sink) *Router {
-	return &Router{st: st, cfg: cfg.withDefaults(), sink: sink, limiters: map[string]*rate.Limiter{}}
+	r := &Router{st: st, cfg: cfg.withDefaults(), sink: sink, limiters: map[string]*rate.Limiter{}}
+	r.checks, r.reactions = r.admissionChecks(), r.admissionReactions()
+	return r
 }
 
 // SetMetrics installs the metrics sink; call before serving.
@@ -172,154 +193,6 @@ func (r *Router) SetMetrics(m Metrics) { r.metrics = m }
 
 // Config returns the effective configuration.
 func (r *Router) Config() Config { return r.cfg }
-
-// Send admits one envelope from a producer. recipient is the addressing metadata (see
-// protocol.RecipientMetadataKey). A protocol rejection comes back as a *protocol.Error with
-// the spec's error_code — the producer also receives a NACK envelope when it is a registered
-// agent — while a failure of the store comes back as a plain error.
-func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient string) (*protocol.Error, error) {
-	received := time.Now()
-	if perr := protocol.ValidateEnvelope(env, protocol.Limits{MaxPayloadBytes: r.cfg.MaxPayloadBytes}); perr != nil {
-		return r.reject(ctx, env, recipient, perr)
-	}
-	env = proto.Clone(env).(*commonpb.Envelope)
-	// The lifecycle state is the server's to keep; whatever the producer put there is replaced.
-	env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
-	route, perr := protocol.Resolve(env, recipient)
-	if route.AckFor != "" && perr == nil {
-		return r.applyAck(ctx, env)
-	}
-	if perr == nil && route.Recipient == protocol.SchedulerID {
-		return r.toSchedulerControl(ctx, env)
-	}
-	// A producer that handed this correlation's context away may not work on it any more
-	// (§17.6). ACKs and control traffic to the scheduler above are not work on the context.
-	if fperr, err := r.checkFence(ctx, env); err != nil {
-		return nil, err
-	} else if fperr != nil {
-		return r.reject(ctx, env, recipient, fperr)
-	}
-	// A producer may name only the worktree it is bound to (§6.4; router/worktree.go).
-	if wperr, err := r.checkWorktree(ctx, env); err != nil {
-		return nil, err
-	} else if wperr != nil {
-		return r.reject(ctx, env, recipient, wperr)
-	}
-	link, lerr := protocol.ParseLinkage(env.GetContentType())
-	if lerr != nil {
-		return r.reject(ctx, env, recipient, lerr)
-	}
-	// A message on a DAG run's correlation may deliver an event to the run (§17.7): the
-	// handoff that signals it is written with the admission, so an admitted event reaches the
-	// run even when Temporal is down right now (docs/dag.md, "EVENT by message").
-	var eventEntry *store.OutboxEntry
-	ev, isEvent, eperr := dag.EventOf(env.GetCorrelationId(), env.GetContentType(), env.GetPayload())
-	if eperr != nil {
-		return r.reject(ctx, env, recipient, eperr)
-	}
-	if isEvent {
-		if r.inbox == nil {
-			return r.reject(ctx, env, recipient, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE,
-				"event %q for DAG run %q: this server does not run the scheduler's inbox, which delivers events to runs", ev.Name, ev.WorkflowID))
-		}
-		h, err := r.inbox.EventEntry(env, ev)
-		if err != nil {
-			return nil, fmt.Errorf("prepare the event's outbox entry: %w", err)
-		}
-		eventEntry = &h
-	}
-	var request store.MessageRecord
-	if link.InResponseTo != "" {
-		// Responses route by in_response_to (004 §3), whatever the metadata says.
-		var rerr *protocol.Error
-		if request, rerr = r.requestFor(ctx, env, link.InResponseTo); rerr != nil {
-			return r.reject(ctx, env, recipient, rerr)
-		}
-		route, perr = protocol.Route{Recipient: request.ProducerID}, nil
-		if env.IdempotencyToken == "" {
-			env.IdempotencyToken = protocol.ResponseToken(env.GetProducerId(), originalOf(request))
-		}
-	}
-	if perr != nil {
-		return r.reject(ctx, env, recipient, perr)
-	}
-	if link.Request != nil && env.IdempotencyToken == "" {
-		// A response-required request gets a token so its retries and its response's token
-		// (derived from it) stay stable across attempts (004 §5).
-		env.IdempotencyToken = env.GetProducerId() + ":request:" + env.GetMessageId()
-	}
-	agent, err := r.agent(ctx, route.Recipient)
-	if errors.Is(err, store.ErrNotFound) {
-		return r.reject(ctx, env, route.Recipient, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "recipient %q is not a registered agent", route.Recipient))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("look up recipient: %w", err)
-	}
-	if perr := r.checkACL(ctx, env, agent); perr != nil {
-		return r.reject(ctx, env, route.Recipient, perr)
-	}
-	if len(env.GetPayload()) > 0 && !protocol.AcceptsContentType(agent.Descriptor.GetModalitiesSupported(), env.GetContentType()) {
-		return r.reject(ctx, env, route.Recipient, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
-			"content_type %q is not among the modalities agent %q declared %v (§12)", env.GetContentType(), route.Recipient, agent.Descriptor.GetModalitiesSupported()))
-	}
-	req := store.AdmitRequest{
-		Envelope: env, RecipientID: route.Recipient, Capacity: r.cfg.BufferCapacity, Track: true,
-		Lane: r.laneFor(ctx, env.GetProducerId()),
-	}
-	if ttl := env.GetTtlMs(); ttl > 0 {
-		req.ExpiresAt = received.Add(time.Duration(ttl) * time.Millisecond)
-	}
-	if key := protocol.DedupKey(env, route.Recipient); key != "" {
-		req.Dedup = &store.Dedup{ProducerID: env.GetProducerId(), Key: key, Window: r.cfg.DedupWindow}
-	}
-	if eventEntry != nil {
-		req.Outbox = []store.OutboxEntry{*eventEntry}
-	}
-	seq, err := r.st.Messages().Admit(ctx, req)
-	var dup *store.DedupError
-	switch {
-	case errors.As(err, &dup):
-		return r.answerFromCache(ctx, env, dup)
-	case errors.Is(err, store.ErrBufferFull):
-		// 004 §7: a rejected request never leaves its sender waiting: no pending entry exists.
-		return r.reject(ctx, env, route.Recipient, protocol.Errorf(commonpb.ErrorCode_BUFFER_FULL,
-			"inbound buffer capacity (%d) exceeded for agent=%s (§13)", r.cfg.BufferCapacity, route.Recipient))
-	case errors.Is(err, store.ErrDuplicateMessage):
-		return r.answerResent(ctx, env, route.Recipient)
-	case err != nil:
-		return nil, fmt.Errorf("admit message: %w", err)
-	}
-	if r.metrics != nil {
-		r.metrics.Enqueued(route.Recipient, time.Since(received))
-	}
-	details := map[string]any{"seq": seq, "state": "SENT", "message_type": env.GetMessageType().String(),
-		"content_type": env.GetContentType(), "content_length": env.GetContentLength(), "lane": req.Lane.String(), "retry_count": env.GetRetryCount()}
-	if req.Dedup != nil {
-		details["dedup_key"] = req.Dedup.Key
-	}
-	r.sink.Record(ctx, audit.Event{
-		CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
-		AgentID: route.Recipient, MessageID: env.GetMessageId(), Details: details,
-	})
-	if eventEntry != nil {
-		r.sink.Record(ctx, audit.Event{
-			CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "workflow.event_sent",
-			AgentID: route.Recipient, MessageID: env.GetMessageId(), Details: map[string]any{"workflow_id": ev.WorkflowID, "event": ev.Name},
-		})
-		r.deliverEntry(ctx, *eventEntry)
-	}
-	if link.Request != nil {
-		if err := r.trackRequest(ctx, env, route.Recipient, *link.Request, 1, env.GetMessageId()); err != nil {
-			return nil, err
-		}
-	}
-	if link.InResponseTo != "" {
-		if err := r.fulfilRequest(ctx, request, env); err != nil {
-			return nil, err
-		}
-	}
-	return nil, nil
-}
 
 // answerResent answers a message_id its producer sends again — typically because it lost the
 // first answer (a frontend or the store failed after the admission or rejection was written)

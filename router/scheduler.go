@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -15,42 +17,71 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
-// SchedulerInbox receives what reaches the scheduler through the message plane (§7): the ACKs
-// and NACKs of the CONTROL messages it sent with SendControl, the CONTROL messages agents
-// address to it (recipient protocol.SchedulerID), such as the declaration of a
-// non-preemptible section, and the beginning and end of an agent's wait on a response
-// (004 §2), and the events messages deliver to DAG runs on their correlation (§17.7). The
-// scheduler's state lives in Temporal workflows, so an ACK (and an event)
-// travels on as a store.OutboxEntry: the router writes it in the transaction that applies the
-// ACK, so a stored ACK always reaches the agent's workflow, Temporal reachable or not
+// SchedulerHandler takes one message an agent addressed to the scheduler (recipient
+// protocol.SchedulerID). A refusal comes back as a *protocol.Error, which the router makes the
+// message's rejection (recorded, NACKed, audited); a failure to hand the message on comes back
+// as an error.
+type SchedulerHandler func(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error)
+
+// SchedulerHandlers is the dispatch table of the messages agents address to the scheduler,
+// keyed by message type: the declaration of a non-preemptible section (CONTROL, §7.2), a
+// provider agent's answer to a tool call (TOOL_RESULT, TOOL_ERROR, §18.2). A pattern that
+// lets agents tell the scheduler something adds an entry; a type without one is refused.
+type SchedulerHandlers map[commonpb.MessageType]SchedulerHandler
+
+// Notice is what the router tells the scheduler's side, whose state lives in Temporal
+// workflows: a ControlAck, a ResponseWait or a RunEvent. A SchedulerOutbox turns it into the
+// outbox entry that carries it, and the router writes that entry in the transaction of the
+// step it reports, so a stored step always reaches its workflow, Temporal reachable or not
 // (docs/reliability.md).
-type SchedulerInbox interface {
-	// AckEntry returns the handoff that carries an ACK or NACK of msg — a CONTROL message
-	// the scheduler sent to msg.RecipientID — to the scheduler.
-	AckEntry(msg store.MessageRecord, ack protocol.AckPayload) (store.OutboxEntry, error)
-	// WaitEntry returns the handoff that tells the lifecycle of rw.ProducerID that the
-	// agent waits on a response to its request, or that the wait ended (004 §2).
-	WaitEntry(rw ResponseWait) (store.OutboxEntry, error)
-	// Deliver makes the in-line first attempt of handoffs the router has just written; a
-	// failure leaves them to the outbox relay.
-	Deliver(ctx context.Context, hs ...store.OutboxEntry) error
-	// Control handles a CONTROL envelope an agent addressed to the scheduler; a protocol
-	// refusal comes back as a *protocol.Error, a failure to hand it on as an error.
-	Control(ctx context.Context, env *commonpb.Envelope, c protocol.Control) (*protocol.Error, error)
-	// EventEntry returns the handoff that delivers ev, the event env carries on a DAG
-	// run's correlation, to the run (§17.7); the router writes it with env's admission.
-	EventEntry(env *commonpb.Envelope, ev dag.MessageEvent) (store.OutboxEntry, error)
+type Notice interface{ notice() }
+
+// ControlAck is the ACK or NACK of Message, one of the scheduler's CONTROL messages, which
+// reaches the lifecycle workflow of Message's recipient (§7).
+type ControlAck struct {
+	// Message is the acknowledged CONTROL message.
+	Message store.MessageRecord
+	// Ack is the stage reached, with its error_code and note.
+	Ack protocol.AckPayload
 }
 
-// SetSchedulerInbox installs the scheduler's inbox; call before serving. Without one, CONTROL
-// messages addressed to the scheduler and messages carrying an event to a DAG run are
-// refused with NO_ROUTE, and ACKs of scheduler messages are logged as undeliverable.
-func (r *Router) SetSchedulerInbox(in SchedulerInbox) { r.inbox = in }
+// RunEvent is the event a message admitted on a DAG run's correlation delivers to the run
+// (§17.7); it is written with the message's admission.
+type RunEvent struct {
+	// Envelope is the admitted message.
+	Envelope *commonpb.Envelope
+	// Event names the run and the event.
+	Event dag.MessageEvent
+}
+
+func (ControlAck) notice()   {}
+func (ResponseWait) notice() {}
+func (RunEvent) notice()     {}
+
+// SchedulerOutbox carries the router's notices to the scheduler's workflows through the
+// outbox.
+type SchedulerOutbox interface {
+	// Entry returns the outbox entry that carries n to the workflow it concerns.
+	Entry(n Notice) (store.OutboxEntry, error)
+	// Deliver makes the in-line first attempt of entries the router has just written; a
+	// failure leaves them to the outbox relay.
+	Deliver(ctx context.Context, es ...store.OutboxEntry) error
+}
+
+// SetScheduler installs the scheduler's side of the message plane; call before serving.
+// handlers take what agents address to the scheduler, out carries the router's notices to
+// Temporal. Without handlers every message addressed to the scheduler is refused with
+// NO_ROUTE; without out, a message carrying an event to a DAG run is refused with NO_ROUTE,
+// ACKs of the scheduler's CONTROL messages are logged as undeliverable and agents' waits on
+// responses are not reported (their requests are still tracked and retried).
+func (r *Router) SetScheduler(handlers SchedulerHandlers, out SchedulerOutbox) {
+	r.schedHandlers, r.schedOutbox = handlers, out
+}
 
 // SendControl delivers one of the scheduler's CONTROL messages (RUN, PREEMPT_REQUEST,
 // TERMINATE, KILL, SHUTDOWN) to an agent. Unlike Notify the message is tracked: the agent's
-// delivery confirmation and ACKs advance its lifecycle and reach the SchedulerInbox, and the
-// sweep times it out like any message. Like all control traffic it rides the PRIVILEGED lane
+// delivery confirmation and ACKs advance its lifecycle and reach the scheduler as ControlAck
+// notices, and the sweep times it out like any message. Like all control traffic it rides the PRIVILEGED lane
 // and bypasses the buffer's capacity: a full buffer must not hold back a preemption (§7.3).
 // Sending a message_id twice is a no-op, so an activity that retries is safe.
 func (r *Router) SendControl(ctx context.Context, agentID string, env *commonpb.Envelope) error {
@@ -114,10 +145,10 @@ func (r *Router) toSchedulerAck(ctx context.Context, env *commonpb.Envelope) err
 // messages and this process has the scheduler's inbox. Other ACKs addressed to the scheduler
 // (of its notifications and heartbeats) concern nobody.
 func (r *Router) withSchedulerEntry(c control, msg store.MessageRecord, ack protocol.AckPayload) (control, error) {
-	if !c.toScheduler || r.inbox == nil || msg.ProducerID != protocol.SchedulerID || msg.Envelope.GetMessageType() != commonpb.MessageType_CONTROL {
+	if !c.toScheduler || r.schedOutbox == nil || msg.ProducerID != protocol.SchedulerID || msg.Envelope.GetMessageType() != commonpb.MessageType_CONTROL {
 		return c, nil
 	}
-	h, err := r.inbox.AckEntry(msg, ack)
+	h, err := r.schedOutbox.Entry(ControlAck{Message: msg, Ack: ack})
 	if err != nil {
 		return c, fmt.Errorf("prepare the scheduler's outbox entry: %w", err)
 	}
@@ -128,7 +159,7 @@ func (r *Router) withSchedulerEntry(c control, msg store.MessageRecord, ack prot
 // deliverEntry makes the in-line attempt of a handoff the router wrote. A failure is not
 // the caller's: the handoff is stored, and the relay delivers it once Temporal takes it.
 func (r *Router) deliverEntry(ctx context.Context, h store.OutboxEntry) {
-	if err := r.inbox.Deliver(ctx, h); err != nil {
+	if err := r.schedOutbox.Deliver(ctx, h); err != nil {
 		slog.Default().Warn("outbox entry for the scheduler stored; its delivery to Temporal is retried by the outbox relay", "kind", h.Kind,
 			"entry_id", h.ID, "workflow_id", h.WorkflowID, "error", err)
 	}
@@ -137,7 +168,7 @@ func (r *Router) deliverEntry(ctx context.Context, h store.OutboxEntry) {
 // controlUndeliverable records an ACK for the scheduler that no inbox takes.
 func (r *Router) controlUndeliverable(ctx context.Context, env *commonpb.Envelope, ack protocol.AckPayload) {
 	reason := "no scheduler inbox in this process"
-	if r.inbox != nil {
+	if r.schedOutbox != nil {
 		reason = "not an ACK of a CONTROL message"
 	}
 	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.control_undeliverable",
@@ -145,57 +176,32 @@ func (r *Router) controlUndeliverable(ctx context.Context, env *commonpb.Envelop
 		Details: map[string]any{"reason": reason, "ack_stage": ack.Stage.String()}})
 }
 
-// toSchedulerControl hands a CONTROL envelope an agent addressed to the scheduler to the
-// inbox, after validating it.
-func (r *Router) toSchedulerControl(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
-	if mt := env.GetMessageType(); mt == commonpb.MessageType_TOOL_RESULT || mt == commonpb.MessageType_TOOL_ERROR {
-		return r.toSchedulerToolReply(ctx, env)
-	}
-	if r.inbox == nil {
-		return r.reject(ctx, env, protocol.SchedulerID, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "this server does not run the scheduler's inbox"))
-	}
-	c, perr := protocol.ParseControl(env)
-	if perr != nil {
-		return r.reject(ctx, env, protocol.SchedulerID, perr)
-	}
-	if c.Type != protocol.ControlNonPreemptibleBegin && c.Type != protocol.ControlNonPreemptibleEnd {
-		return r.reject(ctx, env, protocol.SchedulerID, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
-			"agents may send the scheduler only %s and %s, not %s", protocol.ControlNonPreemptibleBegin, protocol.ControlNonPreemptibleEnd, c.Type))
-	}
-	perr, err := r.inbox.Control(ctx, env, c)
-	switch {
-	case err != nil:
-		return nil, err
-	case perr != nil:
-		return r.reject(ctx, env, protocol.SchedulerID, perr)
-	}
-	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "scheduler.control_received",
-		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(), Details: map[string]any{"type": c.Type, "task_id": c.TaskID, "max_duration_ms": c.MaxDurationMS}})
-	return nil, nil
-}
-
-// ToolReplier is the part of a SchedulerInbox that takes provider agents' answers to the tool
-// calls the scheduler routed to them (§18.2).
-type ToolReplier interface {
-	// ToolReply stores a TOOL_RESULT or TOOL_ERROR envelope addressed to the scheduler; a
-	// protocol refusal comes back as a *protocol.Error.
-	ToolReply(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error)
-}
-
-// toSchedulerToolReply hands a provider agent's TOOL_RESULT or TOOL_ERROR to the inbox.
-func (r *Router) toSchedulerToolReply(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
-	tr, ok := r.inbox.(ToolReplier)
+// toScheduler hands a message an agent addressed to the scheduler to the handler of its
+// message type.
+func (r *Router) toScheduler(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
+	h, ok := r.schedHandlers[env.GetMessageType()]
 	if !ok {
-		return r.reject(ctx, env, protocol.SchedulerID, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "this server does not take tool replies"))
+		return r.reject(ctx, env, protocol.SchedulerID, r.noSchedulerHandler(env.GetMessageType()))
 	}
-	perr, err := tr.ToolReply(ctx, env)
+	perr, err := h(ctx, env)
 	switch {
 	case err != nil:
 		return nil, err
 	case perr != nil:
 		return r.reject(ctx, env, protocol.SchedulerID, perr)
 	}
-	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "tool.reply_received",
-		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(), Details: map[string]any{"message_type": env.GetMessageType().String()}})
 	return nil, nil
+}
+
+// noSchedulerHandler is the refusal of a message to the scheduler whose type has no handler.
+func (r *Router) noSchedulerHandler(mt commonpb.MessageType) *protocol.Error {
+	if len(r.schedHandlers) == 0 {
+		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "this server does not run the scheduler's inbox")
+	}
+	taken := make([]string, 0, len(r.schedHandlers))
+	for t := range r.schedHandlers {
+		taken = append(taken, t.String())
+	}
+	slices.Sort(taken)
+	return protocol.Errorf(commonpb.ErrorCode_UNSUPPORTED_MESSAGE_TYPE, "the scheduler takes %s from agents, not %s", strings.Join(taken, ", "), mt)
 }

@@ -26,7 +26,8 @@ import (
 // SendControl, never through Send, and are not checked.
 
 // checkWorktree refuses an envelope naming a worktree its producer is not bound to.
-func (r *Router) checkWorktree(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
+func (r *Router) checkWorktree(ctx context.Context, s *sending) (*protocol.Error, error) {
+	env := s.env
 	repoID, worktreeID := env.GetRepoId(), env.GetWorktreeId()
 	if repoID == "" && worktreeID == "" {
 		return nil, nil

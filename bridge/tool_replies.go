@@ -1,4 +1,4 @@
-package frontend
+package bridge
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
@@ -35,12 +36,25 @@ type ToolReplyPayload struct {
 	Note string `json:"note,omitempty"`
 }
 
-// ToolReply stores what a provider agent answers to a call it was routed (§18.2): a frame, or
-// the call's final frame — its result or its TOOL_ERROR — whose storing then reaches the
-// call's workflow as an outbox entry. Only the call's provider may answer it; an answer to a call
-// that already ended is refused, so the agent learns that its work was not used.
-func (in *SchedulerInbox) ToolReply(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
-	if in.store == nil {
+// toolReply takes a TOOL_RESULT or TOOL_ERROR envelope a provider agent addressed to the
+// scheduler: it stores the answer and records that it was taken.
+func (s *Scheduler) toolReply(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
+	perr, err := s.storeToolReply(ctx, env)
+	if perr != nil || err != nil {
+		return perr, err
+	}
+	s.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "tool.reply_received",
+		AgentID: env.GetProducerId(), MessageID: env.GetMessageId(), Details: map[string]any{"message_type": env.GetMessageType().String()}})
+	return nil, nil
+}
+
+// storeToolReply stores what a provider agent answers to a call it was routed (§18.2): a
+// frame, or the call's final frame — its result or its TOOL_ERROR — whose storing then
+// reaches the call's workflow as an outbox entry. Only the call's provider may answer it; an
+// answer to a call that already ended is refused, so the agent learns that its work was not
+// used.
+func (s *Scheduler) storeToolReply(ctx context.Context, env *commonpb.Envelope) (*protocol.Error, error) {
+	if s.store == nil {
 		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "this server does not take tool replies"), nil
 	}
 	var p ToolReplyPayload
@@ -50,7 +64,7 @@ func (in *SchedulerInbox) ToolReply(ctx context.Context, env *commonpb.Envelope)
 	if p.CallID == "" {
 		p.CallID = env.GetCorrelationId()
 	}
-	calls := in.store.ToolCalls()
+	calls := s.store.ToolCalls()
 	rec, err := calls.GetCall(ctx, p.CallID)
 	if errors.Is(err, store.ErrNotFound) {
 		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no tool call %q", p.CallID), nil
@@ -97,15 +111,15 @@ func (in *SchedulerInbox) ToolReply(ctx context.Context, env *commonpb.Envelope)
 		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "call %s already ended; the answer is not stored", p.CallID), nil
 	}
 	provided.FinalFrame = fin.FrameNo
-	h, err := newOutboxEntry(workflows.OutboxToolProvided, workflows.ToolWorkflowID(p.CallID), workflows.ToolProvidedPayload{CallID: p.CallID, Provided: provided})
+	h, err := NewOutboxEntry(workflows.OutboxToolProvided, workflows.ToolWorkflowID(p.CallID), workflows.ToolProvidedPayload{CallID: p.CallID, Provided: provided})
 	if err != nil {
 		return nil, err
 	}
 	// The answer is stored: should this outbox entry be lost with the process, the call ends at
 	// its deadline and finds the stored answer standing (the first final frame wins).
-	if err := in.store.Outbox().Add(ctx, []store.OutboxEntry{h}, store.OutboxLease); err != nil {
+	if err := s.store.Outbox().Add(ctx, []store.OutboxEntry{h}, store.OutboxLease); err != nil {
 		return nil, fmt.Errorf("hand the answer to call %s to Temporal: %w", p.CallID, err)
 	}
-	_ = in.relay.Deliver(ctx, h)
+	_ = s.relay.Deliver(ctx, h)
 	return nil, nil
 }

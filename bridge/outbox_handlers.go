@@ -1,4 +1,4 @@
-package frontend
+package bridge
 
 import (
 	"context"
@@ -124,8 +124,8 @@ func signalEntry[P any](tc client.Client, target func(P) (workflowID, signal str
 	}
 }
 
-// newOutboxEntry builds an entry of kind for workflowID with payload encoded as JSON.
-func newOutboxEntry(kind, workflowID string, payload any) (store.OutboxEntry, error) {
+// NewOutboxEntry builds an entry of kind for workflowID with payload encoded as JSON.
+func NewOutboxEntry(kind, workflowID string, payload any) (store.OutboxEntry, error) {
 	b, err := json.Marshal(payload)
 	if err != nil {
 		return store.OutboxEntry{}, fmt.Errorf("encode %s entry: %w", kind, err)
