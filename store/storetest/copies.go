@@ -11,6 +11,13 @@ import (
 
 // runCopies checks that no sub-store aliases what its caller passed in or got back.
 func runCopies(t *testing.T, newStore func(t *testing.T) store.Store) {
+	runEnvelopeCopies(t, newStore)
+	runRecordCopies(t, newStore)
+}
+
+// runEnvelopeCopies checks that the message plane keeps and hands out its own copies of
+// envelopes.
+func runEnvelopeCopies(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Envelopes", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
@@ -45,7 +52,10 @@ func runCopies(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.True(t, ok)
 		requireProtoEqual(t, Envelope("m1"), d.Envelope)
 	})
+}
 
+// runRecordCopies checks the same of the registry, audit, artifact and HITL records.
+func runRecordCopies(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("RegistryRecords", func(t *testing.T) {
 		reg := newStore(t).Registry()
 		ctx := t.Context()

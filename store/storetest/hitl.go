@@ -33,8 +33,20 @@ func invocationIDs(recs []store.HITLRecord) []string {
 	return out
 }
 
-// runHITL checks the HITL invocation projection (§15).
+// runHITL checks the HITL invocation projection (§15), one concern per function; every subtest
+// stays a direct child of HITL.
 func runHITL(t *testing.T, newStore func(t *testing.T) store.Store) {
+	runHITLPut(t, newStore)
+	runHITLRePut(t, newStore)
+	runHITLComplete(t, newStore)
+	runHITLListFilters(t, newStore)
+	runHITLListOrder(t, newStore)
+	runHITLConcurrentCompletes(t, newStore)
+}
+
+// runHITLPut checks that a recorded invocation reads back whole and that invalid ones are
+// refused.
+func runHITLPut(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("PutGetRoundTrip", func(t *testing.T) {
 		h := newStore(t).HITL()
 		ctx := t.Context()
@@ -101,7 +113,11 @@ func runHITL(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Empty(t, list)
 	})
+}
 
+// runHITLRePut checks recording an invocation again: it replaces a pending one and is refused
+// once decided.
+func runHITLRePut(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("RePutWhilePendingReplaces", func(t *testing.T) {
 		h := newStore(t).HITL()
 		ctx := t.Context()
@@ -159,7 +175,11 @@ func runHITL(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, `{"decision":"approve"}`, string(got.Outcome))
 		requireSameTime(t, decidedAt, got.DecidedAt, "decided_at")
 	})
+}
 
+// runHITLComplete checks CompleteInvocation: the outcome is stored once, a same-bytes retry is
+// a no-op.
+func runHITLComplete(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Complete", func(t *testing.T) {
 		h := newStore(t).HITL()
 		ctx := t.Context()
@@ -211,7 +231,10 @@ func runHITL(t *testing.T, newStore func(t *testing.T) store.Store) {
 		requireRecent(t, got.DecidedAt)
 		require.Equal(t, time.UTC, got.DecidedAt.Location())
 	})
+}
 
+// runHITLListFilters checks ListInvocations' filters.
+func runHITLListFilters(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("ListFilters", func(t *testing.T) {
 		h := newStore(t).HITL()
 		ctx := t.Context()
@@ -272,7 +295,10 @@ func runHITL(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, `{"n":1}`, string(got.Outcome))
 		requireSameTime(t, base.Add(time.Hour), got.DecidedAt, "decided_at")
 	})
+}
 
+// runHITLListOrder checks ListInvocations' order and its limits.
+func runHITLListOrder(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("ListOrderAndLimit", func(t *testing.T) {
 		h := newStore(t).HITL()
 		ctx := t.Context()
@@ -324,7 +350,11 @@ func runHITL(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Equal(t, ids[5:], invocationIDs(recs))
 	})
+}
 
+// runHITLConcurrentCompletes checks racing completions: one outcome wins, identical ones all
+// succeed.
+func runHITLConcurrentCompletes(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("ConcurrentCompleteOneWins", func(t *testing.T) {
 		h := newStore(t).HITL()
 		ctx := t.Context()

@@ -13,8 +13,21 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
-// runIdempotency checks the idempotency cache (§11.1–§11.3).
+// runIdempotency checks the idempotency cache (§11.1–§11.3), one concern per function; every
+// subtest stays a direct child of Idempotency.
 func runIdempotency(t *testing.T, newStore func(t *testing.T) store.Store) {
+	runDedupLifecycle(t, newStore)
+	runDedupRefusals(t, newStore)
+	runDedupScope(t, newStore)
+	runDedupConcurrentAdmits(t, newStore)
+	runDedupConcurrentAdvances(t, newStore)
+	runLateAcks(t, newStore)
+	runCancelUndelivered(t, newStore)
+}
+
+// runDedupLifecycle follows one key through its attempts: in progress, retrying after a
+// timeout, terminal with a cached outcome.
+func runDedupLifecycle(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Lifecycle", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
@@ -86,7 +99,11 @@ func runIdempotency(t *testing.T, newStore func(t *testing.T) store.Store) {
 		_, err = mp.Idempotency(ctx, "alice", "t:unknown", time.Hour)
 		require.ErrorIs(t, err, store.ErrNotFound)
 	})
+}
 
+// runDedupRefusals checks the admissions that change nothing: a duplicate message_id, a
+// duplicate of a retrying attempt, and a full buffer.
+func runDedupRefusals(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("DuplicateMessageIDChangesNothing", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
@@ -182,7 +199,11 @@ func runIdempotency(t *testing.T, newStore func(t *testing.T) store.Store) {
 		admitReq(t, mp, req)
 		require.Equal(t, 2, entry(t, mp, "k2").Attempts)
 	})
+}
 
+// runDedupScope checks where the cache applies: tracked admissions only, within the window,
+// and kept in step by Advance.
+func runDedupScope(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("UntrackedAdmissionIgnoresDedup", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		req := dedupReq("u1", "bob", "k1")
@@ -263,7 +284,11 @@ func runIdempotency(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, stFailed, e.TerminalState)
 		require.Equal(t, commonpb.ErrorCode_AGENT_UNAVAILABLE, e.ErrorCode)
 	})
+}
 
+// runDedupConcurrentAdmits checks that racing admissions under one token admit exactly one
+// attempt.
+func runDedupConcurrentAdmits(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("ConcurrentAdmitsOneToken", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
@@ -327,7 +352,11 @@ func runIdempotency(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, second, e.LatestMessageID)
 		require.Equal(t, 2, e.Attempts, "the retrying entry admitted exactly one next attempt")
 	})
+}
 
+// runDedupConcurrentAdvances checks that racing transitions leave the entry in step with its
+// latest attempt.
+func runDedupConcurrentAdvances(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("ConcurrentAdvancesKeepEntryInStep", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
@@ -394,7 +423,11 @@ func runIdempotency(t *testing.T, newStore func(t *testing.T) store.Store) {
 			require.Equal(t, id, e.OriginalMessageID)
 		}
 	})
+}
 
+// runLateAcks checks an ACK that arrives after its message timed out (§11.1 rules 1 and 4),
+// also when several race.
+func runLateAcks(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("RecordLateAck", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
@@ -494,7 +527,11 @@ func runIdempotency(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Len(t, winners, 1)
 		require.Equal(t, winners[0], entry(t, mp, "k").Result)
 	})
+}
 
+// runCancelUndelivered checks that only a row no stream has claimed can be cancelled (§11.1
+// rule 2).
+func runCancelUndelivered(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("CancelUndelivered", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()

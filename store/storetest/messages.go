@@ -840,43 +840,52 @@ func runConcurrentAdvance(t *testing.T, newStore func(t *testing.T) store.Store)
 	})
 }
 
+// admitMix admits nP PRIVILEGED, nS STANDARD and nB BULK rows to bob, named p0.., s0..,
+// b0.., interleaved so that seq order alone never gives the expected claim order.
+func admitMix(t *testing.T, mp store.MessagePlane, nP, nS, nB int) {
+	t.Helper()
+	var p, s, b int
+	for p < nP || s < nS || b < nB {
+		if b < nB {
+			admitReq(t, mp, laneReq(fmt.Sprintf("b%d", b), "bob", commonpb.CommunicationClass_BULK))
+			b++
+		}
+		if s < nS {
+			admitReq(t, mp, laneReq(fmt.Sprintf("s%d", s), "bob", commonpb.CommunicationClass_STANDARD))
+			s++
+		}
+		for range 2 {
+			if p < nP {
+				admitReq(t, mp, laneReq(fmt.Sprintf("p%d", p), "bob", commonpb.CommunicationClass_PRIVILEGED))
+				p++
+			}
+		}
+	}
+}
+
+// laneIDs names the rows prefix<from>..prefix<to-1> that admitMix admits.
+func laneIDs(prefix string, from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, fmt.Sprintf("%s%d", prefix, i))
+	}
+	return out
+}
+
 // runLanes checks the communication class lanes (§7.3) and the TTL (§11) of admitted rows.
 func runLanes(t *testing.T, newStore func(t *testing.T) store.Store) {
-	// admitMix admits nP PRIVILEGED, nS STANDARD and nB BULK rows to bob, named p0.., s0..,
-	// b0.., interleaved so that seq order alone never gives the expected claim order.
-	admitMix := func(t *testing.T, mp store.MessagePlane, nP, nS, nB int) {
-		t.Helper()
-		var p, s, b int
-		for p < nP || s < nS || b < nB {
-			if b < nB {
-				admitReq(t, mp, laneReq(fmt.Sprintf("b%d", b), "bob", commonpb.CommunicationClass_BULK))
-				b++
-			}
-			if s < nS {
-				admitReq(t, mp, laneReq(fmt.Sprintf("s%d", s), "bob", commonpb.CommunicationClass_STANDARD))
-				s++
-			}
-			for range 2 {
-				if p < nP {
-					admitReq(t, mp, laneReq(fmt.Sprintf("p%d", p), "bob", commonpb.CommunicationClass_PRIVILEGED))
-					p++
-				}
-			}
-		}
-	}
-	ids := func(prefix string, from, to int) []string {
-		var out []string
-		for i := from; i < to; i++ {
-			out = append(out, fmt.Sprintf("%s%d", prefix, i))
-		}
-		return out
-	}
+	runLaneOrder(t, newStore)
+	runTTLRows(t, newStore)
+}
 
+// runLaneOrder checks how Claim interleaves the lanes: weighted round robin, PRIVILEGED first,
+// whole rounds, and no lane starving another.
+func runLaneOrder(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("WeightedRoundRobin", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		admitMix(t, mp, 12, 6, 2)
 		ds := claimW(t, mp, "bob", 20, store.LaneWeights{Privileged: 6, Standard: 3, Bulk: 1})
-		want := slices.Concat(ids("p", 0, 6), ids("s", 0, 3), ids("b", 0, 1), ids("p", 6, 12), ids("s", 3, 6), ids("b", 1, 2))
+		want := slices.Concat(laneIDs("p", 0, 6), laneIDs("s", 0, 3), laneIDs("b", 0, 1), laneIDs("p", 6, 12), laneIDs("s", 3, 6), laneIDs("b", 1, 2))
 		require.Equal(t, want, messageIDs(ds), "6P,3S,1B,6P,3S,1B")
 		for _, d := range ds {
 			require.Equal(t, 1, d.Attempts)
@@ -888,8 +897,8 @@ func runLanes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		mp := newStore(t).Messages()
 		admitMix(t, mp, 12, 6, 2)
 		w := store.LaneWeights{Privileged: 6, Standard: 3, Bulk: 1}
-		require.Equal(t, ids("p", 0, 4), messageIDs(claimW(t, mp, "bob", 4, w)), "the limit cuts the first round")
-		want := slices.Concat(ids("p", 4, 10), ids("s", 0, 3), ids("b", 0, 1), ids("p", 10, 12), ids("s", 3, 6), ids("b", 1, 2))
+		require.Equal(t, laneIDs("p", 0, 4), messageIDs(claimW(t, mp, "bob", 4, w)), "the limit cuts the first round")
+		want := slices.Concat(laneIDs("p", 4, 10), laneIDs("s", 0, 3), laneIDs("b", 0, 1), laneIDs("p", 10, 12), laneIDs("s", 3, 6), laneIDs("b", 1, 2))
 		require.Equal(t, want, messageIDs(claimW(t, mp, "bob", 20, w)))
 	})
 
@@ -897,9 +906,9 @@ func runLanes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		mp := newStore(t).Messages()
 		admitMix(t, mp, 12, 6, 2)
 		w := store.LaneWeights{Privileged: 6, Standard: 3, Bulk: 1}
-		want := slices.Concat(ids("p", 0, 6), ids("s", 0, 3), ids("b", 0, 1))
+		want := slices.Concat(laneIDs("p", 0, 6), laneIDs("s", 0, 3), laneIDs("b", 0, 1))
 		require.Equal(t, want, messageIDs(claimW(t, mp, "bob", 10, w)), "one round, not the first 10 PRIVILEGED rows")
-		want = slices.Concat(ids("p", 6, 12), ids("s", 3, 6), ids("b", 1, 2))
+		want = slices.Concat(laneIDs("p", 6, 12), laneIDs("s", 3, 6), laneIDs("b", 1, 2))
 		require.Equal(t, want, messageIDs(claimW(t, mp, "bob", 10, w)))
 	})
 
@@ -913,7 +922,7 @@ func runLanes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		// other lanes share the claim.
 		mp = newStore(t).Messages()
 		admitMix(t, mp, 4, 4, 4)
-		require.Equal(t, ids("p", 0, 4), messageIDs(claimW(t, mp, "bob", 4, store.LaneWeights{Privileged: 9})))
+		require.Equal(t, laneIDs("p", 0, 4), messageIDs(claimW(t, mp, "bob", 4, store.LaneWeights{Privileged: 9})))
 		ds = claimW(t, mp, "bob", 6, store.LaneWeights{Privileged: 9, Standard: 2, Bulk: 1})
 		require.Equal(t, []string{"s0", "s1", "b0", "s2", "s3", "b1"}, messageIDs(ds))
 	})
@@ -935,7 +944,10 @@ func runLanes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		ds := claimW(t, mp, "bob", 10, store.LaneWeights{Privileged: 1, Standard: 1, Bulk: 1})
 		require.Equal(t, []string{"p0", "u0", "b0", "s0", "u1"}, messageIDs(ds))
 	})
+}
 
+// runTTLRows checks that a row whose TTL ran out is not delivered.
+func runTTLRows(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("TTLRowsAreNotDeliverable", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
@@ -1022,8 +1034,17 @@ func runSubscribe(t *testing.T, newStore func(t *testing.T) store.Store) {
 	})
 }
 
-// runResume checks stream resumption (§5.5), retention (Prune) and the buffer metrics (§13).
+// runResume checks stream resumption (§5.5), retention (Prune) and the buffer metrics (§13),
+// one concern per function; every subtest stays a direct child of Resume.
 func runResume(t *testing.T, newStore func(t *testing.T) store.Store) {
+	runResumeAfter(t, newStore)
+	runPrune(t, newStore)
+	runBufferStats(t, newStore)
+}
+
+// runResumeAfter checks ResumeAfter: rows through the offset are confirmed, an offset past the
+// stream is refused.
+func runResumeAfter(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("ConfirmsThroughOffset", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
@@ -1069,7 +1090,11 @@ func runResume(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, mp.ResumeAfter(ctx, "carol", last))
 		require.Equal(t, 0, depth(t, mp, "carol"))
 	})
+}
 
+// runPrune checks Prune: confirmed rows and stale idempotency entries go, and a resume behind
+// the pruned horizon is refused.
+func runPrune(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("PruneAndExpiredPosition", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
@@ -1139,7 +1164,10 @@ func runResume(t *testing.T, newStore func(t *testing.T) store.Store) {
 		admitReq(t, mp, dedupReq("m3", "bob", "old"))
 		require.Equal(t, "m3", entry(t, mp, "old").OriginalMessageID)
 	})
+}
 
+// runBufferStats checks the per-agent buffer depth and age behind the back-pressure metrics.
+func runBufferStats(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("BufferStats", func(t *testing.T) {
 		mp := newStore(t).Messages()
 		ctx := t.Context()
