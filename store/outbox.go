@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Entry is a promise that a store write makes to Temporal: one signal or workflow start
+// OutboxEntry is a promise that a store write makes to Temporal: one signal or workflow start
 // that must reach its workflow after the write committed, even when Temporal is unreachable
 // at that moment or the process dies right after the commit. It is written in the same
 // transaction as the state it reports (the transactional outbox pattern), so the store

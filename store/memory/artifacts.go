@@ -1,8 +1,3 @@
-// Package memory is the in-process implementation of store.Store: the embedded default for
-// `sw4rm dev` and unit tests. Everything lives in mutex-protected maps and is lost when the
-// process exits, like the Temporal dev server's default database. It passes the same
-// conformance suite (store/storetest) as store/postgres, so code tested against it behaves
-// the same in production.
 package memory
 
 import (

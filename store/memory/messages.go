@@ -1,11 +1,9 @@
 package memory
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -13,56 +11,314 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
-// This file holds the parts of the message plane added for lanes, TTL, the idempotency cache,
-// stream resumption, retention, back-pressure metrics and pending responses. Every method runs
-// under s.mu, so each is atomic like the corresponding PostgreSQL transaction.
+// messagePlane implements store.MessagePlane: admission, delivery rows, the message records
+// and planned steps (this file), the idempotency cache (idempotency.go), expiry (expiry.go),
+// resumption, retention and buffer metrics (retention.go) and pending responses
+// (responses.go). Every method runs under s.mu, so each is atomic like the corresponding
+// PostgreSQL transaction.
+type messagePlane Store
 
-// idemKey identifies one idempotency entry.
-type idemKey struct{ producer, key string }
+func (m *messagePlane) s() *Store { return (*Store)(m) }
 
-// dedupOf returns the request's effective Dedup (with its window defaulted), or nil when the
-// admission does not consult the cache: Dedup applies to tracked messages with a key only.
-func dedupOf(req store.AdmitRequest) *store.Dedup {
-	if !req.Track || req.Dedup == nil || req.Dedup.Key == "" {
-		return nil
+// Admit implements store.MessagePlane. The idempotency cache answers before the capacity
+// check: a duplicate or an operation in progress is refused as such even into a full buffer.
+func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
 	}
-	d := *req.Dedup
-	d.Window = dedupWindow(d.Window)
-	return &d
+	if req.Envelope == nil || req.Envelope.GetMessageId() == "" {
+		return 0, errors.New("memory: admit: envelope with a message_id is required")
+	}
+	if req.RecipientID == "" {
+		return 0, errors.New("memory: admit: recipient_id is required")
+	}
+	envBytes, err := marshalEnvelope(req.Envelope)
+	if err != nil {
+		return 0, err
+	}
+	env := req.Envelope
+	id := env.GetMessageId()
+	dedup := dedupOf(req)
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	// The duplicate check comes first: a duplicate "changes nothing", not even a rejection.
+	if _, ok := s.messages[id]; ok {
+		return 0, fmt.Errorf("memory: admit %q: %w", id, store.ErrDuplicateMessage)
+	}
+	t := now()
+	row := newMessageRow(&req, envBytes, t)
+	// reject records a tracked message as REJECTED (never a silent drop) without enqueuing it.
+	reject := func(code commonpb.ErrorCode, note string) {
+		if !req.Track {
+			return
+		}
+		row.state = commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED
+		row.errCode = code
+		row.note = note
+		s.messages[id] = row
+	}
+
+	var entry *store.IdempotencyEntry // the live entry to continue, nil for a new operation
+	if dedup != nil {
+		row.dedupProducer, row.dedupKey = dedup.ProducerID, dedup.Key
+		if e := s.liveEntry(idemKey{dedup.ProducerID, dedup.Key}, dedup.Window, t); e != nil {
+			switch e.Status {
+			case store.OpInProgress:
+				reject(commonpb.ErrorCode_ALREADY_IN_PROGRESS, inProgressNote(e.LatestMessageID))
+				return 0, &store.DedupError{Entry: *e, InProgress: true}
+			case store.OpTerminal:
+				reject(commonpb.ErrorCode_DUPLICATE_DETECTED, duplicateNote(e.OriginalMessageID))
+				return 0, &store.DedupError{Entry: *e}
+			}
+			entry = e // retrying: this is the next attempt
+		}
+	}
+	if req.Capacity > 0 && s.data[req.RecipientID] >= req.Capacity {
+		// §13: never a silent drop — the rejection stays visible through GetMessage. The
+		// idempotency cache is left as it was.
+		reject(commonpb.ErrorCode_BUFFER_FULL, store.BufferFullNote(req.RecipientID, req.Capacity))
+		return 0, fmt.Errorf("memory: admit %q to %q: %w", id, req.RecipientID, store.ErrBufferFull)
+	}
+	s.seq++
+	row.seq = s.seq
+	s.messages[id] = row
+	if req.Track {
+		s.sent[id] = struct{}{}
+	}
+	s.addDelivery(row, id, req.Lane, req.Capacity > 0, t)
+	if dedup != nil {
+		if entry == nil {
+			s.idem[idemKey{dedup.ProducerID, dedup.Key}] = &store.IdempotencyEntry{
+				ProducerID:        dedup.ProducerID,
+				Key:               dedup.Key,
+				Status:            store.OpInProgress,
+				OriginalMessageID: id,
+				LatestMessageID:   id,
+				Attempts:          1,
+				CreatedAt:         t,
+				UpdatedAt:         t,
+			}
+		} else {
+			entry.Status = store.OpInProgress
+			entry.LatestMessageID = id
+			entry.Attempts++
+			entry.UpdatedAt = t
+		}
+	}
+	for _, h := range req.Outbox {
+		s.addOutboxLocked(h, store.OutboxLease, t)
+	}
+	s.hub.Wake(req.RecipientID)
+	return row.seq, nil
 }
 
-// dedupWindow defaults a zero or negative window and truncates it to microseconds, the
-// precision store/postgres compares with.
-func dedupWindow(w time.Duration) time.Duration {
-	return store.EffectiveDedupWindow(w).Truncate(time.Microsecond)
+// Claim implements store.MessagePlane: the deliverable rows of each lane in seq order,
+// interleaved by weighted round robin, PRIVILEGED first.
+func (m *messagePlane) Claim(ctx context.Context, req store.ClaimRequest) ([]store.Delivery, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if req.Limit <= 0 {
+		return nil, nil
+	}
+	t := time.Now()
+	// No lane can contribute more than Limit rows, so each lane's queue stops there.
+	var lanes [3][]*deliveryRow
+	for _, seq := range s.pending[req.AgentID] {
+		d := s.deliveries[seq]
+		// A row whose lease is still running belongs to the stream that claimed it; a row
+		// whose TTL ran out is never delivered (Expire settles it).
+		if (!d.leasedUntil.IsZero() && d.leasedUntil.After(t)) || (!d.expiresAt.IsZero() && !d.expiresAt.After(t)) {
+			continue
+		}
+		if q := &lanes[d.lane-1]; len(*q) < req.Limit {
+			*q = append(*q, d)
+		}
+	}
+	weights := req.Weights.InLaneOrder()
+	var (
+		out  []store.Delivery
+		next [3]int
+	)
+	for len(out) < req.Limit {
+		progress := false
+		for l := range lanes {
+			for n := 0; n < weights[l] && next[l] < len(lanes[l]) && len(out) < req.Limit; n++ {
+				d := lanes[l][next[l]]
+				next[l]++
+				d.leasedUntil = t.Add(req.Lease)
+				d.attempts++
+				del, err := d.toDelivery()
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, del)
+				progress = true
+			}
+		}
+		if !progress {
+			break
+		}
+	}
+	return out, nil
 }
 
-// Notes recorded on messages; store/postgres writes the same texts.
-func inProgressNote(latest string) string {
-	return "operation already in progress (attempt " + latest + ")"
+// ReleaseLeases implements store.MessagePlane.
+func (m *messagePlane) ReleaseLeases(ctx context.Context, agentID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	released := false
+	for _, seq := range s.pending[agentID] {
+		d := s.deliveries[seq]
+		if !d.leasedUntil.IsZero() {
+			d.leasedUntil = time.Time{}
+			released = true
+		}
+	}
+	if released {
+		s.hub.Wake(agentID)
+	}
+	return nil
 }
-func duplicateNote(original string) string { return "duplicate of " + original }
 
-// liveEntry returns the entry of k when its UpdatedAt is within window of t, else nil.
-func (s *Store) liveEntry(k idemKey, window time.Duration, t time.Time) *store.IdempotencyEntry {
-	e, ok := s.idem[k]
-	if !ok || !e.UpdatedAt.After(t.Add(-window)) {
-		return nil
+// Confirm implements store.MessagePlane.
+func (m *messagePlane) Confirm(ctx context.Context, agentID string, seq int64, messageID string) (store.Delivery, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Delivery{}, false, err
 	}
-	return e
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.unconfirmed(agentID, seq, messageID)
+	if d == nil {
+		return store.Delivery{}, false, nil
+	}
+	s.confirmRow(d, now())
+	del, err := d.toDelivery()
+	if err != nil {
+		return store.Delivery{}, false, err
+	}
+	return del, true, nil
 }
 
-// entryOf returns a copy of the idempotency entry a message was admitted under, or nil.
-func (s *Store) entryOf(row *messageRow) *store.IdempotencyEntry {
-	if row.dedupKey == "" {
+// ConfirmBatch implements store.MessagePlane.
+func (m *messagePlane) ConfirmBatch(ctx context.Context, rows []store.DeliveryRef) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, n := now(), 0
+	for _, r := range rows {
+		d := s.unconfirmed(r.AgentID, r.Seq, r.MessageID)
+		if d == nil {
+			continue
+		}
+		s.confirmRow(d, at)
+		n++
+	}
+	return n, nil
+}
+
+// unconfirmed returns agentID's unconfirmed row seq, or nil when there is none or its
+// message_id does not match a non-empty messageID; the caller holds s.mu.
+func (s *Store) unconfirmed(agentID string, seq int64, messageID string) *deliveryRow {
+	d, ok := s.deliveries[seq]
+	if !ok || !d.confirmedAt.IsZero() || d.agentID != agentID || (messageID != "" && d.messageID != messageID) {
 		return nil
 	}
-	e, ok := s.idem[idemKey{row.dedupProducer, row.dedupKey}]
-	if !ok {
-		return nil
+	return d
+}
+
+// confirmRow marks an unconfirmed row confirmed and takes it out of its agent's buffer. The
+// row stays (for Prune) until its retention ends.
+func (s *Store) confirmRow(d *deliveryRow, t time.Time) {
+	d.leasedUntil = time.Time{}
+	d.confirmedAt = t
+	s.unqueue(d)
+}
+
+// dropRow deletes an unconfirmed row outright (it was never delivered).
+func (s *Store) dropRow(d *deliveryRow) {
+	s.unqueue(d)
+	delete(s.deliveries, d.seq)
+}
+
+// unqueue removes a row from its agent's buffer list.
+func (s *Store) unqueue(d *deliveryRow) {
+	s.pending[d.agentID] = slices.DeleteFunc(s.pending[d.agentID], func(x int64) bool { return x == d.seq })
+	if len(s.pending[d.agentID]) == 0 {
+		delete(s.pending, d.agentID)
 	}
-	c := *e
-	return &c
+	if d.counted {
+		if s.data[d.agentID]--; s.data[d.agentID] <= 0 {
+			delete(s.data, d.agentID)
+		}
+	}
+}
+
+// Depth implements store.MessagePlane.
+func (m *messagePlane) Depth(ctx context.Context, agentID string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending[agentID]), nil
+}
+
+// GetMessage implements store.MessagePlane.
+func (m *messagePlane) GetMessage(ctx context.Context, messageID string) (store.MessageRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return store.MessageRecord{}, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.messages[messageID]
+	if !ok || !row.tracked {
+		return store.MessageRecord{}, fmt.Errorf("memory: message %q: %w", messageID, store.ErrNotFound)
+	}
+	return row.toRecord(messageID)
+}
+
+// Advance implements store.MessagePlane.
+func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal store.LegalFunc) (store.MessageRecord, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.MessageRecord{}, false, err
+	}
+	s := m.s()
+	// The whole check-and-write runs under the store lock, so legal sees the state it changes.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.messages[t.MessageID]
+	if !ok || !row.tracked {
+		return store.MessageRecord{}, false, fmt.Errorf("memory: advance %q: %w", t.MessageID, store.ErrNotFound)
+	}
+	if row.state == t.To || legal == nil || !legal(row.state, t.To) {
+		rec, err := row.toRecord(t.MessageID)
+		return rec, false, err
+	}
+	at := now()
+	s.setState(t.MessageID, row, t.To, t.ErrorCode, t.Note, at)
+	// The idempotency entry follows in the same critical section.
+	s.followEntry(t.MessageID, row, t.To, t.ErrorCode, t.Note, at)
+	rec, err := row.toRecord(t.MessageID)
+	if err != nil {
+		return store.MessageRecord{}, false, err
+	}
+	return rec, true, nil
 }
 
 // setState changes a message's lifecycle state and keeps the Expire candidates in step.
@@ -77,338 +333,6 @@ func (s *Store) setState(id string, row *messageRow, to commonpb.EnvelopeState, 
 		delete(s.sent, id)
 	}
 }
-
-// followEntry applies a message's transition to its idempotency entry: TIMED_OUT of the latest
-// attempt makes it retrying; a completion (FULFILLED, REJECTED, FAILED) makes it terminal with
-// this message's outcome. A terminal entry never changes again.
-func (s *Store) followEntry(id string, row *messageRow, to commonpb.EnvelopeState, code commonpb.ErrorCode, note string, at time.Time) {
-	if row.dedupKey == "" {
-		return
-	}
-	e, ok := s.idem[idemKey{row.dedupProducer, row.dedupKey}]
-	if !ok || e.Status == store.OpTerminal {
-		return
-	}
-	switch to {
-	case commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT:
-		if e.LatestMessageID == id {
-			e.Status = store.OpRetrying
-			e.UpdatedAt = at
-		}
-	case commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED,
-		commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED,
-		commonpb.EnvelopeState_ENVELOPE_STATE_FAILED:
-		makeTerminal(e, id, to, code, note, at)
-	}
-}
-
-func makeTerminal(e *store.IdempotencyEntry, id string, to commonpb.EnvelopeState, code commonpb.ErrorCode, note string, at time.Time) {
-	e.Status = store.OpTerminal
-	e.OriginalMessageID = id
-	e.TerminalState = to
-	e.ErrorCode = code
-	e.Result = note
-	e.CachedAt = at
-	e.UpdatedAt = at
-}
-
-// Expire implements store.MessagePlane. The oldest messages go first; each ExpiredMessage's
-// Entry is the entry as the whole sweep left it.
-func (m *messagePlane) Expire(ctx context.Context, ackTimeout time.Duration, limit int) ([]store.ExpiredMessage, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if limit <= 0 {
-		return nil, nil
-	}
-	s := m.s()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := now()
-	cutoff := t.Add(-ackTimeout.Truncate(time.Microsecond))
-	type cand struct {
-		id  string
-		row *messageRow
-	}
-	var due []cand
-	for id := range s.sent {
-		row := s.messages[id]
-		ttl := !row.expiresAt.IsZero() && !row.expiresAt.After(t)
-		if ttl || !row.createdAt.After(cutoff) {
-			due = append(due, cand{id, row})
-		}
-	}
-	slices.SortFunc(due, func(a, b cand) int {
-		return cmp.Or(a.row.createdAt.Compare(b.row.createdAt), cmp.Compare(a.id, b.id))
-	})
-	due = due[:min(len(due), limit)]
-
-	timeoutNote := store.AckTimeoutNote(ackTimeout)
-	for _, c := range due {
-		to, code, note := commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT, commonpb.ErrorCode_ACK_TIMEOUT, timeoutNote
-		if !c.row.expiresAt.IsZero() && !c.row.expiresAt.After(t) {
-			to, code, note = commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.ErrorCode_TTL_EXPIRED, store.TTLExpiredNote
-		}
-		s.setState(c.id, c.row, to, code, note, t)
-		// A row no stream has claimed leaves the buffer; a claimed one stays until confirmed.
-		if d, ok := s.deliveries[c.row.seq]; ok && d.confirmedAt.IsZero() && d.attempts == 0 {
-			s.dropRow(d)
-		}
-		s.followEntry(c.id, c.row, to, code, note, t)
-	}
-	out := make([]store.ExpiredMessage, 0, len(due))
-	for _, c := range due {
-		rec, err := c.row.toRecord(c.id)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, store.ExpiredMessage{Record: rec, Entry: s.entryOf(c.row)})
-	}
-	return out, nil
-}
-
-// RecordLateAck implements store.MessagePlane. Only a message in TIMED_OUT is reconciled;
-// for any other state the call reports the record and entry and changes nothing.
-func (m *messagePlane) RecordLateAck(ctx context.Context, messageID string, stage commonpb.EnvelopeState, code commonpb.ErrorCode, note string) (store.LateAck, error) {
-	if err := ctx.Err(); err != nil {
-		return store.LateAck{}, err
-	}
-	s := m.s()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	row, ok := s.messages[messageID]
-	if !ok || !row.tracked {
-		return store.LateAck{}, fmt.Errorf("memory: late ack for %q: %w", messageID, store.ErrNotFound)
-	}
-	var out store.LateAck
-	if row.dedupKey != "" && row.state == commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT && store.IsCompletion(stage) {
-		if e, ok := s.idem[idemKey{row.dedupProducer, row.dedupKey}]; ok && e.Status != store.OpTerminal {
-			makeTerminal(e, messageID, stage, code, note, now())
-			out.Reconciled = true
-		}
-	}
-	rec, err := row.toRecord(messageID)
-	if err != nil {
-		return store.LateAck{}, err
-	}
-	out.Record = rec
-	out.Entry = s.entryOf(row)
-	return out, nil
-}
-
-// CancelUndelivered implements store.MessagePlane.
-func (m *messagePlane) CancelUndelivered(ctx context.Context, messageID string) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	s := m.s()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	row, ok := s.messages[messageID]
-	if !ok {
-		return false, nil
-	}
-	d, ok := s.deliveries[row.seq]
-	if !ok || !d.confirmedAt.IsZero() || d.attempts > 0 {
-		return false, nil
-	}
-	s.dropRow(d)
-	return true, nil
-}
-
-// Idempotency implements store.MessagePlane; a zero window means the default (3600 s).
-func (m *messagePlane) Idempotency(ctx context.Context, producerID, key string, window time.Duration) (store.IdempotencyEntry, error) {
-	if err := ctx.Err(); err != nil {
-		return store.IdempotencyEntry{}, err
-	}
-	s := m.s()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.liveEntry(idemKey{producerID, key}, dedupWindow(window), now())
-	if e == nil {
-		return store.IdempotencyEntry{}, fmt.Errorf("memory: idempotency entry %s/%s: %w", producerID, key, store.ErrNotFound)
-	}
-	return *e, nil
-}
-
-// ResumeAfter implements store.MessagePlane. A negative offset is ErrInvalidPosition too.
-func (m *messagePlane) ResumeAfter(ctx context.Context, agentID string, offset int64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s := m.s()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if offset < 0 || offset > s.seq {
-		return fmt.Errorf("memory: resume %s after %d (last seq %d): %w", agentID, offset, s.seq, store.ErrInvalidPosition)
-	}
-	if h := s.horizons[agentID]; offset < h {
-		return &store.PositionExpiredError{Offset: offset, Horizon: h}
-	}
-	t := now()
-	for _, seq := range slices.Clone(s.pending[agentID]) {
-		if seq > offset {
-			break
-		}
-		s.confirmRow(s.deliveries[seq], t)
-	}
-	return nil
-}
-
-// Prune implements store.MessagePlane.
-func (m *messagePlane) Prune(ctx context.Context, cutoff, idempotencyCutoff time.Time) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	cutoff, idempotencyCutoff = normTime(cutoff), normTime(idempotencyCutoff)
-	s := m.s()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for seq, d := range s.deliveries {
-		if d.confirmedAt.IsZero() || !d.confirmedAt.Before(cutoff) {
-			continue
-		}
-		delete(s.deliveries, seq)
-		s.horizons[d.agentID] = max(s.horizons[d.agentID], seq)
-		n++
-	}
-	for k, e := range s.idem {
-		if e.UpdatedAt.Before(idempotencyCutoff) {
-			delete(s.idem, k)
-		}
-	}
-	return n, nil
-}
-
-// BufferStats implements store.MessagePlane, ordered by agent_id.
-func (m *messagePlane) BufferStats(ctx context.Context) ([]store.BufferStat, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s := m.s()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]store.BufferStat, 0, len(s.pending))
-	for _, agentID := range slices.Sorted(maps.Keys(s.pending)) {
-		seqs := s.pending[agentID]
-		st := store.BufferStat{AgentID: agentID, Depth: len(seqs)}
-		for _, seq := range seqs {
-			if at := s.deliveries[seq].enqueuedAt; st.OldestEnqueuedAt.IsZero() || at.Before(st.OldestEnqueuedAt) {
-				st.OldestEnqueuedAt = at
-			}
-		}
-		out = append(out, st)
-	}
-	return out, nil
-}
-
-// AddPendingResponse implements store.MessagePlane. A zero Deadline means now + Timeout; an
-// empty OriginalMessageID means RequestMessageID (the first attempt).
-func (m *messagePlane) AddPendingResponse(ctx context.Context, p store.PendingResponse, entries ...store.OutboxEntry) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if p.RequestMessageID == "" {
-		return errors.New("memory: add pending response: request message_id is required")
-	}
-	if p.OriginalMessageID == "" {
-		p.OriginalMessageID = p.RequestMessageID
-	}
-	p.Timeout = p.Timeout.Truncate(time.Microsecond)
-	p.Deadline = normTime(p.Deadline)
-	if p.Deadline.IsZero() {
-		p.Deadline = now().Add(p.Timeout)
-	}
-	p.Status = "pending"
-	p.ResponseMessageID = ""
-	s := m.s()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.responses[p.RequestMessageID] = &p
-	at := now()
-	for _, h := range entries {
-		s.addOutboxLocked(h, store.OutboxLease, at)
-	}
-	return nil
-}
-
-// ResolvePendingResponse implements store.MessagePlane.
-func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessageID, responseMessageID string, entries ...store.OutboxEntry) (store.PendingResponse, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return store.PendingResponse{}, false, err
-	}
-	s := m.s()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.responses[requestMessageID]
-	if !ok {
-		return store.PendingResponse{}, false, nil
-	}
-	delete(s.responses, requestMessageID)
-	at := now()
-	for _, h := range entries {
-		s.addOutboxLocked(h, store.OutboxLease, at)
-	}
-	out := *p
-	out.Status = "fulfilled"
-	out.ResponseMessageID = responseMessageID
-	return out, true, nil
-}
-
-// ExpirePendingResponses implements store.MessagePlane, most overdue first.
-func (m *messagePlane) ExpirePendingResponses(ctx context.Context, limit int) ([]store.PendingResponse, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if limit <= 0 {
-		return nil, nil
-	}
-	s := m.s()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := now()
-	var due []store.PendingResponse
-	for _, p := range s.responses {
-		if !p.Deadline.After(t) {
-			due = append(due, *p)
-		}
-	}
-	sortPending(due)
-	due = due[:min(len(due), limit)]
-	for i := range due {
-		delete(s.responses, due[i].RequestMessageID)
-		due[i].Status = "expired"
-	}
-	return due, nil
-}
-
-// PendingResponses implements store.MessagePlane, ordered by deadline.
-func (m *messagePlane) PendingResponses(ctx context.Context, producerID string) ([]store.PendingResponse, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s := m.s()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []store.PendingResponse
-	for _, p := range s.responses {
-		if producerID == "" || p.ProducerID == producerID {
-			out = append(out, *p)
-		}
-	}
-	sortPending(out)
-	return out, nil
-}
-
-func sortPending(ps []store.PendingResponse) {
-	slices.SortFunc(ps, func(a, b store.PendingResponse) int {
-		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.RequestMessageID, b.RequestMessageID))
-	})
-}
-
-// ---------------------------------------------------------------------------------------------
-// Planned steps
 
 // AdvanceWith implements store.MessagePlane. Plan runs without s.mu held; the step is
 // written under s.mu only if the message's state is still the one Plan saw, else Plan runs
@@ -636,4 +560,46 @@ func (s *Store) addDelivery(row *messageRow, id string, lane commonpb.Communicat
 	}
 	// Seqs only grow, so appending keeps the buffer sorted.
 	s.pending[row.recipient] = append(s.pending[row.recipient], d.seq)
+}
+
+// Subscribe implements store.MessagePlane. The subscription also ends when ctx is done; the
+// channel is never closed, so a reader selecting on it after cancel does not spin.
+func (m *messagePlane) Subscribe(ctx context.Context, agentID string) (<-chan struct{}, func()) {
+	return m.s().hub.Subscribe(ctx, agentID)
+}
+
+func (d *deliveryRow) toDelivery() (store.Delivery, error) {
+	env, err := unmarshalEnvelope(d.envelope)
+	if err != nil {
+		return store.Delivery{}, err
+	}
+	return store.Delivery{
+		Seq:        d.seq,
+		AgentID:    d.agentID,
+		Envelope:   env,
+		EnqueuedAt: d.enqueuedAt,
+		Attempts:   d.attempts,
+	}, nil
+}
+
+func (r *messageRow) toRecord(messageID string) (store.MessageRecord, error) {
+	env, err := unmarshalEnvelope(r.envelope)
+	if err != nil {
+		return store.MessageRecord{}, err
+	}
+	return store.MessageRecord{
+		MessageID:     messageID,
+		ProducerID:    r.producer,
+		RecipientID:   r.recipient,
+		CorrelationID: r.corrID,
+		MessageType:   r.msgType,
+		State:         r.state,
+		ErrorCode:     r.errCode,
+		Note:          r.note,
+		Envelope:      env,
+		DedupKey:      r.dedupKey,
+		ExpiresAt:     r.expiresAt,
+		CreatedAt:     r.createdAt,
+		UpdatedAt:     r.updatedAt,
+	}, nil
 }

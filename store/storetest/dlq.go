@@ -97,7 +97,21 @@ func requireDeadLetter(t *testing.T, want, got store.DLQEntry) {
 	requireSameTime(t, want.FailedAt.Truncate(time.Microsecond), got.FailedAt, "failed_at")
 }
 
+// runDLQ checks the dead-letter queue (§21.1), one concern per function; every subtest stays a
+// direct child of DLQ.
 func runDLQ(t *testing.T, newStore func(t *testing.T) store.Store) {
+	runDLQPut(t, newStore)
+	runDLQDuplicates(t, newStore)
+	runDLQListFilters(t, newStore)
+	runDLQListOrder(t, newStore)
+	runDLQRequeue(t, newStore)
+	runDLQPurge(t, newStore)
+	runDLQCopies(t, newStore)
+}
+
+// runDLQPut checks that a dead letter reads back whole, that invalid ones are refused and that
+// the payload excerpt is bounded.
+func runDLQPut(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("PutGetRoundTrip", func(t *testing.T) {
 		q := newStore(t).DLQ()
 		ctx := t.Context()
@@ -195,7 +209,11 @@ func runDLQ(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, 320, got.PayloadSize, "the size is the payload's, not the excerpt's")
 		require.Len(t, long, 320, "the caller's slice is untouched")
 	})
+}
 
+// runDLQDuplicates checks that a second dead letter for one message_id returns the first, also
+// when racing.
+func runDLQDuplicates(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("DuplicateMessageIDReturnsExisting", func(t *testing.T) {
 		q := newStore(t).DLQ()
 		ctx := t.Context()
@@ -255,7 +273,11 @@ func runDLQ(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Len(t, list, 1)
 	})
+}
 
+// runDLQListFilters checks ListDeadLetters' filters (§21.1: time range, error class, route,
+// producer); its one subtest is a seed table and a query per filter, which reads best whole.
+func runDLQListFilters(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("ListFilters", func(t *testing.T) {
 		q := newStore(t).DLQ()
 		ctx := t.Context()
@@ -364,7 +386,10 @@ func runDLQ(t *testing.T, newStore func(t *testing.T) store.Store) {
 		requireSameTime(t, base.Add(time.Hour), es[1].RequeuedAt, "requeued_at")
 		require.Equal(t, "d4-r", es[1].RequeuedAs)
 	})
+}
 
+// runDLQListOrder checks ListDeadLetters' order and its limits.
+func runDLQListOrder(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("ListOrderAndLimit", func(t *testing.T) {
 		q := newStore(t).DLQ()
 		ctx := t.Context()
@@ -410,7 +435,10 @@ func runDLQ(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Equal(t, ids[5:], dlqIDs(es))
 	})
+}
 
+// runDLQRequeue checks MarkRequeued, once only, also when racing.
+func runDLQRequeue(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("MarkRequeued", func(t *testing.T) {
 		q := newStore(t).DLQ()
 		ctx := t.Context()
@@ -471,7 +499,10 @@ func runDLQ(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Equal(t, fmt.Sprintf("m1-r%d", winner), got.RequeuedAs, "the winner's message_id is stored")
 	})
+}
 
+// runDLQPurge checks the retention purge.
+func runDLQPurge(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Purge", func(t *testing.T) {
 		q := newStore(t).DLQ()
 		ctx := t.Context()
@@ -516,7 +547,10 @@ func runDLQ(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Empty(t, es)
 	})
+}
 
+// runDLQCopies checks that the queue aliases nothing its caller passed in or got back.
+func runDLQCopies(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Copies", func(t *testing.T) {
 		q := newStore(t).DLQ()
 		ctx := t.Context()

@@ -1,0 +1,106 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+)
+
+// DLQ error classes (§21.1).
+const (
+	// DLQRetriesExhausted: the retry budget ran out without success.
+	DLQRetriesExhausted = "retries_exhausted"
+	// DLQTerminalError: an error that means the operation cannot succeed (validation error,
+	// permission denied, malformed message, a consumer's permanent failure...).
+	DLQTerminalError = "terminal_error"
+	// DLQPolicyViolation: security or resource-limit policy (oversize payload, modality...).
+	DLQPolicyViolation = "policy_violation"
+	// DLQTTLExpired: the message's TTL ran out.
+	DLQTTLExpired = "ttl_expired"
+)
+
+// DLQAttempt is one attempt in a dead letter's history.
+type DLQAttempt struct {
+	// MessageID is the attempt's message_id.
+	MessageID string `json:"message_id"`
+	// At is when it was admitted or rejected.
+	At time.Time `json:"at"`
+	// State is its final lifecycle state's enum name.
+	State string `json:"state"`
+	// Reason says how it ended.
+	Reason string `json:"reason"`
+}
+
+// DLQEntry is one dead letter with the diagnostic context §21.1 requires.
+type DLQEntry struct {
+	// ID is assigned by the store (increasing).
+	ID int64
+	// MessageID is the last attempt's message_id.
+	MessageID string
+	// ProducerID, RecipientID (the route) and CorrelationID give the routing context.
+	ProducerID, RecipientID, CorrelationID string
+	// IdempotencyToken is the envelope's token, kept for requeues.
+	IdempotencyToken string
+	// ErrorCode is the final error classification's code.
+	ErrorCode commonpb.ErrorCode
+	// Class is one of the DLQ* classes.
+	Class string
+	// Reason explains the failure.
+	Reason string
+	// Attempts is the attempt history with timestamps and reasons.
+	Attempts []DLQAttempt
+	// Envelope is the whole envelope (the secure reference to the payload).
+	Envelope *commonpb.Envelope
+	// PayloadSize and ContentType describe the payload.
+	PayloadSize int
+	// ContentType is the payload's MIME type.
+	ContentType string
+	// PayloadExcerpt is the payload's first bytes (at most 256).
+	PayloadExcerpt []byte
+	// FirstSeenAt is when the first attempt was admitted; FailedAt when it finally failed.
+	FirstSeenAt, FailedAt time.Time
+	// RequeuedAt and RequeuedAs are set once an operator requeued it.
+	RequeuedAt time.Time
+	// RequeuedAs is the message_id of the requeued attempt.
+	RequeuedAs string
+}
+
+// DLQFilter selects dead letters (§21.1: time range, error class, route, producer); zero
+// fields match everything.
+type DLQFilter struct {
+	// Since and Until bound FailedAt (inclusive, exclusive).
+	Since, Until time.Time
+	// Class matches exactly when set.
+	Class string
+	// ErrorCode matches exactly when set.
+	ErrorCode commonpb.ErrorCode
+	// RecipientID (the route) matches exactly when set.
+	RecipientID string
+	// ProducerID matches exactly when set.
+	ProducerID string
+	// IncludeRequeued includes entries already requeued.
+	IncludeRequeued bool
+	// Limit caps the result (oldest first, newest Limit kept); 0 means 1000.
+	Limit int
+}
+
+// ErrAlreadyRequeued reports that a dead letter was requeued before.
+var ErrAlreadyRequeued = errors.New("store: dead letter already requeued")
+
+// DLQ is the dead-letter queue (§21.1).
+type DLQ interface {
+	// PutDeadLetter stores an entry and returns it with ID set. A second entry for the same
+	// MessageID returns the existing one unchanged (a sweep retried).
+	PutDeadLetter(ctx context.Context, e DLQEntry) (DLQEntry, error)
+	// GetDeadLetter returns one entry, or ErrNotFound.
+	GetDeadLetter(ctx context.Context, id int64) (DLQEntry, error)
+	// ListDeadLetters returns matching entries ordered by ID.
+	ListDeadLetters(ctx context.Context, f DLQFilter) ([]DLQEntry, error)
+	// MarkRequeued records that the entry was requeued as newMessageID; ErrAlreadyRequeued if
+	// it was before, ErrNotFound if unknown.
+	MarkRequeued(ctx context.Context, id int64, newMessageID string, at time.Time) error
+	// PurgeDeadLetters deletes entries that failed before cutoff (retention) and returns how many.
+	PurgeDeadLetters(ctx context.Context, cutoff time.Time) (int, error)
+}
