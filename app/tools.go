@@ -17,6 +17,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/tools"
 	"github.com/sw4rm/sw4rm-temporal/tools/builtin"
 	"github.com/sw4rm/sw4rm-temporal/tools/mcp"
+	"github.com/sw4rm/sw4rm-temporal/worker"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -31,14 +32,8 @@ func (a *App) startToolWorkers(execs map[string]tools.Executor, st store.Store, 
 	slices.Sort(ids)
 	for _, id := range ids {
 		q := workflows.ToolTaskQueue(a.cfg.TaskQueue, id)
-		w := sdkworker.New(a.temporal, q, sdkworker.Options{
-			// Heartbeats reach the server at once rather than throttled to most of the
-			// heartbeat timeout, so a cancel reaches the running tool within a heartbeat
-			// (§18.6).
-			MaxHeartbeatThrottleInterval:     activities.ToolHeartbeatEvery,
-			DefaultHeartbeatThrottleInterval: activities.ToolHeartbeatEvery,
-		})
-		w.RegisterActivity(&activities.ToolRunner{ProviderID: id, Executor: execs[id], Store: st, Sink: sink, Log: log})
+		w := sdkworker.New(a.temporal, q, worker.ToolWorkerOptions())
+		worker.RegisterToolRunner(w, &activities.ToolRunner{ProviderID: id, Executor: execs[id], Store: st, Sink: sink, Log: log})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("start the tool worker of provider %s: %w", id, err)
 		}
