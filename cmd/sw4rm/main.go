@@ -72,6 +72,7 @@ func newRootWith(start startFunc) *cobra.Command {
 	root.AddCommand(newDAGCmd())
 	root.AddCommand(newNegotiationCmd())
 	root.AddCommand(newSearchAttributesCmd())
+	root.AddCommand(newSettingsCmd())
 	return root
 }
 
