@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sw4rm/sw4rm-temporal/frontend"
+	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
 	"github.com/sw4rm/sw4rm-temporal/tlsfiles"
 )
 
@@ -107,4 +108,48 @@ func (a *App) HTTPScheme() string {
 		return "https"
 	}
 	return "http"
+}
+
+// security is what the process's security settings load into.
+type security struct {
+	// tls configures the ports; nil means plaintext.
+	tls *tls.Config
+	// acl is the §6.3 policy; nil means none.
+	acl *acl.Policy
+}
+
+// loadSecurity reads the TLS and ACL files, which only the server role uses.
+func loadSecurity(cfg Config, roles Roles, log *slog.Logger) (security, error) {
+	var sec security
+	if !roles.Server {
+		return sec, nil
+	}
+	var err error
+	if sec.tls, err = ServerTLS(cfg, log); err != nil {
+		return sec, err
+	}
+	if sec.acl, err = LoadACL(cfg); err != nil {
+		return sec, err
+	}
+	if sec.tls == nil {
+		log.Info("gRPC and HTTP ports in plaintext; set SW4RM_TLS_CERT_FILE and SW4RM_TLS_KEY_FILE for TLS")
+	} else {
+		log.Info("TLS on the gRPC and HTTP ports", "cert", cfg.TLSCertFile, "mutual", cfg.TLSClientCAFile != "")
+	}
+	if sec.acl != nil {
+		log.Info("ACL loaded", "file", cfg.ACLFile, "rules", len(sec.acl.Rules), "default", sec.acl.Default)
+	}
+	return sec, nil
+}
+
+// LoadACL loads the §6.3 access-control list cfg.ACLFile names; nil when it names none.
+func LoadACL(cfg Config) (*acl.Policy, error) {
+	if cfg.ACLFile == "" {
+		return nil, nil
+	}
+	p, err := acl.Load(cfg.ACLFile)
+	if err != nil {
+		return nil, settingError("SW4RM_ACL_FILE", err)
+	}
+	return p, nil
 }

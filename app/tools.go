@@ -5,25 +5,25 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/tools"
 	"github.com/sw4rm/sw4rm-temporal/tools/builtin"
 	"github.com/sw4rm/sw4rm-temporal/tools/mcp"
+	"github.com/sw4rm/sw4rm-temporal/worker"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // startToolWorkers starts one Temporal worker per provider this process can run, each
 // polling its provider's task queue (workflows.ToolTaskQueue), so tool workers scale per
 // provider and a slow provider never starves another's calls (§18).
-func (a *App) startToolWorkers(execs map[string]tools.Executor, st store.Store, sink *audit.Sink, log *slog.Logger) error {
+func (a *App) startToolWorkers() error {
+	execs, log := a.toolExecutors, a.log
 	ids := make([]string, 0, len(execs))
 	for id := range execs {
 		ids = append(ids, id)
@@ -31,14 +31,8 @@ func (a *App) startToolWorkers(execs map[string]tools.Executor, st store.Store, 
 	slices.Sort(ids)
 	for _, id := range ids {
 		q := workflows.ToolTaskQueue(a.cfg.TaskQueue, id)
-		w := sdkworker.New(a.temporal, q, sdkworker.Options{
-			// Heartbeats reach the server at once rather than throttled to most of the
-			// heartbeat timeout, so a cancel reaches the running tool within a heartbeat
-			// (§18.6).
-			MaxHeartbeatThrottleInterval:     activities.ToolHeartbeatEvery,
-			DefaultHeartbeatThrottleInterval: activities.ToolHeartbeatEvery,
-		})
-		w.RegisterActivity(&activities.ToolRunner{ProviderID: id, Executor: execs[id], Store: st, Sink: sink, Log: log})
+		w := sdkworker.New(a.temporal, q, worker.ToolWorkerOptions())
+		worker.RegisterToolRunner(w, &activities.ToolRunner{ProviderID: id, Executor: execs[id], Store: a.store, Sink: a.sink, Log: log})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("start the tool worker of provider %s: %w", id, err)
 		}
@@ -86,15 +80,4 @@ func toolExecutors(cfg Config, mcpProviders []mcp.Provider, log *slog.Logger) (m
 			c()
 		}
 	}
-}
-
-// splitList splits a comma-separated list, dropping empty items.
-func splitList(v string) []string {
-	var out []string
-	for item := range strings.SplitSeq(v, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }

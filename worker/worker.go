@@ -1,5 +1,6 @@
 // Package worker is the one place that registers every SW4RM workflow and activity with a
-// Temporal worker, and that makes sure the namespace knows SW4RM's search attributes.
+// Temporal worker (the tool runners of the providers' task queues included), and that makes
+// sure the namespace knows SW4RM's search attributes.
 package worker
 
 import (
@@ -37,6 +38,25 @@ func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflow(workflows.TaskWorkflow)
 	r.RegisterWorkflow(workflows.ToolCall)
 	r.RegisterWorkflow(workflows.WorktreeWorkflow)
+}
+
+// ToolWorkerOptions are the options of the worker that polls one tool provider's task queue
+// (workflows.ToolTaskQueue): heartbeats reach the server at once rather than throttled to most
+// of the heartbeat timeout, so that a cancel reaches the running tool within a heartbeat
+// (§18.6).
+func ToolWorkerOptions() sdkworker.Options {
+	return sdkworker.Options{
+		MaxHeartbeatThrottleInterval:     activities.ToolHeartbeatEvery,
+		DefaultHeartbeatThrottleInterval: activities.ToolHeartbeatEvery,
+	}
+}
+
+// RegisterToolRunner adds the activity that runs one provider's tool calls to r, the worker
+// polling that provider's task queue (created with ToolWorkerOptions). Each provider has a
+// worker of its own, so tool workers scale per provider and a slow provider never starves
+// another's calls (§18).
+func RegisterToolRunner(r sdkworker.ActivityRegistry, runner *activities.ToolRunner) {
+	r.RegisterActivity(runner)
 }
 
 // EnsureSearchAttributes registers SW4RM's custom search attributes in the namespace if they

@@ -10,7 +10,9 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/tools"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -48,5 +50,17 @@ func TestRegisterWorkflowsIncludesDAGRun(t *testing.T) {
 	env.ExecuteWorkflow("DAGRun", workflows.DAGRunInput{WorkflowID: "wf", Definition: def})
 	if err := env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "workflow_cycle_detected") {
 		t.Fatalf("DAGRun of a cyclic definition: %v, want workflow_cycle_detected", err)
+	}
+}
+
+// A tool runner is registered under its method's name, RunTool, which the ToolCall workflow
+// runs on the provider's task queue.
+func TestRegisterToolRunner(t *testing.T) {
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	RegisterToolRunner(env, &activities.ToolRunner{ProviderID: "p"})
+	_, err := env.ExecuteActivity("RunTool", activities.RunToolInput{Request: tools.Request{ProviderID: "other"}})
+	if err == nil || !strings.Contains(err.Error(), "reached the worker of provider p") {
+		t.Fatalf("RunTool of another provider's call: %v, want the runner's refusal", err)
 	}
 }

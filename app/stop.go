@@ -1,0 +1,63 @@
+package app
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Stop shuts everything down: streams are cancelled (their unconfirmed rows stay for the
+// next stream), the worker finishes its current tasks, then connections close.
+func (a *App) Stop() { a.stopOnce.Do(a.stop) }
+
+func (a *App) stop() {
+	if a.grpc != nil {
+		stopped := make(chan struct{})
+		go func() { a.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			a.grpc.Stop() // open StreamIncoming calls never end on their own
+		}
+	}
+	if a.auth != nil {
+		a.auth.Close()
+	}
+	if a.stopMCP != nil {
+		a.stopMCP()
+		<-a.mcpDone // before the store closes under it
+	}
+	if a.stopSweep != nil {
+		// After the gRPC server: the router writes the confirmations it answered last.
+		a.stopSweep()
+		<-a.sweepDone
+	}
+	if a.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = a.http.Shutdown(ctx)
+		cancel()
+	}
+	if a.stopRelay != nil {
+		a.stopRelay()
+		<-a.relayDone
+	}
+	for _, w := range a.toolWorkers {
+		w.Stop()
+	}
+	if a.closeTools != nil {
+		a.closeTools()
+	}
+	if a.worker != nil {
+		a.worker.Stop()
+	}
+	if a.temporal != nil {
+		a.temporal.Close()
+	}
+	if c, ok := a.reasoning.(io.Closer); ok {
+		_ = c.Close() // after the worker and the gRPC server, its last callers
+	}
+	a.sink.Close() // flush audit rows before the store goes away
+	if a.store != nil {
+		a.store.Close()
+	}
+}

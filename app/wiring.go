@@ -1,0 +1,57 @@
+package app
+
+import (
+	"crypto/ed25519"
+	"log/slog"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/audit"
+	"github.com/sw4rm/sw4rm-temporal/frontend"
+	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
+	"github.com/sw4rm/sw4rm-temporal/reasoning"
+	"github.com/sw4rm/sw4rm-temporal/repos"
+	"github.com/sw4rm/sw4rm-temporal/router"
+	"github.com/sw4rm/sw4rm-temporal/store"
+)
+
+// This file is the one place where settings are copied into the configurations of the
+// packages that use them: the router, the frontend with its authenticator, and the workers'
+// activities. A new setting that one of them needs is added to the settings table and copied
+// here.
+
+// routerConfig is the router's share of the settings, with the §6.3 ACL (nil for none).
+func routerConfig(c Config, policy *acl.Policy) router.Config {
+	return router.Config{
+		BufferCapacity: c.BufferCapacity, Lease: c.DeliveryLease, MaxPayloadBytes: c.MaxPayloadBytes,
+		AckTimeout: c.AckTimeout, MaxRetries: c.MaxRetries, DedupWindow: c.DedupWindow, StreamRetention: c.StreamRetention,
+		DLQRetention: c.DLQRetention, PrivilegedRate: c.PrivilegedRate, PrivilegedBurst: c.PrivilegedBurst, LaneWeights: c.LaneWeights,
+		ACL: policy,
+	}
+}
+
+// authConfig is the frontend authenticator's share of the settings.
+func authConfig(r Resolved, keys store.Keys, sink *audit.Sink, log *slog.Logger) frontend.AuthConfig {
+	return frontend.AuthConfig{Mode: r.Auth, Keys: keys, Operators: r.HITLPolicy,
+		Skew: r.AuthClockSkew, KeyOverlap: r.KeyOverlap, Sink: sink, Log: log}
+}
+
+// frontendConfig is the gRPC frontend's share of the settings, with what the process built
+// from them: the decision key, the ACL, the authenticator and the reasoning engine.
+func frontendConfig(r Resolved, decisionKey ed25519.PrivateKey, policy *acl.Policy, authn *frontend.Authenticator,
+	engine reasoning.Engine) frontend.Config {
+	return frontend.Config{TaskQueue: r.TaskQueue, AgentInitTimeout: r.AgentInitTimeout,
+		HeartbeatInterval: r.HeartbeatInterval, HeartbeatMisses: r.HeartbeatMisses,
+		HITLPolicy: r.HITLPolicy, HITLDecisionKey: decisionKey, HITLTimeout: r.HITLTimeout,
+		RoomPolicy: r.RoomPolicy, RoomTimeout: r.RoomTimeout, PreemptTimeout: r.PreemptTimeout, TerminateGrace: r.TerminateGrace,
+		SchedulerPolicy: r.AdmissionPolicy, ACL: policy, Auth: authn, Reasoning: engine, ToolPreApproved: r.PreApprovedTools}
+}
+
+// newActivities are the workers' activities over the process's store, router, sink, Temporal
+// client, reasoning engine and repositories, with their share of the settings.
+func newActivities(r Resolved, st store.Store, rt *router.Router, sink *audit.Sink, temporal client.Client,
+	engine reasoning.Engine, repoManager *repos.Manager) *activities.Activities {
+	return &activities.Activities{Store: st, Router: rt, Sink: sink, HITL: r.HITLPolicy, Scheduler: r.AdmissionPolicy,
+		Temporal: temporal, Reasoning: engine, Repos: repoManager}
+}
