@@ -64,12 +64,7 @@ func (h *handoffsStore) CreateHandoff(ctx context.Context, rec store.HandoffReco
 			return err
 		}
 		inserted = true
-		if len(entries) == 0 {
-			return nil
-		}
-		b := &pgx.Batch{}
-		queueOutbox(b, entries, store.OutboxLease)
-		return tx.SendBatch(ctx, b).Close()
+		return writeOutbox(ctx, tx, entries)
 	})
 	if err != nil {
 		return store.HandoffRecord{}, fmt.Errorf("postgres: create handoff %q: %w", rec.RequestID, unavailable(err))

@@ -21,9 +21,9 @@ func (o *outbox) s() *Store { return (*Store)(o) }
 // Outbox returns the undelivered entries to Temporal.
 func (s *Store) Outbox() store.Outbox { return (*outbox)(s) }
 
-// insertHandoffSQL writes one entry leased for $5 seconds; an ID written before (a retried
+// insertOutboxSQL writes one entry leased for $5 seconds; an ID written before (a retried
 // write) keeps its first row.
-const insertHandoffSQL = `
+const insertOutboxSQL = `
 INSERT INTO outbox (id, kind, workflow_id, payload, lease_until)
 VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))
 ON CONFLICT (id) DO NOTHING`
@@ -31,8 +31,19 @@ ON CONFLICT (id) DO NOTHING`
 // queueOutbox adds the inserts of hs to a batch.
 func queueOutbox(b *pgx.Batch, hs []store.OutboxEntry, lease time.Duration) {
 	for _, h := range hs {
-		b.Queue(insertHandoffSQL, h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), lease.Seconds())
+		b.Queue(insertOutboxSQL, h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), lease.Seconds())
 	}
+}
+
+// writeOutbox writes entries in tx, leased for store.OutboxLease (the writer's in-line
+// attempt): the one way a write commits the outbox entries that go with it.
+func writeOutbox(ctx context.Context, tx pgx.Tx, entries []store.OutboxEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	queueOutbox(b, entries, store.OutboxLease)
+	return tx.SendBatch(ctx, b).Close()
 }
 
 // outboxColumnsOf splits hs into the parallel arrays a statement unnests (see admitSQL).
@@ -75,9 +86,9 @@ func scanOutboxEntry(row pgx.CollectableRow) (store.OutboxEntry, error) {
 	return h, err
 }
 
-// claimHandoffsSQL leases the oldest due entries. SKIP LOCKED lets relays in several
+// claimOutboxSQL leases the oldest due entries. SKIP LOCKED lets relays in several
 // processes claim at once without waiting for each other or taking the same row.
-const claimHandoffsSQL = `
+const claimOutboxSQL = `
 UPDATE outbox SET lease_until = now() + make_interval(secs => $1)
 WHERE id IN (
 	SELECT id FROM outbox WHERE lease_until <= now()
@@ -88,7 +99,7 @@ RETURNING seq, ` + outboxColumns
 
 // Claim implements store.Outbox.
 func (o *outbox) Claim(ctx context.Context, lease time.Duration, limit int) ([]store.OutboxEntry, error) {
-	rows, err := o.s().pool.Query(ctx, claimHandoffsSQL, lease.Seconds(), limit)
+	rows, err := o.s().pool.Query(ctx, claimOutboxSQL, lease.Seconds(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claim entries: %w", err)
 	}

@@ -91,9 +91,7 @@ func (r *registry) DeleteAgent(ctx context.Context, agentID string, entries ...s
 			return err
 		}
 		removed = true
-		b := &pgx.Batch{}
-		queueOutbox(b, entries, store.OutboxLease)
-		return tx.SendBatch(ctx, b).Close()
+		return writeOutbox(ctx, tx, entries)
 	})
 	if err != nil {
 		return false, fmt.Errorf("postgres: delete agent %q: %w", agentID, err)

@@ -89,12 +89,7 @@ func (m *messagePlane) ResolvePendingResponse(ctx context.Context, requestMessag
 			return err
 		}
 		found = true
-		if len(entries) == 0 {
-			return nil
-		}
-		b := &pgx.Batch{}
-		queueOutbox(b, entries, store.OutboxLease)
-		return tx.SendBatch(ctx, b).Close()
+		return writeOutbox(ctx, tx, entries)
 	})
 	if err != nil {
 		return store.PendingResponse{}, false, fmt.Errorf("postgres: resolve pending response %q: %w", requestMessageID, err)

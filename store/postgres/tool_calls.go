@@ -50,12 +50,7 @@ func (c *toolCallsStore) CreateCall(ctx context.Context, rec store.ToolCallRecor
 			return err
 		}
 		out, created = r, true
-		if len(entries) == 0 {
-			return nil
-		}
-		b := &pgx.Batch{}
-		queueOutbox(b, entries, store.OutboxLease)
-		return tx.SendBatch(ctx, b).Close()
+		return writeOutbox(ctx, tx, entries)
 	})
 	if err != nil {
 		return store.ToolCallRecord{}, false, fmt.Errorf("postgres: create tool call %q: %w", rec.CallID, unavailable(err))
