@@ -30,7 +30,7 @@ func newDLQCmd() *cobra.Command {
 	}
 	of.register(cmd)
 
-	var client dlqAdminDialer = func(cmd *cobra.Command) (dlqadminpb.DlqAdminServiceClient, context.Context, func(), error) {
+	client := func(cmd *cobra.Command) (dlqadminpb.DlqAdminServiceClient, context.Context, func(), error) {
 		conn, ctx, err := of.dial(cmd, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(dlqMaxBundleBytes)))
 		if err != nil {
 			return nil, nil, nil, err

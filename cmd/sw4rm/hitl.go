@@ -29,7 +29,7 @@ func newHitlCmd() *cobra.Command {
 	}
 	of.register(cmd)
 
-	var client hitlAdminDialer = func(cmd *cobra.Command) (hitladminpb.HitlAdminServiceClient, context.Context, func(), error) {
+	client := func(cmd *cobra.Command) (hitladminpb.HitlAdminServiceClient, context.Context, func(), error) {
 		conn, ctx, err := of.dial(cmd)
 		if err != nil {
 			return nil, nil, nil, err
