@@ -27,18 +27,10 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
-
-// InvocationIDHeader is the response header in which HitlService.Decide names the invocation
-// it raised, before it blocks, so the caller can point an operator at it.
-const InvocationIDHeader = "sw4rm-hitl-invocation-id"
-
-// IdempotencyKeyMetadataKey is the request metadata that makes retries of HitlService.Decide
-// (hitl.IdempotencyKeyMetadata) and of the negotiation calls (negotiationUpdateID)
-// safe.
-const IdempotencyKeyMetadataKey = hitl.IdempotencyKeyMetadata
 
 // maxIdempotencyKey bounds the key, as §11.2 tokens are bounded in practice.
 const maxIdempotencyKey = 256
@@ -63,7 +55,7 @@ type hitlService struct {
 // ({"facts":[...],"diffs":[...],"risk_notes":[...],"prior_attempts":[...],"inference":{...}})
 // when they are one, else kept raw.
 //
-// With the metadata IdempotencyKeyMetadataKey the invocation id is derived from the key, and
+// With the metadata wire.IdempotencyKey the invocation id is derived from the key, and
 // a call whose invocation exists attaches to it: it returns the outcome when it is decided
 // (from the store's projection, so even while Temporal is unreachable) and otherwise waits
 // for it. A key already used for a different question is refused.
@@ -104,7 +96,7 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
 	}
 	question := questionDigest(inv)
-	_ = grpc.SendHeader(ctx, metadata.Pairs(InvocationIDHeader, inv.InvocationID))
+	_ = grpc.SendHeader(ctx, metadata.Pairs(wire.HITLInvocationIDHeader, inv.InvocationID))
 	retry := retryAdvice(key, inv.InvocationID)
 	checked := false // whether the question was compared with the existing invocation's
 	if key != "" {
@@ -155,16 +147,16 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 	return &hitlpb.HitlDecision{Action: string(out.Decision), DecisionPayload: payload, Rationale: out.Rationale}, nil
 }
 
-// idempotencyKey reads the caller's IdempotencyKeyMetadataKey, empty when there is none.
+// idempotencyKey reads the caller's wire.IdempotencyKey, empty when there is none.
 func idempotencyKey(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	v := md.Get(IdempotencyKeyMetadataKey)
+	v := md.Get(wire.IdempotencyKey)
 	if len(v) == 0 {
 		return "", nil
 	}
 	key := strings.TrimSpace(v[0])
 	if key == "" || len(key) > maxIdempotencyKey || strings.ContainsFunc(key, unicode.IsControl) {
-		return "", status.Errorf(codes.InvalidArgument, "validation_error: metadata %s must be 1 to %d characters without control characters", IdempotencyKeyMetadataKey, maxIdempotencyKey)
+		return "", status.Errorf(codes.InvalidArgument, "validation_error: metadata %s must be 1 to %d characters without control characters", wire.IdempotencyKey, maxIdempotencyKey)
 	}
 	return key, nil
 }
@@ -199,9 +191,9 @@ func keyedInvocationID(caller, key string) string {
 // retryAdvice tells the caller what calling again does.
 func retryAdvice(key, id string) string {
 	if key != "" {
-		return fmt.Sprintf("retrying with the same %s metadata returns invocation %s, waiting for its outcome if it is still open", IdempotencyKeyMetadataKey, id)
+		return fmt.Sprintf("retrying with the same %s metadata returns invocation %s, waiting for its outcome if it is still open", wire.IdempotencyKey, id)
 	}
-	return fmt.Sprintf("invocation %s may be open or decided (sw4rm hitl history %s); a retry without %s metadata raises a new invocation — set it to make retries return the same one", id, id, IdempotencyKeyMetadataKey)
+	return fmt.Sprintf("invocation %s may be open or decided (sw4rm hitl history %s); a retry without %s metadata raises a new invocation — set it to make retries return the same one", id, id, wire.IdempotencyKey)
 }
 
 // questionDigest is what makes two calls the same question: everything the caller asked
@@ -221,7 +213,7 @@ func questionDigest(inv hitl.Invocation) string {
 // refused, §11.2).
 func keyReused(key, id string) error {
 	return status.Errorf(codes.AlreadyExists, "duplicate_detected: %s %q already names invocation %s, raised for a different question; use a new key for a new question",
-		IdempotencyKeyMetadataKey, key, id)
+		wire.IdempotencyKey, key, id)
 }
 
 // sameQuestion reports whether the running or completed hitl/ workflow was raised for this
@@ -365,7 +357,7 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
 	}
 	via := "grpc"
-	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("sw4rm-client")) > 0 && md.Get("sw4rm-client")[0] == "cli" {
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(wire.ClientKey)) > 0 && md.Get(wire.ClientKey)[0] == wire.ClientCLI {
 		via = "cli"
 	}
 	d := hitl.Decision{InvocationID: req.GetInvocationId(), Decision: action, Rationale: req.GetRationale(), Patch: req.GetPatch(), Operator: op.Name, Via: via}

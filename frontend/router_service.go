@@ -14,19 +14,11 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
-
-// ResumeAfterMetadataKey is the StreamIncoming request metadata carrying a consumer's resume
-// offset (§5.5): the seq of the last delivery it processed. Every unconfirmed delivery up to
-// it is confirmed and the stream continues after it.
-const ResumeAfterMetadataKey = "sw4rm-resume-after"
-
-// ErrorCodeTrailer is the response trailer that carries the spec's error_code (enum name)
-// whenever a call is rejected, so clients need not parse the reason text.
-const ErrorCodeTrailer = "sw4rm-error-code"
 
 // routerService serves sw4rm.router.RouterService (§11–§13).
 type routerService struct {
@@ -35,13 +27,13 @@ type routerService struct {
 }
 
 // SendMessage admits an envelope addressed by the sw4rm-recipient metadata (see
-// protocol.RecipientMetadataKey). Protocol rejections answer accepted=false with the reason
+// wire.RecipientKey). Protocol rejections answer accepted=false with the reason
 // "<error_code>: <what was wrong>" and the sw4rm-error-code trailer; the producer also gets a
 // NACK on its stream. Only a failure of the server itself is a gRPC error.
 func (r *routerService) SendMessage(ctx context.Context, req *routerpb.SendMessageRequest) (*routerpb.SendMessageResponse, error) {
 	recipient := ""
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(protocol.RecipientMetadataKey); len(v) > 0 {
+		if v := md.Get(wire.RecipientKey); len(v) > 0 {
 			recipient = v[0]
 		}
 	}
@@ -51,7 +43,7 @@ func (r *routerService) SendMessage(ctx context.Context, req *routerpb.SendMessa
 		return nil, failed("store the message", err)
 	}
 	if perr != nil {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(ErrorCodeTrailer, perr.Code.String()))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(wire.ErrorCodeTrailer, perr.Code.String()))
 		return &routerpb.SendMessageResponse{Accepted: false, Reason: perr.Error()}, nil
 	}
 	return &routerpb.SendMessageResponse{Accepted: true}, nil
@@ -85,10 +77,10 @@ func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.
 	}
 	var resumeAfter *int64
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(ResumeAfterMetadataKey); len(v) > 0 {
+		if v := md.Get(wire.ResumeAfterKey); len(v) > 0 {
 			n, err := strconv.ParseInt(v[0], 10, 64)
 			if err != nil || n < 0 {
-				return status.Errorf(codes.InvalidArgument, "validation_error: %s=%q must be the non-negative seq of the last message you processed", ResumeAfterMetadataKey, v[0])
+				return status.Errorf(codes.InvalidArgument, "validation_error: %s=%q must be the non-negative seq of the last message you processed", wire.ResumeAfterKey, v[0])
 			}
 			resumeAfter = &n
 		}

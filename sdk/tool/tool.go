@@ -22,15 +22,8 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
-)
-
-// Metadata of ToolService (docs/tools.md).
-const (
-	agentKey       = "sw4rm-agent-id"
-	resumeAfterKey = "sw4rm-resume-after"
-	callIDHeader   = "sw4rm-call-id"
-	codeTrailer    = "sw4rm-tool-error-code"
 )
 
 // Error is a call that failed, was refused or was cancelled: its §18.3 error_code (e.g.
@@ -133,7 +126,7 @@ func (c *Client) ctx(ctx context.Context) context.Context {
 	if c.agent == "" {
 		return ctx
 	}
-	return metadata.AppendToOutgoingContext(ctx, agentKey, c.agent)
+	return metadata.AppendToOutgoingContext(ctx, wire.AgentIDKey, c.agent)
 }
 
 // Tools lists a provider's tools (ConnectorService.DescribeTools).
@@ -229,7 +222,7 @@ func (s *Stream) CallID() string { return s.req.GetCallId() }
 func (s *Stream) Last() uint64 { return s.last }
 
 func (s *Stream) reopen() error {
-	ctx := metadata.AppendToOutgoingContext(s.c.ctx(s.ctx), resumeAfterKey, strconv.FormatUint(s.last, 10))
+	ctx := metadata.AppendToOutgoingContext(s.c.ctx(s.ctx), wire.ResumeAfterKey, strconv.FormatUint(s.last, 10))
 	st, err := s.c.svc.CallStream(ctx, &toolpb.ToolCall{CallId: s.req.GetCallId()})
 	if err != nil {
 		return err
@@ -283,7 +276,7 @@ func asError(callID string, err error, trailer metadata.MD) error {
 			return &Error{CallID: callID, Code: te.GetErrorCode(), Message: te.GetMessage()}
 		}
 	}
-	if v := trailer.Get(codeTrailer); len(v) > 0 {
+	if v := trailer.Get(wire.ToolErrorCodeTrailer); len(v) > 0 {
 		return &Error{CallID: callID, Code: v[0], Message: st.Message()}
 	}
 	return err

@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	wtsdk "github.com/sw4rm/sw4rm-temporal/sdk/worktree"
 	sw4rmtools "github.com/sw4rm/sw4rm-temporal/tools"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -94,9 +94,9 @@ func TestToolWorkerKilledDuringNonIdempotentCall(t *testing.T) {
 
 	var trailer metadata.MD
 	_, err = tf.tc.Call(ctx, call, grpc.Trailer(&trailer))
-	if status.Code(err) != codes.Aborted || !equal(trailer.Get(frontend.ToolErrorCodeTrailer), string(tool.CodeInterrupted)) {
-		f.problem("Call for the ended call answers %v with %s %v, want ABORTED and INTERRUPTED", err, frontend.ToolErrorCodeTrailer,
-			trailer.Get(frontend.ToolErrorCodeTrailer))
+	if status.Code(err) != codes.Aborted || !equal(trailer.Get(wire.ToolErrorCodeTrailer), string(tool.CodeInterrupted)) {
+		f.problem("Call for the ended call answers %v with %s %v, want ABORTED and INTERRUPTED", err, wire.ToolErrorCodeTrailer,
+			trailer.Get(wire.ToolErrorCodeTrailer))
 	}
 
 	runs := tf.runs(t)
@@ -221,7 +221,7 @@ func startToolFault(t *testing.T) *toolFault {
 	// started in the worktree outlives the test.
 	t.Cleanup(func() { tf.killLeftovers() })
 	tf.tc = toolpb.NewToolServiceClient(a.Conn())
-	tf.ctx = metadata.AppendToOutgoingContext(context.Background(), frontend.ToolAgentMetadataKey, a.ID())
+	tf.ctx = metadata.AppendToOutgoingContext(context.Background(), wire.AgentIDKey, a.ID())
 	return tf
 }
 
