@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
@@ -326,7 +325,7 @@ func (t *toolService) waitFinal(ctx context.Context, callID string) (*toolpb.Too
 
 // frameError is the ToolError a final frame's summary records, nil for a call that succeeded.
 func frameError(f *toolpb.ToolFrame) *tool.Error {
-	var sum activities.ToolSummary
+	var sum tool.Summary
 	if err := json.Unmarshal(f.GetSummary(), &sum); err != nil || sum.Status == "ok" {
 		return nil
 	}
@@ -459,7 +458,7 @@ func (t *toolService) Cancel(ctx context.Context, req *toolpb.ToolCall) (*toolpb
 	case errors.As(err, &nf):
 		// The call was recorded but its workflow never started (the frontend died between
 		// the two) or it already closed: the store decides.
-		sum := activities.ToolSummary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled), Message: "cancelled by " + c.owner, By: c.owner}
+		sum := tool.Summary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled), Message: "cancelled by " + c.owner, CancelledBy: c.owner}
 		_, created, ferr := t.s.store.ToolCalls().Finish(ctx, callID, "application/json", []byte(`{"error_code":"CANCELLED"}`), func(frames, bytes uint64) []byte {
 			sum.Frames, sum.Bytes, sum.Partial = frames, bytes, frames > 0
 			return sum.JSON()

@@ -104,9 +104,9 @@ func toolSystem(t *testing.T, kind string) (*system, *fakeProvider) {
 	return start(t, cfg), fp
 }
 
-func summaryOf(t *testing.T, f *toolpb.ToolFrame) activities.ToolSummary {
+func summaryOf(t *testing.T, f *toolpb.ToolFrame) tool.Summary {
 	t.Helper()
-	var s activities.ToolSummary
+	var s tool.Summary
 	require.NoError(t, json.Unmarshal(f.GetSummary(), &s), "summary %q", f.GetSummary())
 	return s
 }
@@ -162,14 +162,14 @@ func TestToolCallOverGRPC(t *testing.T) {
 			require.NotNil(t, res, "%v", got)
 			assert.Equal(t, commonpb.MessageType_TOOL_RESULT, res.GetMessageType())
 			assert.Equal(t, "corr-1", res.GetCorrelationId())
-			var rp activities.ToolResultPayload
+			var rp tool.ResultPayload
 			require.NoError(t, json.Unmarshal(res.GetPayload(), &rp))
 			assert.Equal(t, "OK", rp.Status)
 			assert.JSONEq(t, `{"y":2}`, string(rp.ResultB64))
 			te := got[activities.ToolReplyMessageID(errID)]
 			require.NotNil(t, te, "%v", got)
 			assert.Equal(t, commonpb.MessageType_TOOL_ERROR, te.GetMessageType())
-			var ep activities.ToolErrorPayload
+			var ep tool.ErrorPayload
 			require.NoError(t, json.Unmarshal(te.GetPayload(), &ep))
 			assert.Equal(t, "TOOL_TIMEOUT", ep.ErrorCode)
 

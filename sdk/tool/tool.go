@@ -22,6 +22,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	ptool "github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 )
@@ -51,24 +52,7 @@ func CodeOf(err error) string {
 
 // Summary is the JSON summary of a call's final frame: how the call ended and how much output
 // came before the end.
-type Summary struct {
-	// Status is "ok", "error" or "cancelled".
-	Status string `json:"status"`
-	// ErrorCode and Message say why a call that is not ok ended.
-	ErrorCode string `json:"error_code,omitempty"`
-	// Message says why, for a person.
-	Message string `json:"message,omitempty"`
-	// Frames and Bytes count the frames before the final one and their bytes.
-	Frames uint64 `json:"frames"`
-	// Bytes: see Frames.
-	Bytes uint64 `json:"bytes"`
-	// Partial reports that frames came before the end of a call that is not ok.
-	Partial bool `json:"partial_result,omitempty"`
-	// Attempt is the attempt that ended the call.
-	Attempt int `json:"attempt,omitempty"`
-	// CancelledBy is who cancelled a cancelled call.
-	CancelledBy string `json:"cancelled_by,omitempty"`
-}
+type Summary = ptool.Summary
 
 // SummaryOf decodes a final frame's summary.
 func SummaryOf(f *toolpb.ToolFrame) (Summary, error) {

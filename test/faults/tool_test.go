@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
@@ -151,7 +150,7 @@ func TestToolWorkerKilledDuringIdempotentCall(t *testing.T) {
 
 	rest, err := recvAll(st)
 	endedAfter := time.Since(killedAt)
-	var sum activities.ToolSummary
+	var sum tool.Summary
 	switch {
 	case err != nil:
 		f.problem("the stream did not end with a final frame after the kill: %v (after %d more frames)", err, len(rest))
@@ -373,9 +372,9 @@ func recvAll(st grpc.ServerStreamingClient[toolpb.ToolFrame]) ([]*toolpb.ToolFra
 }
 
 // summary decodes a final frame's summary.
-func summary(t *testing.T, f *toolpb.ToolFrame) activities.ToolSummary {
+func summary(t *testing.T, f *toolpb.ToolFrame) tool.Summary {
 	t.Helper()
-	var s activities.ToolSummary
+	var s tool.Summary
 	if err := json.Unmarshal(f.GetSummary(), &s); err != nil {
 		t.Fatalf("frame %d's summary %q: %v", f.GetFrameNo(), f.GetSummary(), err)
 	}
