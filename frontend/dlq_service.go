@@ -160,7 +160,7 @@ func (d *dlqAdminService) requeueOne(ctx context.Context, op hitl.Operator, id i
 			}
 		}
 	}
-	details := map[string]any{"dlq_id": id, "via": dlqVia(ctx), "class": e.Class, "error_code": e.ErrorCode.String()}
+	details := map[string]any{"dlq_id": id, "via": viaOf(ctx), "class": e.Class, "error_code": e.ErrorCode.String()}
 	if res.Code == "" {
 		details["outcome"] = "requeued"
 		details["requeued_as"] = res.MessageId
@@ -197,8 +197,9 @@ func dlqAlreadyRequeued(e store.DLQEntry) string {
 	return fmt.Sprintf("dead letter %d was already requeued as %s at %s", e.ID, e.RequeuedAs, e.RequeuedAt.UTC().Format(time.RFC3339))
 }
 
-// dlqVia names the door a call came through: "cli" for the sw4rm CLI, else "grpc".
-func dlqVia(ctx context.Context) string {
+// viaOf names the door an operator's call came through: "cli" for the sw4rm CLI (its
+// wire.ClientKey metadata), else "grpc".
+func viaOf(ctx context.Context) string {
 	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(wire.ClientKey)) > 0 && md.Get(wire.ClientKey)[0] == wire.ClientCLI {
 		return "cli"
 	}
@@ -225,7 +226,7 @@ func (d *dlqAdminService) Export(ctx context.Context, req *dlqadminpb.ExportRequ
 		return nil, err
 	}
 	d.s.sink.Record(ctx, audit.Event{Actor: op.Name, Type: "dlq.exported", Details: map[string]any{
-		"count": len(entries), "ids": dlqEntryIDs(entries), "via": dlqVia(ctx),
+		"count": len(entries), "ids": dlqEntryIDs(entries), "via": viaOf(ctx),
 	}})
 	return &dlqadminpb.ExportResponse{Bundle: b, Count: uint32(len(entries))}, nil
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/google/uuid"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -26,14 +25,12 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
-
-// maxIdempotencyKey bounds the key, as §11.2 tokens are bounded in practice.
-const maxIdempotencyKey = 256
 
 // keyedInvocations is the UUID namespace of invocation ids derived from idempotency keys.
 var keyedInvocations = uuid.MustParse("6f1c3e0a-5b8d-4d2e-9a67-0c4f3b2d1e95")
@@ -60,16 +57,26 @@ type hitlService struct {
 // (from the store's projection, so even while Temporal is unreachable) and otherwise waits
 // for it. A key already used for a different question is refused.
 func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*hitlpb.HitlDecision, error) {
-	reason := req.GetReasonType()
-	if reason == commonpb.HitlReasonType_HITL_REASON_UNSPECIFIED || commonpb.HitlReasonType_name[int32(reason)] == "" {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: reason_type must be one of the eight §15 reason types, got %d", int32(reason))
+	if perr := hitl.ValidateReasonType(req.GetReasonType()); perr != nil {
+		return nil, perr
 	}
 	key, err := idempotencyKey(ctx)
 	if err != nil {
 		return nil, err
 	}
+	inv, perr := h.invocation(ctx, req, key)
+	if perr != nil {
+		return nil, perr
+	}
+	_ = grpc.SendHeader(ctx, metadata.Pairs(wire.HITLInvocationIDHeader, inv.InvocationID))
+	return h.raise(ctx, inv, key)
+}
+
+// invocation builds the invocation a Decide request raises: its id derived from the caller's
+// key when there is one, its context read as the §15.1 JSON when it is that, else kept raw.
+func (h *hitlService) invocation(ctx context.Context, req *hitlpb.HitlInvocation, key string) (hitl.Invocation, *protocol.Error) {
 	inv := hitl.Invocation{
-		InvocationID: uuid.NewString(), ReasonType: reason.String(), ProposedActions: req.GetProposedActions(),
+		InvocationID: uuid.NewString(), ReasonType: req.GetReasonType().String(), ProposedActions: req.GetProposedActions(),
 		Priority: req.GetPriority(), Timeout: h.s.cfg.HITLTimeout, RequestedBy: "grpc",
 	}
 	if key != "" {
@@ -93,10 +100,15 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 	}
 	inv.CorrelationID = hitl.WorkflowID(inv.InvocationID)
 	if err := inv.Validate(); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
+		return hitl.Invocation{}, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%v", err)
 	}
+	return inv, nil
+}
+
+// raise starts (or, under a key, attaches to) the invocation's workflow and waits for its
+// outcome.
+func (h *hitlService) raise(ctx context.Context, inv hitl.Invocation, key string) (*hitlpb.HitlDecision, error) {
 	question := questionDigest(inv)
-	_ = grpc.SendHeader(ctx, metadata.Pairs(wire.HITLInvocationIDHeader, inv.InvocationID))
 	retry := retryAdvice(key, inv.InvocationID)
 	checked := false // whether the question was compared with the existing invocation's
 	if key != "" {
@@ -147,16 +159,13 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 	return &hitlpb.HitlDecision{Action: string(out.Decision), DecisionPayload: payload, Rationale: out.Rationale}, nil
 }
 
-// idempotencyKey reads the caller's wire.IdempotencyKey, empty when there is none.
+// idempotencyKey reads the caller's wire.IdempotencyKey metadata (hitl.ParseIdempotencyKey),
+// empty when there is none.
 func idempotencyKey(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	v := md.Get(wire.IdempotencyKey)
-	if len(v) == 0 {
-		return "", nil
-	}
-	key := strings.TrimSpace(v[0])
-	if key == "" || len(key) > maxIdempotencyKey || strings.ContainsFunc(key, unicode.IsControl) {
-		return "", status.Errorf(codes.InvalidArgument, "validation_error: metadata %s must be 1 to %d characters without control characters", wire.IdempotencyKey, maxIdempotencyKey)
+	key, perr := hitl.ParseIdempotencyKey(md.Get(wire.IdempotencyKey))
+	if perr != nil {
+		return "", perr
 	}
 	return key, nil
 }
@@ -333,7 +342,7 @@ func (h *hitlAdminService) GetInvocation(ctx context.Context, req *hitladminpb.G
 	}
 	r, err := h.s.store.HITL().GetInvocation(ctx, req.GetInvocationId())
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "unknown invocation %q", req.GetInvocationId())
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "unknown invocation %q", req.GetInvocationId())
 	}
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
@@ -352,31 +361,38 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 	if err != nil {
 		return nil, err
 	}
-	action, err := hitl.ParseAction(req.GetDecision())
+	d, perr := hitl.DecisionOf(req, op.Name, viaOf(ctx))
+	if perr != nil {
+		return nil, perr
+	}
+	rec, err := h.decidable(ctx, d)
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
-	}
-	via := "grpc"
-	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(wire.ClientKey)) > 0 && md.Get(wire.ClientKey)[0] == wire.ClientCLI {
-		via = "cli"
-	}
-	d := hitl.Decision{InvocationID: req.GetInvocationId(), Decision: action, Rationale: req.GetRationale(), Patch: req.GetPatch(), Operator: op.Name, Via: via}
-	if err := d.Check(); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	rec, err := h.s.store.HITL().GetInvocation(ctx, d.InvocationID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "unknown invocation %q (sw4rm hitl list shows the pending ones)", d.InvocationID)
-	}
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
-	}
-	if err := h.s.cfg.HITLPolicy.Permit(op.Name, rec.ReasonType); err != nil {
-		return nil, status.Error(codes.PermissionDenied, err.Error())
+		return nil, err
 	}
 	if rec.Status == store.HITLDecided {
 		return alreadyDecided(rec, d)
 	}
+	return h.deliver(ctx, d)
+}
+
+// decidable reads the invocation d decides and checks that d's operator may decide it.
+func (h *hitlAdminService) decidable(ctx context.Context, d hitl.Decision) (store.HITLRecord, error) {
+	rec, err := h.s.store.HITL().GetInvocation(ctx, d.InvocationID)
+	if errors.Is(err, store.ErrNotFound) {
+		return rec, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "unknown invocation %q (sw4rm hitl list shows the pending ones)", d.InvocationID)
+	}
+	if err != nil {
+		return rec, status.Errorf(codes.Unavailable, "internal_error: %v", err)
+	}
+	if err := h.s.cfg.HITLPolicy.Permit(d.Operator, rec.ReasonType); err != nil {
+		return rec, status.Error(codes.PermissionDenied, err.Error())
+	}
+	return rec, nil
+}
+
+// deliver signals an attested decision to the invocation's workflow and returns the outcome
+// it recorded.
+func (h *hitlAdminService) deliver(ctx context.Context, d hitl.Decision) (*hitladminpb.DecideResponse, error) {
 	if h.s.cfg.HITLDecisionKey == nil {
 		return nil, status.Error(codes.FailedPrecondition, "internal_error: this server has no HITL decision key (SW4RM_HITL_DECISION_KEY_FILE), so it cannot vouch for decisions")
 	}
@@ -393,7 +409,7 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "internal_error: could not deliver the decision (is Temporal reachable?): %v; repeating the same decision is safe", err)
 	}
-	rec, err = h.waitDecided(ctx, d.InvocationID)
+	rec, err := h.waitDecided(ctx, d.InvocationID)
 	if err != nil {
 		return nil, status.Errorf(codes.DeadlineExceeded, "the decision was delivered but its outcome is not recorded yet; repeating the same decision returns it, or check with sw4rm hitl history %s", d.InvocationID)
 	}

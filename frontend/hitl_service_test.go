@@ -69,9 +69,9 @@ func TestIdempotencyKeyMetadata(t *testing.T) {
 	key, err = idempotencyKey(in(" coder-1:hitl:3f0c "))
 	require.NoError(t, err)
 	assert.Equal(t, "coder-1:hitl:3f0c", key)
-	for _, bad := range []string{"", " ", strings.Repeat("k", maxIdempotencyKey+1), "a\x00b"} {
+	for _, bad := range []string{"", " ", strings.Repeat("k", hitl.MaxIdempotencyKey+1), "a\x00b"} {
 		_, err := idempotencyKey(in(bad))
-		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%q", bad)
+		assert.Equal(t, codes.InvalidArgument, toStatus(t.Context(), err).Code(), "%q", bad)
 	}
 }
 

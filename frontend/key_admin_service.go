@@ -96,7 +96,7 @@ func (k *keyAdminService) RevokeKey(ctx context.Context, req *keyadminpb.RevokeK
 			}
 		}
 		k.s.sink.Record(ctx, audit.Event{Actor: op, Type: "auth.key_revoked", AgentID: agentID, Details: map[string]any{
-			"key_id": keyID, "revoked": n, "key_ids": revoked, "reason": reason, "via": dlqVia(ctx),
+			"key_id": keyID, "revoked": n, "key_ids": revoked, "reason": reason, "via": viaOf(ctx),
 		}})
 	}
 	return &keyadminpb.RevokeKeyResponse{Revoked: uint32(n), Keys: agentKeysPB(keys, at)}, nil
