@@ -5,10 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -49,7 +48,7 @@ func (a *activityService) AppendArtifact(ctx context.Context, req *activitypb.Ap
 // ListArtifacts returns a negotiation's artifacts, optionally of one kind.
 func (a *activityService) ListArtifacts(ctx context.Context, req *activitypb.ListArtifactsRequest) (*activitypb.ListArtifactsResponse, error) {
 	if req.GetNegotiationId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "validation_error: negotiation_id is required")
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "negotiation_id is required")
 	}
 	arts, err := a.s.store.Artifacts().ListArtifacts(ctx, req.GetNegotiationId(), req.GetKind())
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	pdlq "github.com/sw4rm/sw4rm-temporal/protocol/dlq"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
@@ -270,7 +271,7 @@ func (d *dlqAdminService) bundle(ctx context.Context, op hitl.Operator, sel dlqS
 	}
 	b, err := json.MarshalIndent(bundle, "", "  ")
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: encode the bundle: %v", err)
+		return nil, protocol.Errorf(commonpb.ErrorCode_INTERNAL_ERROR, "encode the bundle: %v", err)
 	}
 	return append(b, '\n'), nil
 }
@@ -416,7 +417,7 @@ func (d *dlqAdminService) bundleEntry(ctx context.Context, e store.DLQEntry) (dl
 		env.Payload = nil
 		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(env)
 		if err != nil {
-			return dlqBundleEntry{}, status.Errorf(codes.Internal, "internal_error: encode the envelope of dead letter %d: %v", e.ID, err)
+			return dlqBundleEntry{}, protocol.Errorf(commonpb.ErrorCode_INTERNAL_ERROR, "encode the envelope of dead letter %d: %v", e.ID, err)
 		}
 		be.Envelope = b
 	}

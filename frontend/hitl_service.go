@@ -243,7 +243,7 @@ func (h *hitlService) sameQuestion(ctx context.Context, id, question string) (bo
 func decisionOf(id string, outcome []byte) (*hitlpb.HitlDecision, error) {
 	var o hitl.Outcome
 	if err := json.Unmarshal(outcome, &o); err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: stored outcome of %s is unreadable: %v", id, err)
+		return nil, protocol.Errorf(commonpb.ErrorCode_INTERNAL_ERROR, "stored outcome of %s is unreadable: %v", id, err)
 	}
 	return &hitlpb.HitlDecision{Action: string(o.Decision), DecisionPayload: outcome, Rationale: o.Rationale}, nil
 }
@@ -265,7 +265,7 @@ func waitError(ctx context.Context, err error, id, retry string) error {
 	if errors.As(err, &terminated) || errors.As(err, &canceled) {
 		return status.Errorf(codes.Aborted, "HITL invocation %s was ended by an operator before any decision: %v", id, err)
 	}
-	return status.Errorf(codes.Internal, "internal_error: HITL invocation %s failed: %v", id, err)
+	return protocol.Errorf(commonpb.ErrorCode_INTERNAL_ERROR, "HITL invocation %s failed: %v", id, err)
 }
 
 // hitlAdminService serves the extension sw4rmext.hitl.v1.HitlAdminService: listing,
@@ -282,7 +282,7 @@ func (h *hitlAdminService) authenticate(ctx context.Context) (hitl.Operator, err
 	if name := auth.FromContext(ctx).Operator; name != "" {
 		op, ok := h.s.cfg.HITLPolicy.Operator(name)
 		if !ok {
-			return hitl.Operator{}, status.Errorf(codes.PermissionDenied, "permission_denied: operator %q is not a HITL operator (SW4RM_HITL_OPERATORS)", name)
+			return hitl.Operator{}, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "operator %q is not a HITL operator (SW4RM_HITL_OPERATORS)", name)
 		}
 		return op, nil
 	}
@@ -441,7 +441,7 @@ func (h *hitlAdminService) notWaiting(ctx context.Context, d hitl.Decision, sign
 func alreadyDecided(rec store.HITLRecord, d hitl.Decision) (*hitladminpb.DecideResponse, error) {
 	var o hitl.Outcome
 	if err := json.Unmarshal(rec.Outcome, &o); err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: stored outcome of %s is unreadable: %v", rec.InvocationID, err)
+		return nil, protocol.Errorf(commonpb.ErrorCode_INTERNAL_ERROR, "stored outcome of %s is unreadable: %v", rec.InvocationID, err)
 	}
 	if o.DecidedBy == d.Operator && o.Decision == d.Decision && !o.Fallback {
 		return &hitladminpb.DecideResponse{OutcomeJson: string(rec.Outcome), AlreadyDecided: true}, nil

@@ -6,13 +6,14 @@ import (
 	"time"
 	"unicode"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/keyadminpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -38,7 +39,7 @@ func (k *keyAdminService) authenticate(ctx context.Context) (string, error) {
 	}
 	op, _, err := k.s.operatorFromToken(ctx)
 	if err != nil && p.Agent != "" {
-		return "", status.Errorf(codes.PermissionDenied, "permission_denied: key administration is for operators, and this call is agent %s's (%s)",
+		return "", protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "key administration is for operators, and this call is agent %s's (%s)",
 			p.Agent, status.Convert(err).Message())
 	}
 	return op.Name, err
@@ -68,11 +69,11 @@ func (k *keyAdminService) RevokeKey(ctx context.Context, req *keyadminpb.RevokeK
 	agentID, keyID, reason := req.GetAgentId(), req.GetKeyId(), strings.TrimSpace(req.GetReason())
 	switch {
 	case agentID == "":
-		return nil, status.Error(codes.InvalidArgument, "validation_error: agent_id is required (sw4rm keys list shows the agents' keys)")
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "agent_id is required (sw4rm keys list shows the agents' keys)")
 	case reason == "":
-		return nil, status.Error(codes.InvalidArgument, "validation_error: a reason is required; it is kept with the key and audited")
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "a reason is required; it is kept with the key and audited")
 	case len(reason) > maxRevokeReason || strings.ContainsFunc(reason, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }):
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: the reason must be at most %d bytes without control characters", maxRevokeReason)
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "the reason must be at most %d bytes without control characters", maxRevokeReason)
 	}
 	at := time.Now().UTC().Truncate(time.Microsecond)
 	n, err := k.s.store.Keys().RevokeAgentKey(ctx, agentID, keyID, at, op, reason)

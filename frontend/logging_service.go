@@ -4,11 +4,10 @@ import (
 	"context"
 	"encoding/json"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/sw4rm/sw4rm-temporal/audit"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/loggingpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 )
 
 // loggingService serves sw4rm.logging.LoggingService: agents' own events join the same audit
@@ -21,12 +20,12 @@ type loggingService struct {
 // Ingest records one event; details_json must be a JSON object when present.
 func (l *loggingService) Ingest(ctx context.Context, ev *loggingpb.LogEvent) (*loggingpb.IngestResponse, error) {
 	if ev.GetEventType() == "" {
-		return nil, status.Error(codes.InvalidArgument, "validation_error: event_type is required (§19)")
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "event_type is required (§19)")
 	}
 	details := map[string]any{}
 	if raw := ev.GetDetailsJson(); raw != "" {
 		if err := json.Unmarshal([]byte(raw), &details); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "validation_error: details_json must be a JSON object: %v", err)
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "details_json must be a JSON object: %v", err)
 		}
 	}
 	if ev.GetLevel() != "" {

@@ -11,7 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/reasoningpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"github.com/sw4rm/sw4rm-temporal/reasoning"
 )
@@ -41,11 +43,11 @@ func (r *reasoningService) inferenceEngine() inference.Engine {
 func (r *reasoningService) CheckParallelism(ctx context.Context, req *reasoningpb.ParallelismCheckRequest) (*reasoningpb.ParallelismCheckResponse, error) {
 	a, err := inference.ParseScope(req.GetScopeA())
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: scope_a: %v", err)
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "scope_a: %v", err)
 	}
 	b, err := inference.ParseScope(req.GetScopeB())
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: scope_b: %v", err)
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "scope_b: %v", err)
 	}
 	as, err := r.inferenceEngine().CheckParallelism(a, b)
 	if err != nil {
