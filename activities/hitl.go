@@ -19,6 +19,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -180,7 +181,7 @@ func (a *Activities) AskExternalHitl(ctx context.Context, inv hitl.Invocation) (
 	// The invocation's id is the key: a retried activity, or the workflow asking again after
 	// the component was unavailable, attaches to the question it already asked (docs/hitl.md)
 	// instead of raising a second one.
-	kctx := metadata.AppendToOutgoingContext(ctx, hitl.IdempotencyKeyMetadata, inv.InvocationID)
+	kctx := metadata.AppendToOutgoingContext(ctx, wire.IdempotencyKey, inv.InvocationID)
 	dec, err := hitlpb.NewHitlServiceClient(conn).Decide(kctx, &hitlpb.HitlInvocation{
 		ReasonType: commonpb.HitlReasonType(commonpb.HitlReasonType_value[inv.ReasonType]), Context: ctxJSON,
 		ProposedActions: inv.ProposedActions, Priority: inv.Priority,

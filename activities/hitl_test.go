@@ -19,6 +19,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
 
@@ -33,7 +34,7 @@ type externalHITL struct {
 func (e *externalHITL) Decide(ctx context.Context, _ *hitlpb.HitlInvocation) (*hitlpb.HitlDecision, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	e.mu.Lock()
-	e.keys = append(e.keys, md.Get(hitl.IdempotencyKeyMetadata)...)
+	e.keys = append(e.keys, md.Get(wire.IdempotencyKey)...)
 	e.mu.Unlock()
 	return &hitlpb.HitlDecision{Action: string(hitl.Approve), Rationale: "looks fine"}, nil
 }

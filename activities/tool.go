@@ -100,7 +100,7 @@ func (r *ToolRunner) RunTool(ctx context.Context, in RunToolInput) (RunToolResul
 		return RunToolResult{}, toolAppError(err)
 	}
 	final, created, err := r.Store.ToolCalls().Finish(context.WithoutCancel(ctx), req.CallID, res.ContentType, res.Data, func(frames, bytes uint64) []byte {
-		return ToolSummary{Status: "ok", Frames: frames, Bytes: bytes, Attempt: req.Attempt}.JSON()
+		return tool.Summary{Status: "ok", Frames: frames, Bytes: bytes, Attempt: req.Attempt}.JSON()
 	})
 	if err != nil {
 		return RunToolResult{}, fmt.Errorf("storing the final frame of %s: %w", req.CallID, err)
@@ -192,41 +192,12 @@ func toolAppError(err error) error {
 	return temporal.NewApplicationErrorWithOptions(te.Msg, string(te.Code), temporal.ApplicationErrorOptions{NonRetryable: !te.Code.Transient()})
 }
 
-// ToolSummary is the JSON summary of a call's final frame (§18.2, §18.6): how the call ended,
-// and how much output came before the end — a cancelled call's partial results.
-type ToolSummary struct {
-	// Status is "ok", "error" or "cancelled".
-	Status string `json:"status"`
-	// ErrorCode and Message say why a call that is not ok ended.
-	ErrorCode string `json:"error_code,omitempty"`
-	// Message says why, for a person.
-	Message string `json:"message,omitempty"`
-	// Frames and Bytes count the frames before the final one and the bytes of their data:
-	// the partial results a cancelled or failed call leaves.
-	Frames uint64 `json:"frames"`
-	// Bytes: see Frames.
-	Bytes uint64 `json:"bytes"`
-	// Partial reports that frames came before the end of a call that is not ok: §18.6's
-	// partial_result indicator.
-	Partial bool `json:"partial_result,omitempty"`
-	// Attempt is the attempt that ended the call (0 when none ran).
-	Attempt int `json:"attempt,omitempty"`
-	// By is who cancelled a cancelled call.
-	By string `json:"cancelled_by,omitempty"`
-}
-
-// JSON renders the summary.
-func (s ToolSummary) JSON() []byte {
-	b, _ := json.Marshal(s) // a struct of strings and numbers always encodes
-	return b
-}
-
 // FinishToolInput ends a call that did not end with a result: an error or a cancel.
 type FinishToolInput struct {
 	// CallID is the call.
 	CallID string
 	// Summary says how it ended; Frames, Bytes and Partial are filled in by the store's totals.
-	Summary ToolSummary
+	Summary tool.Summary
 	// Caller, ProviderID and ToolName are for the audit record.
 	Caller, ProviderID, ToolName string
 }
@@ -238,7 +209,7 @@ type FinishToolResult struct {
 	// Created is false when the call already had a final frame, which then stands.
 	Created bool
 	// Summary is the stored final frame's summary, whichever wrote it.
-	Summary ToolSummary
+	Summary tool.Summary
 }
 
 // FinishTool stores the final frame of a call that failed or was cancelled, with a summary
@@ -254,7 +225,7 @@ func (a *Activities) FinishTool(ctx context.Context, in FinishToolInput) (Finish
 	if err != nil {
 		return FinishToolResult{}, err
 	}
-	var stored ToolSummary
+	var stored tool.Summary
 	if len(f.Summary) > 0 {
 		_ = json.Unmarshal(f.Summary, &stored)
 	}
@@ -301,32 +272,6 @@ type ReplyToolInput struct {
 	Correlation string
 }
 
-// ToolResultPayload is the payload of a TOOL_RESULT envelope (§18.2).
-type ToolResultPayload struct {
-	// CallID is the call's id.
-	CallID string `json:"call_id"`
-	// Status is "OK".
-	Status string `json:"status"`
-	// ResultB64 is the final frame's data, base64.
-	ResultB64 []byte `json:"result_b64"`
-	// ContentType is the result's content type.
-	ContentType string `json:"content_type"`
-	// FrameNo is the final frame's frame_no: CallStream resumes from it.
-	FrameNo uint64 `json:"frame_no"`
-}
-
-// ToolErrorPayload is the payload of a TOOL_ERROR envelope (§18.2).
-type ToolErrorPayload struct {
-	// CallID is the call's id.
-	CallID string `json:"call_id"`
-	// ErrorCode is the §18.3 code.
-	ErrorCode string `json:"error_code"`
-	// Note says what happened.
-	Note string `json:"note"`
-	// PartialResult reports that frames came before the end (§18.6).
-	PartialResult bool `json:"partial_result,omitempty"`
-}
-
 // ToolReplyMessageID is the message_id of a call's TOOL_RESULT or TOOL_ERROR envelope: one
 // per call, so a retried reply is delivered once.
 func ToolReplyMessageID(callID string) string { return "tool-reply/" + callID }
@@ -346,15 +291,15 @@ func (a *Activities) ReplyTool(ctx context.Context, in ReplyToolInput) error {
 		return fmt.Errorf("reading the final frame of %s: %w", in.CallID, errors.Join(err, store.ErrNotFound))
 	}
 	f := fs[0]
-	var sum ToolSummary
+	var sum tool.Summary
 	_ = json.Unmarshal(f.Summary, &sum)
 	mt := commonpb.MessageType_TOOL_RESULT
 	var payload []byte
 	if sum.Status == "ok" {
-		payload, err = json.Marshal(ToolResultPayload{CallID: in.CallID, Status: "OK", ResultB64: f.Data, ContentType: f.ContentType, FrameNo: f.FrameNo})
+		payload, err = json.Marshal(tool.ResultPayload{CallID: in.CallID, Status: "OK", ResultB64: f.Data, ContentType: f.ContentType, FrameNo: f.FrameNo})
 	} else {
 		mt = commonpb.MessageType_TOOL_ERROR
-		payload, err = json.Marshal(ToolErrorPayload{CallID: in.CallID, ErrorCode: sum.ErrorCode, Note: sum.Message, PartialResult: sum.Partial})
+		payload, err = json.Marshal(tool.ErrorPayload{CallID: in.CallID, ErrorCode: sum.ErrorCode, Note: sum.Message, PartialResult: sum.Partial})
 	}
 	if err != nil {
 		return err
@@ -377,48 +322,6 @@ type OfferToolCallInput struct {
 	Agent string
 }
 
-// ToolCallPolicy is the execution policy a TOOL_CALL envelope carries (§18.2, §18.5).
-type ToolCallPolicy struct {
-	// TimeoutMs bounds the call.
-	TimeoutMs int64 `json:"timeout_ms"`
-	// BudgetWallMs and BudgetCPUMs are the call's budgets (0: none).
-	BudgetWallMs int64 `json:"budget_wall_ms,omitempty"`
-	// BudgetCPUMs: see BudgetWallMs.
-	BudgetCPUMs int64 `json:"budget_cpu_ms,omitempty"`
-	// NetworkPolicy and PrivilegeLevel are the call's.
-	NetworkPolicy string `json:"network_policy"`
-	// PrivilegeLevel: see NetworkPolicy.
-	PrivilegeLevel string `json:"privilege_level"`
-	// WorktreeRequired says the call must run in the caller's worktree.
-	WorktreeRequired bool `json:"worktree_required,omitempty"`
-}
-
-// ToolCallPayload is the payload of a TOOL_CALL envelope the scheduler routes to a provider
-// agent (§18.2). The agent answers with TOOL_RESULT envelopes (frames with "final": false,
-// then the result) or a TOOL_ERROR, addressed to the scheduler with the call_id.
-type ToolCallPayload struct {
-	// CallID is the call's id.
-	CallID string `json:"call_id"`
-	// ToolName and ProviderID name the tool.
-	ToolName string `json:"tool_name"`
-	// ProviderID: see ToolName.
-	ProviderID string `json:"provider_id"`
-	// Args are the arguments (JSON, validated against the input schema).
-	Args json.RawMessage `json:"args"`
-	// ContentType is the arguments' content type.
-	ContentType string `json:"content_type"`
-	// ExecutionPolicy is the effective policy.
-	ExecutionPolicy ToolCallPolicy `json:"execution_policy"`
-	// Stream says the caller takes frames.
-	Stream bool `json:"stream"`
-	// Caller is who made the call; Worktree the caller's worktree, which the provider must
-	// confine the call to (§18.2: "Providers MUST run under the invoking Agent's
-	// confinement").
-	Caller string `json:"caller"`
-	// Worktree: see Caller.
-	Worktree string `json:"worktree,omitempty"`
-}
-
 // ToolCallMessageID is the message_id of the TOOL_CALL envelope of a call: one per call, so
 // a retried offer is delivered once.
 func ToolCallMessageID(callID string) string { return "tool-call/" + callID }
@@ -426,9 +329,9 @@ func ToolCallMessageID(callID string) string { return "tool-call/" + callID }
 // OfferToolCall sends the provider agent the call as a TOOL_CALL envelope, once.
 func (a *Activities) OfferToolCall(ctx context.Context, in OfferToolCallInput) error {
 	req, pol := in.Request, in.Request.Policy
-	payload, err := json.Marshal(ToolCallPayload{CallID: req.CallID, ToolName: req.ToolName, ProviderID: req.ProviderID, Args: req.Args,
+	payload, err := json.Marshal(tool.CallPayload{CallID: req.CallID, ToolName: req.ToolName, ProviderID: req.ProviderID, Args: req.Args,
 		ContentType: req.ContentType, Stream: true, Caller: in.Caller, Worktree: req.Worktree,
-		ExecutionPolicy: ToolCallPolicy{TimeoutMs: pol.Timeout.Milliseconds(), BudgetWallMs: pol.BudgetWall.Milliseconds(), BudgetCPUMs: pol.BudgetCPU.Milliseconds(),
+		Policy: tool.CallPolicy{TimeoutMs: pol.Timeout.Milliseconds(), BudgetWallMs: pol.BudgetWall.Milliseconds(), BudgetCPUMs: pol.BudgetCPU.Milliseconds(),
 			NetworkPolicy: string(pol.Network), PrivilegeLevel: pol.Privilege.String(), WorktreeRequired: pol.WorktreeRequired}})
 	if err != nil {
 		return err

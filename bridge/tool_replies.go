@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -14,27 +13,6 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
-
-// ToolReplyPayload is what a provider agent's TOOL_RESULT or TOOL_ERROR envelope to the
-// scheduler carries (§18.2): the call_id (else the envelope's correlation_id), and either a
-// result — a frame when "final" is false, the call's result otherwise (the default) — or an
-// error_code and note.
-type ToolReplyPayload struct {
-	// CallID is the call answered.
-	CallID string `json:"call_id"`
-	// Status is "OK" on a TOOL_RESULT.
-	Status string `json:"status,omitempty"`
-	// ResultB64 is the result's or frame's data.
-	ResultB64 []byte `json:"result_b64,omitempty"`
-	// ContentType is the data's content type (default application/json).
-	ContentType string `json:"content_type,omitempty"`
-	// Final is false for a frame of a result still coming; absent or true for the result.
-	Final *bool `json:"final,omitempty"`
-	// ErrorCode and Note are a TOOL_ERROR's (§18.3).
-	ErrorCode string `json:"error_code,omitempty"`
-	// Note says what went wrong.
-	Note string `json:"note,omitempty"`
-}
 
 // toolReply takes a TOOL_RESULT or TOOL_ERROR envelope a provider agent addressed to the
 // scheduler: it stores the answer and records that it was taken.
@@ -57,7 +35,7 @@ func (s *Scheduler) storeToolReply(ctx context.Context, env *commonpb.Envelope) 
 	if s.store == nil {
 		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "this server does not take tool replies"), nil
 	}
-	var p ToolReplyPayload
+	var p tool.ReplyPayload
 	if err := json.Unmarshal(env.GetPayload(), &p); err != nil {
 		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "the %s payload is not the JSON of §18.2: %v", env.GetMessageType(), err), nil
 	}
@@ -91,7 +69,7 @@ func (s *Scheduler) storeToolReply(ctx context.Context, env *commonpb.Envelope) 
 		return nil, err
 	case env.GetMessageType() == commonpb.MessageType_TOOL_RESULT:
 		fin, created, err = calls.Finish(ctx, p.CallID, ct, p.ResultB64, func(frames, bytes uint64) []byte {
-			return activities.ToolSummary{Status: "ok", Frames: frames, Bytes: bytes, Attempt: 1}.JSON()
+			return tool.Summary{Status: "ok", Frames: frames, Bytes: bytes, Attempt: 1}.JSON()
 		})
 	default:
 		code := tool.Code(p.ErrorCode)
@@ -101,7 +79,7 @@ func (s *Scheduler) storeToolReply(ctx context.Context, env *commonpb.Envelope) 
 		provided.Code, provided.Message = code, p.Note
 		data, _ := json.Marshal(map[string]string{"error_code": string(code), "message": p.Note})
 		fin, created, err = calls.Finish(ctx, p.CallID, "application/json", data, func(frames, bytes uint64) []byte {
-			return activities.ToolSummary{Status: "error", ErrorCode: string(code), Message: p.Note, Frames: frames, Bytes: bytes, Partial: frames > 0, Attempt: 1}.JSON()
+			return tool.Summary{Status: "error", ErrorCode: string(code), Message: p.Note, Frames: frames, Bytes: bytes, Partial: frames > 0, Attempt: 1}.JSON()
 		})
 	}
 	if err != nil {

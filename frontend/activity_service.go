@@ -5,10 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -22,15 +20,8 @@ type activityService struct {
 // missing key field or an existing version answers ok=false with the reason.
 func (a *activityService) AppendArtifact(ctx context.Context, req *activitypb.AppendArtifactRequest) (*activitypb.AppendArtifactResponse, error) {
 	art := req.GetArtifact()
-	switch {
-	case art == nil:
-		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "validation_error: artifact is required"}, nil
-	case art.GetNegotiationId() == "":
-		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "validation_error: artifact.negotiation_id is required"}, nil
-	case art.GetKind() == "":
-		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "validation_error: artifact.kind is required"}, nil
-	case art.GetVersion() == "":
-		return &activitypb.AppendArtifactResponse{Ok: false, Reason: "validation_error: artifact.version is required"}, nil
+	if perr := negotiation.ValidateArtifact(art); perr != nil {
+		return &activitypb.AppendArtifactResponse{Ok: false, Reason: perr.Error()}, nil
 	}
 	// created_at is the server's: the store stamps it, so artifacts order by arrival.
 	err := a.s.store.Artifacts().AppendArtifact(ctx, store.Artifact{
@@ -48,8 +39,8 @@ func (a *activityService) AppendArtifact(ctx context.Context, req *activitypb.Ap
 
 // ListArtifacts returns a negotiation's artifacts, optionally of one kind.
 func (a *activityService) ListArtifacts(ctx context.Context, req *activitypb.ListArtifactsRequest) (*activitypb.ListArtifactsResponse, error) {
-	if req.GetNegotiationId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "validation_error: negotiation_id is required")
+	if perr := negotiation.ValidateArtifactQuery(req); perr != nil {
+		return nil, perr
 	}
 	arts, err := a.s.store.Artifacts().ListArtifacts(ctx, req.GetNegotiationId(), req.GetKind())
 	if err != nil {

@@ -2,9 +2,6 @@ package frontend
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
@@ -45,92 +42,65 @@ type connectorService struct {
 // RegisterProvider validates every descriptor and replaces the provider's tool set with
 // them (§18.1): afterwards the provider offers exactly these tools.
 func (c *connectorService) RegisterProvider(ctx context.Context, req *connectorpb.ProviderRegisterRequest) (*connectorpb.ProviderRegisterResponse, error) {
-	id := req.GetProviderId()
-	if err := tool.ValidateProviderID(id); err != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s", toolMsg(err))
+	if perr := tool.ValidateRegistration(req); perr != nil {
+		return nil, perr
 	}
-	tools := req.GetTools()
-	switch {
-	case len(tools) == 0:
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
-			"tools is empty: a provider advertises at least one tool descriptor (§18.1)")
-	case len(tools) > tool.MaxToolsPerProvider:
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
-			"%d tools is more than the %d one provider may register", len(tools), tool.MaxToolsPerProvider)
+	id, tools, by := req.GetProviderId(), req.GetTools(), auth.FromContext(ctx).String()
+	if reasons := tool.DescriptorReasons(tools); len(reasons) > 0 {
+		reason := "validation_error: " + strings.Join(reasons, "; ")
+		c.audit(ctx, by, AuditToolProviderRefused, map[string]any{"provider_id": id, "tools": toolNames(tools), "reason": reason})
+		return &connectorpb.ProviderRegisterResponse{Ok: false, Reason: reason}, nil
 	}
-	by := auth.FromContext(ctx).String()
+	if err := c.register(ctx, id, tools, by); err != nil {
+		return nil, err
+	}
+	c.audit(ctx, by, AuditToolProviderRegistered, map[string]any{"provider_id": id, "kind": tool.ProviderKindConnector, "tools": toolNames(tools)})
+	return &connectorpb.ProviderRegisterResponse{Ok: true}, nil
+}
+
+// register replaces the provider's tool set, unless the provider is a configured MCP server.
+func (c *connectorService) register(ctx context.Context, id string, tools []*connectorpb.ToolDescriptor, by string) error {
+	current, err := c.s.store.ToolProviders().ListTools(ctx, id)
+	if err != nil {
+		return failed("read the provider's tools", err)
+	}
+	if len(current) > 0 && current[0].Kind == tool.ProviderKindMCP {
+		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED,
+			"provider %q is a configured MCP server: its tools come from its tools/list, not from RegisterProvider", id)
+	}
+	if err := c.s.store.ToolProviders().RegisterProvider(ctx, id, tool.ProviderKindConnector, tools, by); err != nil {
+		return failed("store the provider's tools", err)
+	}
+	return nil
+}
+
+// toolNames lists the descriptors' tool names, in order, for the audit.
+func toolNames(tools []*connectorpb.ToolDescriptor) []string {
 	names := make([]string, len(tools))
 	for i, d := range tools {
 		names[i] = d.GetToolName()
 	}
-	if reasons := descriptorReasons(tools); len(reasons) > 0 {
-		reason := "validation_error: " + strings.Join(reasons, "; ")
-		c.audit(ctx, by, AuditToolProviderRefused, map[string]any{"provider_id": id, "tools": names, "reason": reason})
-		return &connectorpb.ProviderRegisterResponse{Ok: false, Reason: reason}, nil
-	}
-	current, err := c.s.store.ToolProviders().ListTools(ctx, id)
-	if err != nil {
-		return nil, failed("read the provider's tools", err)
-	}
-	if len(current) > 0 && current[0].Kind == tool.ProviderKindMCP {
-		return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED,
-			"provider %q is a configured MCP server: its tools come from its tools/list, not from RegisterProvider", id)
-	}
-	if err := c.s.store.ToolProviders().RegisterProvider(ctx, id, tool.ProviderKindConnector, tools, by); err != nil {
-		return nil, failed("store the provider's tools", err)
-	}
-	c.audit(ctx, by, AuditToolProviderRegistered, map[string]any{"provider_id": id, "kind": tool.ProviderKindConnector, "tools": names})
-	return &connectorpb.ProviderRegisterResponse{Ok: true}, nil
+	return names
 }
 
 // DescribeTools answers the descriptors of one provider, sorted by tool_name. An unknown
 // provider (or one that offers no tools) answers NotFound with no_route.
 func (c *connectorService) DescribeTools(ctx context.Context, req *connectorpb.DescribeToolsRequest) (*connectorpb.DescribeToolsResponse, error) {
-	id := req.GetProviderId()
-	if err := tool.ValidateProviderID(id); err != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s", toolMsg(err))
+	if perr := tool.ValidateDescribe(req); perr != nil {
+		return nil, perr
 	}
-	recs, err := c.s.store.ToolProviders().ListTools(ctx, id)
+	recs, err := c.s.store.ToolProviders().ListTools(ctx, req.GetProviderId())
 	if err != nil {
 		return nil, failed("list the provider's tools", err)
 	}
 	if len(recs) == 0 {
-		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no tool provider %q is registered, or it offers no tools", id)
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no tool provider %q is registered, or it offers no tools", req.GetProviderId())
 	}
 	out := make([]*connectorpb.ToolDescriptor, len(recs))
 	for i, r := range recs {
 		out[i] = r.Descriptor
 	}
 	return &connectorpb.DescribeToolsResponse{Tools: out}, nil
-}
-
-// descriptorReasons lists what is wrong with each descriptor, in request order: the
-// descriptor rules (tool.ValidateDescriptor) and a tool_name given twice. None is nil.
-func descriptorReasons(tools []*connectorpb.ToolDescriptor) []string {
-	var reasons []string
-	var seen []string
-	for i, d := range tools {
-		if err := tool.ValidateDescriptor(d); err != nil {
-			reasons = append(reasons, fmt.Sprintf("tools[%d]: %s", i, toolMsg(err)))
-			continue
-		}
-		if slices.Contains(seen, d.GetToolName()) {
-			reasons = append(reasons, fmt.Sprintf("tools[%d]: tool_name %q is given twice", i, d.GetToolName()))
-			continue
-		}
-		seen = append(seen, d.GetToolName())
-	}
-	return reasons
-}
-
-// toolMsg is a tool rule's message without its code prefix: the frontend's answer carries
-// its own (validation_error), and "VALIDATION_ERROR: " inside it would say it twice.
-func toolMsg(err error) string {
-	var te *tool.Error
-	if errors.As(err, &te) {
-		return te.Msg
-	}
-	return err.Error()
 }
 
 // audit records a provider event with the proven caller as actor.

@@ -22,7 +22,10 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	pdlq "github.com/sw4rm/sw4rm-temporal/protocol/dlq"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -37,9 +40,6 @@ type Requeuer interface {
 
 // DLQBundleFormat names the JSON document that Export returns.
 const DLQBundleFormat = "sw4rm.dlq.bundle/v1"
-
-// maxDLQIDs bounds the ids of one Requeue or Export call.
-const maxDLQIDs = 1000
 
 // dlqAdminService serves the extension sw4rmext.dlq.v1.DlqAdminService: listing, requeuing
 // and exporting dead letters for authenticated operators (the HITL operators of
@@ -62,19 +62,24 @@ func (d *dlqAdminService) ListDeadLetters(ctx context.Context, req *dlqadminpb.L
 	if _, err := d.authenticate(ctx); err != nil {
 		return nil, err
 	}
-	f, err := dlqFilter(req.GetFilter())
-	if err != nil {
-		return nil, err
+	f, perr := pdlq.ParseFilter(req.GetFilter())
+	if perr != nil {
+		return nil, perr
 	}
-	entries, err := d.s.store.DLQ().ListDeadLetters(ctx, f)
+	entries, err := d.s.store.DLQ().ListDeadLetters(ctx, store.DLQFilter(f))
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
+		return nil, dlqUnavailable(err)
 	}
 	out := &dlqadminpb.ListDeadLettersResponse{}
 	for _, e := range entries {
 		out.DeadLetters = append(out.DeadLetters, deadLetterPB(e))
 	}
 	return out, nil
+}
+
+// dlqUnavailable is the status of a store failure: nothing was refused, so a retry is safe.
+func dlqUnavailable(err error) error {
+	return status.Errorf(codes.Unavailable, "internal_error: %v", err)
 }
 
 // Requeue requeues each distinct id through the Requeuer and reports every outcome: the new
@@ -86,16 +91,18 @@ func (d *dlqAdminService) Requeue(ctx context.Context, req *dlqadminpb.RequeueRe
 	if err != nil {
 		return nil, err
 	}
-	ids := dlqDistinctIDs(req.GetIds())
-	if len(ids) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "validation_error: name at least one dead letter id (sw4rm dlq list shows them)")
-	}
-	if len(ids) > maxDLQIDs {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: at most %d ids per call, got %d", maxDLQIDs, len(ids))
+	ids, perr := pdlq.ValidateRequeue(req)
+	if perr != nil {
+		return nil, perr
 	}
 	if d.requeue == nil {
 		return nil, status.Error(codes.Unavailable, "requeue is not available: this server has no router to re-admit messages")
 	}
+	return d.requeueAll(ctx, op, ids)
+}
+
+// requeueAll requeues each id in turn, until the caller goes away.
+func (d *dlqAdminService) requeueAll(ctx context.Context, op hitl.Operator, ids []int64) (*dlqadminpb.RequeueResponse, error) {
 	out := &dlqadminpb.RequeueResponse{}
 	for _, id := range ids {
 		if err := ctx.Err(); err != nil {
@@ -154,7 +161,7 @@ func (d *dlqAdminService) requeueOne(ctx context.Context, op hitl.Operator, id i
 			}
 		}
 	}
-	details := map[string]any{"dlq_id": id, "via": dlqVia(ctx), "class": e.Class, "error_code": e.ErrorCode.String()}
+	details := map[string]any{"dlq_id": id, "via": viaOf(ctx), "class": e.Class, "error_code": e.ErrorCode.String()}
 	if res.Code == "" {
 		details["outcome"] = "requeued"
 		details["requeued_as"] = res.MessageId
@@ -191,9 +198,10 @@ func dlqAlreadyRequeued(e store.DLQEntry) string {
 	return fmt.Sprintf("dead letter %d was already requeued as %s at %s", e.ID, e.RequeuedAs, e.RequeuedAt.UTC().Format(time.RFC3339))
 }
 
-// dlqVia names the door a call came through: "cli" for the sw4rm CLI, else "grpc".
-func dlqVia(ctx context.Context) string {
-	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("sw4rm-client")) > 0 && md.Get("sw4rm-client")[0] == "cli" {
+// viaOf names the door an operator's call came through: "cli" for the sw4rm CLI (its
+// wire.ClientKey metadata), else "grpc".
+func viaOf(ctx context.Context) string {
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(wire.ClientKey)) > 0 && md.Get(wire.ClientKey)[0] == wire.ClientCLI {
 		return "cli"
 	}
 	return "grpc"
@@ -206,37 +214,50 @@ func (d *dlqAdminService) Export(ctx context.Context, req *dlqadminpb.ExportRequ
 	if err != nil {
 		return nil, err
 	}
-	sel := dlqSelection{}
-	var entries []store.DLQEntry
-	if ids := dlqDistinctIDs(req.GetIds()); len(ids) > 0 {
-		if pf := req.GetFilter(); pf.GetSince() != nil || pf.GetUntil() != nil || pf.GetErrorClass() != "" ||
-			pf.GetErrorCode() != "" || pf.GetRoute() != "" || pf.GetProducer() != "" {
-			return nil, status.Error(codes.InvalidArgument, "validation_error: select dead letters either by id or by filter, not both")
-		}
-		if len(ids) > maxDLQIDs {
-			return nil, status.Errorf(codes.InvalidArgument, "validation_error: at most %d ids per call, got %d", maxDLQIDs, len(ids))
-		}
-		sel.IDs = ids
-		for _, id := range ids {
-			e, err := d.s.store.DLQ().GetDeadLetter(ctx, id)
-			if errors.Is(err, store.ErrNotFound) {
-				return nil, status.Errorf(codes.NotFound, "unknown dead letter %d", id)
-			}
-			if err != nil {
-				return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
-			}
-			entries = append(entries, e)
-		}
-	} else {
-		f, err := dlqFilter(req.GetFilter())
-		if err != nil {
-			return nil, err
-		}
-		sel.Filter = dlqSelectionOf(f)
-		if entries, err = d.s.store.DLQ().ListDeadLetters(ctx, f); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
-		}
+	ids, f, perr := pdlq.ValidateExport(req)
+	if perr != nil {
+		return nil, perr
 	}
+	sel, entries, err := d.selectEntries(ctx, ids, f)
+	if err != nil {
+		return nil, err
+	}
+	b, err := d.bundle(ctx, op, sel, entries)
+	if err != nil {
+		return nil, err
+	}
+	d.s.sink.Record(ctx, audit.Event{Actor: op.Name, Type: "dlq.exported", Details: map[string]any{
+		"count": len(entries), "ids": dlqEntryIDs(entries), "via": viaOf(ctx),
+	}})
+	return &dlqadminpb.ExportResponse{Bundle: b, Count: uint32(len(entries))}, nil
+}
+
+// selectEntries reads the dead letters named by ids, every one of which must exist, or else
+// those matching f.
+func (d *dlqAdminService) selectEntries(ctx context.Context, ids []int64, f pdlq.Filter) (dlqSelection, []store.DLQEntry, error) {
+	if len(ids) == 0 {
+		entries, err := d.s.store.DLQ().ListDeadLetters(ctx, store.DLQFilter(f))
+		if err != nil {
+			return dlqSelection{}, nil, dlqUnavailable(err)
+		}
+		return dlqSelection{Filter: dlqSelectionOf(store.DLQFilter(f))}, entries, nil
+	}
+	entries := make([]store.DLQEntry, 0, len(ids))
+	for _, id := range ids {
+		e, err := d.s.store.DLQ().GetDeadLetter(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return dlqSelection{}, nil, status.Errorf(codes.NotFound, "unknown dead letter %d", id)
+		}
+		if err != nil {
+			return dlqSelection{}, nil, dlqUnavailable(err)
+		}
+		entries = append(entries, e)
+	}
+	return dlqSelection{IDs: ids}, entries, nil
+}
+
+// bundle renders the export bundle of entries, newline-terminated.
+func (d *dlqAdminService) bundle(ctx context.Context, op hitl.Operator, sel dlqSelection, entries []store.DLQEntry) ([]byte, error) {
 	bundle := dlqBundle{
 		Format: DLQBundleFormat, GeneratedAt: time.Now().UTC(), GeneratedBy: op.Name, Store: d.s.store.Kind(),
 		Selection: sel, Count: len(entries), Entries: make([]dlqBundleEntry, 0, len(entries)),
@@ -250,85 +271,9 @@ func (d *dlqAdminService) Export(ctx context.Context, req *dlqadminpb.ExportRequ
 	}
 	b, err := json.MarshalIndent(bundle, "", "  ")
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: encode the bundle: %v", err)
+		return nil, protocol.Errorf(commonpb.ErrorCode_INTERNAL_ERROR, "encode the bundle: %v", err)
 	}
-	d.s.sink.Record(ctx, audit.Event{Actor: op.Name, Type: "dlq.exported", Details: map[string]any{
-		"count": len(entries), "ids": dlqEntryIDs(entries), "via": dlqVia(ctx),
-	}})
-	return &dlqadminpb.ExportResponse{Bundle: append(b, '\n'), Count: uint32(len(entries))}, nil
-}
-
-// dlqFilter checks an operator's filter and converts it for the store.
-func dlqFilter(pf *dlqadminpb.DeadLetterFilter) (store.DLQFilter, error) {
-	f := store.DLQFilter{
-		RecipientID:     strings.TrimSpace(pf.GetRoute()),
-		ProducerID:      strings.TrimSpace(pf.GetProducer()),
-		IncludeRequeued: pf.GetIncludeRequeued(),
-		Limit:           int(pf.GetLimit()),
-	}
-	if ts := pf.GetSince(); ts != nil {
-		if err := ts.CheckValid(); err != nil {
-			return store.DLQFilter{}, status.Errorf(codes.InvalidArgument, "validation_error: since: %v", err)
-		}
-		f.Since = ts.AsTime()
-	}
-	if ts := pf.GetUntil(); ts != nil {
-		if err := ts.CheckValid(); err != nil {
-			return store.DLQFilter{}, status.Errorf(codes.InvalidArgument, "validation_error: until: %v", err)
-		}
-		f.Until = ts.AsTime()
-	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
-		return store.DLQFilter{}, status.Errorf(codes.InvalidArgument, "validation_error: until (%s) is before since (%s)",
-			f.Until.Format(time.RFC3339Nano), f.Since.Format(time.RFC3339Nano))
-	}
-	if c := pf.GetErrorClass(); c != "" {
-		class, ok := parseDLQClass(c)
-		if !ok {
-			return store.DLQFilter{}, status.Errorf(codes.InvalidArgument, "validation_error: unknown error class %q (want one of %s)",
-				c, strings.Join(dlqClasses, ", "))
-		}
-		f.Class = class
-	}
-	if c := pf.GetErrorCode(); c != "" {
-		code, ok := dlqParseErrorCode(c)
-		if !ok {
-			return store.DLQFilter{}, status.Errorf(codes.InvalidArgument, "validation_error: unknown error code %q (want a sw4rm.common.ErrorCode name such as ACK_TIMEOUT or TTL_EXPIRED)", c)
-		}
-		f.ErrorCode = code
-	}
-	return f, nil
-}
-
-// dlqClasses lists the error classes of §21.1 as the store names them.
-var dlqClasses = []string{store.DLQRetriesExhausted, store.DLQTerminalError, store.DLQPolicyViolation, store.DLQTTLExpired}
-
-// parseDLQClass accepts a class in any case, with - for _.
-func parseDLQClass(s string) (string, bool) {
-	c := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "-", "_")
-	return c, slices.Contains(dlqClasses, c)
-}
-
-// dlqParseErrorCode accepts an ErrorCode enum name in any case; UNSPECIFIED is no code.
-func dlqParseErrorCode(s string) (commonpb.ErrorCode, bool) {
-	v, ok := commonpb.ErrorCode_value[strings.ToUpper(strings.TrimSpace(s))]
-	if !ok || v == int32(commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED) {
-		return 0, false
-	}
-	return commonpb.ErrorCode(v), true
-}
-
-// dlqDistinctIDs drops repeated ids, keeping the first occurrence's position.
-func dlqDistinctIDs(ids []int64) []int64 {
-	seen := make(map[int64]bool, len(ids))
-	var out []int64
-	for _, id := range ids {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
+	return append(b, '\n'), nil
 }
 
 func dlqEntryIDs(entries []store.DLQEntry) []int64 {
@@ -472,7 +417,7 @@ func (d *dlqAdminService) bundleEntry(ctx context.Context, e store.DLQEntry) (dl
 		env.Payload = nil
 		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(env)
 		if err != nil {
-			return dlqBundleEntry{}, status.Errorf(codes.Internal, "internal_error: encode the envelope of dead letter %d: %v", e.ID, err)
+			return dlqBundleEntry{}, protocol.Errorf(commonpb.ErrorCode_INTERNAL_ERROR, "encode the envelope of dead letter %d: %v", e.ID, err)
 		}
 		be.Envelope = b
 	}

@@ -72,7 +72,8 @@ func operatorCtx(t *testing.T, token string) context.Context {
 func requireCode(t *testing.T, want codes.Code, err error) {
 	t.Helper()
 	require.Error(t, err)
-	require.Equal(t, want, status.Code(err), "error: %v", err)
+	// The handlers return protocol errors; the error table turns them into statuses.
+	require.Equal(t, want, toStatus(t.Context(), err).Code(), "error: %v", err)
 }
 
 // seedDLQ stores d0..d3 (failing a minute apart from base) and returns their ids.

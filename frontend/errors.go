@@ -14,6 +14,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -113,7 +114,7 @@ func errorsUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler 
 		return resp, nil
 	}
 	st := toStatus(ctx, err)
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(ErrorCodeTrailer, errorCodeOfStatus(st).String()))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(wire.ErrorCodeTrailer, errorCodeOfStatus(st).String()))
 	return nil, st.Err()
 }
 
@@ -124,6 +125,6 @@ func errorsStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handl
 		return nil
 	}
 	st := toStatus(ss.Context(), err)
-	ss.SetTrailer(metadata.Pairs(ErrorCodeTrailer, errorCodeOfStatus(st).String()))
+	ss.SetTrailer(metadata.Pairs(wire.ErrorCodeTrailer, errorCodeOfStatus(st).String()))
 	return st.Err()
 }

@@ -22,27 +22,10 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
-)
-
-// Metadata of the handoff service (docs/handoff.md).
-const (
-	// CorrelationMetadataKey is the RequestHandoff request metadata naming the correlation
-	// whose context is handed off (fencing and CancelDelegation act on it); absent, the
-	// request_id is the correlation. GetPendingHandoffs answers it as a response header, one
-	// value per pending request, in order.
-	CorrelationMetadataKey = "sw4rm-correlation-id"
-	// ContextContentTypeMetadataKey is the RequestHandoff request metadata carrying the
-	// context snapshot's content type (004 item 8; absent means application/json), which
-	// HandoffRequest has no field for. GetPendingHandoffs answers it as a response header,
-	// one value per pending request, in order.
-	ContextContentTypeMetadataKey = "sw4rm-context-content-type"
-	// HandoffStateHeader is the response header of RequestHandoff, AcceptHandoff and
-	// RejectHandoff holding the handoff's state after the call (e.g. "PENDING"); a
-	// RequestHandoff that reuses a request_id learns the existing handoff's state from it.
-	HandoffStateHeader = "sw4rm-handoff-state"
 )
 
 // handoffService serves sw4rm.handoff.HandoffService (§17.6): each handoff is the durable
@@ -67,7 +50,7 @@ func firstMD(ctx context.Context, key string) string {
 // workflow, which routes and offers it (§17.6). A request_id already used answers OK with the
 // existing handoff's state in the sw4rm-handoff-state header, and starts nothing.
 func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.HandoffRequest) (*commonpb.Empty, error) {
-	ct := firstMD(ctx, ContextContentTypeMetadataKey)
+	ct := firstMD(ctx, wire.ContextContentTypeKey)
 	if ct == "" {
 		ct = protocol.DefaultHandoffContentType
 	}
@@ -77,12 +60,12 @@ func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.Hand
 	if limit := h.s.router.Config().MaxPayloadBytes; limit > 0 && len(req.GetContextSnapshot()) > limit {
 		return nil, protocol.Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "context_snapshot is %d bytes; this server's limit is %d (SW4RM_MAX_PAYLOAD_BYTES)", len(req.GetContextSnapshot()), limit)
 	}
-	corr := firstMD(ctx, CorrelationMetadataKey)
+	corr := firstMD(ctx, wire.CorrelationIDKey)
 	if corr == "" {
 		corr = req.GetRequestId()
 	}
 	if len(corr) > 256 {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s is longer than 256 bytes", CorrelationMetadataKey)
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s is longer than 256 bytes", wire.CorrelationIDKey)
 	}
 	id, from, to := req.GetRequestId(), req.GetFromAgent(), req.GetToAgent()
 	// A reuse is answered before any other check: the handoff exists, whatever changed since.
@@ -149,7 +132,7 @@ func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.Hand
 		details["workflow"], details["workflow_error"] = "pending", err.Error()
 	}
 	h.s.sink.Record(ctx, audit.Event{CorrelationID: corr, Actor: from, Type: "handoff.requested", AgentID: to, Details: details})
-	_ = grpc.SetHeader(ctx, metadata.Pairs(HandoffStateHeader, handoffpb.HandoffStatus_PENDING.String()))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(wire.HandoffStateHeader, handoffpb.HandoffStatus_PENDING.String()))
 	return &commonpb.Empty{}, nil
 }
 
@@ -159,7 +142,7 @@ func (h *handoffService) reused(ctx context.Context, prev store.HandoffRecord, f
 	if prev.From != from {
 		return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "request_id %q names a handoff of another agent; choose a new request_id", prev.RequestID)
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs(HandoffStateHeader, prev.Status.String()))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(wire.HandoffStateHeader, prev.Status.String()))
 	return &commonpb.Empty{}, nil
 }
 
@@ -190,7 +173,7 @@ func (h *handoffService) AcceptHandoff(ctx context.Context, req *handoffpb.Hando
 	if err != nil {
 		return nil, err
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs(HandoffStateHeader, st.Status.String()))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(wire.HandoffStateHeader, st.Status.String()))
 	return &commonpb.Empty{}, nil
 }
 
@@ -214,7 +197,7 @@ func (h *handoffService) RejectHandoff(ctx context.Context, req *handoffpb.Hando
 	if err != nil {
 		return nil, err
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs(HandoffStateHeader, st.Status.String()))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(wire.HandoffStateHeader, st.Status.String()))
 	return &commonpb.Empty{}, nil
 }
 
@@ -275,8 +258,8 @@ func (h *handoffService) GetPendingHandoffs(ctx context.Context, req *handoffpb.
 			continue
 		}
 		resp.PendingRequests = append(resp.PendingRequests, &r)
-		md.Append(ContextContentTypeMetadataKey, rec.ContextContentType)
-		md.Append(CorrelationMetadataKey, rec.Correlation)
+		md.Append(wire.ContextContentTypeKey, rec.ContextContentType)
+		md.Append(wire.CorrelationIDKey, rec.Correlation)
 	}
 	if len(resp.PendingRequests) > 0 {
 		_ = grpc.SetHeader(ctx, md)

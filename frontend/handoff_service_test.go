@@ -28,6 +28,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -216,10 +217,10 @@ func handoffReq(id, from, to string) *handoffpb.HandoffRequest {
 // holds no snapshot; a reuse answers the existing state and starts nothing.
 func TestRequestHandoffStoresAndStarts(t *testing.T) {
 	h := newHandoffHarness(t, map[string][]string{"a": nil, "b": nil})
-	ctx, hs := callCtx(t, auth.Principal{Agent: "a"}, CorrelationMetadataKey, "ticket-42", ContextContentTypeMetadataKey, "text/plain")
+	ctx, hs := callCtx(t, auth.Principal{Agent: "a"}, wire.CorrelationIDKey, "ticket-42", wire.ContextContentTypeKey, "text/plain")
 	_, err := h.svc.RequestHandoff(ctx, handoffReq("h1", "a", "b"))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"PENDING"}, hs.md.Get(HandoffStateHeader))
+	assert.Equal(t, []string{"PENDING"}, hs.md.Get(wire.HandoffStateHeader))
 	rec, err := h.st.h.GetHandoff(t.Context(), "h1")
 	require.NoError(t, err)
 	assert.Equal(t, "ticket-42", rec.Correlation)
@@ -243,7 +244,7 @@ func TestRequestHandoffStoresAndStarts(t *testing.T) {
 	ctx, hs = callCtx(t, auth.Principal{Agent: "a"})
 	_, err = h.svc.RequestHandoff(ctx, handoffReq("h1", "a", "b"))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"ACCEPTED"}, hs.md.Get(HandoffStateHeader), "a reuse answers the existing state")
+	assert.Equal(t, []string{"ACCEPTED"}, hs.md.Get(wire.HandoffStateHeader), "a reuse answers the existing state")
 	assert.Equal(t, 1, h.st.h.created)
 	assert.Len(t, h.started, 1)
 
@@ -271,10 +272,10 @@ func TestRequestHandoffRefusals(t *testing.T) {
 		"unknown from":          {handoffReq("h1", "x", "b"), nil, codes.NotFound, "no_route: from_agent"},
 		"unknown to":            {handoffReq("h1", "a", "x"), nil, codes.NotFound, "no_route: to_agent"},
 		"modality":              {handoffReq("h1", "a", "img"), nil, codes.InvalidArgument, "modalities"},
-		"bad content type":      {handoffReq("h1", "a", "b"), []string{ContextContentTypeMetadataKey, "image/png"}, codes.InvalidArgument, "content type"},
-		"fenced originator":     {handoffReq("h1", "a", "b"), []string{CorrelationMetadataKey, "c1"}, codes.PermissionDenied, "permission_denied: fenced: correlation c1 was handed to b by handoff h0"},
-		"ping-pong":             {handoffReq("h1", "b", "a"), []string{CorrelationMetadataKey, "c1"}, codes.PermissionDenied, "no ping-pong"},
-		"other correlation oks": {handoffReq("h9", "b", "a"), []string{CorrelationMetadataKey, "c2"}, codes.OK, ""},
+		"bad content type":      {handoffReq("h1", "a", "b"), []string{wire.ContextContentTypeKey, "image/png"}, codes.InvalidArgument, "content type"},
+		"fenced originator":     {handoffReq("h1", "a", "b"), []string{wire.CorrelationIDKey, "c1"}, codes.PermissionDenied, "permission_denied: fenced: correlation c1 was handed to b by handoff h0"},
+		"ping-pong":             {handoffReq("h1", "b", "a"), []string{wire.CorrelationIDKey, "c1"}, codes.PermissionDenied, "no ping-pong"},
+		"other correlation oks": {handoffReq("h9", "b", "a"), []string{wire.CorrelationIDKey, "c2"}, codes.OK, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx, _ := callCtx(t, auth.Principal{}, tc.md...)
@@ -319,7 +320,7 @@ func TestAnswerRefusedIsFailedPrecondition(t *testing.T) {
 	ctx, hs := callCtx(t, auth.Principal{Agent: "b"})
 	_, err = h.svc.AcceptHandoff(ctx, &handoffpb.HandoffResponse{RequestId: "h1", AcceptingAgent: "b", Accepted: true})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"ACCEPTED"}, hs.md.Get(HandoffStateHeader))
+	assert.Equal(t, []string{"ACCEPTED"}, hs.md.Get(wire.HandoffStateHeader))
 
 	ctx, _ = callCtx(t, auth.Principal{Agent: "b"})
 	_, err = h.svc.RejectHandoff(ctx, &handoffpb.HandoffResponse{RequestId: "h1", AcceptingAgent: "b", RejectionCode: commonpb.ErrorCode_REDIRECT})
@@ -331,7 +332,7 @@ func TestAnswerRefusedIsFailedPrecondition(t *testing.T) {
 func TestCancelDelegation(t *testing.T) {
 	h := newHandoffHarness(t, map[string][]string{"a": nil, "b": nil})
 	for _, id := range []string{"h1", "h2"} {
-		ctx, _ := callCtx(t, auth.Principal{Agent: "a"}, CorrelationMetadataKey, "job")
+		ctx, _ := callCtx(t, auth.Principal{Agent: "a"}, wire.CorrelationIDKey, "job")
 		_, err := h.svc.RequestHandoff(ctx, handoffReq(id, "a", "b"))
 		require.NoError(t, err)
 	}
@@ -366,7 +367,7 @@ func TestCancelDelegation(t *testing.T) {
 // content types and correlations in the headers.
 func TestGetPendingHandoffs(t *testing.T) {
 	h := newHandoffHarness(t, map[string][]string{"a": nil, "b": nil})
-	ctx, _ := callCtx(t, auth.Principal{Agent: "a"}, CorrelationMetadataKey, "job", ContextContentTypeMetadataKey, "text/plain")
+	ctx, _ := callCtx(t, auth.Principal{Agent: "a"}, wire.CorrelationIDKey, "job", wire.ContextContentTypeKey, "text/plain")
 	_, err := h.svc.RequestHandoff(ctx, handoffReq("h1", "a", "b"))
 	require.NoError(t, err)
 	ctx, hs := callCtx(t, auth.Principal{Agent: "b"})
@@ -374,8 +375,8 @@ func TestGetPendingHandoffs(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, resp.GetPendingRequests(), 1)
 	assert.Equal(t, `{"ticket":42}`, string(resp.GetPendingRequests()[0].GetContextSnapshot()))
-	assert.Equal(t, []string{"text/plain"}, hs.md.Get(ContextContentTypeMetadataKey))
-	assert.Equal(t, []string{"job"}, hs.md.Get(CorrelationMetadataKey))
+	assert.Equal(t, []string{"text/plain"}, hs.md.Get(wire.ContextContentTypeKey))
+	assert.Equal(t, []string{"job"}, hs.md.Get(wire.CorrelationIDKey))
 }
 
 // TestHandoffRules: the per-method rules of the handoff service.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/google/uuid"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -26,22 +25,12 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
-
-// InvocationIDHeader is the response header in which HitlService.Decide names the invocation
-// it raised, before it blocks, so the caller can point an operator at it.
-const InvocationIDHeader = "sw4rm-hitl-invocation-id"
-
-// IdempotencyKeyMetadataKey is the request metadata that makes retries of HitlService.Decide
-// (hitl.IdempotencyKeyMetadata) and of the negotiation calls (negotiationUpdateID)
-// safe.
-const IdempotencyKeyMetadataKey = hitl.IdempotencyKeyMetadata
-
-// maxIdempotencyKey bounds the key, as §11.2 tokens are bounded in practice.
-const maxIdempotencyKey = 256
 
 // keyedInvocations is the UUID namespace of invocation ids derived from idempotency keys.
 var keyedInvocations = uuid.MustParse("6f1c3e0a-5b8d-4d2e-9a67-0c4f3b2d1e95")
@@ -63,21 +52,31 @@ type hitlService struct {
 // ({"facts":[...],"diffs":[...],"risk_notes":[...],"prior_attempts":[...],"inference":{...}})
 // when they are one, else kept raw.
 //
-// With the metadata IdempotencyKeyMetadataKey the invocation id is derived from the key, and
+// With the metadata wire.IdempotencyKey the invocation id is derived from the key, and
 // a call whose invocation exists attaches to it: it returns the outcome when it is decided
 // (from the store's projection, so even while Temporal is unreachable) and otherwise waits
 // for it. A key already used for a different question is refused.
 func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*hitlpb.HitlDecision, error) {
-	reason := req.GetReasonType()
-	if reason == commonpb.HitlReasonType_HITL_REASON_UNSPECIFIED || commonpb.HitlReasonType_name[int32(reason)] == "" {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: reason_type must be one of the eight §15 reason types, got %d", int32(reason))
+	if perr := hitl.ValidateReasonType(req.GetReasonType()); perr != nil {
+		return nil, perr
 	}
 	key, err := idempotencyKey(ctx)
 	if err != nil {
 		return nil, err
 	}
+	inv, perr := h.invocation(ctx, req, key)
+	if perr != nil {
+		return nil, perr
+	}
+	_ = grpc.SendHeader(ctx, metadata.Pairs(wire.HITLInvocationIDHeader, inv.InvocationID))
+	return h.raise(ctx, inv, key)
+}
+
+// invocation builds the invocation a Decide request raises: its id derived from the caller's
+// key when there is one, its context read as the §15.1 JSON when it is that, else kept raw.
+func (h *hitlService) invocation(ctx context.Context, req *hitlpb.HitlInvocation, key string) (hitl.Invocation, *protocol.Error) {
 	inv := hitl.Invocation{
-		InvocationID: uuid.NewString(), ReasonType: reason.String(), ProposedActions: req.GetProposedActions(),
+		InvocationID: uuid.NewString(), ReasonType: req.GetReasonType().String(), ProposedActions: req.GetProposedActions(),
 		Priority: req.GetPriority(), Timeout: h.s.cfg.HITLTimeout, RequestedBy: "grpc",
 	}
 	if key != "" {
@@ -101,10 +100,15 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 	}
 	inv.CorrelationID = hitl.WorkflowID(inv.InvocationID)
 	if err := inv.Validate(); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
+		return hitl.Invocation{}, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%v", err)
 	}
+	return inv, nil
+}
+
+// raise starts (or, under a key, attaches to) the invocation's workflow and waits for its
+// outcome.
+func (h *hitlService) raise(ctx context.Context, inv hitl.Invocation, key string) (*hitlpb.HitlDecision, error) {
 	question := questionDigest(inv)
-	_ = grpc.SendHeader(ctx, metadata.Pairs(InvocationIDHeader, inv.InvocationID))
 	retry := retryAdvice(key, inv.InvocationID)
 	checked := false // whether the question was compared with the existing invocation's
 	if key != "" {
@@ -155,16 +159,13 @@ func (h *hitlService) Decide(ctx context.Context, req *hitlpb.HitlInvocation) (*
 	return &hitlpb.HitlDecision{Action: string(out.Decision), DecisionPayload: payload, Rationale: out.Rationale}, nil
 }
 
-// idempotencyKey reads the caller's IdempotencyKeyMetadataKey, empty when there is none.
+// idempotencyKey reads the caller's wire.IdempotencyKey metadata (hitl.ParseIdempotencyKey),
+// empty when there is none.
 func idempotencyKey(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	v := md.Get(IdempotencyKeyMetadataKey)
-	if len(v) == 0 {
-		return "", nil
-	}
-	key := strings.TrimSpace(v[0])
-	if key == "" || len(key) > maxIdempotencyKey || strings.ContainsFunc(key, unicode.IsControl) {
-		return "", status.Errorf(codes.InvalidArgument, "validation_error: metadata %s must be 1 to %d characters without control characters", IdempotencyKeyMetadataKey, maxIdempotencyKey)
+	key, perr := hitl.ParseIdempotencyKey(md.Get(wire.IdempotencyKey))
+	if perr != nil {
+		return "", perr
 	}
 	return key, nil
 }
@@ -199,9 +200,9 @@ func keyedInvocationID(caller, key string) string {
 // retryAdvice tells the caller what calling again does.
 func retryAdvice(key, id string) string {
 	if key != "" {
-		return fmt.Sprintf("retrying with the same %s metadata returns invocation %s, waiting for its outcome if it is still open", IdempotencyKeyMetadataKey, id)
+		return fmt.Sprintf("retrying with the same %s metadata returns invocation %s, waiting for its outcome if it is still open", wire.IdempotencyKey, id)
 	}
-	return fmt.Sprintf("invocation %s may be open or decided (sw4rm hitl history %s); a retry without %s metadata raises a new invocation — set it to make retries return the same one", id, id, IdempotencyKeyMetadataKey)
+	return fmt.Sprintf("invocation %s may be open or decided (sw4rm hitl history %s); a retry without %s metadata raises a new invocation — set it to make retries return the same one", id, id, wire.IdempotencyKey)
 }
 
 // questionDigest is what makes two calls the same question: everything the caller asked
@@ -221,7 +222,7 @@ func questionDigest(inv hitl.Invocation) string {
 // refused, §11.2).
 func keyReused(key, id string) error {
 	return status.Errorf(codes.AlreadyExists, "duplicate_detected: %s %q already names invocation %s, raised for a different question; use a new key for a new question",
-		IdempotencyKeyMetadataKey, key, id)
+		wire.IdempotencyKey, key, id)
 }
 
 // sameQuestion reports whether the running or completed hitl/ workflow was raised for this
@@ -242,7 +243,7 @@ func (h *hitlService) sameQuestion(ctx context.Context, id, question string) (bo
 func decisionOf(id string, outcome []byte) (*hitlpb.HitlDecision, error) {
 	var o hitl.Outcome
 	if err := json.Unmarshal(outcome, &o); err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: stored outcome of %s is unreadable: %v", id, err)
+		return nil, protocol.Errorf(commonpb.ErrorCode_INTERNAL_ERROR, "stored outcome of %s is unreadable: %v", id, err)
 	}
 	return &hitlpb.HitlDecision{Action: string(o.Decision), DecisionPayload: outcome, Rationale: o.Rationale}, nil
 }
@@ -264,7 +265,7 @@ func waitError(ctx context.Context, err error, id, retry string) error {
 	if errors.As(err, &terminated) || errors.As(err, &canceled) {
 		return status.Errorf(codes.Aborted, "HITL invocation %s was ended by an operator before any decision: %v", id, err)
 	}
-	return status.Errorf(codes.Internal, "internal_error: HITL invocation %s failed: %v", id, err)
+	return protocol.Errorf(commonpb.ErrorCode_INTERNAL_ERROR, "HITL invocation %s failed: %v", id, err)
 }
 
 // hitlAdminService serves the extension sw4rmext.hitl.v1.HitlAdminService: listing,
@@ -281,7 +282,7 @@ func (h *hitlAdminService) authenticate(ctx context.Context) (hitl.Operator, err
 	if name := auth.FromContext(ctx).Operator; name != "" {
 		op, ok := h.s.cfg.HITLPolicy.Operator(name)
 		if !ok {
-			return hitl.Operator{}, status.Errorf(codes.PermissionDenied, "permission_denied: operator %q is not a HITL operator (SW4RM_HITL_OPERATORS)", name)
+			return hitl.Operator{}, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "operator %q is not a HITL operator (SW4RM_HITL_OPERATORS)", name)
 		}
 		return op, nil
 	}
@@ -341,7 +342,7 @@ func (h *hitlAdminService) GetInvocation(ctx context.Context, req *hitladminpb.G
 	}
 	r, err := h.s.store.HITL().GetInvocation(ctx, req.GetInvocationId())
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "unknown invocation %q", req.GetInvocationId())
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "unknown invocation %q", req.GetInvocationId())
 	}
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
@@ -360,31 +361,38 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 	if err != nil {
 		return nil, err
 	}
-	action, err := hitl.ParseAction(req.GetDecision())
+	d, perr := hitl.DecisionOf(req, op.Name, viaOf(ctx))
+	if perr != nil {
+		return nil, perr
+	}
+	rec, err := h.decidable(ctx, d)
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
-	}
-	via := "grpc"
-	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("sw4rm-client")) > 0 && md.Get("sw4rm-client")[0] == "cli" {
-		via = "cli"
-	}
-	d := hitl.Decision{InvocationID: req.GetInvocationId(), Decision: action, Rationale: req.GetRationale(), Patch: req.GetPatch(), Operator: op.Name, Via: via}
-	if err := d.Check(); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	rec, err := h.s.store.HITL().GetInvocation(ctx, d.InvocationID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "unknown invocation %q (sw4rm hitl list shows the pending ones)", d.InvocationID)
-	}
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: %v", err)
-	}
-	if err := h.s.cfg.HITLPolicy.Permit(op.Name, rec.ReasonType); err != nil {
-		return nil, status.Error(codes.PermissionDenied, err.Error())
+		return nil, err
 	}
 	if rec.Status == store.HITLDecided {
 		return alreadyDecided(rec, d)
 	}
+	return h.deliver(ctx, d)
+}
+
+// decidable reads the invocation d decides and checks that d's operator may decide it.
+func (h *hitlAdminService) decidable(ctx context.Context, d hitl.Decision) (store.HITLRecord, error) {
+	rec, err := h.s.store.HITL().GetInvocation(ctx, d.InvocationID)
+	if errors.Is(err, store.ErrNotFound) {
+		return rec, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "unknown invocation %q (sw4rm hitl list shows the pending ones)", d.InvocationID)
+	}
+	if err != nil {
+		return rec, status.Errorf(codes.Unavailable, "internal_error: %v", err)
+	}
+	if err := h.s.cfg.HITLPolicy.Permit(d.Operator, rec.ReasonType); err != nil {
+		return rec, status.Error(codes.PermissionDenied, err.Error())
+	}
+	return rec, nil
+}
+
+// deliver signals an attested decision to the invocation's workflow and returns the outcome
+// it recorded.
+func (h *hitlAdminService) deliver(ctx context.Context, d hitl.Decision) (*hitladminpb.DecideResponse, error) {
 	if h.s.cfg.HITLDecisionKey == nil {
 		return nil, status.Error(codes.FailedPrecondition, "internal_error: this server has no HITL decision key (SW4RM_HITL_DECISION_KEY_FILE), so it cannot vouch for decisions")
 	}
@@ -401,7 +409,7 @@ func (h *hitlAdminService) Decide(ctx context.Context, req *hitladminpb.DecideRe
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "internal_error: could not deliver the decision (is Temporal reachable?): %v; repeating the same decision is safe", err)
 	}
-	rec, err = h.waitDecided(ctx, d.InvocationID)
+	rec, err := h.waitDecided(ctx, d.InvocationID)
 	if err != nil {
 		return nil, status.Errorf(codes.DeadlineExceeded, "the decision was delivered but its outcome is not recorded yet; repeating the same decision returns it, or check with sw4rm hitl history %s", d.InvocationID)
 	}
@@ -433,7 +441,7 @@ func (h *hitlAdminService) notWaiting(ctx context.Context, d hitl.Decision, sign
 func alreadyDecided(rec store.HITLRecord, d hitl.Decision) (*hitladminpb.DecideResponse, error) {
 	var o hitl.Outcome
 	if err := json.Unmarshal(rec.Outcome, &o); err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: stored outcome of %s is unreadable: %v", rec.InvocationID, err)
+		return nil, protocol.Errorf(commonpb.ErrorCode_INTERNAL_ERROR, "stored outcome of %s is unreadable: %v", rec.InvocationID, err)
 	}
 	if o.DecidedBy == d.Operator && o.Decision == d.Decision && !o.Fallback {
 		return &hitladminpb.DecideResponse{OutcomeJson: string(rec.Outcome), AlreadyDecided: true}, nil

@@ -26,6 +26,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
@@ -45,7 +46,7 @@ func TestWaitErrorTransientIsUnavailable(t *testing.T) {
 		st := status.Convert(waitError(context.Background(), err, "inv-1", retry))
 		assert.Equal(t, codes.Unavailable, st.Code(), name)
 		assert.Contains(t, st.Message(), "inv-1", name)
-		assert.Contains(t, st.Message(), "retrying with the same "+IdempotencyKeyMetadataKey, name)
+		assert.Contains(t, st.Message(), "retrying with the same "+wire.IdempotencyKey, name)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -63,14 +64,14 @@ func TestIdempotencyKeyMetadata(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, key)
 	in := func(v string) context.Context {
-		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(IdempotencyKeyMetadataKey, v))
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(wire.IdempotencyKey, v))
 	}
 	key, err = idempotencyKey(in(" coder-1:hitl:3f0c "))
 	require.NoError(t, err)
 	assert.Equal(t, "coder-1:hitl:3f0c", key)
-	for _, bad := range []string{"", " ", strings.Repeat("k", maxIdempotencyKey+1), "a\x00b"} {
+	for _, bad := range []string{"", " ", strings.Repeat("k", hitl.MaxIdempotencyKey+1), "a\x00b"} {
 		_, err := idempotencyKey(in(bad))
-		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%q", bad)
+		assert.Equal(t, codes.InvalidArgument, toStatus(t.Context(), err).Code(), "%q", bad)
 	}
 }
 

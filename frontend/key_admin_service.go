@@ -2,22 +2,19 @@ package frontend
 
 import (
 	"context"
-	"strings"
 	"time"
-	"unicode"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/keyadminpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/signing"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
-
-// maxRevokeReason bounds a revocation's reason, which is kept with the key and audited.
-const maxRevokeReason = 1024
 
 // keyAdminService serves the extension sw4rmext.keys.v1.KeyAdminService: listing agents' keys
 // and revoking them (§23), for operators only.
@@ -38,7 +35,7 @@ func (k *keyAdminService) authenticate(ctx context.Context) (string, error) {
 	}
 	op, _, err := k.s.operatorFromToken(ctx)
 	if err != nil && p.Agent != "" {
-		return "", status.Errorf(codes.PermissionDenied, "permission_denied: key administration is for operators, and this call is agent %s's (%s)",
+		return "", protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "key administration is for operators, and this call is agent %s's (%s)",
 			p.Agent, status.Convert(err).Message())
 	}
 	return op.Name, err
@@ -65,41 +62,44 @@ func (k *keyAdminService) RevokeKey(ctx context.Context, req *keyadminpb.RevokeK
 	if err != nil {
 		return nil, err
 	}
-	agentID, keyID, reason := req.GetAgentId(), req.GetKeyId(), strings.TrimSpace(req.GetReason())
-	switch {
-	case agentID == "":
-		return nil, status.Error(codes.InvalidArgument, "validation_error: agent_id is required (sw4rm keys list shows the agents' keys)")
-	case reason == "":
-		return nil, status.Error(codes.InvalidArgument, "validation_error: a reason is required; it is kept with the key and audited")
-	case len(reason) > maxRevokeReason || strings.ContainsFunc(reason, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }):
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: the reason must be at most %d bytes without control characters", maxRevokeReason)
+	r, perr := signing.RevocationOf(req)
+	if perr != nil {
+		return nil, perr
 	}
 	at := time.Now().UTC().Truncate(time.Microsecond)
-	n, err := k.s.store.Keys().RevokeAgentKey(ctx, agentID, keyID, at, op, reason)
+	n, err := k.s.store.Keys().RevokeAgentKey(ctx, r.AgentID, r.KeyID, at, op, r.Reason)
 	if err != nil {
-		what := "revoke the keys of " + agentID
-		if keyID != "" {
-			what = "revoke key " + keyID + " of " + agentID
+		what := "revoke the keys of " + r.AgentID
+		if r.KeyID != "" {
+			what = "revoke key " + r.KeyID + " of " + r.AgentID
 		}
 		return nil, toStatus(ctx, failed(what, err)).Err()
 	}
-	keys, err := k.s.store.Keys().ListAgentKeys(ctx, agentID)
+	keys := k.revoked(ctx, op, r, n, at)
+	return &keyadminpb.RevokeKeyResponse{Revoked: uint32(n), Keys: agentKeysPB(keys, at)}, nil
+}
+
+// revoked lists the agent's keys after a revocation of n keys at at, and audits the
+// revocation as auth.key_revoked when it changed anything.
+func (k *keyAdminService) revoked(ctx context.Context, op string, r signing.Revocation, n int, at time.Time) []store.AgentKey {
+	keys, err := k.s.store.Keys().ListAgentKeys(ctx, r.AgentID)
 	if err != nil {
 		// The revocation stands; only the listing of its result failed.
-		k.s.log.Warn("listing keys after a revocation failed", "agent_id", agentID, "error", err)
+		k.s.log.Warn("listing keys after a revocation failed", "agent_id", r.AgentID, "error", err)
 	}
-	if n > 0 {
-		var revoked []string
-		for _, key := range keys {
-			if key.RevokedAt.Equal(at) && key.RevokedBy == op {
-				revoked = append(revoked, key.KeyID)
-			}
+	if n == 0 {
+		return keys
+	}
+	var ids []string
+	for _, key := range keys {
+		if key.RevokedAt.Equal(at) && key.RevokedBy == op {
+			ids = append(ids, key.KeyID)
 		}
-		k.s.sink.Record(ctx, audit.Event{Actor: op, Type: "auth.key_revoked", AgentID: agentID, Details: map[string]any{
-			"key_id": keyID, "revoked": n, "key_ids": revoked, "reason": reason, "via": dlqVia(ctx),
-		}})
 	}
-	return &keyadminpb.RevokeKeyResponse{Revoked: uint32(n), Keys: agentKeysPB(keys, at)}, nil
+	k.s.sink.Record(ctx, audit.Event{Actor: op, Type: "auth.key_revoked", AgentID: r.AgentID, Details: map[string]any{
+		"key_id": r.KeyID, "revoked": n, "key_ids": ids, "reason": r.Reason, "via": viaOf(ctx),
+	}})
+	return keys
 }
 
 // agentKeysPB converts keys for the wire, each with whether it is valid at now.

@@ -16,6 +16,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -25,9 +26,25 @@ import (
 // in the moment before it did, the one its workflow runs.
 func (p *schedulerPolicyService) GetEffectivePolicy(ctx context.Context, req *schedulerpb.GetEffectivePolicyRequest) (*schedulerpb.GetEffectivePolicyResponse, error) {
 	id := req.GetNegotiationId()
-	if err := validNegotiationID(id); err != nil {
+	if perr := negotiation.ValidateID(id); perr != nil {
+		return nil, perr
+	}
+	eff, err := p.storedEffective(ctx, id)
+	if err != nil {
 		return nil, err
 	}
+	if eff == nil {
+		st, err := negotiationState(ctx, p.s, id)
+		if err != nil {
+			return nil, err
+		}
+		eff = st.Effective
+	}
+	return &schedulerpb.GetEffectivePolicyResponse{Effective: eff}, nil
+}
+
+// storedEffective reads the effective policy a negotiation persisted, nil when it has not yet.
+func (p *schedulerPolicyService) storedEffective(ctx context.Context, id string) (*policypb.EffectivePolicy, error) {
 	arts, err := p.s.store.Artifacts().ListArtifacts(ctx, id, "policy")
 	if err != nil {
 		return nil, failed("artifact lookup", err)
@@ -40,13 +57,9 @@ func (p *schedulerPolicyService) GetEffectivePolicy(ctx context.Context, req *sc
 		if err := json.Unmarshal(a.Content, &eff); err != nil {
 			return nil, failed("decode the stored effective policy", err)
 		}
-		return &schedulerpb.GetEffectivePolicyResponse{Effective: &eff}, nil
+		return &eff, nil
 	}
-	st, err := negotiationState(ctx, p.s, id)
-	if err != nil {
-		return nil, err
-	}
-	return &schedulerpb.GetEffectivePolicyResponse{Effective: st.Effective}, nil
+	return nil, nil
 }
 
 // SubmitEvaluation records a participant's EvaluationReport for the current version (§17.3):
@@ -54,31 +67,24 @@ func (p *schedulerPolicyService) GetEffectivePolicy(ctx context.Context, req *sc
 // negotiation refuses (not a participant's, nothing to evaluate, closed) answers
 // accepted=false with the reason.
 func (p *schedulerPolicyService) SubmitEvaluation(ctx context.Context, req *schedulerpb.SubmitEvaluationRequest) (*schedulerpb.SubmitEvaluationResponse, error) {
-	id := req.GetNegotiationId()
-	if err := validNegotiationID(id); err != nil {
-		return nil, err
+	if perr := negotiation.ValidateEvaluation(req); perr != nil {
+		return nil, perr
 	}
 	rep := req.GetReport()
-	if rep == nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "report is required")
-	}
-	if perr := protocol.ValidateAgentID(rep.GetFromAgent()); perr != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "report.from_agent: %s", perr.Msg)
-	}
 	var version int
-	err := negotiationUpdate(ctx, p.s, id, workflows.NegotiationEvaluateUpdate, workflows.NegotiationEvaluation{
+	err := negotiationUpdate(ctx, p.s, req.GetNegotiationId(), workflows.NegotiationEvaluateUpdate, workflows.NegotiationEvaluation{
 		From: rep.GetFromAgent(), Confidence: float64(rep.GetLlmConfidence()), Notes: rep.GetNotes(), Report: rep}, &version)
+	if reason, refused := refusal(err); refused {
+		return &schedulerpb.SubmitEvaluationResponse{Accepted: false, Reason: reason}, nil
+	}
 	if err != nil {
-		if reason, refused := refusal(err); refused {
-			return &schedulerpb.SubmitEvaluationResponse{Accepted: false, Reason: reason}, nil
-		}
 		return nil, err
 	}
 	return &schedulerpb.SubmitEvaluationResponse{Accepted: true}, nil
 }
 
 // refusal tells a negotiation's own refusal (answered in the response) from a failure to
-// reach it (answered as an error).
+// reach it (answered as an error); nil is neither.
 func refusal(err error) (string, bool) {
 	var perr *protocol.Error
 	if errors.As(err, &perr) && perr.Code != commonpb.ErrorCode_NO_ROUTE {
@@ -96,32 +102,35 @@ func refusal(err error) (string, bool) {
 // abort aborts the negotiation. ok=false with the reason when there is nothing to decide.
 func (p *schedulerPolicyService) HitlAction(ctx context.Context, req *schedulerpb.HitlActionRequest) (*schedulerpb.HitlActionResponse, error) {
 	id := req.GetNegotiationId()
-	if err := validNegotiationID(id); err != nil {
+	if perr := negotiation.ValidateID(id); perr != nil {
+		return nil, perr
+	}
+	action := negotiation.HITLActionOf(req.GetAction())
+	if action == negotiation.ActionAbort {
+		return p.abort(ctx, id, req.GetRationale())
+	}
+	return p.decideWait(ctx, id, action, req.GetRationale())
+}
+
+// abort aborts the negotiation as the calling operator.
+func (p *schedulerPolicyService) abort(ctx context.Context, id, reason string) (*schedulerpb.HitlActionResponse, error) {
+	by := auth.FromContext(ctx)
+	if reason == "" {
+		reason = "aborted by " + by.String()
+	}
+	var out string
+	err := negotiationUpdate(ctx, p.s, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: by.String(), Operator: true, Reason: reason}, &out)
+	if why, refused := refusal(err); refused {
+		return &schedulerpb.HitlActionResponse{Ok: false, Reason: why}, nil
+	}
+	if err != nil {
 		return nil, err
 	}
-	action := strings.ToLower(strings.TrimSpace(req.GetAction()))
-	switch action {
-	case "continue", "accept":
-		action = "approve"
-	case "reject":
-		action = "deny"
-	}
-	if action == "abort" {
-		by := auth.FromContext(ctx)
-		reason := req.GetRationale()
-		if reason == "" {
-			reason = "aborted by " + by.String()
-		}
-		var out string
-		err := negotiationUpdate(ctx, p.s, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: by.String(), Operator: true, Reason: reason}, &out)
-		if err != nil {
-			if why, refused := refusal(err); refused {
-				return &schedulerpb.HitlActionResponse{Ok: false, Reason: why}, nil
-			}
-			return nil, err
-		}
-		return &schedulerpb.HitlActionResponse{Ok: true}, nil
-	}
+	return &schedulerpb.HitlActionResponse{Ok: true}, nil
+}
+
+// decideWait decides the HITL wait the negotiation is in, if it is in one.
+func (p *schedulerPolicyService) decideWait(ctx context.Context, id, action, rationale string) (*schedulerpb.HitlActionResponse, error) {
 	st, err := negotiationState(ctx, p.s, id)
 	if err != nil {
 		return nil, err
@@ -133,7 +142,6 @@ func (p *schedulerPolicyService) HitlAction(ctx context.Context, req *schedulerp
 	if err := p.waitInvocation(ctx, st.HITLInvocationID); err != nil {
 		return nil, err
 	}
-	rationale := req.GetRationale()
 	if rationale == "" {
 		rationale = "HitlAction " + action + " on negotiation " + id
 	}

@@ -28,29 +28,9 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
 	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
-)
-
-// Open metadata of the negotiation service (docs/negotiation.md): NegotiationOpen has no
-// fields for them, and a canonical client sets them as plain gRPC metadata.
-const (
-	// PolicyProfileMetadataKey names the policy profile to start from (§17.2 profile hint).
-	PolicyProfileMetadataKey = "sw4rm-policy-profile"
-	// AgentPreferencesMetadataKey carries a JSON object agent_id → AgentPreferences
-	// (protojson field names), clamped to the guardrails (§17.2).
-	AgentPreferencesMetadataKey = "sw4rm-agent-preferences"
-	// NegotiationSchemaMetadataKey carries the JSON Schema drafts must satisfy (§17.3).
-	NegotiationSchemaMetadataKey = "sw4rm-negotiation-schema"
-	// NegotiationExamplesMetadataKey carries the executable examples: a JSON array of
-	// {"name", "instance", "valid"} (§17.3).
-	NegotiationExamplesMetadataKey = "sw4rm-negotiation-examples"
-	// OpenerMetadataKey names the agent that opens the negotiation and receives its events
-	// (the parent of a debate). A proven agent may name only itself; with SW4RM_AUTH=off it
-	// is how an agent says who it is.
-	OpenerMetadataKey = "sw4rm-opener"
-	// NegotiationModeMetadataKey selects "contract" (default) or "debate" (ADR-011).
-	NegotiationModeMetadataKey = "sw4rm-negotiation-mode"
 )
 
 // negotiationService serves sw4rm.negotiation.NegotiationService (§17): each negotiation is
@@ -135,26 +115,26 @@ func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.Negoti
 		return nil, failed("base policy lookup", err)
 	}
 	derive.Base = base
-	if name := md[PolicyProfileMetadataKey]; name != "" {
+	if name := md[wire.PolicyProfileKey]; name != "" {
 		prof, err := n.s.store.NegotiationPolicies().GetProfile(ctx, name)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: no policy profile %q (SchedulerPolicyService.ListPolicyProfiles lists them)", PolicyProfileMetadataKey, name)
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: no policy profile %q (SchedulerPolicyService.ListPolicyProfiles lists them)", wire.PolicyProfileKey, name)
 		}
 		if err != nil {
 			return nil, failed("policy profile lookup", err)
 		}
 		derive.Profile, in.Profile = prof, name
 	}
-	if raw := md[AgentPreferencesMetadataKey]; raw != "" {
+	if raw := md[wire.AgentPreferencesKey]; raw != "" {
 		prefs, perr := parsePreferences(raw, parts)
 		if perr != nil {
 			return nil, perr
 		}
 		derive.Preferences = prefs
 	}
-	if s, e := md[NegotiationSchemaMetadataKey], md[NegotiationExamplesMetadataKey]; s != "" || e != "" {
+	if s, e := md[wire.NegotiationSchemaKey], md[wire.NegotiationExamplesKey]; s != "" || e != "" {
 		if _, err := negotiation.ParseConfig([]byte(s), []byte(e)); err != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s / %s: %v", NegotiationSchemaMetadataKey, NegotiationExamplesMetadataKey, err)
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s / %s: %v", wire.NegotiationSchemaKey, wire.NegotiationExamplesKey, err)
 		}
 		if s != "" {
 			in.Schema = json.RawMessage(s)
@@ -163,7 +143,7 @@ func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.Negoti
 			in.Examples = json.RawMessage(e)
 		}
 	}
-	switch mode := md[NegotiationModeMetadataKey]; mode {
+	switch mode := md[wire.NegotiationModeKey]; mode {
 	case "", workflows.NegotiationModeContract:
 		in.Mode = workflows.NegotiationModeContract
 	case workflows.NegotiationModeDebate:
@@ -173,7 +153,7 @@ func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.Negoti
 		}
 		in.Mode, in.Debate = workflows.NegotiationModeDebate, opts
 	default:
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s %q: want contract or debate", NegotiationModeMetadataKey, mode)
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s %q: want contract or debate", wire.NegotiationModeKey, mode)
 	}
 	d, err := negotiation.Derive(derive)
 	if err != nil {
@@ -182,15 +162,15 @@ func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.Negoti
 	in.Effective, in.PolicyNotes, in.DebateTimeout = d.Effective, d.Notes, d.DebateTimeout
 	p := auth.FromContext(ctx)
 	in.Opener, in.OpenerAgent = p.String(), p.Agent
-	if o := md[OpenerMetadataKey]; o != "" {
+	if o := md[wire.OpenerKey]; o != "" {
 		if perr := protocol.ValidateAgentID(o); perr != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: %s", OpenerMetadataKey, perr.Msg)
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: %s", wire.OpenerKey, perr.Msg)
 		}
 		if p.Agent != "" && o != p.Agent {
-			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s %q is not the calling agent %q", OpenerMetadataKey, o, p.Agent)
+			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s %q is not the calling agent %q", wire.OpenerKey, o, p.Agent)
 		}
 		if _, err := n.s.router.Agent(ctx, o); errors.Is(err, store.ErrNotFound) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "%s %q is not a registered agent", OpenerMetadataKey, o)
+			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "%s %q is not a registered agent", wire.OpenerKey, o)
 		} else if err != nil {
 			return nil, failed("registry lookup", err)
 		}
@@ -236,16 +216,16 @@ func (n *negotiationService) reopened(ctx context.Context, in workflows.Negotiat
 func parsePreferences(raw string, parts []string) (map[string]*policypb.AgentPreferences, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s is not a JSON object: %v", AgentPreferencesMetadataKey, err)
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s is not a JSON object: %v", wire.AgentPreferencesKey, err)
 	}
 	out := make(map[string]*policypb.AgentPreferences, len(m))
 	for agent, v := range m {
 		if !slices.Contains(parts, agent) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s names %q, who is not a participant", AgentPreferencesMetadataKey, agent)
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s names %q, who is not a participant", wire.AgentPreferencesKey, agent)
 		}
 		var p policypb.AgentPreferences
 		if err := protojson.Unmarshal(v, &p); err != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s[%q]: %v", AgentPreferencesMetadataKey, agent, err)
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s[%q]: %v", wire.AgentPreferencesKey, agent, err)
 		}
 		out[agent] = &p
 	}

@@ -39,30 +39,33 @@ func (r *reasoningService) inferenceEngine() inference.Engine {
 // §9.3). The notes name the engine, the rule that applied and what overlaps. The threshold and
 // the HITL escalation are the caller's (the scheduler's) business: see inference.Decide.
 func (r *reasoningService) CheckParallelism(ctx context.Context, req *reasoningpb.ParallelismCheckRequest) (*reasoningpb.ParallelismCheckResponse, error) {
-	a, err := inference.ParseScope(req.GetScopeA())
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: scope_a: %v", err)
+	a, b, perr := inference.ScopesOf(req)
+	if perr != nil {
+		return nil, perr
 	}
-	b, err := inference.ParseScope(req.GetScopeB())
+	as, err := r.assess(ctx, req, a, b)
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: scope_b: %v", err)
+		return nil, err
 	}
+	return &reasoningpb.ParallelismCheckResponse{ConfidenceScore: as.Confidence, Notes: checkNotes(as)}, nil
+}
+
+// assess asks the engine, checks that its confidence is in [0, 1] and logs the check. An
+// engine that cannot answer is Unavailable, and the caller applies its inference-unavailable
+// policy (§9.3 "Availability Handling"); an engine that speaks gRPC keeps its code.
+func (r *reasoningService) assess(ctx context.Context, req *reasoningpb.ParallelismCheckRequest, a, b inference.Scope) (inference.Assessment, error) {
 	as, err := r.inferenceEngine().CheckParallelism(a, b)
 	if err != nil {
 		r.logCheck(ctx, req, inference.Assessment{}, err)
-		if st, ok := status.FromError(err); ok {
-			return nil, st.Err() // an engine that speaks gRPC keeps its code
-		}
-		// The caller applies its inference-unavailable policy (§9.3 "Availability Handling").
-		return nil, status.Errorf(codes.Unavailable, "inference engine unavailable: %v", err)
+		return inference.Assessment{}, engineFailure(err)
 	}
 	if c := as.Confidence; math.IsNaN(c) || c < 0 || c > 1 {
 		err := status.Errorf(codes.Internal, "internal_error: inference engine %q returned confidence %v outside [0, 1]", as.Engine, c)
 		r.logCheck(ctx, req, as, err)
-		return nil, err
+		return as, err
 	}
 	r.logCheck(ctx, req, as, nil)
-	return &reasoningpb.ParallelismCheckResponse{ConfidenceScore: as.Confidence, Notes: checkNotes(as)}, nil
+	return as, nil
 }
 
 // checkNotes renders an assessment as the response's notes: engine, rule, explanation and

@@ -94,9 +94,9 @@ func TestReasoningCheckParallelismInvalidScopes(t *testing.T) {
 			resp, err := r.CheckParallelism(t.Context(), &reasoningpb.ParallelismCheckRequest{ScopeA: tc.a, ScopeB: tc.b})
 			require.Error(t, err)
 			assert.Nil(t, resp)
-			assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+			assert.Equal(t, codes.InvalidArgument, toStatus(t.Context(), err).Code(), "%v", err)
 			for _, p := range tc.parts {
-				assert.Contains(t, status.Convert(err).Message(), p)
+				assert.Contains(t, toStatus(t.Context(), err).Message(), p)
 			}
 			assert.Empty(t, eng.seen, "the engine is not consulted for invalid scopes")
 		})
@@ -123,8 +123,8 @@ func TestReasoningCheckParallelismEngineFailures(t *testing.T) {
 			r := &reasoningService{engine: tc.eng}
 			resp, err := r.CheckParallelism(t.Context(), &reasoningpb.ParallelismCheckRequest{ScopeA: "repo:a", ScopeB: "repo:b"})
 			assert.Nil(t, resp)
-			assert.Equal(t, tc.code, status.Code(err), "%v", err)
-			assert.Contains(t, status.Convert(err).Message(), tc.msg)
+			assert.Equal(t, tc.code, toStatus(t.Context(), err).Code(), "%v", err)
+			assert.Contains(t, toStatus(t.Context(), err).Message(), tc.msg)
 			require.Len(t, tc.eng.seen, 1)
 			assert.Equal(t, []string{"a"}, tc.eng.seen[0][0].Repos)
 			assert.Equal(t, []string{"b"}, tc.eng.seen[0][1].Repos)
@@ -225,8 +225,8 @@ func TestReasoningEvaluateDebateAndSummarizeRefuseBadInput(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := tc.call()
-			assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
-			assert.Contains(t, status.Convert(err).Message(), tc.msg)
+			assert.Equal(t, codes.InvalidArgument, toStatus(t.Context(), err).Code(), "%v", err)
+			assert.Contains(t, toStatus(t.Context(), err).Message(), tc.msg)
 		})
 	}
 	assert.Zero(t, eng.calls, "the engine is not asked about bad input")
@@ -247,18 +247,18 @@ func TestReasoningEvaluateDebateAndSummarizeEngineFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &reasoningService{s: &Server{cfg: Config{Reasoning: tc.eng}}}
 			_, err := r.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{ProposalA: "a", ProposalB: "b"})
-			assert.Equal(t, tc.code, status.Code(err), "%v", err)
-			assert.Contains(t, status.Convert(err).Message(), tc.msg)
+			assert.Equal(t, tc.code, toStatus(t.Context(), err).Code(), "%v", err)
+			assert.Contains(t, toStatus(t.Context(), err).Message(), tc.msg)
 			_, err = r.Summarize(t.Context(), &reasoningpb.SummarizeRequest{Segments: []*reasoningpb.TextSegment{{Content: "x"}}})
-			assert.Equal(t, tc.code, status.Code(err), "%v", err)
+			assert.Equal(t, tc.code, toStatus(t.Context(), err).Code(), "%v", err)
 			assert.Equal(t, 2, tc.eng.calls)
 		})
 	}
 	for _, c := range []float64{-0.5, 1.01, math.NaN()} {
 		r := &reasoningService{s: &Server{cfg: Config{Reasoning: &fakeReasoning{debate: &reasoningpb.DebateEvaluateResponse{ConfidenceScore: c}}}}}
 		_, err := r.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{ProposalA: "a", ProposalB: "b"})
-		assert.Equal(t, codes.Internal, status.Code(err), "confidence %v: %v", c, err)
-		assert.Contains(t, status.Convert(err).Message(), "outside [0, 1]")
+		assert.Equal(t, codes.Internal, toStatus(t.Context(), err).Code(), "confidence %v: %v", c, err)
+		assert.Contains(t, toStatus(t.Context(), err).Message(), "outside [0, 1]")
 	}
 }
 
@@ -295,7 +295,7 @@ func TestReasoningEvaluateDebateAndSummarizeLog(t *testing.T) {
 // connection.
 func TestReasoningOverGRPC(t *testing.T) {
 	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
+	g := grpc.NewServer(grpc.ChainUnaryInterceptor(errorsUnary)) // the error table, as Server.Register's server has
 	s := &Server{log: slog.New(slog.DiscardHandler)}
 	reasoningpb.RegisterReasoningProxyServer(g, &reasoningService{s: s, engine: &inference.RuleEngine{}})
 	go func() { _ = g.Serve(lis) }()
@@ -313,14 +313,14 @@ func TestReasoningOverGRPC(t *testing.T) {
 	assert.Contains(t, resp.GetNotes(), "overlaps: path src/ui/** overlaps src/ui/button.go")
 
 	_, err = c.CheckParallelism(t.Context(), &reasoningpb.ParallelismCheckRequest{ScopeA: "", ScopeB: "repo:r"})
-	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	assert.Equal(t, codes.InvalidArgument, toStatus(t.Context(), err).Code(), "%v", err)
 	_, err = c.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{})
-	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	assert.Equal(t, codes.InvalidArgument, toStatus(t.Context(), err).Code(), "%v", err)
 	deb, err := c.EvaluateDebate(t.Context(), &reasoningpb.DebateEvaluateRequest{ProposalA: "a b", ProposalB: "a c"})
 	require.NoError(t, err)
 	assert.Equal(t, 1.0/3, deb.GetConfidenceScore())
 	_, err = c.Summarize(t.Context(), &reasoningpb.SummarizeRequest{})
-	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	assert.Equal(t, codes.InvalidArgument, toStatus(t.Context(), err).Code(), "%v", err)
 	sum, err := c.Summarize(t.Context(), &reasoningpb.SummarizeRequest{Segments: []*reasoningpb.TextSegment{{Content: "One. Two."}}})
 	require.NoError(t, err)
 	assert.Equal(t, "One. Two.", sum.GetSummary())

@@ -6,12 +6,11 @@ import (
 	"slices"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -34,7 +33,7 @@ func (s *Server) keyHandshake(ctx context.Context, d *registrypb.AgentDescriptor
 	if len(pub) != 0 {
 		var err error
 		if alg, err = auth.KeyAlgorithm(pub); err != nil {
-			return status.Errorf(codes.InvalidArgument, "validation_error: agent.%v", err)
+			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "agent.%v", err)
 		}
 	}
 	mode, overlap := auth.Off, DefaultKeyOverlap
@@ -58,7 +57,7 @@ func (s *Server) keyHandshake(ctx context.Context, d *registrypb.AgentDescriptor
 	switch {
 	case len(valid) == 0 && len(pub) == 0:
 		if mode == auth.Required {
-			return status.Errorf(codes.InvalidArgument, "validation_error: agent.public_key is required: this deployment authenticates every agent (SW4RM_AUTH=required, §6.2)")
+			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "agent.public_key is required: this deployment authenticates every agent (SW4RM_AUTH=required, §6.2)")
 		}
 		return nil
 	case len(valid) == 0:
@@ -67,7 +66,7 @@ func (s *Server) keyHandshake(ctx context.Context, d *registrypb.AgentDescriptor
 		case errors.Is(err, store.ErrKeyConflict) && mode == auth.Off:
 			return nil
 		case errors.Is(err, store.ErrKeyConflict):
-			return status.Errorf(codes.PermissionDenied, "permission_denied: agent %q is held by another key (or this key was revoked); an operator can free it with `sw4rm keys revoke`", id)
+			return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "agent %q is held by another key (or this key was revoked); an operator can free it with `sw4rm keys revoke`", id)
 		case err != nil:
 			return failed("key write", err)
 		}
@@ -76,12 +75,12 @@ func (s *Server) keyHandshake(ctx context.Context, d *registrypb.AgentDescriptor
 	case mode == auth.Off || len(pub) == 0 || known:
 		return nil // nothing changes
 	case !proven:
-		return status.Errorf(codes.PermissionDenied, "permission_denied: agent %q already has a key; a new one is registered only by a call signed with its current key, or by an operator (§6.2, §23)", id)
+		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "agent %q already has a key; a new one is registered only by a call signed with its current key, or by an operator (§6.2, §23)", id)
 	}
 	// Rotation: the caller proved a current key (or is an operator).
 	if err := s.store.Keys().AddAgentKey(ctx, newKey, false); err != nil {
 		if errors.Is(err, store.ErrKeyConflict) {
-			return status.Errorf(codes.PermissionDenied, "permission_denied: key %s of agent %q was revoked and cannot be registered again", newKey.KeyID, id)
+			return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "key %s of agent %q was revoked and cannot be registered again", newKey.KeyID, id)
 		}
 		return failed("key write", err)
 	}

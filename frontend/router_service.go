@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -14,19 +13,11 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
-
-// ResumeAfterMetadataKey is the StreamIncoming request metadata carrying a consumer's resume
-// offset (§5.5): the seq of the last delivery it processed. Every unconfirmed delivery up to
-// it is confirmed and the stream continues after it.
-const ResumeAfterMetadataKey = "sw4rm-resume-after"
-
-// ErrorCodeTrailer is the response trailer that carries the spec's error_code (enum name)
-// whenever a call is rejected, so clients need not parse the reason text.
-const ErrorCodeTrailer = "sw4rm-error-code"
 
 // routerService serves sw4rm.router.RouterService (§11–§13).
 type routerService struct {
@@ -35,15 +26,14 @@ type routerService struct {
 }
 
 // SendMessage admits an envelope addressed by the sw4rm-recipient metadata (see
-// protocol.RecipientMetadataKey). Protocol rejections answer accepted=false with the reason
+// wire.RecipientKey). Protocol rejections answer accepted=false with the reason
 // "<error_code>: <what was wrong>" and the sw4rm-error-code trailer; the producer also gets a
 // NACK on its stream. Only a failure of the server itself is a gRPC error.
 func (r *routerService) SendMessage(ctx context.Context, req *routerpb.SendMessageRequest) (*routerpb.SendMessageResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
 	recipient := ""
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(protocol.RecipientMetadataKey); len(v) > 0 {
-			recipient = v[0]
-		}
+	if v := md.Get(wire.RecipientKey); len(v) > 0 {
+		recipient = v[0]
 	}
 	perr, err := r.s.router.Send(ctx, req.GetMsg(), recipient)
 	if err != nil {
@@ -51,7 +41,7 @@ func (r *routerService) SendMessage(ctx context.Context, req *routerpb.SendMessa
 		return nil, failed("store the message", err)
 	}
 	if perr != nil {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(ErrorCodeTrailer, perr.Code.String()))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(wire.ErrorCodeTrailer, perr.Code.String()))
 		return &routerpb.SendMessageResponse{Accepted: false, Reason: perr.Error()}, nil
 	}
 	return &routerpb.SendMessageResponse{Accepted: true}, nil
@@ -60,38 +50,20 @@ func (r *routerService) SendMessage(ctx context.Context, req *routerpb.SendMessa
 // StreamIncoming delivers the agent's inbound buffer as StreamItem{msg, seq}, redelivering
 // what an earlier stream got but never confirmed.
 func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.ServerStreamingServer[routerpb.StreamItem]) error {
-	ctx := stream.Context()
-	if deadline, ok := ctx.Deadline(); ok {
-		// End the call a little before its deadline, so that its status is written: at the
-		// deadline itself gRPC's transport resets the stream (RST_STREAM CANCEL) at the same
-		// moment, and whichever comes first is what a client whose own timer is late sees.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-streamDeadlineMargin(time.Until(deadline))))
-		defer cancel()
-	}
+	ctx, cancel := streamContext(stream.Context())
+	defer cancel()
 	agentID := req.GetAgentId()
 	if perr := protocol.ValidateAgentID(agentID); perr != nil {
 		return perr
 	}
-	rec, err := r.s.store.Registry().GetAgent(ctx, agentID)
-	if errors.Is(err, store.ErrNotFound) {
-		return status.Errorf(codes.NotFound, "no_route: agent %q is not registered; call RegistryService.RegisterAgent first", agentID)
-	}
+	rec, err := r.streamingAgent(ctx, agentID)
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			return status.FromContextError(cerr).Err()
-		}
-		return failed("registry lookup", err)
+		return err
 	}
-	var resumeAfter *int64
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(ResumeAfterMetadataKey); len(v) > 0 {
-			n, err := strconv.ParseInt(v[0], 10, 64)
-			if err != nil || n < 0 {
-				return status.Errorf(codes.InvalidArgument, "validation_error: %s=%q must be the non-negative seq of the last message you processed", ResumeAfterMetadataKey, v[0])
-			}
-			resumeAfter = &n
-		}
+	md, _ := metadata.FromIncomingContext(ctx)
+	resumeAfter, perr := protocol.ParseResumeAfter(md.Get(wire.ResumeAfterKey))
+	if perr != nil {
+		return perr
 	}
 	if rec.State == commonpb.AgentState_INITIALIZING {
 		r.s.signalReady(ctx, agentID, "stream")
@@ -99,6 +71,37 @@ func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.
 	err = r.s.router.Stream(ctx, agentID, resumeAfter, func(d store.Delivery) error {
 		return stream.Send(&routerpb.StreamItem{Msg: d.Envelope, Seq: d.Seq})
 	})
+	return streamStatus(ctx, err)
+}
+
+// streamContext ends a stream a little before its deadline, so that its status is written:
+// at the deadline itself gRPC's transport resets the stream (RST_STREAM CANCEL) at the same
+// moment, and whichever comes first is what a client whose own timer is late sees.
+func streamContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline.Add(-streamDeadlineMargin(time.Until(deadline))))
+}
+
+// streamingAgent reads the registry record of the agent that opens a stream.
+func (r *routerService) streamingAgent(ctx context.Context, agentID string) (store.AgentRecord, error) {
+	rec, err := r.s.store.Registry().GetAgent(ctx, agentID)
+	if errors.Is(err, store.ErrNotFound) {
+		return rec, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q is not registered; call RegistryService.RegisterAgent first", agentID)
+	}
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return rec, status.FromContextError(cerr).Err()
+		}
+		return rec, failed("registry lookup", err)
+	}
+	return rec, nil
+}
+
+// streamStatus is the status a stream ends with, given the router's error.
+func streamStatus(ctx context.Context, err error) error {
 	var rerr *router.ResumeError
 	if errors.As(err, &rerr) {
 		if rerr.Invalid {
@@ -132,11 +135,8 @@ func streamDeadlineMargin(remaining time.Duration) time.Duration {
 // AckDelivery confirms a streamed row; recorded=false for an unknown or already-confirmed
 // seq, or another agent's seq (wire contract).
 func (r *routerService) AckDelivery(ctx context.Context, req *routerpb.DeliveryAckRequest) (*routerpb.DeliveryAckResponse, error) {
-	if perr := protocol.ValidateAgentID(req.GetAgentId()); perr != nil {
+	if perr := protocol.ValidateDeliveryAck(req); perr != nil {
 		return nil, perr
-	}
-	if req.GetSeq() <= 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: seq must be the positive StreamItem.seq being confirmed, got %d", req.GetSeq())
 	}
 	permanent := req.GetOutcome() == routerpb.DeliveryAckOutcome_DELIVERY_ACK_OUTCOME_PERMANENT_FAILURE
 	ok, err := r.s.router.ConfirmDelivery(ctx, req.GetAgentId(), req.GetSeq(), req.GetMessageId(), permanent)

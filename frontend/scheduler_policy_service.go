@@ -3,10 +3,6 @@ package frontend
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -18,11 +14,6 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
 )
-
-// MaxProfileNameLength is the longest policy profile name, in characters: a name travels as
-// the sw4rm-policy-profile metadata value of Open and in policy events (§17.1), so it stays
-// short.
-const MaxProfileNameLength = 64
 
 // Audit event types of the scheduler's policy RPCs.
 const (
@@ -58,7 +49,7 @@ func (ps *schedulerPolicyService) SetNegotiationPolicy(ctx context.Context, req 
 			"policy is required: send the whole base policy (zero fields mean unset, §17.2)")
 	}
 	by := auth.FromContext(ctx).String()
-	if err := validatePolicy(p); err != nil {
+	if err := negotiation.ValidatePolicy(p); err != nil {
 		reason := "validation_error: " + err.Error()
 		ps.audit(ctx, by, AuditNegotiationPolicyRefused, map[string]any{"scope": "base", "reason": reason, "policy": policyDetails(p)})
 		return &schedulerpb.SetNegotiationPolicyResponse{Ok: false, Reason: reason}, nil
@@ -83,7 +74,7 @@ func (ps *schedulerPolicyService) GetNegotiationPolicy(ctx context.Context, _ *s
 // SetPolicyProfiles validates and stores the named policy profiles a negotiation's profile
 // hint selects (§17.2), replacing every existing profile at once: afterwards exactly these
 // exist, and an empty list removes them all. Names must be non-blank, unique and at most
-// MaxProfileNameLength characters; each policy follows SetNegotiationPolicy's rules.
+// negotiation.MaxProfileNameLength characters; each policy follows SetNegotiationPolicy's rules.
 func (ps *schedulerPolicyService) SetPolicyProfiles(ctx context.Context, req *schedulerpb.SetPolicyProfilesRequest) (*schedulerpb.SetPolicyProfilesResponse, error) {
 	profiles := req.GetProfiles()
 	by := auth.FromContext(ctx).String()
@@ -91,7 +82,7 @@ func (ps *schedulerPolicyService) SetPolicyProfiles(ctx context.Context, req *sc
 	for i, p := range profiles {
 		names[i] = p.GetName()
 	}
-	if err := validateProfiles(profiles); err != nil {
+	if err := negotiation.ValidateProfiles(profiles); err != nil {
 		reason := "validation_error: " + err.Error()
 		ps.audit(ctx, by, AuditNegotiationPolicyRefused, map[string]any{"scope": "profiles", "reason": reason, "profiles": names})
 		return &schedulerpb.SetPolicyProfilesResponse{Ok: false, Reason: reason}, nil
@@ -139,46 +130,4 @@ func policyDetails(p *policypb.NegotiationPolicy) any {
 		return string(b)
 	}
 	return out
-}
-
-// validatePolicy applies §17.2's domain rules (negotiation.ValidatePolicy, the one rule set
-// negotiations use): zero fields mean "unset" and pass, so does a nil policy (a profile that
-// overrides nothing); values inside their domain but outside an intensity's guardrails are
-// not refused, since deriving a negotiation's effective policy clamps them.
-func validatePolicy(p *policypb.NegotiationPolicy) error {
-	if p == nil {
-		return nil
-	}
-	return negotiation.ValidatePolicy(p)
-}
-
-// validateProfiles applies SetPolicyProfiles' rules: every name non-blank, unique and at
-// most MaxProfileNameLength characters, every policy valid (validatePolicy). The error
-// lists every problem, each naming its profile.
-func validateProfiles(profiles []*policypb.PolicyProfile) error {
-	var problems []string
-	seen := make(map[string]bool, len(profiles))
-	for i, p := range profiles {
-		name := p.GetName()
-		switch {
-		case strings.TrimSpace(name) == "":
-			problems = append(problems, fmt.Sprintf("profile %d has no name", i))
-		case utf8.RuneCountInString(name) > MaxProfileNameLength:
-			problems = append(problems, fmt.Sprintf("profile name %q is longer than %d characters", name, MaxProfileNameLength))
-		case seen[name]:
-			problems = append(problems, fmt.Sprintf("profile %q is given twice", name))
-		}
-		seen[name] = true
-		if err := validatePolicy(p.GetPolicy()); err != nil {
-			label := fmt.Sprintf("profile %q", name)
-			if strings.TrimSpace(name) == "" {
-				label = fmt.Sprintf("profile %d", i)
-			}
-			problems = append(problems, label+": "+err.Error())
-		}
-	}
-	if len(problems) > 0 {
-		return errors.New(strings.Join(problems, "; "))
-	}
-	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
@@ -177,7 +178,7 @@ func TestSetAndListPolicyProfiles(t *testing.T) {
 }
 
 func TestSetPolicyProfilesRefusals(t *testing.T) {
-	long := strings.Repeat("é", MaxProfileNameLength+1)
+	long := strings.Repeat("é", negotiation.MaxProfileNameLength+1)
 	cases := []struct {
 		name     string
 		profiles []*policypb.PolicyProfile

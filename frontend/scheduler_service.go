@@ -12,6 +12,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -21,26 +22,7 @@ const maxActivityPoll = store.DefaultActivityListLimit
 // maxPurgeTaskIDs bounds the task_ids of one PurgeActivity call.
 const maxPurgeTaskIDs = 1000
 
-// The filtered reads and the short history of §10 on PollActivityBuffer. The canonical
-// PollActivityBufferRequest carries only agent_id and canonical messages must not change
-// (§5.1), so the other filters ride on request metadata, and what the canonical
-// ActivityEntry cannot carry on response metadata (docs/scheduler.md).
-const (
-	// ActivityRepoMetadataKey keeps the entries of one repo_id.
-	ActivityRepoMetadataKey = "sw4rm-activity-repo"
-	// ActivityWorktreeMetadataKey keeps the entries of one worktree_id.
-	ActivityWorktreeMetadataKey = "sw4rm-activity-worktree"
-	// ActivityTaskMetadataKey keeps the entries of one task_id.
-	ActivityTaskMetadataKey = "sw4rm-activity-task"
-	// ActivityHistoryMetadataKey set to "true" reads the short history — the recently
-	// completed or failed entries, most recent first — instead of the active entries.
-	ActivityHistoryMetadataKey = "sw4rm-activity-history"
-	// ActivityWaitingOnHeader is the response header that names, for active entries whose
-	// agent is WAITING on a response (004 §6), "<task_id>=<waiting_on>", one value each.
-	ActivityWaitingOnHeader = "sw4rm-activity-waiting-on"
-)
-
-// maxWaitingOnHeader bounds the ActivityWaitingOnHeader values of one answer, so that the
+// maxWaitingOnHeader bounds the wire.ActivityWaitingOnHeader values of one answer, so that the
 // header stays far below the metadata limits of every gRPC stack (8 KiB in some).
 const maxWaitingOnHeader = 32
 
@@ -56,8 +38,8 @@ type schedulerService struct {
 // PollActivityBuffer returns the agent's active entries, oldest first; an empty agent_id
 // returns every agent's, at most maxActivityPoll in either case. The request metadata
 // narrows the read to a repo, a worktree or a task, or turns it to the short history (see
-// ActivityRepoMetadataKey and the keys beside it); a waiting task's waiting_on comes back in
-// the ActivityWaitingOnHeader header. timestamp is the entry's creation time in RFC 3339
+// wire.ActivityRepoKey and the keys beside it); a waiting task's waiting_on comes back in
+// the wire.ActivityWaitingOnHeader header. timestamp is the entry's creation time in RFC 3339
 // (UTC, with fractional seconds), in the history too.
 func (sc *schedulerService) PollActivityBuffer(ctx context.Context, req *schedulerpb.PollActivityBufferRequest) (*schedulerpb.PollActivityBufferResponse, error) {
 	f, history, err := activityReadOf(ctx, req)
@@ -83,7 +65,7 @@ func (sc *schedulerService) PollActivityBuffer(ctx context.Context, req *schedul
 		}
 	}
 	if len(waiting) > 0 {
-		_ = grpc.SetHeader(ctx, metadata.Pairs(pairsOf(ActivityWaitingOnHeader, waiting)...))
+		_ = grpc.SetHeader(ctx, metadata.Pairs(pairsOf(wire.ActivityWaitingOnHeader, waiting)...))
 	}
 	return out, nil
 }
@@ -115,12 +97,12 @@ func activityReadOf(ctx context.Context, req *schedulerpb.PollActivityBufferRequ
 	for _, field := range []struct {
 		key string
 		dst *string
-	}{{ActivityRepoMetadataKey, &f.RepoID}, {ActivityWorktreeMetadataKey, &f.WorktreeID}, {ActivityTaskMetadataKey, &f.TaskID}} {
+	}{{wire.ActivityRepoKey, &f.RepoID}, {wire.ActivityWorktreeKey, &f.WorktreeID}, {wire.ActivityTaskKey, &f.TaskID}} {
 		if *field.dst, err = one(field.key); err != nil {
 			return f, false, err
 		}
 	}
-	h, err := one(ActivityHistoryMetadataKey)
+	h, err := one(wire.ActivityHistoryKey)
 	if err != nil {
 		return f, false, err
 	}
@@ -130,7 +112,7 @@ func activityReadOf(ctx context.Context, req *schedulerpb.PollActivityBufferRequ
 	case "true", "1":
 		return f, true, nil
 	}
-	return f, false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s=%q must be true or false", ActivityHistoryMetadataKey, h)
+	return f, false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s=%q must be true or false", wire.ActivityHistoryKey, h)
 }
 
 // PurgeActivity deletes the agent's active entries for the task_ids (the Scheduler reconciling

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
@@ -121,13 +122,13 @@ func TestPollActivityBufferFilters(t *testing.T) {
 		kv    []string
 		want  []string
 	}{
-		{"Repo", "", []string{ActivityRepoMetadataKey, "shop"}, []string{"t1", "t3"}},
-		{"Worktree", "", []string{ActivityWorktreeMetadataKey, "wt-b"}, []string{"t2", "t3"}},
-		{"Task", "", []string{ActivityTaskMetadataKey, "t2"}, []string{"t2"}},
-		{"AgentAndRepo", "alice", []string{ActivityRepoMetadataKey, "shop"}, []string{"t1"}},
-		{"History", "", []string{ActivityHistoryMetadataKey, "true"}, []string{"t4"}},
-		{"HistoryFiltered", "", []string{ActivityHistoryMetadataKey, "1", ActivityWorktreeMetadataKey, "wt-b"}, nil},
-		{"NotHistory", "bob", []string{ActivityHistoryMetadataKey, "false"}, []string{"t3"}},
+		{"Repo", "", []string{wire.ActivityRepoKey, "shop"}, []string{"t1", "t3"}},
+		{"Worktree", "", []string{wire.ActivityWorktreeKey, "wt-b"}, []string{"t2", "t3"}},
+		{"Task", "", []string{wire.ActivityTaskKey, "t2"}, []string{"t2"}},
+		{"AgentAndRepo", "alice", []string{wire.ActivityRepoKey, "shop"}, []string{"t1"}},
+		{"History", "", []string{wire.ActivityHistoryKey, "true"}, []string{"t4"}},
+		{"HistoryFiltered", "", []string{wire.ActivityHistoryKey, "1", wire.ActivityWorktreeKey, "wt-b"}, nil},
+		{"NotHistory", "bob", []string{wire.ActivityHistoryKey, "false"}, []string{"t3"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := poll(tc.agent, tc.kv...)
@@ -135,9 +136,9 @@ func TestPollActivityBufferFilters(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
-	_, err = poll("", ActivityHistoryMetadataKey, "maybe")
+	_, err = poll("", wire.ActivityHistoryKey, "maybe")
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: metadata sw4rm-activity-history")
-	_, err = poll("", ActivityRepoMetadataKey, "shop", ActivityRepoMetadataKey, "docs")
+	_, err = poll("", wire.ActivityRepoKey, "shop", wire.ActivityRepoKey, "docs")
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: metadata sw4rm-activity-repo given 2 times")
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -27,23 +28,16 @@ import (
 // maxTaskIDLen bounds task_id, which becomes part of a workflow ID.
 const maxTaskIDLen = 200
 
-// NeedsWorktreeMetadataKey set to "true" on SubmitTask marks a task that needs its agent's
-// worktree (§16.3): it is held WAITING while the agent is UNBOUND or BIND_FAILED and runs
-// once the agent is bound. The canonical SubmitTaskRequest has no such field and canonical
-// messages must not change (§5.1), so it rides on request metadata, named after §16's
-// needs_worktree of tools (docs/scheduler.md).
-const NeedsWorktreeMetadataKey = "sw4rm-needs-worktree"
-
-// needsWorktreeOf reads NeedsWorktreeMetadataKey: absent, "false" or "0" is false; "true"
+// needsWorktreeOf reads wire.NeedsWorktreeKey: absent, "false" or "0" is false; "true"
 // or "1" is true; anything else, or the key given twice, is validation_error.
 func needsWorktreeOf(ctx context.Context) (bool, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	vs := md.Get(NeedsWorktreeMetadataKey)
+	vs := md.Get(wire.NeedsWorktreeKey)
 	switch {
 	case len(vs) == 0:
 		return false, nil
 	case len(vs) > 1:
-		return false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s given %d times; give it once", NeedsWorktreeMetadataKey, len(vs))
+		return false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s given %d times; give it once", wire.NeedsWorktreeKey, len(vs))
 	}
 	switch strings.ToLower(strings.TrimSpace(vs[0])) {
 	case "false", "0":
@@ -51,7 +45,7 @@ func needsWorktreeOf(ctx context.Context) (bool, error) {
 	case "true", "1":
 		return true, nil
 	}
-	return false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s=%q must be true or false", NeedsWorktreeMetadataKey, vs[0])
+	return false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s=%q must be true or false", wire.NeedsWorktreeKey, vs[0])
 }
 
 // validateTask checks a SubmitTaskRequest (§7.1, §9.2): agent_id, a task_id, a priority in
@@ -93,7 +87,7 @@ func (sc *schedulerService) validateTask(req *schedulerpb.SubmitTaskRequest) err
 // (unknown agent, shutting down, duplicate job awaiting HITL authorization, or a task_id
 // already used: task_ids are unique). A task for an agent that is not registered is refused
 // with no_route before anything is started, so the task_id stays free for a later
-// submission. A task marked with NeedsWorktreeMetadataKey is admitted by its workflow, which
+// submission. A task marked with wire.NeedsWorktreeKey is admitted by its workflow, which
 // holds it (accepted, WAITING, the reason saying why) while the agent is not bound (§16.3).
 func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.SubmitTaskRequest) (*schedulerpb.SubmitTaskResponse, error) {
 	if err := sc.validateTask(req); err != nil {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -69,12 +70,12 @@ func TestNeedsWorktreeOf(t *testing.T) {
 	} {
 		md := metadata.MD{}
 		for _, v := range tc.values {
-			md.Append(NeedsWorktreeMetadataKey, v)
+			md.Append(wire.NeedsWorktreeKey, v)
 		}
 		got, err := needsWorktreeOf(metadata.NewIncomingContext(context.Background(), md))
 		if tc.bad {
 			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", tc.values)
-			require.Contains(t, status.Convert(err).Message(), "validation_error: metadata "+NeedsWorktreeMetadataKey)
+			require.Contains(t, status.Convert(err).Message(), "validation_error: metadata "+wire.NeedsWorktreeKey)
 			continue
 		}
 		require.NoError(t, err, "%v", tc.values)

@@ -18,40 +18,16 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/bridge"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/tools"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
-)
-
-// Metadata of ToolService (docs/tools.md, "RPCs").
-const (
-	// ToolAgentMetadataKey names the agent a call is made for, whose worktree it runs in
-	// (§16): an operator's calls, or any call when authentication is off, name it here; an
-	// agent's own calls may omit it, and naming another agent is refused.
-	ToolAgentMetadataKey = "sw4rm-agent-id"
-	// ToolResumeAfterMetadataKey asks CallStream to resume a call already made — the same
-	// call_id — after the given frame_no, without starting anything (§18.2).
-	ToolResumeAfterMetadataKey = "sw4rm-resume-after"
-	// ToolReplyMetadataKey set to "envelope" asks for the call's end also as a TOOL_RESULT
-	// or TOOL_ERROR envelope to the calling agent (§18.2), on its message stream.
-	ToolReplyMetadataKey = "sw4rm-tool-reply"
-	// ToolCorrelationMetadataKey is that envelope's correlation_id (default: the call_id).
-	ToolCorrelationMetadataKey = "sw4rm-correlation-id"
-	// ToolCallIDHeader is the call's call_id, assigned when the call had none (§18.2).
-	ToolCallIDHeader = "sw4rm-call-id"
-	// ToolPolicyNoteHeader says where the effective policy differs from the one asked, e.g.
-	// retries dropped for a non-idempotent tool (§18.3).
-	ToolPolicyNoteHeader = "sw4rm-tool-policy-note"
-	// ToolErrorCodeTrailer is a failed call's exact §18.3 error_code (the ToolError detail
-	// carries it too); sw4rm-error-code carries the nearest common ErrorCode.
-	ToolErrorCodeTrailer = "sw4rm-tool-error-code"
 )
 
 // MaxToolArgs bounds a call's arguments, in bytes: they travel in the call's workflow
@@ -90,7 +66,7 @@ func toolStatus(ctx context.Context, callID string, te *tool.Error) error {
 	if d, err := st.WithDetails(te.Proto(callID)); err == nil {
 		st = d
 	}
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(ToolErrorCodeTrailer, string(te.Code)))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(wire.ToolErrorCodeTrailer, string(te.Code)))
 	return st.Err()
 }
 
@@ -115,10 +91,10 @@ type caller struct {
 // callerOf proves who calls and for which agent.
 func callerOf(ctx context.Context) (caller, error) {
 	p := auth.FromContext(ctx)
-	c := caller{principal: p, owner: p.String(), agent: strings.TrimSpace(firstMD(ctx, ToolAgentMetadataKey))}
+	c := caller{principal: p, owner: p.String(), agent: strings.TrimSpace(firstMD(ctx, wire.AgentIDKey))}
 	switch {
 	case p.Agent != "" && c.agent != "" && c.agent != p.Agent:
-		return caller{}, status.Errorf(codes.PermissionDenied, "permission_denied: agent %s may not call tools for agent %s (%s)", p.Agent, c.agent, ToolAgentMetadataKey)
+		return caller{}, status.Errorf(codes.PermissionDenied, "permission_denied: agent %s may not call tools for agent %s (%s)", p.Agent, c.agent, wire.AgentIDKey)
 	case p.Agent != "":
 		c.agent = p.Agent
 	case p.Anonymous() && c.agent != "":
@@ -195,23 +171,23 @@ func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c calle
 	if pol.WorktreeRequired && wt == "" {
 		who := c.agent
 		if who == "" {
-			who = "the caller (name the agent in " + ToolAgentMetadataKey + ")"
+			who = "the caller (name the agent in " + wire.AgentIDKey + ")"
 		}
 		return prepared{}, tool.Errorf(tool.CodePermissionDenied, "tool %s needs a worktree and %s is not bound to one (§16: WorktreeService.Bind first)", req.GetToolName(), who)
 	}
 	replyTo, corr := "", ""
-	switch v := strings.TrimSpace(firstMD(ctx, ToolReplyMetadataKey)); v {
+	switch v := strings.TrimSpace(firstMD(ctx, wire.ToolReplyKey)); v {
 	case "":
 	case "envelope":
 		if c.agent == "" {
-			return prepared{}, tool.Errorf(tool.CodeValidation, "%s: envelope needs the calling agent (%s)", ToolReplyMetadataKey, ToolAgentMetadataKey)
+			return prepared{}, tool.Errorf(tool.CodeValidation, "%s: envelope needs the calling agent (%s)", wire.ToolReplyKey, wire.AgentIDKey)
 		}
-		replyTo, corr = c.agent, strings.TrimSpace(firstMD(ctx, ToolCorrelationMetadataKey))
+		replyTo, corr = c.agent, strings.TrimSpace(firstMD(ctx, wire.CorrelationIDKey))
 		if corr == "" {
 			corr = callID
 		}
 	default:
-		return prepared{}, tool.Errorf(tool.CodeValidation, "%s %q: the only value is envelope", ToolReplyMetadataKey, v)
+		return prepared{}, tool.Errorf(tool.CodeValidation, "%s %q: the only value is envelope", wire.ToolReplyKey, v)
 	}
 	return prepared{
 		in: workflows.ToolCallInput{
@@ -262,14 +238,14 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 	if err != nil {
 		return "", toolStatus(ctx, req.GetCallId(), asToolError(err))
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs(ToolCallIDHeader, callID))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(wire.CallIDHeader, callID))
 	p, terr := t.prepare(ctx, req, c, callID)
 	if terr != nil {
 		t.s.sink.Record(ctx, auditToolRefused(callID, req, c, terr))
 		return "", toolStatus(ctx, callID, terr)
 	}
 	if len(p.notes) > 0 {
-		_ = grpc.SetHeader(ctx, metadata.Pairs(ToolPolicyNoteHeader, strconv.QuoteToASCII(strings.Join(p.notes, "; "))))
+		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.ToolPolicyNoteHeader, strconv.QuoteToASCII(strings.Join(p.notes, "; "))))
 	}
 	start, err := bridge.NewOutboxEntry(workflows.OutboxToolStart, workflows.ToolWorkflowID(callID), workflows.ToolStartPayload{Input: p.in})
 	if err != nil {
@@ -350,7 +326,7 @@ func (t *toolService) waitFinal(ctx context.Context, callID string) (*toolpb.Too
 
 // frameError is the ToolError a final frame's summary records, nil for a call that succeeded.
 func frameError(f *toolpb.ToolFrame) *tool.Error {
-	var sum activities.ToolSummary
+	var sum tool.Summary
 	if err := json.Unmarshal(f.GetSummary(), &sum); err != nil || sum.Status == "ok" {
 		return nil
 	}
@@ -373,16 +349,16 @@ func (t *toolService) CallStream(req *toolpb.ToolCall, ss grpc.ServerStreamingSe
 	ctx := ss.Context()
 	var callID string
 	var after uint64
-	if v := strings.TrimSpace(firstMD(ctx, ToolResumeAfterMetadataKey)); v != "" {
+	if v := strings.TrimSpace(firstMD(ctx, wire.ResumeAfterKey)); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			return toolStatus(ctx, req.GetCallId(), tool.Errorf(tool.CodeValidation, "%s %q is not a frame number", ToolResumeAfterMetadataKey, v))
+			return toolStatus(ctx, req.GetCallId(), tool.Errorf(tool.CodeValidation, "%s %q is not a frame number", wire.ResumeAfterKey, v))
 		}
 		if callID, err = t.resumable(ctx, req.GetCallId()); err != nil {
 			return err
 		}
 		after = n
-		_ = ss.SetHeader(metadata.Pairs(ToolCallIDHeader, callID))
+		_ = ss.SetHeader(metadata.Pairs(wire.CallIDHeader, callID))
 	} else {
 		var err error
 		if callID, err = t.begin(ctx, req); err != nil {
@@ -483,7 +459,7 @@ func (t *toolService) Cancel(ctx context.Context, req *toolpb.ToolCall) (*toolpb
 	case errors.As(err, &nf):
 		// The call was recorded but its workflow never started (the frontend died between
 		// the two) or it already closed: the store decides.
-		sum := activities.ToolSummary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled), Message: "cancelled by " + c.owner, By: c.owner}
+		sum := tool.Summary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled), Message: "cancelled by " + c.owner, CancelledBy: c.owner}
 		_, created, ferr := t.s.store.ToolCalls().Finish(ctx, callID, "application/json", []byte(`{"error_code":"CANCELLED"}`), func(frames, bytes uint64) []byte {
 			sum.Frames, sum.Bytes, sum.Partial = frames, bytes, frames > 0
 			return sum.JSON()

@@ -21,6 +21,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -270,7 +271,7 @@ func wireState(st workflows.DAGRunState) *workflowpb.WorkflowState {
 		out.Metadata[k] = v
 	}
 	// The run's own status travels in metadata: WorkflowState has no field for it.
-	out.Metadata["sw4rm.run_status"] = st.Status
+	out.Metadata[wire.RunStatusKey] = st.Status
 	for id, n := range st.Nodes {
 		out.NodeStates[id] = &workflowpb.NodeState{NodeId: id, Status: n.Status, StartedAt: ts(n.StartedAt), CompletedAt: ts(n.CompletedAt),
 			Output: n.Output, Error: n.Error}

@@ -22,24 +22,8 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
-)
-
-// Metadata of the workflow service (docs/dag.md). CreateWorkflowResponse has no field for
-// the version stored or for warnings, and the canonical contract cannot change (§5.1), so
-// they travel as response headers.
-const (
-	// WorkflowVersionHeader is CreateWorkflow's response header holding the version the
-	// definition was stored as (decimal; a byte-identical retry answers the existing one).
-	WorkflowVersionHeader = "sw4rm-workflow-version"
-	// WorkflowWarningsHeader is CreateWorkflow's response header holding what validation
-	// warned about (unreachable nodes, agents left to late binding), one value per warning.
-	WorkflowWarningsHeader = "sw4rm-workflow-warnings"
-	// LateBindingMetadataKey is the WorkflowDefinition metadata key that, set to "true",
-	// lets a definition name agents that are not registered yet: they must be registered
-	// by the time their node runs. Without it every node's agent must be registered when
-	// the definition is created.
-	LateBindingMetadataKey = "late_binding"
 )
 
 // maxListedAgents bounds how many unregistered agents a refusal names.
@@ -89,10 +73,10 @@ func (w *workflowService) CreateWorkflow(ctx context.Context, req *workflowpb.Cr
 		return nil, err
 	}
 	if len(missing) > 0 {
-		if def.GetMetadata()[LateBindingMetadataKey] != "true" {
+		if def.GetMetadata()[dag.MetaLateBinding] != "true" {
 			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
 				"nodes name agents that are not registered: %s; register them first, or set the definition's metadata %s to \"true\" to bind them when their nodes run",
-				listAgents(missing), LateBindingMetadataKey)
+				listAgents(missing), dag.MetaLateBinding)
 		}
 		warnings = append(warnings, "late binding: agents not registered yet: "+listAgents(missing))
 	}
@@ -117,9 +101,9 @@ func (w *workflowService) CreateWorkflow(ctx context.Context, req *workflowpb.Cr
 			Details: map[string]any{"workflow_id": id, "version": rec.Version, "nodes": len(def.GetNodes()),
 				"roots": res.Roots, "warnings": warnings}})
 	}
-	md := metadata.Pairs(WorkflowVersionHeader, strconv.Itoa(rec.Version))
+	md := metadata.Pairs(wire.WorkflowVersionHeader, strconv.Itoa(rec.Version))
 	if len(warnings) > 0 {
-		md.Append(WorkflowWarningsHeader, warnings...)
+		md.Append(wire.WorkflowWarningsHeader, warnings...)
 	}
 	_ = grpc.SetHeader(ctx, md)
 	return &workflowpb.CreateWorkflowResponse{WorkflowId: id, Success: true}, nil

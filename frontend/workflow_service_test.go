@@ -18,6 +18,8 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	pdag "github.com/sw4rm/sw4rm-temporal/protocol/dag"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
@@ -60,22 +62,22 @@ func TestCreateWorkflowStoresVersions(t *testing.T) {
 	resp, err := w.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{Definition: def})
 	require.NoError(t, err)
 	assert.Equal(t, &workflowpb.CreateWorkflowResponse{WorkflowId: "wf", Success: true}, resp)
-	assert.Equal(t, []string{"1"}, hs.md.Get(WorkflowVersionHeader))
-	assert.Empty(t, hs.md.Get(WorkflowWarningsHeader))
+	assert.Equal(t, []string{"1"}, hs.md.Get(wire.WorkflowVersionHeader))
+	assert.Empty(t, hs.md.Get(wire.WorkflowWarningsHeader))
 
 	retry := proto.Clone(def).(*workflowpb.WorkflowDefinition)
 	retry.CreatedAt = timestamppb.Now() // not part of what is compared
 	ctx, hs = callCtx(t, alice)
 	_, err = w.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{Definition: retry})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"1"}, hs.md.Get(WorkflowVersionHeader), "a retry answers the stored version")
+	assert.Equal(t, []string{"1"}, hs.md.Get(wire.WorkflowVersionHeader), "a retry answers the stored version")
 
 	changed := proto.Clone(def).(*workflowpb.WorkflowDefinition)
 	changed.Nodes["n3"] = wfNode("n3", "a", "n2")
 	ctx, hs = callCtx(t, auth.Principal{Operator: "ops"})
 	_, err = w.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{Definition: changed})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"2"}, hs.md.Get(WorkflowVersionHeader))
+	assert.Equal(t, []string{"2"}, hs.md.Get(wire.WorkflowVersionHeader))
 
 	evs, err := st.Audit().List(t.Context(), store.AuditFilter{TypePrefix: "workflow.definition_created"})
 	require.NoError(t, err)
@@ -135,12 +137,12 @@ func TestCreateWorkflowRefusals(t *testing.T) {
 func TestCreateWorkflowLateBinding(t *testing.T) {
 	w, _, _ := newWorkflowHarness(t, "a")
 	def := wfDef("wf", wfNode("x", "a"), wfNode("y", "later", "x"))
-	def.Metadata = map[string]string{LateBindingMetadataKey: "true"}
+	def.Metadata = map[string]string{pdag.MetaLateBinding: "true"}
 	ctx, hs := callCtx(t, auth.Principal{Agent: "a"})
 	_, err := w.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{Definition: def})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"late binding: agents not registered yet: later"}, hs.md.Get(WorkflowWarningsHeader))
-	assert.Equal(t, []string{"1"}, hs.md.Get(WorkflowVersionHeader))
+	assert.Equal(t, []string{"late binding: agents not registered yet: later"}, hs.md.Get(wire.WorkflowWarningsHeader))
+	assert.Equal(t, []string{"1"}, hs.md.Get(wire.WorkflowVersionHeader))
 }
 
 // TestGetDefinitionRefusals: bad input and unknown definitions.

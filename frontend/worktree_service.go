@@ -20,43 +20,10 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
-)
-
-// Response headers of WorktreeService (docs/worktrees.md, "RPCs"): what an agent's binding
-// holds beyond StatusResponse's repo_id, worktree_id and state. Every method sets those that
-// apply to the binding after the call. Values are escaped as Go string literals without
-// their quotes (strconv.QuoteToASCII), since gRPC headers carry ASCII only; the SDK unescapes
-// them.
-const (
-	// WorktreeStateHeader is the binding's state (also for Bind and Unbind, whose responses
-	// have no state field).
-	WorktreeStateHeader = "sw4rm-worktree-state"
-	// WorktreeBranchHeader and WorktreePathHeader are the branch and the directory of the
-	// worktree the agent works in now.
-	WorktreeBranchHeader = "sw4rm-worktree-branch"
-	WorktreePathHeader   = "sw4rm-worktree-path"
-	// WorktreeHomeHeader is the agent's home worktree_id.
-	WorktreeHomeHeader = "sw4rm-worktree-home"
-	// WorktreeTargetHeader is the target of a pending or approved switch.
-	WorktreeTargetHeader = "sw4rm-worktree-target"
-	// WorktreeTTLRemainingHeader is how many milliseconds a BOUND_NON_HOME binding has left
-	// before it returns home; WorktreeExpiresHeader when (RFC 3339).
-	WorktreeTTLRemainingHeader = "sw4rm-worktree-ttl-remaining-ms"
-	WorktreeExpiresHeader      = "sw4rm-worktree-expires-at"
-	// WorktreeReasonHeader is the §16.3 reason of the last failed bind while BIND_FAILED
-	// (and of a failed ApproveSwitch).
-	WorktreeReasonHeader = "sw4rm-worktree-reason"
-	// WorktreeAttemptsHeader counts the failed binds since the binding entered BIND_FAILED;
-	// WorktreeRetriesHeader the automatic retries made of worktree.BindRetry.MaxRetries.
-	WorktreeAttemptsHeader = "sw4rm-worktree-attempts"
-	WorktreeRetriesHeader  = "sw4rm-worktree-retries"
-	// WorktreeHitlHeader is the HITL invocation (hitl/<id>) deciding a pending switch.
-	WorktreeHitlHeader = "sw4rm-worktree-hitl"
-	// WorktreeNoteHeader says what the last change was about.
-	WorktreeNoteHeader = "sw4rm-worktree-note"
 )
 
 // maxSwitchReason bounds RejectSwitch's reason, in bytes.
@@ -332,7 +299,7 @@ func (w *worktreeService) updateError(ctx context.Context, agent string, err err
 		return temporalStatus(ctx, "reach the binding of "+agent, err)
 	}
 	if r, perr := worktree.ParseReason(app.Type()); perr == nil {
-		_ = grpc.SetHeader(ctx, metadata.Pairs(WorktreeReasonHeader, string(r)))
+		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.WorktreeReasonHeader, string(r)))
 		if r == worktree.ReasonPermissionDenied {
 			return status.Error(codes.PermissionDenied, app.Message())
 		}
@@ -361,24 +328,24 @@ func setWorktreeHeaders(ctx context.Context, st workflows.WorktreeState) {
 			md.Set(k, headerValue(v))
 		}
 	}
-	put(WorktreeStateHeader, st.State.String())
-	put(WorktreeBranchHeader, st.Branch)
-	put(WorktreePathHeader, st.Path)
-	put(WorktreeHomeHeader, st.HomeWorktreeID)
-	put(WorktreeTargetHeader, st.TargetWorktreeID)
+	put(wire.WorktreeStateHeader, st.State.String())
+	put(wire.WorktreeBranchHeader, st.Branch)
+	put(wire.WorktreePathHeader, st.Path)
+	put(wire.WorktreeHomeHeader, st.HomeWorktreeID)
+	put(wire.WorktreeTargetHeader, st.TargetWorktreeID)
 	if st.State == worktree.StateBoundNonHome && !st.ExpiresAt.IsZero() {
-		put(WorktreeTTLRemainingHeader, strconv.FormatInt(st.TTLRemaining(time.Now()).Milliseconds(), 10))
-		put(WorktreeExpiresHeader, st.ExpiresAt.UTC().Format(time.RFC3339Nano))
+		put(wire.WorktreeTTLRemainingHeader, strconv.FormatInt(st.TTLRemaining(time.Now()).Milliseconds(), 10))
+		put(wire.WorktreeExpiresHeader, st.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
 	if st.State == worktree.StateBindFailed {
-		put(WorktreeReasonHeader, string(st.Reason))
-		put(WorktreeAttemptsHeader, strconv.Itoa(st.Attempts))
-		put(WorktreeRetriesHeader, strconv.Itoa(st.Retries))
+		put(wire.WorktreeReasonHeader, string(st.Reason))
+		put(wire.WorktreeAttemptsHeader, strconv.Itoa(st.Attempts))
+		put(wire.WorktreeRetriesHeader, strconv.Itoa(st.Retries))
 	}
 	if st.HitlID != "" {
-		put(WorktreeHitlHeader, "hitl/"+st.HitlID)
+		put(wire.WorktreeHITLHeader, "hitl/"+st.HitlID)
 	}
-	put(WorktreeNoteHeader, st.Note)
+	put(wire.WorktreeNoteHeader, st.Note)
 	_ = grpc.SetHeader(ctx, md)
 }
 

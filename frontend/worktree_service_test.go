@@ -22,6 +22,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -112,7 +113,7 @@ func TestWorktreeWithoutRun(t *testing.T) {
 	res, err := svc.Unbind(ctx, &worktreepb.UnbindRequest{AgentId: "coder"})
 	require.NoError(t, err)
 	assert.True(t, res.GetOk())
-	assert.Equal(t, []string{"UNBOUND"}, hs.md.Get(WorktreeStateHeader))
+	assert.Equal(t, []string{"UNBOUND"}, hs.md.Get(wire.WorktreeStateHeader))
 
 	ctx, _ = callCtx(t, auth.Principal{Agent: "coder"})
 	s, err := svc.Status(ctx, &worktreepb.StatusRequest{AgentId: "coder"})
@@ -127,9 +128,9 @@ func TestWorktreeWithoutRun(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "BIND_FAILED", s.GetState())
 	assert.Equal(t, "app", s.GetRepoId())
-	assert.Equal(t, []string{"worktree_not_found"}, hs.md.Get(WorktreeReasonHeader))
-	assert.Equal(t, []string{`repository app is gone (\u00a716.3)`}, hs.md.Get(WorktreeNoteHeader), "escaped to ASCII")
-	note, err := strconv.Unquote(`"` + hs.md.Get(WorktreeNoteHeader)[0] + `"`)
+	assert.Equal(t, []string{"worktree_not_found"}, hs.md.Get(wire.WorktreeReasonHeader))
+	assert.Equal(t, []string{`repository app is gone (\u00a716.3)`}, hs.md.Get(wire.WorktreeNoteHeader), "escaped to ASCII")
+	note, err := strconv.Unquote(`"` + hs.md.Get(wire.WorktreeNoteHeader)[0] + `"`)
 	require.NoError(t, err)
 	assert.Equal(t, "repository app is gone (§16.3)", note)
 
@@ -164,7 +165,7 @@ func TestWorktreeUpdateErrors(t *testing.T) {
 		stt = toStatus(ctx, err)
 		assert.Equal(t, code, stt.Code(), "%s", reason)
 		assert.Contains(t, stt.Message(), string(reason)+": worktree w2 could not be bound")
-		assert.Equal(t, []string{string(reason)}, hs.md.Get(WorktreeReasonHeader))
+		assert.Equal(t, []string{string(reason)}, hs.md.Get(wire.WorktreeReasonHeader))
 	}
 
 	expires := time.Now().Add(time.Minute)
@@ -182,10 +183,10 @@ func TestWorktreeUpdateErrors(t *testing.T) {
 	resp, err := svc.ApproveSwitch(ctx, &worktreepb.SwitchApprove{AgentId: "coder", TtlMs: 60000})
 	require.NoError(t, err)
 	assert.Equal(t, &worktreepb.StatusResponse{RepoId: "app", WorktreeId: "w2", State: "BOUND_NON_HOME"}, resp)
-	assert.Equal(t, []string{"sw4rm/w2"}, hs.md.Get(WorktreeBranchHeader))
-	assert.Equal(t, []string{"/srv/app/.sw4rm-worktrees/w2"}, hs.md.Get(WorktreePathHeader))
-	assert.Equal(t, []string{"w1"}, hs.md.Get(WorktreeHomeHeader))
-	ms, err := strconv.Atoi(hs.md.Get(WorktreeTTLRemainingHeader)[0])
+	assert.Equal(t, []string{"sw4rm/w2"}, hs.md.Get(wire.WorktreeBranchHeader))
+	assert.Equal(t, []string{"/srv/app/.sw4rm-worktrees/w2"}, hs.md.Get(wire.WorktreePathHeader))
+	assert.Equal(t, []string{"w1"}, hs.md.Get(wire.WorktreeHomeHeader))
+	ms, err := strconv.Atoi(hs.md.Get(wire.WorktreeTTLRemainingHeader)[0])
 	require.NoError(t, err)
 	assert.InDelta(t, 60000, ms, 5000)
 }

@@ -2,19 +2,17 @@ package protocol
 
 import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
-// RecipientMetadataKey is the gRPC metadata key that names the recipient of a SendMessage.
-//
 // The addressing rule (§12 requires unicast; the canonical Envelope has no recipient field
 // and canonical messages must not change, §5.1):
 //  1. An ACKNOWLEDGEMENT envelope is routed to the producer of the message it acknowledges
 //     (looked up by ack_for_message_id); a recipient in metadata is ignored for it.
-//  2. Any other envelope is routed to the agent named by the "sw4rm-recipient" metadata key,
-//     which must be a registered agent.
+//  2. Any other envelope is routed to the agent named by the wire.RecipientKey metadata
+//     ("sw4rm-recipient"), which must be a registered agent.
 //  3. Without a recipient the message is rejected with no_route; the reason says how to
 //     address it. Nothing is ever broadcast: §4 and §12 define unicast only.
-const RecipientMetadataKey = "sw4rm-recipient"
 
 // Route is the routing decision for one envelope.
 type Route struct {
@@ -25,7 +23,7 @@ type Route struct {
 }
 
 // Resolve applies the addressing rule to an envelope that already passed ValidateEnvelope.
-// recipient is the value of RecipientMetadataKey ("" when absent).
+// recipient is the value of wire.RecipientKey ("" when absent).
 func Resolve(env *commonpb.Envelope, recipient string) (Route, *Error) {
 	if env.GetMessageType() == commonpb.MessageType_ACKNOWLEDGEMENT {
 		ack, err := ParseAck(env)
@@ -41,5 +39,5 @@ func Resolve(env *commonpb.Envelope, recipient string) (Route, *Error) {
 		return Route{Recipient: recipient}, nil
 	}
 	return Route{}, Errorf(commonpb.ErrorCode_NO_ROUTE,
-		"no recipient: set gRPC metadata %q to the target agent_id (§12 unicast; see docs/architecture.md, Addressing)", RecipientMetadataKey)
+		"no recipient: set gRPC metadata %q to the target agent_id (§12 unicast; see docs/architecture.md, Addressing)", wire.RecipientKey)
 }

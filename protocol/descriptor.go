@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 )
@@ -105,4 +107,15 @@ func AcceptsContentType(modalities []string, contentType string) bool {
 		}
 	}
 	return false
+}
+
+// RegistrationOf checks a RegisterAgent request (§14) and returns its descriptor with the
+// defaults filled in (NormalizeDescriptor), as a copy: the request is left as it came.
+func RegistrationOf(req *registrypb.RegisterAgentRequest) (*registrypb.AgentDescriptor, *Error) {
+	if perr := ValidateDescriptor(req.GetAgent()); perr != nil {
+		return nil, perr
+	}
+	d := proto.CloneOf(req.GetAgent())
+	NormalizeDescriptor(d)
+	return d, nil
 }

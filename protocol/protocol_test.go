@@ -10,6 +10,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 func validEnvelope() *commonpb.Envelope {
@@ -222,7 +223,7 @@ func TestResolve(t *testing.T) {
 	_, perr = protocol.Resolve(env, "")
 	require.NotNil(t, perr)
 	assert.Equal(t, commonpb.ErrorCode_NO_ROUTE, perr.Code)
-	assert.Contains(t, perr.Msg, protocol.RecipientMetadataKey)
+	assert.Contains(t, perr.Msg, wire.RecipientKey)
 
 	_, perr = protocol.Resolve(env, env.GetProducerId())
 	require.NotNil(t, perr)

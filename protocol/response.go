@@ -10,26 +10,19 @@ import (
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 // Request/response linkage (004 draft §1–§3, §5) travels as parameters of the canonical
-// content_type, so no canonical message changes (§5.1) and every SDK that can set a MIME type
-// can use it:
+// content_type (wire.ResponseTimeoutParam, wire.MaxAttemptsParam, wire.InResponseToParam), so
+// no canonical message changes (§5.1) and every SDK that can set a MIME type can use it:
 //
 //	request:  content_type "application/json; sw4rm-response-timeout-ms=5000; sw4rm-max-attempts=3"
 //	response: content_type "application/json; sw4rm-in-response-to=<request message_id>"
 //
-// A response is routed to the request's producer (the sw4rm-recipient metadata is not needed),
+// A response is routed to the request's producer (the recipient metadata is not needed),
 // moves the request to FULFILLED, and gets a deterministic idempotency token so duplicates
 // are deduplicated (004 §5).
-const (
-	// ParamResponseTimeout marks a request that requires a response within this many ms.
-	ParamResponseTimeout = "sw4rm-response-timeout-ms"
-	// ParamMaxAttempts bounds the attempts of a response-required request (default 3).
-	ParamMaxAttempts = "sw4rm-max-attempts"
-	// ParamInResponseTo names the request a response answers.
-	ParamInResponseTo = "sw4rm-in-response-to"
-)
 
 // DefaultMaxAttempts is the attempts of a response-required request when it names none.
 const DefaultMaxAttempts = 3
@@ -60,24 +53,24 @@ func ParseLinkage(contentType string) (Linkage, *Error) {
 	if err != nil {
 		return l, nil // ValidateEnvelope reports malformed types
 	}
-	if v, ok := params[ParamResponseTimeout]; ok {
+	if v, ok := params[wire.ResponseTimeoutParam]; ok {
 		ms, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || ms == 0 {
-			return l, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s=%q must be a positive number of milliseconds", ParamResponseTimeout, truncate(v))
+			return l, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s=%q must be a positive number of milliseconds", wire.ResponseTimeoutParam, truncate(v))
 		}
 		p := &ResponsePolicy{Timeout: time.Duration(ms) * time.Millisecond, MaxAttempts: DefaultMaxAttempts}
-		if v, ok := params[ParamMaxAttempts]; ok {
+		if v, ok := params[wire.MaxAttemptsParam]; ok {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 100 {
-				return l, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s=%q must be between 1 and 100", ParamMaxAttempts, truncate(v))
+				return l, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s=%q must be between 1 and 100", wire.MaxAttemptsParam, truncate(v))
 			}
 			p.MaxAttempts = n
 		}
 		l.Request = p
 	}
-	if v, ok := params[ParamInResponseTo]; ok {
+	if v, ok := params[wire.InResponseToParam]; ok {
 		if v == "" {
-			return l, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s must name the request's message_id", ParamInResponseTo)
+			return l, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s must name the request's message_id", wire.InResponseToParam)
 		}
 		l.InResponseTo = v
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -63,7 +64,7 @@ func (r *Router) responseAdmitted(ctx context.Context, s *sending) error {
 func (r *Router) requestFor(ctx context.Context, env *commonpb.Envelope, requestID string) (store.MessageRecord, *protocol.Error) {
 	rec, err := r.st.Messages().GetMessage(ctx, requestID)
 	if err != nil {
-		return rec, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "%s=%s names no request this router admitted", protocol.ParamInResponseTo, requestID)
+		return rec, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "%s=%s names no request this router admitted", wire.InResponseToParam, requestID)
 	}
 	if rec.RecipientID != env.GetProducerId() {
 		return rec, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "only %q, the request's recipient, may respond to %s", rec.RecipientID, requestID)

@@ -88,7 +88,7 @@ func (r *Router) admissionReactions() []reaction {
 }
 
 // Send admits one envelope from a producer. recipient is the addressing metadata (see
-// protocol.RecipientMetadataKey). A protocol rejection comes back as a *protocol.Error with
+// wire.RecipientKey). A protocol rejection comes back as a *protocol.Error with
 // the spec's error_code — the producer also receives a NACK envelope when it is a registered
 // agent — while a failure of the store comes back as a plain error.
 //

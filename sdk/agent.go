@@ -28,6 +28,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 // ReconnectParams are the connection's reconnect backoff that Dial sets: from 200 ms, growing
@@ -321,13 +322,13 @@ func (a *Agent) Send(ctx context.Context, m Message) (*commonpb.Envelope, error)
 			return env, fmt.Errorf("sw4rm: content type %q: %w", env.ContentType, err)
 		}
 		if m.ResponseTimeout > 0 {
-			params[protocol.ParamResponseTimeout] = strconv.FormatInt(m.ResponseTimeout.Milliseconds(), 10)
+			params[wire.ResponseTimeoutParam] = strconv.FormatInt(m.ResponseTimeout.Milliseconds(), 10)
 			if m.MaxAttempts > 0 {
-				params[protocol.ParamMaxAttempts] = strconv.Itoa(m.MaxAttempts)
+				params[wire.MaxAttemptsParam] = strconv.Itoa(m.MaxAttempts)
 			}
 		}
 		if m.InResponseTo != "" {
-			params[protocol.ParamInResponseTo] = m.InResponseTo
+			params[wire.InResponseToParam] = m.InResponseTo
 		}
 		env.ContentType = mime.FormatMediaType(mt, params)
 	}
@@ -346,7 +347,7 @@ func (a *Agent) Send(ctx context.Context, m Message) (*commonpb.Envelope, error)
 // routes to the acknowledged message's producer).
 func (a *Agent) SendEnvelope(ctx context.Context, env *commonpb.Envelope, to string) error {
 	if to != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, protocol.RecipientMetadataKey, to)
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.RecipientKey, to)
 	}
 	resp, err := a.router.SendMessage(ctx, &routerpb.SendMessageRequest{Msg: env})
 	if err != nil {
@@ -456,7 +457,7 @@ func (a *Agent) Receive(ctx context.Context) (*Stream, error) {
 // seq counts as processed, and delivery continues after it. An offset older than the server's
 // retention fails with codes.FailedPrecondition saying how to recover.
 func (a *Agent) ResumeAfter(ctx context.Context, seq int64) (*Stream, error) {
-	return a.receive(metadata.AppendToOutgoingContext(ctx, "sw4rm-resume-after", strconv.FormatInt(seq, 10)))
+	return a.receive(metadata.AppendToOutgoingContext(ctx, wire.ResumeAfterKey, strconv.FormatInt(seq, 10)))
 }
 
 func (a *Agent) receive(ctx context.Context) (*Stream, error) {

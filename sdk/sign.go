@@ -23,6 +23,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/protocol/signing"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 // How the SDK signs (§6.2; the mechanism is protocol/signing, docs/signing.md):
@@ -93,14 +94,14 @@ func (s *Signer) Sign(method string, body []byte) ([]string, error) {
 	}
 	md := signing.Sign(*s.key.Load(), signing.Call{Method: method, AgentID: s.agentID, Timestamp: s.now(), Nonce: nonce, Body: body})
 	kv := make([]string, 0, 2*len(md))
-	for _, k := range []string{signing.MetadataAgent, signing.MetadataTimestamp, signing.MetadataNonce, signing.MetadataSignature} {
+	for _, k := range []string{wire.SignatureAgentKey, wire.SignatureTimestampKey, wire.SignatureNonceKey, wire.SignatureKey} {
 		kv = append(kv, k, md[k])
 	}
 	return kv, nil
 }
 
 // newNonce is 16 random bytes, base64url without padding: 22 characters of the alphabet
-// signing.MetadataNonce allows; a collision within the skew window is out of reach.
+// wire.SignatureNonceKey allows; a collision within the skew window is out of reach.
 func newNonce() (string, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -150,7 +151,7 @@ func (s *Signer) StreamClientInterceptor() grpc.StreamClientInterceptor {
 
 func alreadySigned(ctx context.Context) bool {
 	md, _ := metadata.FromOutgoingContext(ctx)
-	return len(md.Get(signing.MetadataSignature)) > 0
+	return len(md.Get(wire.SignatureKey)) > 0
 }
 
 // preEncoded is a request already marshalled (and signed); signedCodec sends its bytes as

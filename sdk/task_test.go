@@ -25,6 +25,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 const (
@@ -120,7 +121,7 @@ func (f *fakeServer) AckDelivery(_ context.Context, req *routerpb.DeliveryAckReq
 func (f *fakeServer) SendMessage(ctx context.Context, req *routerpb.SendMessageRequest) (*routerpb.SendMessageResponse, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	to := ""
-	if v := md.Get(protocol.RecipientMetadataKey); len(v) > 0 {
+	if v := md.Get(wire.RecipientKey); len(v) > 0 {
 		to = v[0]
 	}
 	var (

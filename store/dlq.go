@@ -6,19 +6,20 @@ import (
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	pdlq "github.com/sw4rm/sw4rm-temporal/protocol/dlq"
 )
 
-// DLQ error classes (§21.1).
+// DLQ error classes (§21.1), as protocol/dlq names them.
 const (
 	// DLQRetriesExhausted: the retry budget ran out without success.
-	DLQRetriesExhausted = "retries_exhausted"
+	DLQRetriesExhausted = pdlq.ClassRetriesExhausted
 	// DLQTerminalError: an error that means the operation cannot succeed (validation error,
 	// permission denied, malformed message, a consumer's permanent failure...).
-	DLQTerminalError = "terminal_error"
+	DLQTerminalError = pdlq.ClassTerminalError
 	// DLQPolicyViolation: security or resource-limit policy (oversize payload, modality...).
-	DLQPolicyViolation = "policy_violation"
+	DLQPolicyViolation = pdlq.ClassPolicyViolation
 	// DLQTTLExpired: the message's TTL ran out.
-	DLQTTLExpired = "ttl_expired"
+	DLQTTLExpired = pdlq.ClassTTLExpired
 )
 
 // DLQAttempt is one attempt in a dead letter's history.

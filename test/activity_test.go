@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -69,26 +69,26 @@ func TestActivityBufferReadsAndFullBuffer(t *testing.T) {
 				evs, err := sys.app.Store().Audit().List(ctx, store.AuditFilter{AgentID: a.ID(), TypePrefix: "activity.buffer_full"})
 				return err == nil && len(evs) == 1
 			}, 10*time.Second, 50*time.Millisecond, "the refused registration is audited (§10.1: never silent)")
-			tasks, _ := pollActivity(t, sc, "", frontend.ActivityTaskMetadataKey, full)
+			tasks, _ := pollActivity(t, sc, "", wire.ActivityTaskKey, full)
 			assert.Empty(t, tasks, "the task had no entry")
-			tasks, _ = pollActivity(t, sc, "", frontend.ActivityTaskMetadataKey, full, frontend.ActivityHistoryMetadataKey, "true")
+			tasks, _ = pollActivity(t, sc, "", wire.ActivityTaskKey, full, wire.ActivityHistoryKey, "true")
 			assert.Empty(t, tasks)
 
 			// Filtered reads (§10: by agent, repo, worktree or task).
-			tasks, _ = pollActivity(t, sc, a.ID(), frontend.ActivityRepoMetadataKey, "docs")
+			tasks, _ = pollActivity(t, sc, a.ID(), wire.ActivityRepoKey, "docs")
 			require.Len(t, tasks, 50)
 			assert.Equal(t, "held-001", tasks[0])
-			tasks, _ = pollActivity(t, sc, "", frontend.ActivityWorktreeMetadataKey, "wt-a", frontend.ActivityTaskMetadataKey, "held-004")
+			tasks, _ = pollActivity(t, sc, "", wire.ActivityWorktreeKey, "wt-a", wire.ActivityTaskKey, "held-004")
 			assert.Equal(t, []string{"held-004"}, tasks)
-			tasks, _ = pollActivity(t, sc, "", frontend.ActivityWorktreeMetadataKey, "wt-b", frontend.ActivityTaskMetadataKey, "held-004")
+			tasks, _ = pollActivity(t, sc, "", wire.ActivityWorktreeKey, "wt-b", wire.ActivityTaskKey, "held-004")
 			assert.Empty(t, tasks)
 
 			// waiting_on (004 §6) comes back in the response header.
 			_, err := ab.SetWaitingOn(ctx, a.ID(), "held-002", "request-42")
 			require.NoError(t, err)
-			tasks, header := pollActivity(t, sc, a.ID(), frontend.ActivityRepoMetadataKey, "shop")
+			tasks, header := pollActivity(t, sc, a.ID(), wire.ActivityRepoKey, "shop")
 			require.Len(t, tasks, 50)
-			assert.Equal(t, []string{"held-002=request-42"}, header.Get(frontend.ActivityWaitingOnHeader))
+			assert.Equal(t, []string{"held-002=request-42"}, header.Get(wire.ActivityWaitingOnHeader))
 
 			// The short history (§10), with the same filters; a freed slot takes entries again.
 			_, err = ab.Complete(ctx, a.ID(), "held-003", store.ActivityFailed)
@@ -99,14 +99,14 @@ func TestActivityBufferReadsAndFullBuffer(t *testing.T) {
 			assert.Equal(t, "queued", res.GetReason(), "a slot was free: the entry was created")
 			waitTask(t, sys, next, workflows.TaskCompleted)
 			require.Eventually(t, func() bool {
-				tasks, _ := pollActivity(t, sc, a.ID(), frontend.ActivityHistoryMetadataKey, "true")
+				tasks, _ := pollActivity(t, sc, a.ID(), wire.ActivityHistoryKey, "true")
 				return len(tasks) == 2
 			}, 10*time.Second, 50*time.Millisecond)
-			tasks, _ = pollActivity(t, sc, a.ID(), frontend.ActivityHistoryMetadataKey, "true")
+			tasks, _ = pollActivity(t, sc, a.ID(), wire.ActivityHistoryKey, "true")
 			assert.Equal(t, []string{next, "held-003"}, tasks, "most recently completed first")
-			tasks, _ = pollActivity(t, sc, "", frontend.ActivityHistoryMetadataKey, "true", frontend.ActivityRepoMetadataKey, "docs")
+			tasks, _ = pollActivity(t, sc, "", wire.ActivityHistoryKey, "true", wire.ActivityRepoKey, "docs")
 			assert.Equal(t, []string{next, "held-003"}, tasks)
-			tasks, _ = pollActivity(t, sc, "", frontend.ActivityHistoryMetadataKey, "true", frontend.ActivityTaskMetadataKey, next)
+			tasks, _ = pollActivity(t, sc, "", wire.ActivityHistoryKey, "true", wire.ActivityTaskKey, next)
 			assert.Equal(t, []string{next}, tasks)
 		})
 	}

@@ -23,13 +23,13 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/app"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/keyadminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -89,7 +89,7 @@ func refused(t *testing.T, sys *system, err error, trailer metadata.MD, code cod
 	require.Equal(t, code, status.Code(err), "%v", err)
 	assert.Contains(t, status.Convert(err).Message(), "permission_denied: ")
 	if trailer != nil {
-		assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(frontend.ErrorCodeTrailer))
+		assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(wire.ErrorCodeTrailer))
 	}
 	require.Eventually(t, func() bool {
 		evs, err := sys.app.Store().Audit().List(context.Background(), store.AuditFilter{TypePrefix: "auth.refused", Limit: 1000})

@@ -17,6 +17,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -78,7 +79,7 @@ func TestConnectorService(t *testing.T) {
 			_, err = pc.RegisterProvider(ctx, &connectorpb.ProviderRegisterRequest{ProviderId: provider.ID()}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 			assert.Contains(t, status.Convert(err).Message(), "validation_error: tools is empty")
-			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(frontend.ErrorCodeTrailer))
+			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(wire.ErrorCodeTrailer))
 
 			// An agent never registers a provider under another id.
 			t.Run("agent refused for another id", func(t *testing.T) {

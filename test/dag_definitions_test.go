@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk/dag"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -90,7 +90,7 @@ func TestDAGDefinitions(t *testing.T) {
 				assert.Contains(t, msg, n)
 			}
 			assert.NotContains(t, msg, "start")
-			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(frontend.ErrorCodeTrailer))
+			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(wire.ErrorCodeTrailer))
 			_, err = sys.app.Store().Definitions().GetDefinition(ctx, cycID, 0)
 			require.ErrorIs(t, err, store.ErrNotFound)
 
@@ -105,7 +105,7 @@ func TestDAGDefinitions(t *testing.T) {
 			_, err = wf.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{Definition: lateDef}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 			assert.Regexp(t, "^validation_error: .*not registered: "+ghost, status.Convert(err).Message())
-			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(frontend.ErrorCodeTrailer))
+			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(wire.ErrorCodeTrailer))
 			// … unless the definition binds it late, which is accepted with a warning.
 			lateDef, err = late.LateBinding().Build()
 			require.NoError(t, err)
@@ -132,7 +132,7 @@ func TestDAGDefinitions(t *testing.T) {
 			// Bad workflow_data is refused before anything starts.
 			_, err = wf.StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: id, WorkflowData: "[1,2]"}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
-			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(frontend.ErrorCodeTrailer))
+			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(wire.ErrorCodeTrailer))
 		})
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -68,7 +69,7 @@ func (a *rawAgent) send(t *testing.T, env *commonpb.Envelope, to string) (*route
 	t.Helper()
 	ctx := context.Background()
 	if to != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, protocol.RecipientMetadataKey, to)
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.RecipientKey, to)
 	}
 	var trailer metadata.MD
 	resp, err := a.router.SendMessage(ctx, &routerpb.SendMessageRequest{Msg: env}, grpc.Trailer(&trailer))

@@ -11,11 +11,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 // TestRefusalsCarryTheErrorCode: every refused call, whatever service and whatever refused
@@ -70,7 +70,7 @@ func TestRefusalsCarryTheErrorCode(t *testing.T) {
 			st := status.Convert(err)
 			require.Equal(t, tc.code, st.Code(), "%v", err)
 			require.Contains(t, st.Message(), tc.prefix)
-			require.Equal(t, []string{tc.trailer}, trailer.Get(frontend.ErrorCodeTrailer), "%v", err)
+			require.Equal(t, []string{tc.trailer}, trailer.Get(wire.ErrorCodeTrailer), "%v", err)
 		})
 	}
 }

@@ -14,11 +14,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/app"
-	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -64,7 +64,7 @@ func (h hitlCaller) decide(key string, req *hitlpb.HitlInvocation, timeout time.
 	var md metadata.MD
 	dec, err := h.c.Decide(ctx, req, grpc.Header(&md))
 	r := keyedResult{dec: dec, err: err}
-	if v := md.Get(frontend.InvocationIDHeader); len(v) > 0 {
+	if v := md.Get(wire.HITLInvocationIDHeader); len(v) > 0 {
 		r.id = v[0]
 	}
 	return r

@@ -29,6 +29,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitlpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -377,7 +378,7 @@ func TestHitlInRequiredAuth(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token, hitl.IdempotencyKeyMetadata, key)
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token, wire.IdempotencyKey, key)
 			d, err := c.Decide(ctx, &hitlpb.HitlInvocation{ReasonType: commonpb.HitlReasonType_CONFLICT, Context: ctxJSON, ProposedActions: []string{"approve", "deny"}})
 			res <- decideResult{d, err}
 		}()

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 // wireBytes is a request or reply as bytes on the wire, for clients that send what no
@@ -62,7 +62,7 @@ func TestMalformedProtobufIsInvalidArgument(t *testing.T) {
 			err := conn.Invoke(context.Background(), registrypb.RegistryService_Heartbeat_FullMethodName, body, &reply, grpc.Trailer(&trailer))
 			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 			require.Contains(t, status.Convert(err).Message(), "validation_error: ")
-			require.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(frontend.ErrorCodeTrailer))
+			require.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(wire.ErrorCodeTrailer))
 
 			desc := &grpc.StreamDesc{StreamName: "StreamIncoming", ServerStreams: true}
 			cs, err := conn.NewStream(context.Background(), desc, routerpb.RouterService_StreamIncoming_FullMethodName)

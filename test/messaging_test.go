@@ -19,6 +19,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -257,7 +258,7 @@ func assertMalformedRejected(t *testing.T, sys *system, producer, recipient stri
 	}
 	for name, c := range cases {
 		var trailer metadata.MD
-		ctx := metadata.AppendToOutgoingContext(context.Background(), protocol.RecipientMetadataKey, recipient)
+		ctx := metadata.AppendToOutgoingContext(context.Background(), wire.RecipientKey, recipient)
 		resp, err := rc.SendMessage(ctx, &routerpb.SendMessageRequest{Msg: c.mutate(good())}, grpc.Trailer(&trailer))
 		require.NoError(t, err, name)
 		assert.False(t, resp.GetAccepted(), name)
@@ -270,7 +271,7 @@ func assertMalformedRejected(t *testing.T, sys *system, producer, recipient stri
 	require.NoError(t, err)
 	assert.False(t, resp.GetAccepted())
 	assert.Contains(t, resp.GetReason(), "no_route:")
-	assert.Contains(t, resp.GetReason(), protocol.RecipientMetadataKey)
+	assert.Contains(t, resp.GetReason(), wire.RecipientKey)
 }
 
 // TestControlConfirmationsWrittenBehind covers AckDelivery of control traffic (here the

@@ -23,6 +23,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/reasoningpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/reasoning"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -83,7 +84,7 @@ func TestNegotiationPolicyRPCs(t *testing.T) {
 			_, err = opsClient.SetNegotiationPolicy(ops, &schedulerpb.SetNegotiationPolicyRequest{}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 			assert.True(t, strings.HasPrefix(status.Convert(err).Message(), "validation_error: policy is required"), "%v", err)
-			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(frontend.ErrorCodeTrailer))
+			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(wire.ErrorCodeTrailer))
 
 			// Profiles: replaced whole, listed by name.
 			profiles := []*policypb.PolicyProfile{
@@ -177,7 +178,7 @@ func TestNegotiationPolicyRPCs(t *testing.T) {
 			_, err = rp.EvaluateDebate(ctx, &reasoningpb.DebateEvaluateRequest{ProposalA: "x"}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 			assert.Contains(t, status.Convert(err).Message(), "validation_error: proposal_b is required")
-			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(frontend.ErrorCodeTrailer))
+			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(wire.ErrorCodeTrailer))
 			_, err = rp.Summarize(ctx, &reasoningpb.SummarizeRequest{SessionId: "n1"}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 			assert.Contains(t, status.Convert(err).Message(), "validation_error: segments are required")

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	tsdk "github.com/sw4rm/sw4rm-temporal/sdk/tool"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -107,14 +107,14 @@ func TestAgentProvidedTools(t *testing.T) {
 			var trailer metadata.MD
 			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: provider.ID(), ToolName: "broken", Args: []byte(`{}`)}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.Aborted, status.Code(err), "%v", err)
-			assert.Equal(t, []string{"TOOL_FAILED"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			assert.Equal(t, []string{"TOOL_FAILED"}, trailer.Get(wire.ToolErrorCodeTrailer))
 			assert.Contains(t, status.Convert(err).Message(), "the model is down")
 
 			timedOut := uniq(t, "timeout")
 			_, err = tc.Call(ctx, &toolpb.ToolCall{CallId: timedOut, ProviderId: provider.ID(), ToolName: "slow", Args: []byte(`{}`),
 				Policy: &toolpb.ExecutionPolicy{Timeout: durationpb.New(500 * time.Millisecond)}}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
-			assert.Equal(t, []string{"TOOL_TIMEOUT"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			assert.Equal(t, []string{"TOOL_TIMEOUT"}, trailer.Get(wire.ToolErrorCodeTrailer))
 
 			// Only the provider answers its calls; the caller cancels a call in flight.
 			inFlight := uniq(t, "inflight")

@@ -22,11 +22,11 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/auth"
-	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/tools"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -104,9 +104,9 @@ func toolSystem(t *testing.T, kind string) (*system, *fakeProvider) {
 	return start(t, cfg), fp
 }
 
-func summaryOf(t *testing.T, f *toolpb.ToolFrame) activities.ToolSummary {
+func summaryOf(t *testing.T, f *toolpb.ToolFrame) tool.Summary {
 	t.Helper()
-	var s activities.ToolSummary
+	var s tool.Summary
 	require.NoError(t, json.Unmarshal(f.GetSummary(), &s), "summary %q", f.GetSummary())
 	return s
 }
@@ -136,13 +136,13 @@ func TestToolCallOverGRPC(t *testing.T) {
 			assert.True(t, f.GetFinal())
 			assert.JSONEq(t, `{"x":1}`, string(f.GetData()))
 			assert.Equal(t, "ok", summaryOf(t, f).Status)
-			require.Len(t, hdr.Get(frontend.ToolCallIDHeader), 1)
-			assert.Equal(t, hdr.Get(frontend.ToolCallIDHeader)[0], f.GetCallId(), "the scheduler assigns the call_id (§18.2)")
+			require.Len(t, hdr.Get(wire.CallIDHeader), 1)
+			assert.Equal(t, hdr.Get(wire.CallIDHeader)[0], f.GetCallId(), "the scheduler assigns the call_id (§18.2)")
 			assert.Regexp(t, `^tool-`, f.GetCallId())
 
 			// The end also as a TOOL_RESULT envelope to the caller (§18.2), and a failure as a
 			// TOOL_ERROR.
-			rctx := metadata.AppendToOutgoingContext(ctx, frontend.ToolReplyMetadataKey, "envelope", frontend.ToolCorrelationMetadataKey, "corr-1")
+			rctx := metadata.AppendToOutgoingContext(ctx, wire.ToolReplyKey, "envelope", wire.CorrelationIDKey, "corr-1")
 			f, err = tc.Call(rctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "echo", Args: []byte(`{"y":2}`)})
 			require.NoError(t, err)
 			errID := uniq(t, "err")
@@ -162,14 +162,14 @@ func TestToolCallOverGRPC(t *testing.T) {
 			require.NotNil(t, res, "%v", got)
 			assert.Equal(t, commonpb.MessageType_TOOL_RESULT, res.GetMessageType())
 			assert.Equal(t, "corr-1", res.GetCorrelationId())
-			var rp activities.ToolResultPayload
+			var rp tool.ResultPayload
 			require.NoError(t, json.Unmarshal(res.GetPayload(), &rp))
 			assert.Equal(t, "OK", rp.Status)
 			assert.JSONEq(t, `{"y":2}`, string(rp.ResultB64))
 			te := got[activities.ToolReplyMessageID(errID)]
 			require.NotNil(t, te, "%v", got)
 			assert.Equal(t, commonpb.MessageType_TOOL_ERROR, te.GetMessageType())
-			var ep activities.ToolErrorPayload
+			var ep tool.ErrorPayload
 			require.NoError(t, json.Unmarshal(te.GetPayload(), &ep))
 			assert.Equal(t, "TOOL_TIMEOUT", ep.ErrorCode)
 
@@ -200,7 +200,7 @@ func TestToolCallOverGRPC(t *testing.T) {
 			stop()
 			_, err = recvErr(oc, callID)
 			assert.Equal(t, codes.PermissionDenied, status.Code(err), "another agent may not resume the call: %v", err)
-			rst, err := tc.CallStream(metadata.AppendToOutgoingContext(ctx, frontend.ToolResumeAfterMetadataKey, "2"), &toolpb.ToolCall{CallId: callID})
+			rst, err := tc.CallStream(metadata.AppendToOutgoingContext(ctx, wire.ResumeAfterKey, "2"), &toolpb.ToolCall{CallId: callID})
 			require.NoError(t, err)
 			rest := drain(t, rst)
 			require.NotEmpty(t, rest)
@@ -239,15 +239,15 @@ func TestToolCallOverGRPC(t *testing.T) {
 			var trailer metadata.MD
 			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":"x"}`)}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
-			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(wire.ToolErrorCodeTrailer))
 			assert.Contains(t, status.Convert(err).Message(), "/count")
 			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "nope"}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.NotFound, status.Code(err), "%v", err)
-			assert.Equal(t, []string{"NOT_FOUND"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			assert.Equal(t, []string{"NOT_FOUND"}, trailer.Get(wire.ToolErrorCodeTrailer))
 			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":100,"tick_ms":50}`),
 				Policy: &toolpb.ExecutionPolicy{Timeout: durationpb.New(300 * time.Millisecond)}}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
-			assert.Equal(t, []string{"TOOL_TIMEOUT"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			assert.Equal(t, []string{"TOOL_TIMEOUT"}, trailer.Get(wire.ToolErrorCodeTrailer))
 			details := status.Convert(err).Details()
 			require.Len(t, details, 1)
 			terr, ok := details[0].(*toolpb.ToolError)
@@ -256,7 +256,7 @@ func TestToolCallOverGRPC(t *testing.T) {
 			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "ticks", Args: []byte(`{"count":100,"tick_ms":50}`),
 				Policy: &toolpb.ExecutionPolicy{BudgetWallMs: 300}}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
-			assert.Equal(t, []string{"WALL_TIMEOUT"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			assert.Equal(t, []string{"WALL_TIMEOUT"}, trailer.Get(wire.ToolErrorCodeTrailer))
 		})
 	}
 }
@@ -278,7 +278,7 @@ func drain(t *testing.T, st grpc.ServerStreamingClient[toolpb.ToolFrame]) []*too
 }
 
 func recvErr(c toolpb.ToolServiceClient, callID string) (*toolpb.ToolFrame, error) {
-	st, err := c.CallStream(metadata.AppendToOutgoingContext(context.Background(), frontend.ToolResumeAfterMetadataKey, "0"), &toolpb.ToolCall{CallId: callID})
+	st, err := c.CallStream(metadata.AppendToOutgoingContext(context.Background(), wire.ResumeAfterKey, "0"), &toolpb.ToolCall{CallId: callID})
 	if err != nil {
 		return nil, err
 	}
@@ -344,15 +344,15 @@ func TestToolPolicyOverGRPC(t *testing.T) {
 			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: "fake", ToolName: "write_once", Args: []byte(`{}`),
 				Policy: &toolpb.ExecutionPolicy{MaxRetries: 3}}, grpc.Header(&hdr))
 			require.NoError(t, err)
-			require.Len(t, hdr.Get(frontend.ToolPolicyNoteHeader), 1)
-			assert.Contains(t, hdr.Get(frontend.ToolPolicyNoteHeader)[0], "not idempotent")
+			require.Len(t, hdr.Get(wire.ToolPolicyNoteHeader), 1)
+			assert.Contains(t, hdr.Get(wire.ToolPolicyNoteHeader)[0], "not idempotent")
 
 			// A tool that needs a worktree, for an agent that is not bound.
 			var trailer metadata.MD
-			_, err = tc.Call(metadata.AppendToOutgoingContext(ctx, frontend.ToolAgentMetadataKey, uniq(t, "unbound")),
+			_, err = tc.Call(metadata.AppendToOutgoingContext(ctx, wire.AgentIDKey, uniq(t, "unbound")),
 				&toolpb.ToolCall{ProviderId: "fake", ToolName: "in_worktree", Args: []byte(`{}`)}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
-			assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(wire.ToolErrorCodeTrailer))
 			assert.Contains(t, status.Convert(err).Message(), "not bound")
 		})
 	}
@@ -392,7 +392,7 @@ func TestBuiltinToolsInWorktree(t *testing.T) {
 			_, err := coder.wt.Bind(context.Background(), "app", "tools-1")
 			require.NoError(t, err)
 			// Authentication is off here: the call names the agent it is made for.
-			ctx := metadata.AppendToOutgoingContext(context.Background(), frontend.ToolAgentMetadataKey, coder.ID())
+			ctx := metadata.AppendToOutgoingContext(context.Background(), wire.AgentIDKey, coder.ID())
 			tc := toolpb.NewToolServiceClient(coder.Conn())
 			b := tools.BuiltinProviderID
 
@@ -409,7 +409,7 @@ func TestBuiltinToolsInWorktree(t *testing.T) {
 				var trailer metadata.MD
 				_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "fs.read", Args: fmt.Appendf(nil, `{"path":%q}`, p)}, grpc.Trailer(&trailer))
 				require.Equal(t, codes.PermissionDenied, status.Code(err), "%s: %v", p, err)
-				assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(frontend.ToolErrorCodeTrailer), p)
+				assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(wire.ToolErrorCodeTrailer), p)
 			}
 
 			run := `{"argv":["sh","-c","cat notes/a.txt; echo; echo oops >&2"]}`
@@ -440,12 +440,12 @@ func TestBuiltinToolsInWorktree(t *testing.T) {
 			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "process.run", Args: []byte(`{"argv":["true"]}`),
 				Policy: &toolpb.ExecutionPolicy{PrivilegeLevel: "DEFAULT", NetworkPolicy: "EGRESS_RESTRICTED"}}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
-			assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(wire.ToolErrorCodeTrailer))
 
 			_, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "process.run", Args: []byte(`{"argv":["sh","-c","while :; do :; done"]}`),
 				Policy: &toolpb.ExecutionPolicy{PrivilegeLevel: "DEFAULT", BudgetCpuMs: 200, Timeout: durationpb.New(30 * time.Second)}}, grpc.Trailer(&trailer))
 			require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
-			assert.Equal(t, []string{"CPU_BUDGET_EXCEEDED"}, trailer.Get(frontend.ToolErrorCodeTrailer))
+			assert.Equal(t, []string{"CPU_BUDGET_EXCEEDED"}, trailer.Get(wire.ToolErrorCodeTrailer))
 		})
 	}
 }
@@ -453,7 +453,7 @@ func TestBuiltinToolsInWorktree(t *testing.T) {
 // stdoutFrames reads back a finished call's stdout frames.
 func stdoutFrames(t *testing.T, tc toolpb.ToolServiceClient, ctx context.Context, callID string) string {
 	t.Helper()
-	st, err := tc.CallStream(metadata.AppendToOutgoingContext(ctx, frontend.ToolResumeAfterMetadataKey, "0"), &toolpb.ToolCall{CallId: callID})
+	st, err := tc.CallStream(metadata.AppendToOutgoingContext(ctx, wire.ResumeAfterKey, "0"), &toolpb.ToolCall{CallId: callID})
 	require.NoError(t, err)
 	var b strings.Builder
 	for _, f := range drain(t, st) {

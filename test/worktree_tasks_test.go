@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	wtsdk "github.com/sw4rm/sw4rm-temporal/sdk/worktree"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -23,7 +23,7 @@ import (
 // submitNeedingWorktree submits a task marked as needing its agent's worktree.
 func submitNeedingWorktree(t *testing.T, sc schedulerpb.SchedulerServiceClient, agentID, taskID, value string) (*schedulerpb.SubmitTaskResponse, error) {
 	t.Helper()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), frontend.NeedsWorktreeMetadataKey, value)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), wire.NeedsWorktreeKey, value)
 	return sc.SubmitTask(ctx, &schedulerpb.SubmitTaskRequest{AgentId: agentID, TaskId: taskID, Scope: "repo:app path:src/" + taskID + "/**",
 		Params: []byte(`{"task":"` + taskID + `"}`), ContentType: "application/json"})
 }
@@ -88,7 +88,7 @@ func TestWorktreeTaskHeldUntilBound(t *testing.T) {
 				require.NoError(t, err)
 				return res.GetEntries()
 			}
-			es := poll(frontend.ActivityWorktreeMetadataKey, "home")
+			es := poll(wire.ActivityWorktreeKey, "home")
 			require.Len(t, es, 1)
 			assert.Equal(t, held, es[0].GetTaskId())
 			assert.Equal(t, "app", es[0].GetRepoId())
@@ -96,10 +96,10 @@ func TestWorktreeTaskHeldUntilBound(t *testing.T) {
 			assert.Equal(t, "sw4rm/home", es[0].GetBranch())
 			close(release)
 			done := waitTask(t, sys, held, workflows.TaskCompleted)
-			hist := poll(frontend.ActivityHistoryMetadataKey, "true", frontend.ActivityTaskMetadataKey, held)
+			hist := poll(wire.ActivityHistoryKey, "true", wire.ActivityTaskKey, held)
 			require.Len(t, hist, 1)
 			assert.Equal(t, []string{"app", "home", "sw4rm/home"}, []string{hist[0].GetRepoId(), hist[0].GetWorktreeId(), hist[0].GetBranch()})
-			hist = poll(frontend.ActivityHistoryMetadataKey, "true", frontend.ActivityTaskMetadataKey, free)
+			hist = poll(wire.ActivityHistoryKey, "true", wire.ActivityTaskKey, free)
 			require.Len(t, hist, 1)
 			assert.Equal(t, []string{"app", "", ""}, []string{hist[0].GetRepoId(), hist[0].GetWorktreeId(), hist[0].GetBranch()},
 				"a task admitted while the agent was unbound keeps its scope's location")

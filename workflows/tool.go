@@ -206,7 +206,7 @@ func (r *toolRun) run(ctx workflow.Context) (ToolCallResult, error) {
 		// The cancel stored the final frame and answered already.
 		code = tool.CodeCancelled
 	} else if code != "" {
-		fin := r.finish(ctx, activities.ToolSummary{Status: "error", ErrorCode: string(code), Message: msg})
+		fin := r.finish(ctx, tool.Summary{Status: "error", ErrorCode: string(code), Message: msg})
 		if !fin.Created && fin.Summary.Status == "ok" {
 			// The result was stored before the failure was noticed (a worker lost after it
 			// stored the final frame): the stored result stands.
@@ -355,8 +355,8 @@ func (r *toolRun) cancel(ctx workflow.Context, c ToolCancel) (ToolCancelResult, 
 	if r.st.State == "done" || r.cancelled {
 		return ToolCancelResult{Code: tool.CodeAlreadyCompleted, Message: "the call already ended", FinalFrame: r.st.FinalFrame}, nil
 	}
-	fin := r.finish(ctx, activities.ToolSummary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled),
-		Message: "cancelled by " + orScheduler(c.By), By: c.By})
+	fin := r.finish(ctx, tool.Summary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled),
+		Message: "cancelled by " + orScheduler(c.By), CancelledBy: c.By})
 	if !fin.Created {
 		return ToolCancelResult{Code: tool.CodeAlreadyCompleted, Message: "the call already ended", FinalFrame: fin.FinalFrame}, nil
 	}
@@ -367,7 +367,7 @@ func (r *toolRun) cancel(ctx workflow.Context, c ToolCancel) (ToolCancelResult, 
 }
 
 // finish stores the call's final frame through a local activity, retried until it is stored.
-func (r *toolRun) finish(ctx workflow.Context, sum activities.ToolSummary) activities.FinishToolResult {
+func (r *toolRun) finish(ctx workflow.Context, sum tool.Summary) activities.FinishToolResult {
 	var acts *activities.Activities
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 10 * time.Second,

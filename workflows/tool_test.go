@@ -75,9 +75,9 @@ func (h *toolHarness) frames(t *testing.T) []store.ToolFrameRecord {
 	return fs
 }
 
-func summary(t *testing.T, f store.ToolFrameRecord) activities.ToolSummary {
+func summary(t *testing.T, f store.ToolFrameRecord) tool.Summary {
 	t.Helper()
-	var s activities.ToolSummary
+	var s tool.Summary
 	require.NoError(t, json.Unmarshal(f.Summary, &s))
 	return s
 }
@@ -188,7 +188,7 @@ func TestToolCallCancel(t *testing.T) {
 	s := summary(t, fs[1])
 	assert.Equal(t, "cancelled", s.Status)
 	assert.True(t, s.Partial)
-	assert.Equal(t, "agent:a", s.By)
+	assert.Equal(t, "agent:a", s.CancelledBy)
 }
 
 // TestToolCallPrivilegedWaitsForApproval: a PRIVILEGED call that nobody decides gets the

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/tlsfiles"
 )
 
@@ -56,6 +57,6 @@ func (f *operatorFlags) dial(cmd *cobra.Command, opts ...grpc.DialOption) (*grpc
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx := metadata.AppendToOutgoingContext(cmd.Context(), "authorization", "Bearer "+f.token, "sw4rm-client", "cli")
+	ctx := metadata.AppendToOutgoingContext(cmd.Context(), "authorization", "Bearer "+f.token, wire.ClientKey, wire.ClientCLI)
 	return conn, ctx, nil
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 // Debate bounds of ADR-011 ("rounds defaults to 2, is capped at 5"; "Debate requires at least
@@ -33,17 +34,6 @@ const (
 	DefaultSummaryThreshold = 16384
 	// MaxSummaryThreshold bounds sw4rm-debate-summary-bytes.
 	MaxSummaryThreshold = 1 << 24
-)
-
-// Open metadata keys of a debate (docs/negotiation.md "Debate mode"); the mode itself is
-// negotiation.MetaMode = "debate".
-const (
-	// MetaRounds is the number of rounds, 0..5 (0: the plain parallel vote).
-	MetaRounds = "sw4rm-debate-rounds"
-	// MetaStrategy is a voting strategy name (voting.ParseStrategy).
-	MetaStrategy = "sw4rm-debate-strategy"
-	// MetaSummaryBytes is Options.SummaryThreshold.
-	MetaSummaryBytes = "sw4rm-debate-summary-bytes"
 )
 
 // Modes of a debate's Result.
@@ -88,25 +78,25 @@ type Options struct {
 // threshold that is not an integer in 1..MaxSummaryThreshold.
 func ParseOptions(md map[string]string) (Options, error) {
 	o := Options{Rounds: DefaultRounds, Strategy: string(voting.DefaultStrategy), SummaryThreshold: DefaultSummaryThreshold}
-	if v, ok := md[MetaRounds]; ok {
+	if v, ok := md[wire.DebateRoundsKey]; ok {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 0 || n > MaxRounds {
 			return Options{}, fmt.Errorf("%w: %s %q is not an integer from 0 to %d (ADR-011: rounds is capped at %d; 0 is the parallel vote)",
-				ErrInvalidOptions, MetaRounds, v, MaxRounds, MaxRounds)
+				ErrInvalidOptions, wire.DebateRoundsKey, v, MaxRounds, MaxRounds)
 		}
 		o.Rounds = n
 	}
-	if v, ok := md[MetaStrategy]; ok {
+	if v, ok := md[wire.DebateStrategyKey]; ok {
 		s, err := voting.ParseStrategy(v)
 		if err != nil {
-			return Options{}, fmt.Errorf("%w: %s: %v", ErrInvalidOptions, MetaStrategy, err)
+			return Options{}, fmt.Errorf("%w: %s: %v", ErrInvalidOptions, wire.DebateStrategyKey, err)
 		}
 		o.Strategy = string(s)
 	}
-	if v, ok := md[MetaSummaryBytes]; ok {
+	if v, ok := md[wire.DebateSummaryBytesKey]; ok {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 1 || n > MaxSummaryThreshold {
-			return Options{}, fmt.Errorf("%w: %s %q is not an integer from 1 to %d", ErrInvalidOptions, MetaSummaryBytes, v, MaxSummaryThreshold)
+			return Options{}, fmt.Errorf("%w: %s %q is not an integer from 1 to %d", ErrInvalidOptions, wire.DebateSummaryBytesKey, v, MaxSummaryThreshold)
 		}
 		o.SummaryThreshold = n
 	}

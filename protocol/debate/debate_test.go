@@ -11,6 +11,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -20,10 +21,10 @@ func TestParseOptions(t *testing.T) {
 		want Options
 	}{
 		{"defaults", nil, Options{Rounds: 2, Strategy: "confidence_weighted", SummaryThreshold: 16384}},
-		{"parallel vote", map[string]string{MetaRounds: "0"}, Options{Rounds: 0, Strategy: "confidence_weighted", SummaryThreshold: 16384}},
-		{"every key", map[string]string{MetaRounds: " 5 ", MetaStrategy: "Borda_Count", MetaSummaryBytes: "1"},
+		{"parallel vote", map[string]string{wire.DebateRoundsKey: "0"}, Options{Rounds: 0, Strategy: "confidence_weighted", SummaryThreshold: 16384}},
+		{"every key", map[string]string{wire.DebateRoundsKey: " 5 ", wire.DebateStrategyKey: "Borda_Count", wire.DebateSummaryBytesKey: "1"},
 			Options{Rounds: 5, Strategy: "borda_count", SummaryThreshold: 1}},
-		{"empty strategy is the default", map[string]string{MetaStrategy: ""}, Options{Rounds: 2, Strategy: "confidence_weighted", SummaryThreshold: 16384}},
+		{"empty strategy is the default", map[string]string{wire.DebateStrategyKey: ""}, Options{Rounds: 2, Strategy: "confidence_weighted", SummaryThreshold: 16384}},
 		{"other keys ignored", map[string]string{"sw4rm-negotiation-mode": "debate"}, Options{Rounds: 2, Strategy: "confidence_weighted", SummaryThreshold: 16384}},
 	}
 	for _, c := range cases {
@@ -40,14 +41,14 @@ func TestParseOptionsRefusals(t *testing.T) {
 		md   map[string]string
 		want string
 	}{
-		{map[string]string{MetaRounds: "6"}, `sw4rm-debate-rounds "6" is not an integer from 0 to 5`},
-		{map[string]string{MetaRounds: "-1"}, `sw4rm-debate-rounds "-1"`},
-		{map[string]string{MetaRounds: "two"}, `sw4rm-debate-rounds "two"`},
-		{map[string]string{MetaRounds: ""}, `sw4rm-debate-rounds ""`},
-		{map[string]string{MetaStrategy: "plurality"}, `sw4rm-debate-strategy: unknown voting strategy "plurality"`},
-		{map[string]string{MetaSummaryBytes: "0"}, `sw4rm-debate-summary-bytes "0" is not an integer from 1 to 16777216`},
-		{map[string]string{MetaSummaryBytes: "16777217"}, `sw4rm-debate-summary-bytes "16777217"`},
-		{map[string]string{MetaSummaryBytes: "1k"}, `sw4rm-debate-summary-bytes "1k"`},
+		{map[string]string{wire.DebateRoundsKey: "6"}, `sw4rm-debate-rounds "6" is not an integer from 0 to 5`},
+		{map[string]string{wire.DebateRoundsKey: "-1"}, `sw4rm-debate-rounds "-1"`},
+		{map[string]string{wire.DebateRoundsKey: "two"}, `sw4rm-debate-rounds "two"`},
+		{map[string]string{wire.DebateRoundsKey: ""}, `sw4rm-debate-rounds ""`},
+		{map[string]string{wire.DebateStrategyKey: "plurality"}, `sw4rm-debate-strategy: unknown voting strategy "plurality"`},
+		{map[string]string{wire.DebateSummaryBytesKey: "0"}, `sw4rm-debate-summary-bytes "0" is not an integer from 1 to 16777216`},
+		{map[string]string{wire.DebateSummaryBytesKey: "16777217"}, `sw4rm-debate-summary-bytes "16777217"`},
+		{map[string]string{wire.DebateSummaryBytesKey: "1k"}, `sw4rm-debate-summary-bytes "1k"`},
 	}
 	for _, c := range cases {
 		_, err := ParseOptions(c.md)

@@ -27,14 +27,6 @@ const (
 	WorkflowType = "HitlWait"
 )
 
-// IdempotencyKeyMetadata is the request metadata with which a caller of HitlService.Decide
-// makes its retries safe: every call with the same key by the same caller names the same
-// invocation, so a retry after an error waits for — or at once returns — that invocation's
-// outcome instead of raising another (docs/hitl.md). Keys are scoped to the authenticated
-// caller, so that nobody can poison another caller's key (§23). The canonical request has no
-// field for it (§5.1).
-const IdempotencyKeyMetadata = "sw4rm-idempotency-key"
-
 // WorkflowID is the workflow ID of an invocation: "hitl/<invocation_id>".
 func WorkflowID(invocationID string) string { return "hitl/" + invocationID }
 

@@ -9,26 +9,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
-// Open metadata keys: NegotiationOpen carries the canonical fields only, so the §17.2 profile
-// hint, agent preferences and the §17.3 validation setup travel in the request's gRPC
-// metadata (docs/negotiation.md).
-const (
-	// MetaPolicyProfile names the policy profile (§17.2 "profile hint").
-	MetaPolicyProfile = "sw4rm-policy-profile"
-	// MetaAgentPreferences is a JSON object agent_id → AgentPreferences (protojson names);
-	// see ParsePreferences.
-	MetaAgentPreferences = "sw4rm-agent-preferences"
-	// MetaSchema is a JSON Schema (JSON text) drafts must satisfy; see ParseConfig.
-	MetaSchema = "sw4rm-negotiation-schema"
-	// MetaExamples is a JSON array of {name, instance, valid}; see ParseConfig.
-	MetaExamples = "sw4rm-negotiation-examples"
-	// MetaMode is ModeContract (the default) or ModeDebate.
-	MetaMode = "sw4rm-negotiation-mode"
-)
-
-// Negotiation modes, the values of MetaMode.
+// Negotiation modes, the values of wire.NegotiationModeKey.
 const (
 	// ModeContract is the propose/counter/evaluate negotiation of §17.
 	ModeContract = "contract"
@@ -36,7 +20,7 @@ const (
 	ModeDebate = "debate"
 )
 
-// ParseMode reads MetaMode's value: "" is ModeContract; anything but the two modes is
+// ParseMode reads wire.NegotiationModeKey's value: "" is ModeContract; anything but the two modes is
 // refused (ErrInvalidConfig).
 func ParseMode(v string) (string, error) {
 	switch m := strings.ToLower(strings.TrimSpace(v)); m {
@@ -45,10 +29,10 @@ func ParseMode(v string) (string, error) {
 	case ModeContract, ModeDebate:
 		return m, nil
 	}
-	return "", fmt.Errorf("%w: %s %q is not %q or %q", ErrInvalidConfig, MetaMode, v, ModeContract, ModeDebate)
+	return "", fmt.Errorf("%w: %s %q is not %q or %q", ErrInvalidConfig, wire.NegotiationModeKey, v, ModeContract, ModeDebate)
 }
 
-// ParsePreferences reads MetaAgentPreferences' value, a JSON object agent_id →
+// ParsePreferences reads wire.AgentPreferencesKey' value, a JSON object agent_id →
 // AgentPreferences in protojson form (max_rounds or maxRounds, ...). Empty text means none
 // (nil). It refuses (ErrInvalidPolicy) text that is not such an object, unknown fields, an
 // empty agent id and values ValidatePreferences refuses; it does not check that the agents
@@ -65,7 +49,7 @@ func ParsePreferences(text string) (map[string]*policypb.AgentPreferences, error
 		if err == nil {
 			err = fmt.Errorf("it is null")
 		}
-		return nil, fmt.Errorf("%w: %s is not a JSON object of agent id to preferences: %v", ErrInvalidPolicy, MetaAgentPreferences, err)
+		return nil, fmt.Errorf("%w: %s is not a JSON object of agent id to preferences: %v", ErrInvalidPolicy, wire.AgentPreferencesKey, err)
 	}
 	agents := make([]string, 0, len(raw))
 	// Collected, then sorted: the order of the map does not leak out.
@@ -77,15 +61,15 @@ func ParsePreferences(text string) (map[string]*policypb.AgentPreferences, error
 	out := make(map[string]*policypb.AgentPreferences, len(raw))
 	for _, a := range agents {
 		if a == "" {
-			return nil, fmt.Errorf("%w: %s has an empty agent id", ErrInvalidPolicy, MetaAgentPreferences)
+			return nil, fmt.Errorf("%w: %s has an empty agent id", ErrInvalidPolicy, wire.AgentPreferencesKey)
 		}
 		p := &policypb.AgentPreferences{}
 		//workflowcheck:ignore
 		if err := protojson.Unmarshal(raw[a], p); err != nil {
-			return nil, fmt.Errorf("%w: %s: preferences of %q: %v", ErrInvalidPolicy, MetaAgentPreferences, a, err)
+			return nil, fmt.Errorf("%w: %s: preferences of %q: %v", ErrInvalidPolicy, wire.AgentPreferencesKey, a, err)
 		}
 		if err := ValidatePreferences(p); err != nil {
-			return nil, fmt.Errorf("%s: preferences of %q: %w", MetaAgentPreferences, a, err)
+			return nil, fmt.Errorf("%s: preferences of %q: %w", wire.AgentPreferencesKey, a, err)
 		}
 		out[a] = p
 	}

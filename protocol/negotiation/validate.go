@@ -23,7 +23,7 @@ var ErrInvalidConfig = errors.New("invalid negotiation validation config")
 const MaxReasons = 64
 
 // Config is a negotiation's validation setup (§17.3: "early validation of proposals using JSON
-// Schema and executable examples"), from Open's metadata (MetaSchema, MetaExamples). It is
+// Schema and executable examples"), from Open's metadata (wire.NegotiationSchemaKey, wire.NegotiationExamplesKey). It is
 // plain data, so it travels in workflow inputs; Validate compiles the schema when it runs.
 type Config struct {
 	// Schema is a JSON Schema every JSON draft must satisfy (draft 2020-12 unless its

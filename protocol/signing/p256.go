@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math/big"
 	"strconv"
+
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 // ECDSA P-256 is §6.2's alternative for deployments that need a NIST-approved algorithm. The
@@ -43,10 +45,10 @@ func SignP256(priv *ecdsa.PrivateKey, c Call) (map[string]string, error) {
 	r.FillBytes(sig[:32])
 	s.FillBytes(sig[32:])
 	return map[string]string{
-		MetadataAgent:     c.AgentID,
-		MetadataTimestamp: strconv.FormatInt(c.Timestamp.UnixMilli(), 10),
-		MetadataNonce:     c.Nonce,
-		MetadataSignature: base64.RawURLEncoding.EncodeToString(sig),
+		wire.SignatureAgentKey:     c.AgentID,
+		wire.SignatureTimestampKey: strconv.FormatInt(c.Timestamp.UnixMilli(), 10),
+		wire.SignatureNonceKey:     c.Nonce,
+		wire.SignatureKey:          base64.RawURLEncoding.EncodeToString(sig),
 	}, nil
 }
 

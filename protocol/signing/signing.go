@@ -22,23 +22,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 // Version names the pre-image format; it is its first line.
 const Version = "sw4rm-sig-v1"
-
-// The gRPC metadata keys of a signed call.
-const (
-	// MetadataAgent is the agent the call is made as.
-	MetadataAgent = "sw4rm-agent"
-	// MetadataTimestamp is when the call was signed, in Unix milliseconds (decimal).
-	MetadataTimestamp = "sw4rm-timestamp"
-	// MetadataNonce is a value the agent never uses twice: 16 to 64 characters of
-	// A–Z, a–z, 0–9, '-' and '_'.
-	MetadataNonce = "sw4rm-nonce"
-	// MetadataSignature is the Ed25519 signature of the pre-image, base64url without padding.
-	MetadataSignature = "sw4rm-signature"
-)
 
 // Call is what a signature covers.
 type Call struct {
@@ -48,7 +37,7 @@ type Call struct {
 	AgentID string
 	// Timestamp is when it was signed; only its milliseconds count.
 	Timestamp time.Time
-	// Nonce is unique per call (see MetadataNonce).
+	// Nonce is unique per call (see wire.SignatureNonceKey).
 	Nonce string
 	// Body is the request message's bytes exactly as sent (for a stream, its first message).
 	Body []byte
@@ -74,10 +63,10 @@ func DigestPreimage(c Call, digest [sha256.Size]byte) []byte {
 func Sign(priv ed25519.PrivateKey, c Call) map[string]string {
 	sig := ed25519.Sign(priv, Preimage(c))
 	return map[string]string{
-		MetadataAgent:     c.AgentID,
-		MetadataTimestamp: strconv.FormatInt(c.Timestamp.UnixMilli(), 10),
-		MetadataNonce:     c.Nonce,
-		MetadataSignature: base64.RawURLEncoding.EncodeToString(sig),
+		wire.SignatureAgentKey:     c.AgentID,
+		wire.SignatureTimestampKey: strconv.FormatInt(c.Timestamp.UnixMilli(), 10),
+		wire.SignatureNonceKey:     c.Nonce,
+		wire.SignatureKey:          base64.RawURLEncoding.EncodeToString(sig),
 	}
 }
 
@@ -98,23 +87,23 @@ var (
 // Parse reads the signing metadata (first value of each key) and returns the call it claims,
 // without Method and Body, which the server knows, and the signature.
 func Parse(get func(key string) string) (Call, []byte, error) {
-	agent, ts, nonce, sig := get(MetadataAgent), get(MetadataTimestamp), get(MetadataNonce), get(MetadataSignature)
+	agent, ts, nonce, sig := get(wire.SignatureAgentKey), get(wire.SignatureTimestampKey), get(wire.SignatureNonceKey), get(wire.SignatureKey)
 	if agent == "" && ts == "" && nonce == "" && sig == "" {
 		return Call{}, nil, ErrUnsigned
 	}
 	if agent == "" || ts == "" || nonce == "" || sig == "" {
-		return Call{}, nil, fmt.Errorf("%w: %s, %s, %s and %s are all required", ErrMalformed, MetadataAgent, MetadataTimestamp, MetadataNonce, MetadataSignature)
+		return Call{}, nil, fmt.Errorf("%w: %s, %s, %s and %s are all required", ErrMalformed, wire.SignatureAgentKey, wire.SignatureTimestampKey, wire.SignatureNonceKey, wire.SignatureKey)
 	}
 	ms, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return Call{}, nil, fmt.Errorf("%w: %s %q is not Unix milliseconds", ErrMalformed, MetadataTimestamp, ts)
+		return Call{}, nil, fmt.Errorf("%w: %s %q is not Unix milliseconds", ErrMalformed, wire.SignatureTimestampKey, ts)
 	}
 	if !validNonce(nonce) {
-		return Call{}, nil, fmt.Errorf("%w: %s must be 16-64 characters of A-Z a-z 0-9 - _", ErrMalformed, MetadataNonce)
+		return Call{}, nil, fmt.Errorf("%w: %s must be 16-64 characters of A-Z a-z 0-9 - _", ErrMalformed, wire.SignatureNonceKey)
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(sig)
 	if err != nil || len(raw) != ed25519.SignatureSize {
-		return Call{}, nil, fmt.Errorf("%w: %s must be a base64url Ed25519 signature", ErrMalformed, MetadataSignature)
+		return Call{}, nil, fmt.Errorf("%w: %s must be a base64url Ed25519 signature", ErrMalformed, wire.SignatureKey)
 	}
 	return Call{AgentID: agent, Timestamp: time.UnixMilli(ms), Nonce: nonce}, raw, nil
 }

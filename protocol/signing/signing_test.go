@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	_ "github.com/sw4rm/sw4rm-temporal/proto/registrypb" // the complete call's request type
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 type vector struct {
@@ -62,7 +63,7 @@ func TestVectors(t *testing.T) {
 		c := Call{Method: v.Method, AgentID: v.AgentID, Timestamp: time.UnixMilli(v.Timestamp), Nonce: v.Nonce, Body: decodeHex(t, v.Body)}
 		require.Equal(t, v.Preimage, string(Preimage(c)))
 		md := Sign(priv, c)
-		require.Equal(t, v.Signature, md[MetadataSignature])
+		require.Equal(t, v.Signature, md[wire.SignatureKey])
 		parsed, sig, err := Parse(func(k string) string { return md[k] })
 		require.NoError(t, err)
 		parsed.Method, parsed.Body = c.Method, c.Body
@@ -103,7 +104,7 @@ func signed(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey, Call, map[stri
 // key, fails verification.
 func TestTamperingIsRefused(t *testing.T) {
 	pub, _, c, md := signed(t)
-	sig, err := base64.RawURLEncoding.DecodeString(md[MetadataSignature])
+	sig, err := base64.RawURLEncoding.DecodeString(md[wire.SignatureKey])
 	require.NoError(t, err)
 	require.NoError(t, Verify(pub, c, sig))
 	for name, mutate := range map[string]func(*Call){
@@ -129,7 +130,7 @@ func TestParse(t *testing.T) {
 	_, _, err := Parse(get(map[string]string{}))
 	require.ErrorIs(t, err, ErrUnsigned)
 	for key, bad := range map[string]string{
-		MetadataAgent: "", MetadataTimestamp: "yesterday", MetadataNonce: "short", MetadataSignature: "not base64!",
+		wire.SignatureAgentKey: "", wire.SignatureTimestampKey: "yesterday", wire.SignatureNonceKey: "short", wire.SignatureKey: "not base64!",
 	} {
 		m := map[string]string{}
 		for k, v := range md {
@@ -143,7 +144,7 @@ func TestParse(t *testing.T) {
 	for k, v := range md {
 		m[k] = v
 	}
-	m[MetadataNonce] = "abcdefghijklmno/"
+	m[wire.SignatureNonceKey] = "abcdefghijklmno/"
 	_, _, err = Parse(get(m))
 	require.ErrorIs(t, err, ErrMalformed, "a nonce outside the alphabet")
 }

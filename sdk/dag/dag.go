@@ -27,24 +27,12 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	pdag "github.com/sw4rm/sw4rm-temporal/protocol/dag"
-)
-
-// Metadata of CreateWorkflow (docs/dag.md).
-const (
-	// VersionHeader is CreateWorkflow's response header with the version stored.
-	VersionHeader = "sw4rm-workflow-version"
-	// WarningsHeader is CreateWorkflow's response header with validation's warnings.
-	WarningsHeader = "sw4rm-workflow-warnings"
-	// LateBindingKey is the definition metadata key that, set to "true", lets nodes name
-	// agents not registered yet.
-	LateBindingKey = "late_binding"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 // The run's own status, which GetWorkflowState answers in WorkflowState.metadata because the
 // canonical WorkflowState has no field for it (docs/dag.md, "The RPCs of a run").
 const (
-	// RunStatusKey is the WorkflowState metadata key of the run's status.
-	RunStatusKey = "sw4rm.run_status"
 	// RunRunning: nodes run, or wait for their dependencies or triggers.
 	RunRunning = "RUNNING"
 	// RunWaiting: a node failed (after its retries) and nothing runs; the run stays open
@@ -56,7 +44,7 @@ const (
 
 // RunStatus returns the run's status in st (RunRunning, RunWaiting or RunCompleted), or ""
 // when st carries none.
-func RunStatus(st *workflowpb.WorkflowState) string { return st.GetMetadata()[RunStatusKey] }
+func RunStatus(st *workflowpb.WorkflowState) string { return st.GetMetadata()[wire.RunStatusKey] }
 
 // Builder builds a WorkflowDefinition. Its methods record the first misuse (a node defined
 // twice, an empty id) and Build reports it, so a chain needs one error check.
@@ -82,7 +70,7 @@ func (b *Builder) Meta(key, value string) *Builder {
 
 // LateBinding lets the definition's nodes name agents that are not registered yet (they must
 // be by the time their node runs).
-func (b *Builder) LateBinding() *Builder { return b.Meta(LateBindingKey, "true") }
+func (b *Builder) LateBinding() *Builder { return b.Meta(pdag.MetaLateBinding, "true") }
 
 // Node adds a node run by agentID, triggered by its dependencies (DEPENDENCY) unless Trigger
 // says otherwise, and returns it for its settings.
@@ -189,10 +177,10 @@ func Create(ctx context.Context, conn grpc.ClientConnInterface, def *workflowpb.
 	if !resp.GetSuccess() {
 		return Created{}, fmt.Errorf("dag: create workflow %q: %s", def.GetWorkflowId(), resp.GetError())
 	}
-	c := Created{WorkflowID: resp.GetWorkflowId(), Warnings: header.Get(WarningsHeader)}
-	if v := header.Get(VersionHeader); len(v) > 0 {
+	c := Created{WorkflowID: resp.GetWorkflowId(), Warnings: header.Get(wire.WorkflowWarningsHeader)}
+	if v := header.Get(wire.WorkflowVersionHeader); len(v) > 0 {
 		if c.Version, err = strconv.Atoi(v[0]); err != nil {
-			return c, fmt.Errorf("dag: create workflow %q: bad %s header %q", def.GetWorkflowId(), VersionHeader, v[0])
+			return c, fmt.Errorf("dag: create workflow %q: bad %s header %q", def.GetWorkflowId(), wire.WorkflowVersionHeader, v[0])
 		}
 	}
 	return c, nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	pdag "github.com/sw4rm/sw4rm-temporal/protocol/dag"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -29,7 +30,7 @@ func TestBuilderProducesTheDefinition(t *testing.T) {
 	require.NoError(t, err)
 	want := &workflowpb.WorkflowDefinition{
 		WorkflowId: "release",
-		Metadata:   map[string]string{"owner": "ci", LateBindingKey: "true"},
+		Metadata:   map[string]string{"owner": "ci", pdag.MetaLateBinding: "true"},
 		Nodes: map[string]*workflowpb.WorkflowNode{
 			"build": {NodeId: "build", AgentId: "builder", TriggerType: workflowpb.TriggerType_DEPENDENCY,
 				OutputMapping: map[string]string{"artifact": "/build/artifact"}, Metadata: map[string]string{"priority": "5"}},
@@ -71,7 +72,7 @@ func (f *fakeWorkflows) CreateWorkflow(ctx context.Context, req *workflowpb.Crea
 	if req.GetDefinition().GetWorkflowId() == "bad" {
 		return nil, status.Error(codes.InvalidArgument, "validation_error: no")
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs(VersionHeader, "3", WarningsHeader, "w1", WarningsHeader, "w2"))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(wire.WorkflowVersionHeader, "3", wire.WorkflowWarningsHeader, "w1", wire.WorkflowWarningsHeader, "w2"))
 	return &workflowpb.CreateWorkflowResponse{WorkflowId: req.GetDefinition().GetWorkflowId(), Success: true}, nil
 }
 
@@ -103,6 +104,6 @@ func TestRunStatusNamesTheServersStatuses(t *testing.T) {
 	assert.Equal(t, workflows.DAGRunning, RunRunning)
 	assert.Equal(t, workflows.DAGWaiting, RunWaiting)
 	assert.Equal(t, workflows.DAGCompleted, RunCompleted)
-	assert.Equal(t, RunWaiting, RunStatus(&workflowpb.WorkflowState{Metadata: map[string]string{RunStatusKey: RunWaiting}}))
+	assert.Equal(t, RunWaiting, RunStatus(&workflowpb.WorkflowState{Metadata: map[string]string{wire.RunStatusKey: RunWaiting}}))
 	assert.Empty(t, RunStatus(nil))
 }

@@ -21,17 +21,8 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
-)
-
-// Metadata keys of the handoff service (docs/handoff.md).
-const (
-	// CorrelationMetadataKey names the correlation a handoff transfers.
-	CorrelationMetadataKey = "sw4rm-correlation-id"
-	// ContentTypeMetadataKey carries the context snapshot's content type (004 item 8).
-	ContentTypeMetadataKey = "sw4rm-context-content-type"
-	// StateHeader is the response header with the handoff's state after a call.
-	StateHeader = "sw4rm-handoff-state"
 )
 
 // Events a handoff's workflow sends as NOTIFICATIONs, in the payload's "event" field.
@@ -125,10 +116,10 @@ func (c *Client) Request(ctx context.Context, r Request, opts ...RequestOption) 
 		ContextSnapshot: r.Context, CapabilitiesRequired: r.Capabilities, Priority: r.Priority,
 		Timeout: durationpb.New(timeout), Budget: r.Budget, DelegationPolicy: r.Policy}
 	if o.correlation != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, CorrelationMetadataKey, o.correlation)
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.CorrelationIDKey, o.correlation)
 	}
 	if o.contentType != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, ContentTypeMetadataKey, o.contentType)
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.ContextContentTypeKey, o.contentType)
 	}
 	var header metadata.MD
 	if _, err := c.svc.RequestHandoff(ctx, req, grpc.Header(&header)); err != nil {
@@ -143,7 +134,7 @@ func (c *Client) Request(ctx context.Context, r Request, opts ...RequestOption) 
 
 // stateOf reads the state header.
 func stateOf(md metadata.MD) handoffpb.HandoffStatus {
-	if v := md.Get(StateHeader); len(v) > 0 {
+	if v := md.Get(wire.HandoffStateHeader); len(v) > 0 {
 		return handoffpb.HandoffStatus(handoffpb.HandoffStatus_value[v[0]])
 	}
 	return handoffpb.HandoffStatus_HANDOFF_STATUS_UNSPECIFIED
@@ -236,7 +227,7 @@ func (c *Client) Pending(ctx context.Context) ([]Pending, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sw4rm: pending handoffs: %w", err)
 	}
-	cts, corrs := header.Get(ContentTypeMetadataKey), header.Get(CorrelationMetadataKey)
+	cts, corrs := header.Get(wire.ContextContentTypeKey), header.Get(wire.CorrelationIDKey)
 	out := make([]Pending, 0, len(resp.GetPendingRequests()))
 	for i, r := range resp.GetPendingRequests() {
 		p := Pending{Request: r, ContentType: "application/json", Correlation: r.GetRequestId()}

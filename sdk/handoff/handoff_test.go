@@ -19,6 +19,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/sdk/handoff"
 )
@@ -48,7 +49,7 @@ func (f *fakeServer) RequestHandoff(ctx context.Context, r *handoffpb.HandoffReq
 		}
 	}
 	f.requests, f.md = append(f.requests, r), append(f.md, md)
-	_ = grpc.SetHeader(ctx, metadata.Pairs(handoff.StateHeader, state))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(wire.HandoffStateHeader, state))
 	return &commonpb.Empty{}, nil
 }
 
@@ -59,7 +60,7 @@ func (f *fakeServer) answer(ctx context.Context, r *handoffpb.HandoffResponse, s
 		return nil, status.Error(codes.FailedPrecondition, "validation_error: handoff gone is not offered to b (state EXPIRED)")
 	}
 	f.responses = append(f.responses, r)
-	_ = grpc.SetHeader(ctx, metadata.Pairs(handoff.StateHeader, state))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(wire.HandoffStateHeader, state))
 	return &commonpb.Empty{}, nil
 }
 
@@ -74,8 +75,8 @@ func (f *fakeServer) RejectHandoff(ctx context.Context, r *handoffpb.HandoffResp
 func (f *fakeServer) GetPendingHandoffs(ctx context.Context, r *handoffpb.GetPendingHandoffsRequest) (*handoffpb.GetPendingHandoffsResponse, error) {
 	md := metadata.MD{}
 	for range f.pending {
-		md.Append(handoff.ContentTypeMetadataKey, "text/plain")
-		md.Append(handoff.CorrelationMetadataKey, "ticket-7")
+		md.Append(wire.ContextContentTypeKey, "text/plain")
+		md.Append(wire.CorrelationIDKey, "ticket-7")
 	}
 	_ = grpc.SetHeader(ctx, md)
 	return &handoffpb.GetPendingHandoffsResponse{PendingRequests: f.pending}, nil
@@ -128,14 +129,14 @@ func TestRequestSendsMetadataAndReadsState(t *testing.T) {
 	r := f.requests[0]
 	assert.Equal(t, "triage", r.GetFromAgent())
 	assert.Equal(t, handoff.DefaultTimeout, r.GetTimeout().AsDuration())
-	assert.Equal(t, []string{"ticket-7"}, f.md[0].Get(handoff.CorrelationMetadataKey))
-	assert.Equal(t, []string{"text/plain"}, f.md[0].Get(handoff.ContentTypeMetadataKey))
+	assert.Equal(t, []string{"ticket-7"}, f.md[0].Get(wire.CorrelationIDKey))
+	assert.Equal(t, []string{"text/plain"}, f.md[0].Get(wire.ContextContentTypeKey))
 
 	tk, err = c.Request(t.Context(), handoff.Request{ID: "h1", To: "billing"})
 	require.NoError(t, err)
 	assert.Equal(t, handoffpb.HandoffStatus_ACCEPTED, tk.State, "a reuse reports the existing state")
 	assert.Equal(t, "h1", tk.Correlation, "the request_id is the default correlation")
-	assert.Empty(t, f.md[1].Get(handoff.CorrelationMetadataKey))
+	assert.Empty(t, f.md[1].Get(wire.CorrelationIDKey))
 }
 
 func TestAnswers(t *testing.T) {

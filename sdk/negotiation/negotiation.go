@@ -27,25 +27,9 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 )
-
-// Open metadata keys (docs/negotiation.md).
-const (
-	OpenerMetadataKey      = "sw4rm-opener"
-	ProfileMetadataKey     = "sw4rm-policy-profile"
-	PreferencesMetadataKey = "sw4rm-agent-preferences"
-	SchemaMetadataKey      = "sw4rm-negotiation-schema"
-	ExamplesMetadataKey    = "sw4rm-negotiation-examples"
-	ModeMetadataKey        = "sw4rm-negotiation-mode"
-	RoundsMetadataKey      = "sw4rm-debate-rounds"
-	StrategyMetadataKey    = "sw4rm-debate-strategy"
-	SummaryMetadataKey     = "sw4rm-debate-summary-bytes"
-)
-
-// IdempotencyKeyMetadataKey is the request metadata that makes a retried Propose, Counter,
-// Evaluate, Decide or Abort safe (docs/negotiation.md, "Retrying a call").
-const IdempotencyKeyMetadataKey = "sw4rm-idempotency-key"
 
 // WithIdempotencyKey returns ctx carrying key for the negotiation calls made with it. A call
 // that got no answer (Unavailable, its own deadline) may have been applied; made again with
@@ -53,7 +37,7 @@ const IdempotencyKeyMetadataKey = "sw4rm-idempotency-key"
 // of being applied a second time. Use a new key for every logical call.
 func WithIdempotencyKey(ctx context.Context, key string) context.Context {
 	md := outgoing(ctx).Copy()
-	md.Set(IdempotencyKeyMetadataKey, key)
+	md.Set(wire.IdempotencyKey, key)
 	return metadata.NewOutgoingContext(ctx, md)
 }
 
@@ -117,9 +101,9 @@ func (c *Client) Open(ctx context.Context, o Options) error {
 		req.DebateTimeout = durationpb.New(o.Timeout)
 	}
 	// The opener receives the events; with SW4RM_AUTH=off this is how the server knows it.
-	md := metadata.Pairs(OpenerMetadataKey, c.agent.ID())
+	md := metadata.Pairs(wire.OpenerKey, c.agent.ID())
 	if o.Profile != "" {
-		md.Set(ProfileMetadataKey, o.Profile)
+		md.Set(wire.PolicyProfileKey, o.Profile)
 	}
 	if len(o.Preferences) > 0 {
 		m := map[string]json.RawMessage{}
@@ -131,26 +115,26 @@ func (c *Client) Open(ctx context.Context, o Options) error {
 			m[agent] = b
 		}
 		b, _ := json.Marshal(m)
-		md.Set(PreferencesMetadataKey, string(b))
+		md.Set(wire.AgentPreferencesKey, string(b))
 	}
 	if len(o.Schema) > 0 {
-		md.Set(SchemaMetadataKey, metadataJSON(o.Schema))
+		md.Set(wire.NegotiationSchemaKey, metadataJSON(o.Schema))
 	}
 	if len(o.Examples) > 0 {
 		b, err := json.Marshal(o.Examples)
 		if err != nil {
 			return fmt.Errorf("encode examples: %w", err)
 		}
-		md.Set(ExamplesMetadataKey, metadataJSON(b))
+		md.Set(wire.NegotiationExamplesKey, metadataJSON(b))
 	}
 	if o.Debate {
-		md.Set(ModeMetadataKey, "debate")
-		md.Set(RoundsMetadataKey, strconv.Itoa(o.Rounds))
+		md.Set(wire.NegotiationModeKey, "debate")
+		md.Set(wire.DebateRoundsKey, strconv.Itoa(o.Rounds))
 		if o.Strategy != "" {
-			md.Set(StrategyMetadataKey, o.Strategy)
+			md.Set(wire.DebateStrategyKey, o.Strategy)
 		}
 		if o.SummaryBytes > 0 {
-			md.Set(SummaryMetadataKey, strconv.Itoa(o.SummaryBytes))
+			md.Set(wire.DebateSummaryBytesKey, strconv.Itoa(o.SummaryBytes))
 		}
 	}
 	_, err := c.svc.Open(metadata.NewOutgoingContext(ctx, metadata.Join(outgoing(ctx), md)), req)

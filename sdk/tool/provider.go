@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	ptool "github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 )
 
@@ -13,43 +14,12 @@ import (
 const scheduler = "scheduler"
 
 // OfferPolicy is the execution policy of an Offer (§18.5): the provider agent honours it.
-type OfferPolicy struct {
-	// TimeoutMs bounds the call; past it the scheduler ends the call TOOL_TIMEOUT.
-	TimeoutMs int64 `json:"timeout_ms"`
-	// BudgetWallMs and BudgetCPUMs are the call's budgets (0: none).
-	BudgetWallMs int64 `json:"budget_wall_ms,omitempty"`
-	// BudgetCPUMs: see BudgetWallMs.
-	BudgetCPUMs int64 `json:"budget_cpu_ms,omitempty"`
-	// NetworkPolicy and PrivilegeLevel are the call's.
-	NetworkPolicy string `json:"network_policy"`
-	// PrivilegeLevel: see NetworkPolicy.
-	PrivilegeLevel string `json:"privilege_level"`
-	// WorktreeRequired says the call must run in the caller's worktree.
-	WorktreeRequired bool `json:"worktree_required,omitempty"`
-}
+type OfferPolicy = ptool.CallPolicy
 
 // Offer is a call the scheduler routed to this agent, which registered the tool over
 // ConnectorService (a TOOL_CALL envelope, §18.2). The agent answers it with Frame, Result or
 // Fail.
-type Offer struct {
-	// CallID is the call's id.
-	CallID string `json:"call_id"`
-	// ToolName and ProviderID name the tool.
-	ToolName string `json:"tool_name"`
-	// ProviderID: see ToolName.
-	ProviderID string `json:"provider_id"`
-	// Args are the arguments, already valid against the tool's input schema.
-	Args json.RawMessage `json:"args"`
-	// ContentType is the arguments' content type.
-	ContentType string `json:"content_type"`
-	// Policy is the effective execution policy.
-	Policy OfferPolicy `json:"execution_policy"`
-	// Caller is who made the call; Worktree the caller's worktree, to which the provider
-	// confines the call (§18.2: "Providers MUST run under the invoking Agent's confinement").
-	Caller string `json:"caller"`
-	// Worktree: see Caller.
-	Worktree string `json:"worktree,omitempty"`
-}
+type Offer = ptool.CallPayload
 
 // ParseOffer reads a TOOL_CALL envelope; ok is false for any other message.
 func ParseOffer(env *commonpb.Envelope) (Offer, bool, error) {

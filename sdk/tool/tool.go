@@ -22,15 +22,9 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	ptool "github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
-)
-
-// Metadata of ToolService (docs/tools.md).
-const (
-	agentKey       = "sw4rm-agent-id"
-	resumeAfterKey = "sw4rm-resume-after"
-	callIDHeader   = "sw4rm-call-id"
-	codeTrailer    = "sw4rm-tool-error-code"
 )
 
 // Error is a call that failed, was refused or was cancelled: its §18.3 error_code (e.g.
@@ -58,24 +52,7 @@ func CodeOf(err error) string {
 
 // Summary is the JSON summary of a call's final frame: how the call ended and how much output
 // came before the end.
-type Summary struct {
-	// Status is "ok", "error" or "cancelled".
-	Status string `json:"status"`
-	// ErrorCode and Message say why a call that is not ok ended.
-	ErrorCode string `json:"error_code,omitempty"`
-	// Message says why, for a person.
-	Message string `json:"message,omitempty"`
-	// Frames and Bytes count the frames before the final one and their bytes.
-	Frames uint64 `json:"frames"`
-	// Bytes: see Frames.
-	Bytes uint64 `json:"bytes"`
-	// Partial reports that frames came before the end of a call that is not ok.
-	Partial bool `json:"partial_result,omitempty"`
-	// Attempt is the attempt that ended the call.
-	Attempt int `json:"attempt,omitempty"`
-	// CancelledBy is who cancelled a cancelled call.
-	CancelledBy string `json:"cancelled_by,omitempty"`
-}
+type Summary = ptool.Summary
 
 // SummaryOf decodes a final frame's summary.
 func SummaryOf(f *toolpb.ToolFrame) (Summary, error) {
@@ -133,7 +110,7 @@ func (c *Client) ctx(ctx context.Context) context.Context {
 	if c.agent == "" {
 		return ctx
 	}
-	return metadata.AppendToOutgoingContext(ctx, agentKey, c.agent)
+	return metadata.AppendToOutgoingContext(ctx, wire.AgentIDKey, c.agent)
 }
 
 // Tools lists a provider's tools (ConnectorService.DescribeTools).
@@ -229,7 +206,7 @@ func (s *Stream) CallID() string { return s.req.GetCallId() }
 func (s *Stream) Last() uint64 { return s.last }
 
 func (s *Stream) reopen() error {
-	ctx := metadata.AppendToOutgoingContext(s.c.ctx(s.ctx), resumeAfterKey, strconv.FormatUint(s.last, 10))
+	ctx := metadata.AppendToOutgoingContext(s.c.ctx(s.ctx), wire.ResumeAfterKey, strconv.FormatUint(s.last, 10))
 	st, err := s.c.svc.CallStream(ctx, &toolpb.ToolCall{CallId: s.req.GetCallId()})
 	if err != nil {
 		return err
@@ -283,7 +260,7 @@ func asError(callID string, err error, trailer metadata.MD) error {
 			return &Error{CallID: callID, Code: te.GetErrorCode(), Message: te.GetMessage()}
 		}
 	}
-	if v := trailer.Get(codeTrailer); len(v) > 0 {
+	if v := trailer.Get(wire.ToolErrorCodeTrailer); len(v) > 0 {
 		return &Error{CallID: callID, Code: v[0], Message: st.Message()}
 	}
 	return err

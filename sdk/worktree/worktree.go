@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/worktreepb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 )
 
@@ -27,22 +28,6 @@ const (
 	StateSwitchPending = "SWITCH_PENDING"
 	StateBoundNonHome  = "BOUND_NON_HOME"
 	StateBindFailed    = "BIND_FAILED"
-)
-
-// Response headers of WorktreeService (docs/worktrees.md).
-const (
-	headerState    = "sw4rm-worktree-state"
-	headerBranch   = "sw4rm-worktree-branch"
-	headerPath     = "sw4rm-worktree-path"
-	headerHome     = "sw4rm-worktree-home"
-	headerTarget   = "sw4rm-worktree-target"
-	headerTTL      = "sw4rm-worktree-ttl-remaining-ms"
-	headerExpires  = "sw4rm-worktree-expires-at"
-	headerReason   = "sw4rm-worktree-reason"
-	headerAttempts = "sw4rm-worktree-attempts"
-	headerRetries  = "sw4rm-worktree-retries"
-	headerHITL     = "sw4rm-worktree-hitl"
-	headerNote     = "sw4rm-worktree-note"
 )
 
 // Status is an agent's binding as the server answers it.
@@ -263,12 +248,16 @@ func fromHeaders(res *worktreepb.StatusResponse, hdr metadata.MD) Status {
 		n, _ := strconv.Atoi(get(k))
 		return n
 	}
-	st := Status{State: get(headerState), Branch: get(headerBranch), Path: get(headerPath), Home: get(headerHome), Target: get(headerTarget),
-		Reason: get(headerReason), Attempts: num(headerAttempts), Retries: num(headerRetries), HITL: get(headerHITL), Note: get(headerNote)}
-	if ms, err := strconv.ParseInt(get(headerTTL), 10, 64); err == nil {
+	st := Status{
+		State: get(wire.WorktreeStateHeader), Branch: get(wire.WorktreeBranchHeader), Path: get(wire.WorktreePathHeader),
+		Home: get(wire.WorktreeHomeHeader), Target: get(wire.WorktreeTargetHeader), Reason: get(wire.WorktreeReasonHeader),
+		Attempts: num(wire.WorktreeAttemptsHeader), Retries: num(wire.WorktreeRetriesHeader),
+		HITL: get(wire.WorktreeHITLHeader), Note: get(wire.WorktreeNoteHeader),
+	}
+	if ms, err := strconv.ParseInt(get(wire.WorktreeTTLRemainingHeader), 10, 64); err == nil {
 		st.TTLRemaining = time.Duration(ms) * time.Millisecond
 	}
-	if t, err := time.Parse(time.RFC3339Nano, get(headerExpires)); err == nil {
+	if t, err := time.Parse(time.RFC3339Nano, get(wire.WorktreeExpiresHeader)); err == nil {
 		st.ExpiresAt = t
 	}
 	if res != nil {

@@ -21,10 +21,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sw4rm/sw4rm-temporal/activities"
-	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	wtsdk "github.com/sw4rm/sw4rm-temporal/sdk/worktree"
 	sw4rmtools "github.com/sw4rm/sw4rm-temporal/tools"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -94,9 +93,9 @@ func TestToolWorkerKilledDuringNonIdempotentCall(t *testing.T) {
 
 	var trailer metadata.MD
 	_, err = tf.tc.Call(ctx, call, grpc.Trailer(&trailer))
-	if status.Code(err) != codes.Aborted || !equal(trailer.Get(frontend.ToolErrorCodeTrailer), string(tool.CodeInterrupted)) {
-		f.problem("Call for the ended call answers %v with %s %v, want ABORTED and INTERRUPTED", err, frontend.ToolErrorCodeTrailer,
-			trailer.Get(frontend.ToolErrorCodeTrailer))
+	if status.Code(err) != codes.Aborted || !equal(trailer.Get(wire.ToolErrorCodeTrailer), string(tool.CodeInterrupted)) {
+		f.problem("Call for the ended call answers %v with %s %v, want ABORTED and INTERRUPTED", err, wire.ToolErrorCodeTrailer,
+			trailer.Get(wire.ToolErrorCodeTrailer))
 	}
 
 	runs := tf.runs(t)
@@ -151,7 +150,7 @@ func TestToolWorkerKilledDuringIdempotentCall(t *testing.T) {
 
 	rest, err := recvAll(st)
 	endedAfter := time.Since(killedAt)
-	var sum activities.ToolSummary
+	var sum tool.Summary
 	switch {
 	case err != nil:
 		f.problem("the stream did not end with a final frame after the kill: %v (after %d more frames)", err, len(rest))
@@ -221,7 +220,7 @@ func startToolFault(t *testing.T) *toolFault {
 	// started in the worktree outlives the test.
 	t.Cleanup(func() { tf.killLeftovers() })
 	tf.tc = toolpb.NewToolServiceClient(a.Conn())
-	tf.ctx = metadata.AppendToOutgoingContext(context.Background(), frontend.ToolAgentMetadataKey, a.ID())
+	tf.ctx = metadata.AppendToOutgoingContext(context.Background(), wire.AgentIDKey, a.ID())
 	return tf
 }
 
@@ -373,9 +372,9 @@ func recvAll(st grpc.ServerStreamingClient[toolpb.ToolFrame]) ([]*toolpb.ToolFra
 }
 
 // summary decodes a final frame's summary.
-func summary(t *testing.T, f *toolpb.ToolFrame) activities.ToolSummary {
+func summary(t *testing.T, f *toolpb.ToolFrame) tool.Summary {
 	t.Helper()
-	var s activities.ToolSummary
+	var s tool.Summary
 	if err := json.Unmarshal(f.GetSummary(), &s); err != nil {
 		t.Fatalf("frame %d's summary %q: %v", f.GetFrameNo(), f.GetSummary(), err)
 	}
