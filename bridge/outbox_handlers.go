@@ -37,9 +37,9 @@ func RegisterOutboxHandlers(rel *outbox.Relay, tc client.Client, st store.Store,
 		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentResponseWaitSignal, p.Wait
 	}))
 	rel.Handle(workflows.OutboxAgentRegister, func(ctx context.Context, h store.OutboxEntry) error {
-		var p workflows.AgentRegisterPayload
-		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s entry: %w", h.Kind, err))
+		p, err := decodeEntry[workflows.AgentRegisterPayload](h)
+		if err != nil {
+			return err
 		}
 		// A registration delivered late must not start the lifecycle of an agent that has
 		// deregistered since.
@@ -48,17 +48,17 @@ func RegisterOutboxHandlers(rel *outbox.Relay, tc client.Client, st store.Store,
 		} else if err != nil {
 			return err
 		}
-		_, err := tc.SignalWithStartWorkflow(ctx, workflows.AgentWorkflowID(p.Input.AgentID), workflows.AgentRegisterSignal, p.Registration,
+		_, err = tc.SignalWithStartWorkflow(ctx, workflows.AgentWorkflowID(p.Input.AgentID), workflows.AgentRegisterSignal, p.Registration,
 			workflows.AgentStartOptions(p.Input.AgentID, taskQueue), workflows.AgentLifecycle, p.Input)
 		return err
 	})
 	rel.Handle(workflows.OutboxDAGEvent, func(ctx context.Context, h store.OutboxEntry) error {
-		var p workflows.DAGEventPayload
-		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s entry: %w", h.Kind, err))
+		p, err := decodeEntry[workflows.DAGEventPayload](h)
+		if err != nil {
+			return err
 		}
 		wid := workflows.DAGWorkflowID(p.WorkflowID)
-		err := tc.SignalWorkflow(ctx, wid, "", workflows.DAGEventSignal, p.Event)
+		err = tc.SignalWorkflow(ctx, wid, "", workflows.DAGEventSignal, p.Event)
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
 			// A closed run, or one never started: no node waits any more. The message itself
@@ -69,40 +69,18 @@ func RegisterOutboxHandlers(rel *outbox.Relay, tc client.Client, st store.Store,
 		}
 		return err
 	})
-	rel.Handle(workflows.OutboxHandoffStart, func(ctx context.Context, h store.OutboxEntry) error {
-		var p workflows.HandoffStartPayload
-		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s entry: %w", h.Kind, err))
-		}
+	rel.Handle(workflows.OutboxHandoffStart, startEntry(tc, func(p workflows.HandoffStartPayload) (client.StartWorkflowOptions, any, any) {
 		in := p.Input
-		_, err := tc.ExecuteWorkflow(ctx, workflows.HandoffStartOptions(in.RequestID, taskQueue, in.From, in.To), workflows.HandoffWorkflow, in)
-		// A request_id's workflow runs once, ever (RejectDuplicate): one that was started, by
-		// this delivery's first attempt or another relay, is the promise kept.
-		var started *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(err, &started) {
-			return nil
-		}
-		return err
-	})
+		return workflows.HandoffStartOptions(in.RequestID, taskQueue, in.From, in.To), workflows.HandoffWorkflow, in
+	}))
 	// A call that ended (its deadline, a cancel) has nothing left to hear.
 	rel.Handle(workflows.OutboxToolProvided, signalEntry(tc, func(p workflows.ToolProvidedPayload) (string, string, any) {
 		return workflows.ToolWorkflowID(p.CallID), workflows.ToolProvidedSignal, p.Provided
 	}))
-	rel.Handle(workflows.OutboxToolStart, func(ctx context.Context, h store.OutboxEntry) error {
-		var p workflows.ToolStartPayload
-		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s entry: %w", h.Kind, err))
-		}
+	rel.Handle(workflows.OutboxToolStart, startEntry(tc, func(p workflows.ToolStartPayload) (client.StartWorkflowOptions, any, any) {
 		in := p.Input
-		_, err := tc.ExecuteWorkflow(ctx, workflows.ToolStartOptions(in.Request.CallID, in.Caller, taskQueue), workflows.ToolCall, in)
-		// A request_id's workflow runs once, ever (RejectDuplicate): one that was started, by
-		// this delivery's first attempt or another relay, is the promise kept.
-		var started *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(err, &started) {
-			return nil
-		}
-		return err
-	})
+		return workflows.ToolStartOptions(in.Request.CallID, in.Caller, taskQueue), workflows.ToolCall, in
+	}))
 }
 
 // signalEntry is the handler of an entry that signals one workflow: target decodes the
@@ -110,18 +88,48 @@ func RegisterOutboxHandlers(rel *outbox.Relay, tc client.Client, st store.Store,
 // longer exists has nothing left to hear, so the entry is done.
 func signalEntry[P any](tc client.Client, target func(P) (workflowID, signal string, arg any)) outbox.Handler {
 	return func(ctx context.Context, h store.OutboxEntry) error {
-		var p P
-		if err := json.Unmarshal(h.Payload, &p); err != nil {
-			return outbox.Permanent(fmt.Errorf("decode %s entry: %w", h.Kind, err))
+		p, err := decodeEntry[P](h)
+		if err != nil {
+			return err
 		}
 		wid, signal, arg := target(p)
-		err := tc.SignalWorkflow(ctx, wid, "", signal, arg)
+		err = tc.SignalWorkflow(ctx, wid, "", signal, arg)
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
 			return nil
 		}
 		return err
 	}
+}
+
+// startEntry is the handler of an entry that starts one workflow whose ID runs once, ever
+// (RejectDuplicate): target decodes the payload P into the start options, the workflow and
+// its input. A run already started — by this delivery's first attempt or another relay — is
+// the promise kept.
+func startEntry[P any](tc client.Client, target func(P) (opts client.StartWorkflowOptions, workflow, input any)) outbox.Handler {
+	return func(ctx context.Context, h store.OutboxEntry) error {
+		p, err := decodeEntry[P](h)
+		if err != nil {
+			return err
+		}
+		opts, wf, in := target(p)
+		_, err = tc.ExecuteWorkflow(ctx, opts, wf, in)
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) {
+			return nil
+		}
+		return err
+	}
+}
+
+// decodeEntry decodes an entry's payload; one that does not decode can never be delivered,
+// so the error is permanent.
+func decodeEntry[P any](h store.OutboxEntry) (P, error) {
+	var p P
+	if err := json.Unmarshal(h.Payload, &p); err != nil {
+		return p, outbox.Permanent(fmt.Errorf("decode %s entry: %w", h.Kind, err))
+	}
+	return p, nil
 }
 
 // NewOutboxEntry builds an entry of kind for workflowID with payload encoded as JSON.
