@@ -59,30 +59,10 @@ func newHandoffHarness(t *testing.T, candidates ...string) *handoffHarness {
 		}
 		return activities.HandoffRoute{Reason: "no capable agent left among 3 registered"}, nil
 	})
-	h.env.OnActivity(acts.OfferHandoff, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.OfferHandoffInput) error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.offers = append(h.offers, in)
-		return nil
-	})
-	h.env.OnActivity(acts.NotifyHandoff, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.NotifyHandoffInput) error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.notes = append(h.notes, in)
-		return nil
-	})
-	h.env.OnActivity(acts.RecordHandoff, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RecordHandoffInput) error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.records = append(h.records, in)
-		return nil
-	})
-	h.env.OnActivity(acts.FenceHandoff, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FenceHandoffInput) error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.fences = append(h.fences, in)
-		return nil
-	})
+	h.env.OnActivity(acts.OfferHandoff, mock.Anything, mock.Anything).Return(recorder(&h.mu, &h.offers))
+	h.env.OnActivity(acts.NotifyHandoff, mock.Anything, mock.Anything).Return(recorder(&h.mu, &h.notes))
+	h.env.OnActivity(acts.RecordHandoff, mock.Anything, mock.Anything).Return(recorder(&h.mu, &h.records))
+	h.env.OnActivity(acts.FenceHandoff, mock.Anything, mock.Anything).Return(recorder(&h.mu, &h.fences))
 	h.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) {
 		h.mu.Lock()
 		defer h.mu.Unlock()

@@ -51,12 +51,7 @@ func newHeldTaskHarness(t *testing.T, binding func(call int) activities.AgentWor
 		h.admitted = append(h.admitted, h.env.Now())
 		return taskadmission.Result{Verdict: taskadmission.OK, Reason: "admitted"}, nil
 	})
-	h.env.OnActivity(acts.FinishTask, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinishTaskInput) error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.finished = append(h.finished, in)
-		return nil
-	})
+	h.env.OnActivity(acts.FinishTask, mock.Anything, mock.Anything).Return(recorder(&h.mu, &h.finished))
 	h.env.OnSignalExternalWorkflow(mock.Anything, workflows.AgentWorkflowID("coder-1"), "", workflows.AgentTaskEnqueueSignal, mock.Anything).
 		Return(func(string, string, string, string, any) error {
 			h.mu.Lock()

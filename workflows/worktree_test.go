@@ -57,24 +57,9 @@ func newWorktreeHarness(t *testing.T) *worktreeHarness {
 		}
 		return activities.EnsuredWorktree{Branch: "sw4rm/" + in.WorktreeID, Path: "/wt/" + in.RepoID + "/" + in.WorktreeID, Created: true}, nil
 	})
-	h.env.OnActivity(acts.ReleaseWorktree, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ReleaseWorktreeInput) error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.releases = append(h.releases, in)
-		return nil
-	})
-	h.env.OnActivity(acts.RecordWorktree, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RecordWorktreeInput) error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.records = append(h.records, in)
-		return nil
-	})
-	h.env.OnActivity(acts.NotifyBindRecoveryTimeout, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.BindRecoveryTimeoutInput) error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.escalated = append(h.escalated, in)
-		return nil
-	})
+	h.env.OnActivity(acts.ReleaseWorktree, mock.Anything, mock.Anything).Return(recorder(&h.mu, &h.releases))
+	h.env.OnActivity(acts.RecordWorktree, mock.Anything, mock.Anything).Return(recorder(&h.mu, &h.records))
+	h.env.OnActivity(acts.NotifyBindRecoveryTimeout, mock.Anything, mock.Anything).Return(recorder(&h.mu, &h.escalated))
 	h.env.RegisterWorkflow(workflows.HitlWait)
 	h.env.OnWorkflow(workflows.HitlWait, mock.Anything, mock.Anything).Return(
 		func(ctx workflow.Context, in workflows.HitlWaitInput) (hitl.Outcome, error) {

@@ -1,6 +1,8 @@
 package workflows_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -52,4 +54,15 @@ func requireRefused(t *testing.T, r interface{ outcome() *updateOutcome }, msg s
 	require.Error(t, u.rejected, "the validator refuses it: nothing enters history")
 	assert.False(t, u.accepted)
 	assert.Contains(t, u.rejected.Error(), msg)
+}
+
+// recorder is an activity mock that appends each input to *into under mu and succeeds: how
+// the harnesses watch what a workflow asked its activities to do.
+func recorder[T any](mu *sync.Mutex, into *[]T) func(context.Context, T) error {
+	return func(_ context.Context, in T) error {
+		mu.Lock()
+		defer mu.Unlock()
+		*into = append(*into, in)
+		return nil
+	}
 }
