@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -221,36 +218,28 @@ func (h *handoffService) RejectHandoff(ctx context.Context, req *handoffpb.Hando
 // the validator, or because the workflow has ended — is FailedPrecondition "handoff X is not
 // <relation> Y (state S)".
 func (h *handoffService) update(ctx context.Context, id, agent, relation, name string, arg any) (workflows.HandoffState, error) {
-	var st workflows.HandoffState
-	hd, err := h.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: workflows.HandoffWorkflowID(id), UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	st, err := update[workflows.HandoffState](ctx, h.s.temporal, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.HandoffWorkflowID(id), UpdateName: name, Args: []any{arg},
 	})
-	if err == nil {
-		err = hd.Get(ctx, &st)
-	}
-	if err == nil {
-		return st, nil
-	}
-	if ctx.Err() != nil {
-		return st, status.FromContextError(ctx.Err()).Err()
-	}
-	var app *temporal.ApplicationError
-	var nf *serviceerror.NotFound
-	refused := errors.As(err, &app) || isCompleted(err) || strings.Contains(err.Error(), "closing workflow")
-	if errors.As(err, &nf) && !isCompleted(err) {
+	switch classify(err) {
+	case temporalRefused, temporalClosing:
+	case temporalNotFound:
+		// No running workflow: an unknown handoff, or one stored whose workflow has ended
+		// (or not started yet) — the store tells which.
 		if _, gerr := h.s.store.Handoffs().GetHandoff(ctx, id); errors.Is(gerr, store.ErrNotFound) {
 			return st, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no handoff %q", id)
 		}
-		refused = true // stored, but its workflow has ended (or not started yet)
-	}
-	if !refused {
-		return st, temporalStatus(ctx, "reach the handoff's workflow", err)
+	default:
+		if err == nil {
+			return st, nil
+		}
+		return st, temporalUnavailable("reach the handoff's workflow", err)
 	}
 	state := "unknown"
 	if rec, gerr := h.s.store.Handoffs().GetHandoff(ctx, id); gerr == nil {
 		state = rec.Status.String()
 	}
-	return st, status.Errorf(codes.FailedPrecondition, "validation_error: handoff %s is not %s %s (state %s)", id, relation, agent, state)
+	return st, precondition(commonpb.ErrorCode_VALIDATION_ERROR, "handoff %s is not %s %s (state %s)", id, relation, agent, state)
 }
 
 // GetPendingHandoffs lists the handoffs offered to an agent and waiting for its answer, with
@@ -345,12 +334,11 @@ func (h *handoffService) CancelDelegation(ctx context.Context, req *handoffpb.Ca
 	n := 0
 	for _, rec := range open {
 		err := h.s.temporal.SignalWorkflow(ctx, workflows.HandoffWorkflowID(rec.RequestID), "", workflows.HandoffCancelSignal, cancel)
-		var nf *serviceerror.NotFound
 		switch {
-		case errors.As(err, &nf):
+		case classify(err) == temporalNotFound:
 			continue // ended meanwhile: nothing left to cancel
 		case err != nil:
-			return nil, temporalStatus(ctx, "signal handoff "+rec.RequestID, err)
+			return nil, temporalUnavailable("signal handoff "+rec.RequestID, err)
 		}
 		n++
 	}

@@ -65,9 +65,8 @@ func (p *schedulerPolicyService) SubmitEvaluation(ctx context.Context, req *sche
 	if perr := protocol.ValidateAgentID(rep.GetFromAgent()); perr != nil {
 		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "report.from_agent: %s", perr.Msg)
 	}
-	var version int
-	err := negotiationUpdate(ctx, p.s, id, workflows.NegotiationEvaluateUpdate, workflows.NegotiationEvaluation{
-		From: rep.GetFromAgent(), Confidence: float64(rep.GetLlmConfidence()), Notes: rep.GetNotes(), Report: rep}, &version)
+	_, err := negotiationUpdate[int](ctx, p.s, id, workflows.NegotiationEvaluateUpdate, workflows.NegotiationEvaluation{
+		From: rep.GetFromAgent(), Confidence: float64(rep.GetLlmConfidence()), Notes: rep.GetNotes(), Report: rep})
 	if err != nil {
 		if reason, refused := refusal(err); refused {
 			return &schedulerpb.SubmitEvaluationResponse{Accepted: false, Reason: reason}, nil
@@ -112,8 +111,7 @@ func (p *schedulerPolicyService) HitlAction(ctx context.Context, req *schedulerp
 		if reason == "" {
 			reason = "aborted by " + by.String()
 		}
-		var out string
-		err := negotiationUpdate(ctx, p.s, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: by.String(), Operator: true, Reason: reason}, &out)
+		_, err := negotiationUpdate[string](ctx, p.s, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: by.String(), Operator: true, Reason: reason})
 		if err != nil {
 			if why, refused := refusal(err); refused {
 				return &schedulerpb.HitlActionResponse{Ok: false, Reason: why}, nil

@@ -12,12 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
@@ -200,23 +196,17 @@ func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.Negoti
 		}
 	}
 
-	_, err = n.s.temporal.ExecuteWorkflow(ctx, workflows.NegotiationStartOptions(id, n.s.cfg.TaskQueue), workflows.Negotiation, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) || isAlreadyStarted(err) {
+	err = start(ctx, n.s.temporal, workflows.NegotiationStartOptions(id, n.s.cfg.TaskQueue), workflows.Negotiation, in)
+	if classify(err) == temporalAlreadyStarted {
 		return n.reopened(ctx, in)
 	}
 	if err != nil {
-		return nil, temporalStatus(ctx, "open the negotiation", err)
+		return nil, temporalUnavailable("open the negotiation", err)
 	}
 	n.s.sink.Record(ctx, audit.Event{CorrelationID: id, Actor: in.Opener, Type: "negotiation.opened",
 		Details: map[string]any{"topic": in.Topic, "participants": parts, "intensity": req.GetIntensity().String(), "mode": in.Mode,
 			"profile": in.Profile, "debate_timeout": in.DebateTimeout.String(), "policy_notes": in.PolicyNotes}})
 	return &commonpb.Empty{}, nil
-}
-
-// isAlreadyStarted recognises the already-started error however the client wraps it.
-func isAlreadyStarted(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "already started")
 }
 
 // reopened answers an Open of a negotiation_id in use: OK for the same opener, topic and
@@ -275,8 +265,7 @@ func (n *negotiationService) draft(ctx context.Context, id, from, ct string, pay
 	if limit := n.s.router.Config().MaxPayloadBytes; limit > 0 && len(payload) > limit {
 		return nil, protocol.Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "payload is %d bytes; this server's limit is %d (SW4RM_MAX_PAYLOAD_BYTES)", len(payload), limit)
 	}
-	var version int
-	if err := n.update(ctx, id, workflows.NegotiationDraftUpdate, workflows.NegotiationDraft{From: from, Counter: counter, ContentType: ct, Payload: payload}, &version); err != nil {
+	if _, err := negotiationUpdate[int](ctx, n.s, id, workflows.NegotiationDraftUpdate, workflows.NegotiationDraft{From: from, Counter: counter, ContentType: ct, Payload: payload}); err != nil {
 		return nil, err
 	}
 	return &commonpb.Empty{}, nil
@@ -290,9 +279,8 @@ func (n *negotiationService) Evaluate(ctx context.Context, req *negotiationpb.Ev
 	if perr := protocol.ValidateAgentID(req.GetFromAgent()); perr != nil {
 		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "from_agent: %s", perr.Msg)
 	}
-	var version int
-	err := n.update(ctx, req.GetNegotiationId(), workflows.NegotiationEvaluateUpdate,
-		workflows.NegotiationEvaluation{From: req.GetFromAgent(), Confidence: req.GetConfidenceScore(), Notes: req.GetNotes()}, &version)
+	_, err := negotiationUpdate[int](ctx, n.s, req.GetNegotiationId(), workflows.NegotiationEvaluateUpdate,
+		workflows.NegotiationEvaluation{From: req.GetFromAgent(), Confidence: req.GetConfidenceScore(), Notes: req.GetNotes()})
 	if err != nil {
 		return nil, err
 	}
@@ -320,9 +308,8 @@ func (n *negotiationService) Decide(ctx context.Context, req *negotiationpb.Deci
 	if by == "" {
 		by = p.String()
 	}
-	var out string
-	err := n.update(ctx, id, workflows.NegotiationDecideUpdate, workflows.NegotiationDecision{By: p.String(), Operator: p.Operator != "", DecidedBy: by,
-		ContentType: req.GetContentType(), Result: req.GetResult()}, &out)
+	_, err := negotiationUpdate[string](ctx, n.s, id, workflows.NegotiationDecideUpdate, workflows.NegotiationDecision{By: p.String(), Operator: p.Operator != "", DecidedBy: by,
+		ContentType: req.GetContentType(), Result: req.GetResult()})
 	if err != nil {
 		return nil, err
 	}
@@ -349,8 +336,7 @@ func (n *negotiationService) Abort(ctx context.Context, req *negotiationpb.Abort
 	if reason == "" {
 		reason = "aborted by " + p.String()
 	}
-	var out string
-	if err := n.update(ctx, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: p.String(), Operator: p.Operator != "", Reason: reason}, &out); err != nil {
+	if _, err := negotiationUpdate[string](ctx, n.s, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: p.String(), Operator: p.Operator != "", Reason: reason}); err != nil {
 		return nil, err
 	}
 	return &commonpb.Empty{}, nil
@@ -363,111 +349,72 @@ func (n *negotiationService) state(ctx context.Context, id string) (workflows.Ne
 
 // negotiationState queries negotiation/<id>.
 func negotiationState(ctx context.Context, s *Server, id string) (workflows.NegotiationState, error) {
-	var st workflows.NegotiationState
-	v, err := s.temporal.QueryWorkflow(ctx, workflows.NegotiationWorkflowID(id), "", workflows.NegotiationStateQuery)
-	if err == nil {
-		err = v.Get(&st)
-	}
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
+	st, err := query[workflows.NegotiationState](ctx, s.temporal, workflows.NegotiationWorkflowID(id), workflows.NegotiationStateQuery)
+	switch {
+	case err == nil:
+		return st, nil
+	case classify(err) == temporalNotFound:
 		return st, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no negotiation %q", id)
 	}
-	if err != nil {
-		return st, temporalStatus(ctx, "read the negotiation", err)
-	}
-	return st, nil
+	return st, temporalUnavailable("read the negotiation", ctxFirst(ctx, err))
 }
 
-// update sends an update to negotiation/<id> and maps the negotiation's refusals onto gRPC
-// codes: permission_denied → PermissionDenied, validation_error → InvalidArgument, anything
-// else the workflow refuses → FailedPrecondition.
-func (n *negotiationService) update(ctx context.Context, id, name string, arg, out any) error {
-	return negotiationUpdate(ctx, n.s, id, name, arg, out)
-}
-
-func negotiationUpdate(ctx context.Context, s *Server, id, name string, arg, out any) error {
+// negotiationUpdate sends an update to negotiation/<id> and maps the negotiation's refusals
+// onto gRPC codes: permission_denied → PermissionDenied, validation_error → InvalidArgument,
+// anything else the workflow refuses, and a closed negotiation, → FailedPrecondition.
+func negotiationUpdate[R any](ctx context.Context, s *Server, id, name string, arg any) (R, error) {
+	var out R
 	key, err := idempotencyKey(ctx)
 	if err != nil {
-		return err
+		return out, err
 	}
-	opts := client.UpdateWorkflowOptions{
-		WorkflowID: workflows.NegotiationWorkflowID(id), UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
-	}
+	wid := workflows.NegotiationWorkflowID(id)
+	opts := client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: name, Args: []any{arg}}
 	if key != "" {
 		// One update id per (caller, key, request): Temporal applies an update id once per
 		// run and answers a repeat with the first outcome, even once the run has closed — so
 		// a retry of a call whose answer was lost (the frontend died with it) gets that
 		// answer instead of being applied again or refused as out of turn.
 		if opts.UpdateID, err = negotiationUpdateID(auth.FromContext(ctx).String(), key, name, arg); err != nil {
-			return failed("derive the update id", err)
+			return out, failed("derive the update id", err)
 		}
 	}
-	call := func() error {
-		h, err := s.temporal.UpdateWorkflow(ctx, opts)
-		if err == nil {
-			err = h.Get(ctx, out)
-		}
-		return err
-	}
-	err = call()
+	out, err = update[R](ctx, s.temporal, opts)
+	class := s.settle(ctx, wid, err)
 	// A completing run admits no update; once it has closed, a repeat of an update it
-	// applied finds that update's outcome. A keyed call asks again shortly.
-	for opts.UpdateID != "" && isClosing(err) && sleepCtx(ctx, closingRetry) {
-		err = call()
+	// applied finds that update's outcome. A keyed call asks again shortly, and once more
+	// after the run closed.
+	for retried := false; opts.UpdateID != "" && !retried && (class == temporalClosing || class == temporalClosed); {
+		if !sleepCtx(ctx, closingRetry) {
+			break
+		}
+		retried = class == temporalClosed
+		out, err = update[R](ctx, s.temporal, opts)
+		class = s.settle(ctx, wid, err)
 	}
 	if err == nil {
-		return nil
+		return out, nil
 	}
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
+	switch class {
+	case temporalRefused:
+		app := refusalOf(err)
 		switch app.Type() {
 		case workflows.NegotiationErrPermission:
-			return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s", app.Message())
+			return out, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s", app.Message())
 		case workflows.NegotiationErrValidation:
-			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
+			return out, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
 		}
-		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
+		return out, precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
+	case temporalNotFound:
+		return out, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no open negotiation %q", id)
+	case temporalClosed, temporalClosing:
+		return out, precondition(commonpb.ErrorCode_VALIDATION_ERROR, "negotiation %s is closed", id)
 	}
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) && !isCompleted(err) {
-		// An update finds no running workflow both for an unknown negotiation and for one
-		// that has closed: only the second is a negotiation that exists.
-		desc, derr := s.temporal.DescribeWorkflowExecution(ctx, workflows.NegotiationWorkflowID(id), "")
-		if derr != nil || desc.GetWorkflowExecutionInfo() == nil {
-			return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no open negotiation %q", id)
-		}
-		return status.Errorf(codes.FailedPrecondition, "validation_error: negotiation %s is closed", id)
-	}
-	if isCompleted(err) || isClosing(err) {
-		return status.Errorf(codes.FailedPrecondition, "validation_error: negotiation %s is closed", id)
-	}
-	return temporalStatus(ctx, fmt.Sprintf("reach negotiation %s", id), err)
+	return out, temporalUnavailable(fmt.Sprintf("reach negotiation %s", id), err)
 }
 
 // closingRetry is how long a keyed update waits before asking a completing negotiation again.
 const closingRetry = 100 * time.Millisecond
-
-// isClosing recognises Temporal's answers to an update while the run is completing: the
-// update refused ("... because workflow is closing") or, admitted, aborted ("... aborted by
-// closing workflow").
-func isClosing(err error) bool {
-	return err != nil && (strings.Contains(err.Error(), "closing workflow") || strings.Contains(err.Error(), "workflow is closing"))
-}
-
-// sleepCtx waits d, or less when ctx ends first; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 // negotiationUpdates is the UUID namespace of update ids derived from idempotency keys.
 var negotiationUpdates = uuid.MustParse("9d2b6c41-7e3a-4f08-b5d1-2a8e6f0c4b73")

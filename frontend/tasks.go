@@ -9,13 +9,13 @@ import (
 	"unicode/utf8"
 
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
@@ -195,11 +195,10 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 		return taskadmission.JobKey(agentType, in.Params, in.ContentType, in.Scope)
 	})
 	if serr := <-started; serr != nil {
-		var already *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(serr, &already) {
+		if classify(serr) == temporalAlreadyStarted {
 			return workflows.TaskAdmission{}, &duplicateTaskError{}
 		}
-		return workflows.TaskAdmission{}, temporalStatus(ctx, "start the task", serr)
+		return workflows.TaskAdmission{}, temporalUnavailable("start the task", serr)
 	}
 	var res taskadmission.Result
 	if err == nil {
@@ -208,7 +207,7 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 	wid := workflows.TaskWorkflowID(in.TaskID)
 	report := func(a workflows.TaskAdmitted) error {
 		if err := tc.SignalWorkflow(ctx, wid, "", workflows.TaskAdmittedSignal, a); err != nil {
-			return temporalStatus(ctx, "report the task's admission", err)
+			return temporalUnavailable("report the task's admission", err)
 		}
 		return nil
 	}
@@ -246,20 +245,11 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 			return workflows.TaskAdmission{}, err
 		}
 	}
-	h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.TaskAdmissionUpdate, WaitForStage: client.WorkflowUpdateStageCompleted})
+	ans, err := update[workflows.TaskAdmission](ctx, tc, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.TaskAdmissionUpdate})
 	if err != nil {
 		return closedAdmission(ctx, tc, wid, err)
 	}
-	return awaitAdmission(ctx, tc, wid, h)
-}
-
-// awaitAdmission returns the answer of a task-admission update.
-func awaitAdmission(ctx context.Context, tc client.Client, wid string, h client.WorkflowUpdateHandle) (workflows.TaskAdmission, error) {
-	var adm workflows.TaskAdmission
-	if err := h.Get(ctx, &adm); err != nil {
-		return closedAdmission(ctx, tc, wid, err)
-	}
-	return adm, nil
+	return ans, nil
 }
 
 // closedAdmission answers SubmitTask when the task-admission update failed with updateErr.
@@ -274,11 +264,11 @@ func closedAdmission(ctx context.Context, tc client.Client, wid string, updateEr
 	}
 	d, err := tc.DescribeWorkflowExecution(ctx, wid, "")
 	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
-		return workflows.TaskAdmission{}, temporalStatus(ctx, "wait for the task's admission", updateErr)
+		return workflows.TaskAdmission{}, temporalUnavailable("wait for the task's admission", updateErr)
 	}
 	var st workflows.TaskStatus
 	if err := tc.GetWorkflow(ctx, wid, d.GetWorkflowExecutionInfo().GetExecution().GetRunId()).Get(ctx, &st); err != nil {
-		return workflows.TaskAdmission{}, temporalStatus(ctx, "read the task's outcome", err)
+		return workflows.TaskAdmission{}, temporalUnavailable("read the task's outcome", err)
 	}
 	return workflows.TaskAdmission{Accepted: st.State != workflows.TaskRejected, State: st.State, Reason: st.Reason}, nil
 }
@@ -286,19 +276,16 @@ func closedAdmission(ctx context.Context, tc client.Client, wid string, updateEr
 // submitInWorkflow starts the task workflow with update-with-start and returns the answer of
 // its admission; the workflow admits the task.
 func (sc *schedulerService) submitInWorkflow(ctx context.Context, in workflows.TaskInput) (workflows.TaskAdmission, error) {
-	op := sc.s.temporal.NewWithStartWorkflowOperation(sc.taskStartOptions(in), workflows.TaskWorkflow, in)
-	h, err := sc.s.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: op,
-		UpdateOptions:          client.UpdateWorkflowOptions{UpdateName: workflows.TaskAdmissionUpdate, WaitForStage: client.WorkflowUpdateStageCompleted},
-	})
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
+	opts := sc.taskStartOptions(in)
+	adm, err := updateWithStart[workflows.TaskAdmission](ctx, sc.s.temporal, opts, workflows.TaskWorkflow, in,
+		client.UpdateWorkflowOptions{UpdateName: workflows.TaskAdmissionUpdate})
+	switch {
+	case err == nil:
+		return adm, nil
+	case classify(err) == temporalAlreadyStarted:
 		return workflows.TaskAdmission{}, &duplicateTaskError{}
 	}
-	if err != nil {
-		return closedAdmission(ctx, sc.s.temporal, sc.taskStartOptions(in).ID, err)
-	}
-	return awaitAdmission(ctx, sc.s.temporal, sc.taskStartOptions(in).ID, h)
+	return closedAdmission(ctx, sc.s.temporal, opts.ID, err)
 }
 
 // RequestPreemption asks the agent's scheduler to preempt the running task at its next safe
@@ -310,22 +297,13 @@ func (sc *schedulerService) RequestPreemption(ctx context.Context, req *schedule
 	}
 	err := sc.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(req.GetAgentId()), "", workflows.AgentPreemptSignal,
 		workflows.PreemptionRequest{TaskID: req.GetTaskId(), Reason: req.GetReason()})
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return nil, status.Errorf(codes.NotFound, "agent %q has no running lifecycle", req.GetAgentId())
+	if classify(err) == temporalNotFound {
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q has no running lifecycle", req.GetAgentId())
 	}
 	if err != nil {
-		return nil, temporalStatus(ctx, "signal the agent's scheduler", err)
+		return nil, temporalUnavailable("signal the agent's scheduler", err)
 	}
 	sc.s.sink.Record(ctx, audit.Event{CorrelationID: protocol.TaskCorrelationID(req.GetTaskId()), Actor: protocol.SchedulerID, Type: "task.preemption_requested",
 		AgentID: req.GetAgentId(), Details: map[string]any{"task_id": req.GetTaskId(), "reason": req.GetReason()}})
 	return &schedulerpb.PreemptResponse{Enqueued: true}, nil
-}
-
-// temporalStatus maps a Temporal client error to a gRPC status.
-func temporalStatus(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	return status.Errorf(codes.Unavailable, "internal_error: could not %s: %v", what, err)
 }

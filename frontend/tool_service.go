@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -62,36 +61,6 @@ const (
 	toolPollMin = 5 * time.Millisecond
 	toolPollMax = 50 * time.Millisecond
 )
-
-// toolGRPCCode is the gRPC status a failed call travels with.
-var toolGRPCCode = map[tool.Code]codes.Code{
-	tool.CodeToolTimeout:       codes.DeadlineExceeded,
-	tool.CodeWallTimeout:       codes.DeadlineExceeded,
-	tool.CodeValidation:        codes.InvalidArgument,
-	tool.CodePermissionDenied:  codes.PermissionDenied,
-	tool.CodeCPUBudgetExceeded: codes.ResourceExhausted,
-	tool.CodeCancelled:         codes.Aborted,
-	tool.CodeNotFound:          codes.NotFound,
-	tool.CodeAlreadyCompleted:  codes.FailedPrecondition,
-	tool.CodeToolFailed:        codes.Aborted,
-	tool.CodeInterrupted:       codes.Aborted,
-	tool.CodeInternal:          codes.Internal,
-}
-
-// toolStatus renders a tool failure as a gRPC status: the message starts with the §18.3 code,
-// the ToolError rides as a detail, and the trailer names the code exactly.
-func toolStatus(ctx context.Context, callID string, te *tool.Error) error {
-	c, ok := toolGRPCCode[te.Code]
-	if !ok {
-		c = codes.Internal
-	}
-	st := status.New(c, te.Error())
-	if d, err := st.WithDetails(te.Proto(callID)); err == nil {
-		st = d
-	}
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(ToolErrorCodeTrailer, string(te.Code)))
-	return st.Err()
-}
 
 // toolService serves sw4rm.tool.ToolService (§18): each call is the workflow tool/<call_id>;
 // its frames are stored as they come (store.ToolCalls), which is what Call and CallStream
@@ -259,13 +228,13 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 	}
 	callID, err := tool.AssignCallID(req.GetCallId(), fresh)
 	if err != nil {
-		return "", toolStatus(ctx, req.GetCallId(), asToolError(err))
+		return "", toolStatus(req.GetCallId(), asToolError(err))
 	}
 	_ = grpc.SetHeader(ctx, metadata.Pairs(ToolCallIDHeader, callID))
 	p, terr := t.prepare(ctx, req, c, callID)
 	if terr != nil {
 		t.s.sink.Record(ctx, auditToolRefused(callID, req, c, terr))
-		return "", toolStatus(ctx, callID, terr)
+		return "", toolStatus(callID, terr)
 	}
 	if len(p.notes) > 0 {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(ToolPolicyNoteHeader, strconv.QuoteToASCII(strings.Join(p.notes, "; "))))
@@ -318,7 +287,7 @@ func (t *toolService) Call(ctx context.Context, req *toolpb.ToolCall) (*toolpb.T
 		return nil, err
 	}
 	if te := frameError(final); te != nil {
-		return nil, toolStatus(ctx, callID, te)
+		return nil, toolStatus(callID, te)
 	}
 	return final, nil
 }
@@ -375,7 +344,7 @@ func (t *toolService) CallStream(req *toolpb.ToolCall, ss grpc.ServerStreamingSe
 	if v := strings.TrimSpace(firstMD(ctx, ToolResumeAfterMetadataKey)); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			return toolStatus(ctx, req.GetCallId(), tool.Errorf(tool.CodeValidation, "%s %q is not a frame number", ToolResumeAfterMetadataKey, v))
+			return toolStatus(req.GetCallId(), tool.Errorf(tool.CodeValidation, "%s %q is not a frame number", ToolResumeAfterMetadataKey, v))
 		}
 		if callID, err = t.resumable(ctx, req.GetCallId()); err != nil {
 			return err
@@ -426,11 +395,11 @@ func (t *toolService) resumable(ctx context.Context, callID string) (string, err
 		return "", err
 	}
 	if err := tool.ValidateCallID(callID); err != nil {
-		return "", toolStatus(ctx, callID, asToolError(err))
+		return "", toolStatus(callID, asToolError(err))
 	}
 	rec, err := t.s.store.ToolCalls().GetCall(ctx, callID)
 	if errors.Is(err, store.ErrNotFound) {
-		return "", toolStatus(ctx, callID, tool.Errorf(tool.CodeNotFound, "no call %s to resume", callID))
+		return "", toolStatus(callID, tool.Errorf(tool.CodeNotFound, "no call %s to resume", callID))
 	}
 	if err != nil {
 		return "", failed("reading the tool call", err)
@@ -469,17 +438,11 @@ func (t *toolService) Cancel(ctx context.Context, req *toolpb.ToolCall) (*toolpb
 	if rec.Final {
 		return answer(tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil
 	}
-	h, err := t.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: workflows.ToolWorkflowID(callID), UpdateName: workflows.ToolCancelUpdate,
-		Args: []any{workflows.ToolCancel{By: c.owner}}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	res, err := update[workflows.ToolCancelResult](ctx, t.s.temporal, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.ToolWorkflowID(callID), UpdateName: workflows.ToolCancelUpdate, Args: []any{workflows.ToolCancel{By: c.owner}},
 	})
-	var res workflows.ToolCancelResult
-	if err == nil {
-		err = h.Get(ctx, &res)
-	}
-	var nf *serviceerror.NotFound
 	switch {
-	case errors.As(err, &nf):
+	case classify(err) == temporalNotFound:
 		// The call was recorded but its workflow never started (the frontend died between
 		// the two) or it already closed: the store decides.
 		sum := activities.ToolSummary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled), Message: "cancelled by " + c.owner, By: c.owner}

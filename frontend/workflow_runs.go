@@ -7,12 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -63,13 +58,12 @@ func (w *workflowService) StartWorkflow(ctx context.Context, req *workflowpb.Sta
 		return nil, failed("definition lookup", err)
 	}
 	in := workflows.DAGRunInput{WorkflowID: id, Version: rec.Version, Definition: rec.Definition, Data: data, Metadata: req.GetMetadata()}
-	_, err = w.s.temporal.ExecuteWorkflow(ctx, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
-		return nil, status.Errorf(codes.AlreadyExists, "already_in_progress: workflow %q has an open run (%s); resume it, or wait until it completes", id, workflows.DAGWorkflowID(id))
+	err = start(ctx, w.s.temporal, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
+	if classify(err) == temporalAlreadyStarted {
+		return nil, protocol.Errorf(commonpb.ErrorCode_ALREADY_IN_PROGRESS, "workflow %q has an open run (%s); resume it, or wait until it completes", id, workflows.DAGWorkflowID(id))
 	}
 	if err != nil {
-		return nil, temporalStatus(ctx, "start the run", err)
+		return nil, temporalUnavailable("start the run", err)
 	}
 	w.s.sink.Record(ctx, audit.Event{CorrelationID: workflows.DAGWorkflowID(id), Actor: auth.FromContext(ctx).String(), Type: "workflow.started",
 		Details: map[string]any{"version": rec.Version}})
@@ -152,20 +146,17 @@ var errRunClosed = errors.New("the run is closed")
 
 // update sends a validated update to the open run and waits for its answer.
 func (w *workflowService) update(ctx context.Context, id, name string, arg any) error {
-	hd, err := w.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: workflows.DAGWorkflowID(id), UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = hd.Get(ctx, nil)
-	}
+	wid := workflows.DAGWorkflowID(id)
+	_, err := update[none](ctx, w.s.temporal, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: name, Args: []any{arg}})
 	if err == nil {
 		return nil
 	}
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) && app.Type() == workflows.DAGUpdateRefused {
-		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
-	}
-	if isCompleted(err) || strings.Contains(err.Error(), "closing workflow") {
+	switch w.s.settle(ctx, wid, err) {
+	case temporalRefused:
+		if app := refusalOf(err); app.Type() == workflows.DAGUpdateRefused {
+			return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
+		}
+	case temporalClosed, temporalClosing:
 		return errRunClosed
 	}
 	return w.runError(ctx, id, "reach the run", err)
@@ -179,39 +170,33 @@ func (w *workflowService) resumeClosed(ctx context.Context, id string, resume wo
 		return err
 	}
 	if _, ok := prior.Nodes[resume.NodeID]; !ok {
-		return status.Errorf(codes.FailedPrecondition, "validation_error: workflow %q has no node %q", id, resume.NodeID)
+		return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "workflow %q has no node %q", id, resume.NodeID)
 	}
 	rec, err := w.s.store.Definitions().GetDefinition(ctx, id, prior.Version)
 	if err != nil {
 		return failed("definition lookup", err)
 	}
 	in := workflows.DAGRunInput{WorkflowID: id, Version: prior.Version, Definition: rec.Definition, Metadata: prior.Metadata, Prior: &prior, Resume: &resume}
-	_, err = w.s.temporal.ExecuteWorkflow(ctx, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
+	err = start(ctx, w.s.temporal, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
+	if classify(err) == temporalAlreadyStarted {
 		// Another resume started it first: this one goes to the open run.
 		return w.update(ctx, id, workflows.DAGResumeUpdate, resume)
 	}
 	if err != nil {
-		return temporalStatus(ctx, "resume the closed run", err)
+		return temporalUnavailable("resume the closed run", err)
 	}
 	return nil
 }
 
 // state reads the run's state: the open run's query, else the closed run's result.
 func (w *workflowService) state(ctx context.Context, id string) (*workflowpb.WorkflowState, error) {
-	var st workflows.DAGRunState
-	v, err := w.s.temporal.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
-		WorkflowID: workflows.DAGWorkflowID(id), QueryType: workflows.DAGStateQuery,
-		QueryRejectCondition: enums.QUERY_REJECT_CONDITION_NOT_OPEN,
-	})
-	if err == nil && v.QueryRejected == nil && v.QueryResult != nil {
-		if err := v.QueryResult.Get(&st); err != nil {
-			return nil, status.Errorf(codes.Internal, "internal_error: decode the run's state: %v", err)
-		}
+	st, open, err := queryOpen[workflows.DAGRunState](ctx, w.s.temporal, workflows.DAGWorkflowID(id), workflows.DAGStateQuery)
+	switch {
+	case open && err == nil:
 		return wireState(st), nil
-	}
-	if err != nil && !isNotFound(err) {
+	case open:
+		return nil, err // the state did not decode
+	case err != nil && classify(err) != temporalNotFound:
 		return nil, w.runError(ctx, id, "query the run", err)
 	}
 	st, err = w.closedState(ctx, id)
@@ -233,15 +218,10 @@ func (w *workflowService) closedState(ctx context.Context, id string) (workflows
 
 // runError maps a Temporal error about dag/<id>: no run is NotFound (no_route).
 func (w *workflowService) runError(ctx context.Context, id, what string, err error) error {
-	if isNotFound(err) {
+	if classify(err) == temporalNotFound {
 		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "workflow %q has no run: start it with StartWorkflow", id)
 	}
-	return temporalStatus(ctx, what, err)
-}
-
-func isNotFound(err error) bool {
-	var nf *serviceerror.NotFound
-	return errors.As(err, &nf)
+	return temporalUnavailable(what, err)
 }
 
 // dataObject checks workflow_data is a JSON object ("" is {}).

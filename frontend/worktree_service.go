@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
-	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -101,15 +97,13 @@ func (w *worktreeService) Bind(ctx context.Context, req *worktreepb.BindRequest)
 	}
 	b := workflows.WorktreeBind{RepoID: req.GetRepoId(), WorktreeID: req.GetWorktreeId(), By: by(ctx)}
 	var res workflows.WorktreeBindResult
-	err := w.retryClosing(ctx, func() error {
-		op := w.s.temporal.NewWithStartWorkflowOperation(workflows.WorktreeStartOptions(agent, w.s.cfg.TaskQueue), workflows.WorktreeWorkflow,
-			workflows.WorktreeInput{AgentID: agent})
-		h, err := w.s.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{StartWorkflowOperation: op,
-			UpdateOptions: client.UpdateWorkflowOptions{UpdateName: workflows.WorktreeBindUpdate, Args: []any{b}, WaitForStage: client.WorkflowUpdateStageCompleted}})
-		if err != nil {
-			return err
-		}
-		return h.Get(ctx, &res)
+	// An update aborted because the run it reached was closing comes back NotFound: the next
+	// attempt starts, or reaches, the next run.
+	err := w.retryClosing(ctx, func(err error) bool { return closingError(err) || classify(err) == temporalNotFound }, func() (err error) {
+		res, err = updateWithStart[workflows.WorktreeBindResult](ctx, w.s.temporal, workflows.WorktreeStartOptions(agent, w.s.cfg.TaskQueue),
+			workflows.WorktreeWorkflow, workflows.WorktreeInput{AgentID: agent},
+			client.UpdateWorkflowOptions{UpdateName: workflows.WorktreeBindUpdate, Args: []any{b}})
+		return err
 	})
 	if err != nil {
 		return nil, w.updateError(ctx, agent, err)
@@ -207,25 +201,15 @@ func (w *worktreeService) Status(ctx context.Context, req *worktreepb.StatusRequ
 
 // current is the agent's binding: the running workflow's, else the store's.
 func (w *worktreeService) current(ctx context.Context, agent string) (workflows.WorktreeState, error) {
-	resp, err := w.s.temporal.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
-		WorkflowID: workflows.WorktreeWorkflowID(agent), QueryType: workflows.WorktreeStateQuery,
-		// A closed run is not replayed to answer: the store holds its last state.
-		QueryRejectCondition: enums.QUERY_REJECT_CONDITION_NOT_OPEN,
-	})
-	var nf *serviceerror.NotFound
+	// A closed run is not replayed to answer: the store holds its last state.
+	st, open, err := queryOpen[workflows.WorktreeState](ctx, w.s.temporal, workflows.WorktreeWorkflowID(agent), workflows.WorktreeStateQuery)
 	switch {
-	case errors.As(err, &nf):
-		return w.stored(ctx, agent)
-	case err != nil:
-		return workflows.WorktreeState{}, temporalStatus(ctx, "query the binding", err)
-	case resp.QueryRejected != nil:
+	case open:
+		return st, err
+	case err == nil, classify(err) == temporalNotFound:
 		return w.stored(ctx, agent)
 	}
-	var st workflows.WorktreeState
-	if err := resp.QueryResult.Get(&st); err != nil {
-		return st, status.Errorf(codes.Internal, "internal_error: decode the binding: %v", err)
-	}
-	return st, nil
+	return st, temporalUnavailable("query the binding", ctxFirst(ctx, err))
 }
 
 // stored is the binding the store recorded last; UNBOUND for an agent never bound.
@@ -249,7 +233,7 @@ func (w *worktreeService) stateCall(ctx context.Context, agent, name string, arg
 			return nil, cerr
 		}
 		setWorktreeHeaders(ctx, cur)
-		return nil, status.Errorf(codes.FailedPrecondition, "validation_error: %s is %s: %s needs a bound agent (§16.2)", agent, cur.State, name)
+		return nil, precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s is %s: %s needs a bound agent (§16.2)", agent, cur.State, name)
 	}
 	if err != nil {
 		return nil, err
@@ -268,33 +252,31 @@ var (
 // there is no run to answer.
 func (w *worktreeService) update(ctx context.Context, agent, name string, arg any) (workflows.WorktreeState, error) {
 	var st workflows.WorktreeState
-	err := w.retryClosing(ctx, func() error {
-		h, err := w.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.WorktreeWorkflowID(agent), UpdateName: name,
-			Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted})
-		if err != nil {
-			return err
-		}
-		return h.Get(ctx, &st)
+	err := w.retryClosing(ctx, closingError, func() (err error) {
+		st, err = update[workflows.WorktreeState](ctx, w.s.temporal,
+			client.UpdateWorkflowOptions{WorkflowID: workflows.WorktreeWorkflowID(agent), UpdateName: name, Args: []any{arg}})
+		return err
 	})
-	var nf *serviceerror.NotFound
 	switch {
 	case err == nil:
 		return st, nil
-	case errors.As(err, &nf) && !isCompleted(err):
-		return st, errNoBinding
 	case closingError(err):
 		return st, errClosing
+	case classify(err) == temporalNotFound:
+		// No running binding: none ever, one that has ended, or one whose run closed under
+		// this update — none of them can answer.
+		return st, errNoBinding
 	}
 	return st, w.updateError(ctx, agent, err)
 }
 
-// closingError reports whether err says the run is ending or has ended.
+// closingError reports whether err says the run is ending: the server's "workflow is
+// closing", or the binding's own refusal once an unbind has begun.
 func closingError(err error) bool {
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) && app.Type() == workflows.WorktreeRunClosing {
-		return true
+	if app := refusalOf(err); app != nil {
+		return app.Type() == workflows.WorktreeRunClosing
 	}
-	return isCompleted(err) || strings.Contains(err.Error(), "closing workflow")
+	return classify(err) == temporalClosing
 }
 
 // closingRetries bounds how often a call meeting a run that is ending is made again (every
@@ -304,18 +286,13 @@ const (
 	closingWait    = 100 * time.Millisecond
 )
 
-// retryClosing runs call, again while it meets a run that is ending, so that a Bind right
-// after an Unbind reaches the next run rather than the one closing.
-func (w *worktreeService) retryClosing(ctx context.Context, call func() error) error {
+// retryClosing runs call, again while its error satisfies retry (a run that is ending), so
+// that a Bind right after an Unbind reaches the next run rather than the one closing.
+func (w *worktreeService) retryClosing(ctx context.Context, retry func(error) bool, call func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := call()
-		if err == nil || !closingError(err) || attempt == closingRetries {
+		if err == nil || !retry(err) || attempt == closingRetries || !sleepCtx(ctx, closingWait) {
 			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(closingWait):
 		}
 	}
 }
@@ -324,27 +301,24 @@ func (w *worktreeService) retryClosing(ctx context.Context, call func() error) e
 // (validation_error), a target that could not be made carries its §16.3 reason, anything
 // else is Temporal failing.
 func (w *worktreeService) updateError(ctx context.Context, agent string, err error) error {
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	var app *temporal.ApplicationError
-	if !errors.As(err, &app) {
-		return temporalStatus(ctx, "reach the binding of "+agent, err)
+	app := refusalOf(err)
+	if app == nil {
+		return temporalUnavailable("reach the binding of "+agent, err)
 	}
 	if r, perr := worktree.ParseReason(app.Type()); perr == nil {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(WorktreeReasonHeader, string(r)))
 		if r == worktree.ReasonPermissionDenied {
 			return status.Error(codes.PermissionDenied, app.Message())
 		}
-		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
+		return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
 	}
 	if app.Type() == workflows.WorktreeUpdateRefused || app.Type() == workflows.WorktreeRunClosing {
 		if cur, cerr := w.current(ctx, agent); cerr == nil {
 			setWorktreeHeaders(ctx, cur)
 		}
-		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
+		return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
 	}
-	return temporalStatus(ctx, "reach the binding of "+agent, err)
+	return temporalUnavailable("reach the binding of "+agent, err)
 }
 
 // statusResponse answers a binding, with its headers.
