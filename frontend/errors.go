@@ -19,11 +19,13 @@ import (
 )
 
 // The one error table of the frontend. Handlers return what failed — a *protocol.Error for a
-// refusal the spec names, a store or Temporal error wrapped with what was being done, or a
-// status they chose themselves — and errorsUnary/errorsStream turn every one of them into a
-// gRPC status whose message starts with the spec's error_code ("validation_error: …") and
-// whose trailer sw4rm-error-code carries the code's enum name, so that a client in any
-// language can branch on it (§11, §21).
+// refusal the spec names, a precondition for one the state of a resource caused, a
+// toolStatus for a tool call's §18.3 failure, a store or Temporal error wrapped with what
+// was being done (failed, temporalUnavailable) — and errorsUnary/errorsStream turn every one
+// of them into a gRPC status whose message starts with the spec's error_code
+// ("validation_error: …") and whose trailer sw4rm-error-code carries the code's enum name, so
+// that a client in any language can branch on it (§11, §21). A status a handler built itself
+// passes through unchanged.
 
 // grpcCodeOf is the gRPC status a protocol refusal travels with.
 var grpcCodeOf = map[commonpb.ErrorCode]codes.Code{

@@ -8,9 +8,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
@@ -120,13 +118,13 @@ func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.Hand
 	}
 	body, err := proto.Marshal(req)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
+		return nil, internalf("%v", err)
 	}
 	now := time.Now().UTC()
 	in := workflows.HandoffInputFrom(req, corr, ct, now)
 	start, err := newOutboxEntry(workflows.OutboxHandoffStart, workflows.HandoffWorkflowID(id), workflows.HandoffStartPayload{Input: in})
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
+		return nil, internalf("%v", err)
 	}
 	// The record (with the snapshot) and the workflow's start are one store write, so no
 	// stored handoff is ever left without its workflow, whatever fails next.

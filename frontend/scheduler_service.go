@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -108,7 +108,7 @@ func activityReadOf(ctx context.Context, req *schedulerpb.PollActivityBufferRequ
 		case 1:
 			return vs[0], nil
 		default:
-			return "", status.Errorf(codes.InvalidArgument, "validation_error: metadata %s given %d times; give it once", key, len(vs))
+			return "", protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "metadata %s given %d times; give it once", key, len(vs))
 		}
 	}
 	var err error
@@ -130,7 +130,7 @@ func activityReadOf(ctx context.Context, req *schedulerpb.PollActivityBufferRequ
 	case "true", "1":
 		return f, true, nil
 	}
-	return f, false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s=%q must be true or false", ActivityHistoryMetadataKey, h)
+	return f, false, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "metadata %s=%q must be true or false", ActivityHistoryMetadataKey, h)
 }
 
 // PurgeActivity deletes the agent's active entries for the task_ids (the Scheduler reconciling
@@ -141,11 +141,11 @@ func (sc *schedulerService) PurgeActivity(ctx context.Context, req *schedulerpb.
 	agentID, taskIDs := req.GetAgentId(), req.GetTaskIds()
 	switch {
 	case agentID == "":
-		return nil, status.Error(codes.InvalidArgument, "validation_error: agent_id is required")
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "agent_id is required")
 	case len(taskIDs) == 0:
-		return nil, status.Error(codes.InvalidArgument, "validation_error: name at least one task_id to purge")
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "name at least one task_id to purge")
 	case len(taskIDs) > maxPurgeTaskIDs:
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: at most %d task_ids per call, got %d", maxPurgeTaskIDs, len(taskIDs))
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "at most %d task_ids per call, got %d", maxPurgeTaskIDs, len(taskIDs))
 	}
 	n, err := sc.s.store.ActivityBuffer().Purge(ctx, agentID, taskIDs)
 	if err != nil {

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"go.temporal.io/api/serviceerror"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/sw4rm/sw4rm-temporal/audit"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -28,28 +25,27 @@ func (sc *schedulerService) ShutdownAgent(ctx context.Context, req *schedulerpb.
 	grace := workflows.DefaultShutdownGrace
 	if gp := req.GetGracePeriod(); gp != nil {
 		if err := gp.CheckValid(); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "validation_error: grace_period: %v", err)
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "grace_period: %v", err)
 		}
 		switch d := gp.AsDuration(); {
 		case d < 0:
-			return nil, status.Errorf(codes.InvalidArgument, "validation_error: grace_period must not be negative, got %s", d)
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "grace_period must not be negative, got %s", d)
 		case d > 0:
 			grace = d
 		}
 	}
 	if _, err := sc.s.store.Registry().GetAgent(ctx, id); errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "agent %q is not registered", id)
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q is not registered", id)
 	} else if err != nil {
 		return nil, failed("registry lookup", err)
 	}
 	err := sc.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(id), "", workflows.AgentShutdownSignal,
 		workflows.AgentShutdown{GracePeriod: grace, Reason: "ShutdownAgent"})
-	var nf *serviceerror.NotFound
 	switch {
-	case err != nil && errors.As(err, &nf):
-		return nil, status.Errorf(codes.NotFound, "agent %q has no running lifecycle", id)
+	case classify(err) == temporalNotFound:
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q has no running lifecycle", id)
 	case err != nil:
-		return nil, status.Errorf(codes.Unavailable, "internal_error: could not signal the lifecycle workflow of %s; retry ShutdownAgent: %v", id, err)
+		return nil, temporalUnavailable("signal the lifecycle workflow of "+id+"; retry ShutdownAgent", err)
 	}
 	sc.s.sink.Record(ctx, audit.Event{CorrelationID: workflows.AgentWorkflowID(id), Actor: protocol.SchedulerID, Type: "registry.shutdown_requested", AgentID: id,
 		Details: map[string]any{"grace_period": grace.String()}})

@@ -10,7 +10,6 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -43,7 +42,7 @@ func needsWorktreeOf(ctx context.Context) (bool, error) {
 	case len(vs) == 0:
 		return false, nil
 	case len(vs) > 1:
-		return false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s given %d times; give it once", NeedsWorktreeMetadataKey, len(vs))
+		return false, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "metadata %s given %d times; give it once", NeedsWorktreeMetadataKey, len(vs))
 	}
 	switch strings.ToLower(strings.TrimSpace(vs[0])) {
 	case "false", "0":
@@ -51,7 +50,7 @@ func needsWorktreeOf(ctx context.Context) (bool, error) {
 	case "true", "1":
 		return true, nil
 	}
-	return false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s=%q must be true or false", NeedsWorktreeMetadataKey, vs[0])
+	return false, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "metadata %s=%q must be true or false", NeedsWorktreeMetadataKey, vs[0])
 }
 
 // validateTask checks a SubmitTaskRequest (§7.1, §9.2): agent_id, a task_id, a priority in
@@ -64,25 +63,25 @@ func (sc *schedulerService) validateTask(req *schedulerpb.SubmitTaskRequest) err
 	id := req.GetTaskId()
 	switch {
 	case id == "":
-		return status.Error(codes.InvalidArgument, "validation_error: task_id is required")
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "task_id is required")
 	case len(id) > maxTaskIDLen || !utf8.ValidString(id) || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-		return status.Errorf(codes.InvalidArgument, "validation_error: task_id must be at most %d printable characters without spaces", maxTaskIDLen)
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "task_id must be at most %d printable characters without spaces", maxTaskIDLen)
 	}
 	if p := req.GetPriority(); p < protocol.MinPriority || p > protocol.MaxPriority {
-		return status.Errorf(codes.InvalidArgument, "validation_error: priority %d is outside %d (highest) .. %d (lowest); 0 is the default (§7.1)", p, protocol.MinPriority, protocol.MaxPriority)
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "priority %d is outside %d (highest) .. %d (lowest); 0 is the default (§7.1)", p, protocol.MinPriority, protocol.MaxPriority)
 	}
 	if strings.TrimSpace(req.GetScope()) == "" {
-		return status.Error(codes.InvalidArgument, "validation_error: scope is required: describe the resources, repositories or paths the task touches, e.g. \"repo:app path:src/api/**\" (§9.2)")
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "scope is required: describe the resources, repositories or paths the task touches, e.g. \"repo:app path:src/api/**\" (§9.2)")
 	}
 	if _, err := inference.ParseScope(req.GetScope()); err != nil {
-		return status.Errorf(codes.InvalidArgument, "validation_error: scope: %v", err)
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "scope: %v", err)
 	}
 	lim := protocol.DefaultMaxPayloadBytes
 	if sc.s.router != nil {
 		lim = sc.s.router.Config().MaxPayloadBytes
 	}
 	if lim > 0 && len(req.GetParams()) > lim {
-		return status.Errorf(codes.InvalidArgument, "oversize_payload: params of %d bytes exceed the %d-byte limit", len(req.GetParams()), lim)
+		return protocol.Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "params of %d bytes exceed the %d-byte limit", len(req.GetParams()), lim)
 	}
 	return nil
 }

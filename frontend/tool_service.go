@@ -13,14 +13,14 @@ import (
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -86,7 +86,7 @@ func callerOf(ctx context.Context) (caller, error) {
 	c := caller{principal: p, owner: p.String(), agent: strings.TrimSpace(firstMD(ctx, ToolAgentMetadataKey))}
 	switch {
 	case p.Agent != "" && c.agent != "" && c.agent != p.Agent:
-		return caller{}, status.Errorf(codes.PermissionDenied, "permission_denied: agent %s may not call tools for agent %s (%s)", p.Agent, c.agent, ToolAgentMetadataKey)
+		return caller{}, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "agent %s may not call tools for agent %s (%s)", p.Agent, c.agent, ToolAgentMetadataKey)
 	case p.Agent != "":
 		c.agent = p.Agent
 	case p.Anonymous() && c.agent != "":
@@ -241,7 +241,7 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 	}
 	start, err := newOutboxEntry(workflows.OutboxToolStart, workflows.ToolWorkflowID(callID), workflows.ToolStartPayload{Input: p.in})
 	if err != nil {
-		return "", status.Errorf(codes.Internal, "internal_error: %v", err)
+		return "", internalf("%v", err)
 	}
 	// The record and the workflow's start are one store write: a recorded call always runs,
 	// whatever fails next (the relay starts it once Temporal takes it).
@@ -253,10 +253,10 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 		// The same call again (a client retrying): join it; its workflow was promised when
 		// it was recorded.
 		if !c.mayAct(rec.Caller) {
-			return "", status.Errorf(codes.AlreadyExists, "duplicate_detected: call_id %s is another caller's call", callID)
+			return "", protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "call_id %s is another caller's call", callID)
 		}
 		if rec.ProviderID != req.GetProviderId() || rec.ToolName != req.GetToolName() {
-			return "", status.Errorf(codes.AlreadyExists, "duplicate_detected: call_id %s is a call of %s/%s", callID, rec.ProviderID, rec.ToolName)
+			return "", protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "call_id %s is a call of %s/%s", callID, rec.ProviderID, rec.ToolName)
 		}
 		return callID, nil
 	}
@@ -405,7 +405,7 @@ func (t *toolService) resumable(ctx context.Context, callID string) (string, err
 		return "", failed("reading the tool call", err)
 	}
 	if !c.mayAct(rec.Caller) {
-		return "", status.Errorf(codes.PermissionDenied, "permission_denied: call %s is another caller's call", callID)
+		return "", protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "call %s is another caller's call", callID)
 	}
 	return callID, nil
 }
@@ -433,7 +433,7 @@ func (t *toolService) Cancel(ctx context.Context, req *toolpb.ToolCall) (*toolpb
 		return nil, failed("reading the tool call", err)
 	}
 	if !c.mayAct(rec.Caller) {
-		return nil, status.Errorf(codes.PermissionDenied, "permission_denied: call %s is another caller's call; its owner or an operator may cancel it", callID)
+		return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "call %s is another caller's call; its owner or an operator may cancel it", callID)
 	}
 	if rec.Final {
 		return answer(tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil

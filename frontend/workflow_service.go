@@ -78,7 +78,8 @@ func (w *workflowService) CreateWorkflow(ctx context.Context, req *workflowpb.Cr
 		var cyc *dag.CycleError
 		if errors.As(err, &cyc) {
 			// Its text starts with workflow_cycle_detected, which is not one of the ErrorCode
-			// values, so the trailer falls back to the status code's: VALIDATION_ERROR.
+			// values, so the trailer falls back to the status code's: VALIDATION_ERROR. It is
+			// the one status the frontend types by hand: its text is the spec's (§17.7).
 			return nil, status.Error(codes.InvalidArgument, cyc.Error())
 		}
 		return nil, err // a *protocol.Error (validation_error)
@@ -98,7 +99,7 @@ func (w *workflowService) CreateWorkflow(ctx context.Context, req *workflowpb.Cr
 	}
 	body, err := marshalDefinition(def)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: marshal the definition: %v", err)
+		return nil, internalf("marshal the definition: %v", err)
 	}
 	id := def.GetWorkflowId()
 	// The latest version is read first only to tell a retry from a change for the audit log:
@@ -175,9 +176,9 @@ func (d *definitionService) GetDefinition(ctx context.Context, req *workflowdefp
 	rec, err := defs.GetDefinition(ctx, id, version)
 	if errors.Is(err, store.ErrNotFound) {
 		if version == 0 {
-			return nil, status.Errorf(codes.NotFound, "no_route: workflow %q has no definition (CreateWorkflow stores one)", id)
+			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "workflow %q has no definition (CreateWorkflow stores one)", id)
 		}
-		return nil, status.Errorf(codes.NotFound, "no_route: workflow %q has no definition version %d", id, version)
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "workflow %q has no definition version %d", id, version)
 	}
 	if err != nil {
 		return nil, failed("read the definition", err)
@@ -190,7 +191,7 @@ func (d *definitionService) GetDefinition(ctx context.Context, req *workflowdefp
 	}
 	def := &workflowpb.WorkflowDefinition{}
 	if err := proto.Unmarshal(rec.Definition, def); err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: stored definition %q version %d does not decode: %v", id, rec.Version, err)
+		return nil, internalf("stored definition %q version %d does not decode: %v", id, rec.Version, err)
 	}
 	def.CreatedAt = timestamppb.New(rec.CreatedAt)
 	return &workflowdefpb.GetDefinitionResponse{

@@ -8,9 +8,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -308,7 +306,7 @@ func (w *worktreeService) updateError(ctx context.Context, agent string, err err
 	if r, perr := worktree.ParseReason(app.Type()); perr == nil {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(WorktreeReasonHeader, string(r)))
 		if r == worktree.ReasonPermissionDenied {
-			return status.Error(codes.PermissionDenied, app.Message())
+			return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s", app.Message())
 		}
 		return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
 	}
