@@ -45,9 +45,9 @@ const (
 // maxListedAgents bounds how many unregistered agents a refusal names.
 const maxListedAgents = 20
 
-// workflowService serves sw4rm.workflow.WorkflowService (§17.7). This slice builds
-// CreateWorkflow; StartWorkflow, GetWorkflowState and ResumeWorkflow answer Unimplemented
-// from the capability gate (unimplemented.go) until the run workflow is built.
+// workflowService serves sw4rm.workflow.WorkflowService (§17.7): CreateWorkflow stores a
+// definition, and StartWorkflow, GetWorkflowState and ResumeWorkflow drive its run, the
+// workflow dag/<workflow_id>.
 type workflowService struct {
 	workflowpb.UnimplementedWorkflowServiceServer
 	s *Server
