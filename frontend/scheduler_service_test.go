@@ -218,7 +218,7 @@ func TestSchedulerRPCsValidate(t *testing.T) {
 	}
 	_, err := sc.RequestPreemption(t.Context(), &schedulerpb.PreemptRequest{})
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: agent_id")
-	// ShutdownAgent is built (frontend/shutdown.go): an empty agent_id is a validation error.
+	// ShutdownAgent is built (frontend/scheduler_service.go): an empty agent_id is a validation error.
 	_, err = sc.ShutdownAgent(t.Context(), &schedulerpb.ShutdownAgentRequest{})
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: agent_id")
 }
