@@ -8,19 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationpb"
-	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
 	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
@@ -69,14 +66,10 @@ func incomingMD(ctx context.Context) map[string]string {
 	return out
 }
 
-// validNegotiationID checks a negotiation_id: it becomes part of a Temporal workflow id and
-// of task ids, so it has the shape of an agent id.
+// validNegotiationID checks a negotiation_id (negotiation.ValidateID).
 func validNegotiationID(id string) error {
-	if id == "" {
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "negotiation_id is required")
-	}
-	if perr := protocol.ValidateAgentID(id); perr != nil {
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "negotiation_id: %s", perr.Msg)
+	if perr := negotiation.ValidateID(id); perr != nil {
+		return perr
 	}
 	return nil
 }
@@ -86,71 +79,61 @@ func validNegotiationID(id string) error {
 // topic and participants by the same opener is answered OK; another Open of a used
 // negotiation_id is refused with AlreadyExists.
 func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.NegotiationOpen) (*commonpb.Empty, error) {
-	id := req.GetNegotiationId()
-	if err := validNegotiationID(id); err != nil {
+	timeout, perr := negotiation.ValidateOpen(req)
+	if perr != nil {
+		return nil, perr
+	}
+	for _, p := range req.GetParticipants() {
+		if err := n.s.registered(ctx, p, "participant %q is not a registered agent; register it first"); err != nil {
+			return nil, err
+		}
+	}
+	in, err := n.openInput(ctx, req, timeout, incomingMD(ctx))
+	if err != nil {
 		return nil, err
 	}
-	if c := req.GetCorrelationId(); c != "" && c != id {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "correlation_id %q must equal negotiation_id %q (§17: a negotiation is scoped by its own id)", c, id)
+	err = start(ctx, n.s.temporal, workflows.NegotiationStartOptions(in.NegotiationID, n.s.cfg.TaskQueue), workflows.Negotiation, in)
+	if classify(err) == temporalAlreadyStarted {
+		return n.reopened(ctx, in)
 	}
-	if strings.TrimSpace(req.GetTopic()) == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "topic is required (§17)")
-	}
-	parts := req.GetParticipants()
-	if len(parts) < 2 {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "a negotiation needs at least two participants (§17), got %d", len(parts))
-	}
-	for i, p := range parts {
-		if perr := protocol.ValidateAgentID(p); perr != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "participants[%d]: %s", i, perr.Msg)
-		}
-		if slices.Contains(parts[:i], p) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "participant %q is listed twice", p)
-		}
-		if _, err := n.s.router.Agent(ctx, p); errors.Is(err, store.ErrNotFound) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "participant %q is not a registered agent; register it first", p)
-		} else if err != nil {
-			return nil, failed("registry lookup", err)
-		}
-	}
-	if _, err := negotiation.GuardrailsFor(req.GetIntensity()); err != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "intensity: %v", err)
-	}
-	var timeout time.Duration
-	if d := req.GetDebateTimeout(); d != nil {
-		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "debate_timeout is not a valid positive duration")
-		}
-		timeout = d.AsDuration()
-	}
-	md := incomingMD(ctx)
-	in := workflows.NegotiationInput{NegotiationID: id, Topic: req.GetTopic(), Participants: parts, Intensity: req.GetIntensity()}
-	derive := negotiation.DeriveInput{Intensity: req.GetIntensity(), DebateTimeout: timeout}
-	base, err := n.s.store.NegotiationPolicies().GetBasePolicy(ctx)
 	if err != nil {
-		return nil, failed("base policy lookup", err)
+		return nil, temporalUnavailable("open the negotiation", err)
 	}
-	derive.Base = base
-	if name := md[PolicyProfileMetadataKey]; name != "" {
-		prof, err := n.s.store.NegotiationPolicies().GetProfile(ctx, name)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: no policy profile %q (SchedulerPolicyService.ListPolicyProfiles lists them)", PolicyProfileMetadataKey, name)
-		}
-		if err != nil {
-			return nil, failed("policy profile lookup", err)
-		}
-		derive.Profile, in.Profile = prof, name
+	n.s.sink.Record(ctx, audit.Event{CorrelationID: in.NegotiationID, Actor: in.Opener, Type: "negotiation.opened",
+		Details: map[string]any{"topic": in.Topic, "participants": in.Participants, "intensity": req.GetIntensity().String(), "mode": in.Mode,
+			"profile": in.Profile, "debate_timeout": in.DebateTimeout.String(), "policy_notes": in.PolicyNotes}})
+	return &commonpb.Empty{}, nil
+}
+
+// registered refuses with no_route (notFound, formatted with the agent id) an agent that is
+// not registered.
+func (s *Server) registered(ctx context.Context, agent, notFound string) error {
+	if _, err := s.router.Agent(ctx, agent); errors.Is(err, store.ErrNotFound) {
+		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, notFound, agent)
+	} else if err != nil {
+		return failed("registry lookup", err)
 	}
-	if raw := md[AgentPreferencesMetadataKey]; raw != "" {
-		prefs, perr := parsePreferences(raw, parts)
-		if perr != nil {
-			return nil, perr
-		}
-		derive.Preferences = prefs
+	return nil
+}
+
+// openInput is the negotiation workflow's input for a validated Open with metadata md: the
+// mode and drafts' validation, the effective policy and the opener.
+func (n *negotiationService) openInput(ctx context.Context, req *negotiationpb.NegotiationOpen, timeout time.Duration, md map[string]string) (workflows.NegotiationInput, error) {
+	in := workflows.NegotiationInput{NegotiationID: req.GetNegotiationId(), Topic: req.GetTopic(), Participants: req.GetParticipants(), Intensity: req.GetIntensity()}
+	if err := openSetup(md, &in); err != nil {
+		return in, err
 	}
+	if err := n.policy(ctx, req, timeout, md, &in); err != nil {
+		return in, err
+	}
+	return in, n.opener(ctx, md[OpenerMetadataKey], &in)
+}
+
+// openSetup reads the drafts' schema and examples (§17.3) and the mode (ADR-011) from md.
+func openSetup(md map[string]string, in *workflows.NegotiationInput) error {
 	if s, e := md[NegotiationSchemaMetadataKey], md[NegotiationExamplesMetadataKey]; s != "" || e != "" {
 		if _, err := negotiation.ParseConfig([]byte(s), []byte(e)); err != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s / %s: %v", NegotiationSchemaMetadataKey, NegotiationExamplesMetadataKey, err)
+			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s / %s: %v", NegotiationSchemaMetadataKey, NegotiationExamplesMetadataKey, err)
 		}
 		if s != "" {
 			in.Schema = json.RawMessage(s)
@@ -165,48 +148,71 @@ func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.Negoti
 	case workflows.NegotiationModeDebate:
 		opts, err := debate.ParseOptions(md)
 		if err != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "debate options: %v", err)
+			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "debate options: %v", err)
 		}
 		in.Mode, in.Debate = workflows.NegotiationModeDebate, opts
 	default:
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s %q: want contract or debate", NegotiationModeMetadataKey, mode)
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s %q: want contract or debate", NegotiationModeMetadataKey, mode)
+	}
+	return nil
+}
+
+// policy derives the effective policy (§17.2) from the stored base policy, the profile md
+// names and the participants' preferences.
+func (n *negotiationService) policy(ctx context.Context, req *negotiationpb.NegotiationOpen, timeout time.Duration, md map[string]string, in *workflows.NegotiationInput) error {
+	derive := negotiation.DeriveInput{Intensity: req.GetIntensity(), DebateTimeout: timeout}
+	base, err := n.s.store.NegotiationPolicies().GetBasePolicy(ctx)
+	if err != nil {
+		return failed("base policy lookup", err)
+	}
+	derive.Base = base
+	if name := md[PolicyProfileMetadataKey]; name != "" {
+		prof, err := n.s.store.NegotiationPolicies().GetProfile(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: no policy profile %q (SchedulerPolicyService.ListPolicyProfiles lists them)", PolicyProfileMetadataKey, name)
+		}
+		if err != nil {
+			return failed("policy profile lookup", err)
+		}
+		derive.Profile, in.Profile = prof, name
+	}
+	if raw := md[AgentPreferencesMetadataKey]; raw != "" {
+		prefs, perr := negotiation.ParseOpenPreferences(raw, in.Participants)
+		if perr != nil {
+			return perr
+		}
+		derive.Preferences = prefs
 	}
 	d, err := negotiation.Derive(derive)
 	if err != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "policy: %v", err)
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "policy: %v", err)
 	}
 	in.Effective, in.PolicyNotes, in.DebateTimeout = d.Effective, d.Notes, d.DebateTimeout
+	return nil
+}
+
+// opener records who opens the negotiation: the proven caller, or the registered agent
+// claimed (the sw4rm-opener metadata), which a proven agent may set to itself only.
+func (n *negotiationService) opener(ctx context.Context, claimed string, in *workflows.NegotiationInput) error {
 	p := auth.FromContext(ctx)
 	in.Opener, in.OpenerAgent = p.String(), p.Agent
-	if o := md[OpenerMetadataKey]; o != "" {
-		if perr := protocol.ValidateAgentID(o); perr != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: %s", OpenerMetadataKey, perr.Msg)
-		}
-		if p.Agent != "" && o != p.Agent {
-			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s %q is not the calling agent %q", OpenerMetadataKey, o, p.Agent)
-		}
-		if _, err := n.s.router.Agent(ctx, o); errors.Is(err, store.ErrNotFound) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "%s %q is not a registered agent", OpenerMetadataKey, o)
-		} else if err != nil {
-			return nil, failed("registry lookup", err)
-		}
-		in.OpenerAgent = o
-		if p.Anonymous() {
-			in.Opener = "agent:" + o // claimed, not proven: SW4RM_AUTH=off trusts the caller
-		}
+	if claimed == "" {
+		return nil
 	}
-
-	err = start(ctx, n.s.temporal, workflows.NegotiationStartOptions(id, n.s.cfg.TaskQueue), workflows.Negotiation, in)
-	if classify(err) == temporalAlreadyStarted {
-		return n.reopened(ctx, in)
+	if perr := protocol.ValidateAgentID(claimed); perr != nil {
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: %s", OpenerMetadataKey, perr.Msg)
 	}
-	if err != nil {
-		return nil, temporalUnavailable("open the negotiation", err)
+	if p.Agent != "" && claimed != p.Agent {
+		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s %q is not the calling agent %q", OpenerMetadataKey, claimed, p.Agent)
 	}
-	n.s.sink.Record(ctx, audit.Event{CorrelationID: id, Actor: in.Opener, Type: "negotiation.opened",
-		Details: map[string]any{"topic": in.Topic, "participants": parts, "intensity": req.GetIntensity().String(), "mode": in.Mode,
-			"profile": in.Profile, "debate_timeout": in.DebateTimeout.String(), "policy_notes": in.PolicyNotes}})
-	return &commonpb.Empty{}, nil
+	if err := n.s.registered(ctx, claimed, OpenerMetadataKey+" %q is not a registered agent"); err != nil {
+		return err
+	}
+	in.OpenerAgent = claimed
+	if p.Anonymous() {
+		in.Opener = "agent:" + claimed // claimed, not proven: SW4RM_AUTH=off trusts the caller
+	}
+	return nil
 }
 
 // reopened answers an Open of a negotiation_id in use: OK for the same opener, topic and
@@ -222,26 +228,6 @@ func (n *negotiationService) reopened(ctx context.Context, in workflows.Negotiat
 	return nil, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "negotiation %q exists (topic %q, opened by %s); choose a new negotiation_id", in.NegotiationID, st.Topic, st.Opener)
 }
 
-// parsePreferences reads the AgentPreferences metadata: participants only.
-func parsePreferences(raw string, parts []string) (map[string]*policypb.AgentPreferences, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s is not a JSON object: %v", AgentPreferencesMetadataKey, err)
-	}
-	out := make(map[string]*policypb.AgentPreferences, len(m))
-	for agent, v := range m {
-		if !slices.Contains(parts, agent) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s names %q, who is not a participant", AgentPreferencesMetadataKey, agent)
-		}
-		var p policypb.AgentPreferences
-		if err := protojson.Unmarshal(v, &p); err != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s[%q]: %v", AgentPreferencesMetadataKey, agent, err)
-		}
-		out[agent] = &p
-	}
-	return out, nil
-}
-
 // Propose submits the first draft (§17): from a participant, in turn, valid (§17.3).
 func (n *negotiationService) Propose(ctx context.Context, req *negotiationpb.Proposal) (*commonpb.Empty, error) {
 	return n.draft(ctx, req.GetNegotiationId(), req.GetFromAgent(), req.GetContentType(), req.GetPayload(), false)
@@ -253,19 +239,16 @@ func (n *negotiationService) Counter(ctx context.Context, req *negotiationpb.Cou
 }
 
 func (n *negotiationService) draft(ctx context.Context, id, from, ct string, payload []byte, counter bool) (*commonpb.Empty, error) {
-	if err := validNegotiationID(id); err != nil {
-		return nil, err
+	if perr := negotiation.ValidateDraft(id, from, ct, payload, n.s.router.Config().MaxPayloadBytes); perr != nil {
+		return nil, perr
 	}
-	if perr := protocol.ValidateAgentID(from); perr != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "from_agent: %s", perr.Msg)
-	}
-	if ct == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "content_type is required")
-	}
-	if limit := n.s.router.Config().MaxPayloadBytes; limit > 0 && len(payload) > limit {
-		return nil, protocol.Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "payload is %d bytes; this server's limit is %d (SW4RM_MAX_PAYLOAD_BYTES)", len(payload), limit)
-	}
-	if _, err := negotiationUpdate[int](ctx, n.s, id, workflows.NegotiationDraftUpdate, workflows.NegotiationDraft{From: from, Counter: counter, ContentType: ct, Payload: payload}); err != nil {
+	_, err := negotiationUpdate[int](ctx, n.s, id, workflows.NegotiationDraftUpdate, workflows.NegotiationDraft{From: from, Counter: counter, ContentType: ct, Payload: payload})
+	return answerEmpty(err)
+}
+
+// answerEmpty answers a call whose only outcome is err.
+func answerEmpty(err error) (*commonpb.Empty, error) {
+	if err != nil {
 		return nil, err
 	}
 	return &commonpb.Empty{}, nil
@@ -273,18 +256,12 @@ func (n *negotiationService) draft(ctx context.Context, id, from, ct string, pay
 
 // Evaluate records a participant's confidence in the current version (§17.3).
 func (n *negotiationService) Evaluate(ctx context.Context, req *negotiationpb.Evaluation) (*commonpb.Empty, error) {
-	if err := validNegotiationID(req.GetNegotiationId()); err != nil {
-		return nil, err
-	}
-	if perr := protocol.ValidateAgentID(req.GetFromAgent()); perr != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "from_agent: %s", perr.Msg)
+	if perr := negotiation.ValidateEvaluation(req); perr != nil {
+		return nil, perr
 	}
 	_, err := negotiationUpdate[int](ctx, n.s, req.GetNegotiationId(), workflows.NegotiationEvaluateUpdate,
 		workflows.NegotiationEvaluation{From: req.GetFromAgent(), Confidence: req.GetConfidenceScore(), Notes: req.GetNotes()})
-	if err != nil {
-		return nil, err
-	}
-	return &commonpb.Empty{}, nil
+	return answerEmpty(err)
 }
 
 // Decide records a result: the opener's (the parent that synthesises a debate) or an
@@ -295,14 +272,8 @@ func (n *negotiationService) Decide(ctx context.Context, req *negotiationpb.Deci
 		return nil, err
 	}
 	p := auth.FromContext(ctx)
-	if !p.Anonymous() && p.Operator == "" {
-		st, err := n.state(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if st.Opener != p.String() {
-			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "only the negotiation's opener (%s) or an operator may decide negotiation %s", st.Opener, id)
-		}
+	if err := n.mayAct(ctx, p, id, false); err != nil {
+		return nil, err
 	}
 	by := req.GetDecidedBy()
 	if by == "" {
@@ -310,10 +281,7 @@ func (n *negotiationService) Decide(ctx context.Context, req *negotiationpb.Deci
 	}
 	_, err := negotiationUpdate[string](ctx, n.s, id, workflows.NegotiationDecideUpdate, workflows.NegotiationDecision{By: p.String(), Operator: p.Operator != "", DecidedBy: by,
 		ContentType: req.GetContentType(), Result: req.GetResult()})
-	if err != nil {
-		return nil, err
-	}
-	return &commonpb.Empty{}, nil
+	return answerEmpty(err)
 }
 
 // Abort ends the negotiation: a participant's, the opener's or an operator's call.
@@ -323,23 +291,37 @@ func (n *negotiationService) Abort(ctx context.Context, req *negotiationpb.Abort
 		return nil, err
 	}
 	p := auth.FromContext(ctx)
-	if !p.Anonymous() && p.Operator == "" {
-		st, err := n.state(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if st.Opener != p.String() && !slices.Contains(st.Participants, p.Agent) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s is neither a participant nor the opener of negotiation %s", p, id)
-		}
+	if err := n.mayAct(ctx, p, id, true); err != nil {
+		return nil, err
 	}
 	reason := req.GetReason()
 	if reason == "" {
 		reason = "aborted by " + p.String()
 	}
-	if _, err := negotiationUpdate[string](ctx, n.s, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: p.String(), Operator: p.Operator != "", Reason: reason}); err != nil {
-		return nil, err
+	_, err := negotiationUpdate[string](ctx, n.s, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: p.String(), Operator: p.Operator != "", Reason: reason})
+	return answerEmpty(err)
+}
+
+// mayAct lets p decide (participants false) or abort (participants true) negotiation id: an
+// operator or an anonymous caller (SW4RM_AUTH=off trusts it; the workflow still checks) may,
+// as may its opener and, for participants, any participant.
+func (n *negotiationService) mayAct(ctx context.Context, p auth.Principal, id string, participants bool) error {
+	if p.Anonymous() || p.Operator != "" {
+		return nil
 	}
-	return &commonpb.Empty{}, nil
+	st, err := n.state(ctx, id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case st.Opener == p.String():
+		return nil
+	case !participants:
+		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "only the negotiation's opener (%s) or an operator may decide negotiation %s", st.Opener, id)
+	case !slices.Contains(st.Participants, p.Agent):
+		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s is neither a participant nor the opener of negotiation %s", p, id)
+	}
+	return nil
 }
 
 // state queries the negotiation's workflow, open or closed.
