@@ -65,63 +65,71 @@ func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.Hand
 	if ct == "" {
 		ct = protocol.DefaultHandoffContentType
 	}
-	if perr := protocol.ValidateHandoffRequest(req, ct); perr != nil {
-		return nil, perr
-	}
-	if limit := h.s.router.Config().MaxPayloadBytes; limit > 0 && len(req.GetContextSnapshot()) > limit {
-		return nil, protocol.Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "context_snapshot is %d bytes; this server's limit is %d (SW4RM_MAX_PAYLOAD_BYTES)", len(req.GetContextSnapshot()), limit)
-	}
 	corr := firstMD(ctx, CorrelationMetadataKey)
 	if corr == "" {
 		corr = req.GetRequestId()
 	}
-	if len(corr) > 256 {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s is longer than 256 bytes", CorrelationMetadataKey)
+	if perr := protocol.ValidateHandoffCall(req, ct, corr, h.s.router.Config().MaxPayloadBytes); perr != nil {
+		return nil, perr
 	}
-	id, from, to := req.GetRequestId(), req.GetFromAgent(), req.GetToAgent()
 	// A reuse is answered before any other check: the handoff exists, whatever changed since.
-	if prev, err := h.s.store.Handoffs().GetHandoff(ctx, id); err == nil {
-		return h.reused(ctx, prev, from)
+	if prev, err := h.s.store.Handoffs().GetHandoff(ctx, req.GetRequestId()); err == nil {
+		return h.reused(ctx, prev, req.GetFromAgent())
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, failed("handoff lookup", err)
 	}
-	if _, err := h.s.router.Agent(ctx, from); errors.Is(err, store.ErrNotFound) {
-		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "from_agent %q is not a registered agent; register it first", from)
-	} else if err != nil {
-		return nil, failed("registry lookup", err)
+	if err := h.mayHandOff(ctx, corr, ct, req.GetFromAgent(), req.GetToAgent()); err != nil {
+		return nil, err
+	}
+	return h.create(ctx, req, corr, ct)
+}
+
+// mayHandOff checks the parties of a new handoff of correlation corr: a registered
+// originator that still owns the context, and a named target that is registered, accepts
+// the context's content type and did not hand this context away itself (§17.6).
+func (h *handoffService) mayHandOff(ctx context.Context, corr, ct, from, to string) error {
+	if err := h.s.registered(ctx, from, "from_agent %q is not a registered agent; register it first"); err != nil {
+		return err
 	}
 	// The originator may not hand off a context it already handed away (§17.6).
 	if f, fenced, err := h.s.router.Fenced(ctx, corr, from); err != nil {
-		return nil, failed("fence lookup", err)
+		return failed("fence lookup", err)
 	} else if fenced {
-		return nil, router.FenceError(f)
+		return router.FenceError(f)
 	}
-	if to != "" {
-		rec, err := h.s.router.Agent(ctx, to)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "to_agent %q is not a registered agent", to)
-		}
-		if err != nil {
-			return nil, failed("registry lookup", err)
-		}
-		if !protocol.AcceptsContentType(rec.Descriptor.GetModalitiesSupported(), ct) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "context content type %q is not among the modalities agent %q declared %v (004 item 8)",
-				ct, to, rec.Descriptor.GetModalitiesSupported())
-		}
-		// Ping-pong: B may not hand back to A a context A handed to it on this correlation.
-		if f, fenced, err := h.s.router.Fenced(ctx, corr, to); err != nil {
-			return nil, failed("fence lookup", err)
-		} else if fenced {
-			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "fenced: %s handed correlation %s to %s by handoff %s and may not take it back (§17.6: no ping-pong)",
-				to, corr, f.NewOwner, f.RequestID)
-		}
+	if to == "" {
+		return nil
 	}
+	rec, err := h.s.router.Agent(ctx, to)
+	if errors.Is(err, store.ErrNotFound) {
+		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "to_agent %q is not a registered agent", to)
+	}
+	if err != nil {
+		return failed("registry lookup", err)
+	}
+	if !protocol.AcceptsContentType(rec.Descriptor.GetModalitiesSupported(), ct) {
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "context content type %q is not among the modalities agent %q declared %v (004 item 8)",
+			ct, to, rec.Descriptor.GetModalitiesSupported())
+	}
+	// Ping-pong: B may not hand back to A a context A handed to it on this correlation.
+	if f, fenced, err := h.s.router.Fenced(ctx, corr, to); err != nil {
+		return failed("fence lookup", err)
+	} else if fenced {
+		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "fenced: %s handed correlation %s to %s by handoff %s and may not take it back (§17.6: no ping-pong)",
+			to, corr, f.NewOwner, f.RequestID)
+	}
+	return nil
+}
+
+// create stores a new handoff with the outbox entry that starts its workflow, and has the
+// relay deliver that entry now.
+func (h *handoffService) create(ctx context.Context, req *handoffpb.HandoffRequest, corr, ct string) (*commonpb.Empty, error) {
+	id, from, to := req.GetRequestId(), req.GetFromAgent(), req.GetToAgent()
 	body, err := proto.Marshal(req)
 	if err != nil {
 		return nil, internalf("%v", err)
 	}
-	now := time.Now().UTC()
-	in := workflows.HandoffInputFrom(req, corr, ct, now)
+	in := workflows.HandoffInputFrom(req, corr, ct, time.Now().UTC())
 	start, err := newOutboxEntry(workflows.OutboxHandoffStart, workflows.HandoffWorkflowID(id), workflows.HandoffStartPayload{Input: in})
 	if err != nil {
 		return nil, internalf("%v", err)
@@ -160,11 +168,8 @@ func (h *handoffService) reused(ctx context.Context, prev store.HandoffRecord, f
 // answering returns the agent a HandoffResponse answers as: the proven caller when there is
 // one (the authorization rule already held it to accepting_agent), else accepting_agent.
 func answering(ctx context.Context, req *handoffpb.HandoffResponse) (string, error) {
-	if req.GetRequestId() == "" {
-		return "", protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "request_id is required")
-	}
-	if perr := protocol.ValidateAgentID(req.GetAcceptingAgent()); perr != nil {
-		return "", protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "accepting_agent: %s", perr.Msg)
+	if perr := protocol.ValidateHandoffResponse(req); perr != nil {
+		return "", perr
 	}
 	if p := auth.FromContext(ctx); p.Agent != "" {
 		return p.Agent, nil
@@ -196,11 +201,6 @@ func (h *handoffService) RejectHandoff(ctx context.Context, req *handoffpb.Hando
 	agent, err := answering(ctx, req)
 	if err != nil {
 		return nil, err
-	}
-	if req.GetRejectionCode() == commonpb.ErrorCode_REDIRECT {
-		if perr := protocol.ValidateAgentID(req.GetRedirectToAgentId()); perr != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "rejection_code REDIRECT needs redirect_to_agent_id: %s", perr.Msg)
-		}
 	}
 	ans := workflows.HandoffAnswer{Agent: agent, Reason: req.GetRejectionReason(), Code: req.GetRejectionCode(),
 		RetryAfterMs: req.GetRetryAfterMs(), RedirectTo: req.GetRedirectToAgentId()}
@@ -275,15 +275,10 @@ func (h *handoffService) GetPendingHandoffs(ctx context.Context, req *handoffpb.
 // accepting agent (the proven caller; anyone when authentication is off) or an operator may
 // complete it.
 func (h *handoffService) CompleteHandoff(ctx context.Context, req *handoffpb.CompleteHandoffRequest) (*handoffpb.CompleteHandoffResponse, error) {
+	if perr := protocol.ValidateCompleteHandoff(req); perr != nil {
+		return nil, perr
+	}
 	id := req.GetRequestId()
-	if id == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "request_id is required")
-	}
-	switch req.GetStatus() {
-	case handoffpb.HandoffStatus_COMPLETED, handoffpb.HandoffStatus_HANDOFF_STATUS_UNSPECIFIED:
-	default:
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "status %s cannot be set by CompleteHandoff: only COMPLETED (a handoff is rejected with RejectHandoff and cancelled with CancelDelegation)", req.GetStatus())
-	}
 	p := auth.FromContext(ctx)
 	who := p.Agent
 	if who == "" {
@@ -306,6 +301,31 @@ func (h *handoffService) CancelDelegation(ctx context.Context, req *handoffpb.Ca
 	if corr == "" {
 		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "correlation_id is required")
 	}
+	p := auth.FromContext(ctx)
+	open, err := h.openHandoffs(ctx, corr, p)
+	if err != nil {
+		return nil, err
+	}
+	cancel := workflows.HandoffCancel{Reason: req.GetReason(), GracePeriod: time.Duration(req.GetGracePeriodMs()) * time.Millisecond, By: p.String()}
+	if p.Anonymous() {
+		cancel.By = ""
+	}
+	n, err := h.cancel(ctx, open, cancel)
+	if err != nil {
+		return nil, err
+	}
+	h.s.sink.Record(ctx, audit.Event{CorrelationID: corr, Actor: cancel.By, Type: "handoff.cancel_requested",
+		Details: map[string]any{"reason": req.GetReason(), "grace_period_ms": req.GetGracePeriodMs(), "cancelled": n}})
+	msg := fmt.Sprintf("cancelled %d open handoff(s) of correlation %s", n, corr)
+	if n == 0 {
+		msg = "no open handoff on correlation " + corr
+	}
+	return &handoffpb.CancelDelegationResponse{Acknowledged: true, Message: msg}, nil
+}
+
+// openHandoffs lists the open (PENDING or ACCEPTED) handoffs of correlation corr, all of
+// which p may cancel: their originator, an operator, or anyone when p is anonymous.
+func (h *handoffService) openHandoffs(ctx context.Context, corr string, p auth.Principal) ([]store.HandoffRecord, error) {
 	recs, err := h.s.store.Handoffs().ListByCorrelation(ctx, corr)
 	if err != nil {
 		return nil, failed("list the correlation's handoffs", err)
@@ -313,7 +333,6 @@ func (h *handoffService) CancelDelegation(ctx context.Context, req *handoffpb.Ca
 	if len(recs) == 0 {
 		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no handoff on correlation %q", corr)
 	}
-	p := auth.FromContext(ctx)
 	var open []store.HandoffRecord
 	for _, rec := range recs {
 		if rec.Status != handoffpb.HandoffStatus_PENDING && rec.Status != handoffpb.HandoffStatus_ACCEPTED {
@@ -325,10 +344,11 @@ func (h *handoffService) CancelDelegation(ctx context.Context, req *handoffpb.Ca
 		}
 		open = append(open, rec)
 	}
-	cancel := workflows.HandoffCancel{Reason: req.GetReason(), GracePeriod: time.Duration(req.GetGracePeriodMs()) * time.Millisecond, By: p.String()}
-	if p.Anonymous() {
-		cancel.By = ""
-	}
+	return open, nil
+}
+
+// cancel signals each handoff's workflow to cancel, and counts those still running.
+func (h *handoffService) cancel(ctx context.Context, open []store.HandoffRecord, cancel workflows.HandoffCancel) (int, error) {
 	n := 0
 	for _, rec := range open {
 		err := h.s.temporal.SignalWorkflow(ctx, workflows.HandoffWorkflowID(rec.RequestID), "", workflows.HandoffCancelSignal, cancel)
@@ -336,15 +356,9 @@ func (h *handoffService) CancelDelegation(ctx context.Context, req *handoffpb.Ca
 		case classify(err) == temporalNotFound:
 			continue // ended meanwhile: nothing left to cancel
 		case err != nil:
-			return nil, temporalUnavailable("signal handoff "+rec.RequestID, err)
+			return n, temporalUnavailable("signal handoff "+rec.RequestID, err)
 		}
 		n++
 	}
-	h.s.sink.Record(ctx, audit.Event{CorrelationID: corr, Actor: cancel.By, Type: "handoff.cancel_requested",
-		Details: map[string]any{"reason": req.GetReason(), "grace_period_ms": req.GetGracePeriodMs(), "cancelled": n}})
-	msg := fmt.Sprintf("cancelled %d open handoff(s) of correlation %s", n, corr)
-	if n == 0 {
-		msg = "no open handoff on correlation " + corr
-	}
-	return &handoffpb.CancelDelegationResponse{Acknowledged: true, Message: msg}, nil
+	return n, nil
 }
