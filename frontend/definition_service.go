@@ -11,6 +11,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -25,28 +26,12 @@ type definitionService struct {
 // version is 0, with its created_at set to when that version was stored.
 func (d *definitionService) GetDefinition(ctx context.Context, req *workflowdefpb.GetDefinitionRequest) (*workflowdefpb.GetDefinitionResponse, error) {
 	id, version := req.GetWorkflowId(), int(req.GetVersion())
-	switch {
-	case id == "":
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
-	case version < 0:
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "version must be 0 (the latest) or a stored version, not %d", version)
+	if perr := dag.ValidateDefinitionVersion(id, version); perr != nil {
+		return nil, perr
 	}
-	defs := d.s.store.Definitions()
-	rec, err := defs.GetDefinition(ctx, id, version)
-	if errors.Is(err, store.ErrNotFound) {
-		if version == 0 {
-			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "workflow %q has no definition (CreateWorkflow stores one)", id)
-		}
-		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "workflow %q has no definition version %d", id, version)
-	}
+	rec, latest, err := d.versions(ctx, id, version)
 	if err != nil {
-		return nil, failed("read the definition", err)
-	}
-	latest := rec
-	if version != 0 {
-		if latest, err = defs.GetDefinition(ctx, id, 0); err != nil {
-			return nil, failed("read the latest definition", err)
-		}
+		return nil, err
 	}
 	def := &workflowpb.WorkflowDefinition{}
 	if err := proto.Unmarshal(rec.Definition, def); err != nil {
@@ -57,4 +42,26 @@ func (d *definitionService) GetDefinition(ctx context.Context, req *workflowdefp
 		Definition: def, Version: int32(rec.Version), LatestVersion: int32(latest.Version),
 		CreatedAt: timestamppb.New(rec.CreatedAt), CreatedBy: rec.CreatedBy,
 	}, nil
+}
+
+// versions reads version of workflow id's definition (0: the latest) and the latest one.
+func (d *definitionService) versions(ctx context.Context, id string, version int) (rec, latest store.WorkflowDefinitionRecord, err error) {
+	defs := d.s.store.Definitions()
+	rec, err = defs.GetDefinition(ctx, id, version)
+	if errors.Is(err, store.ErrNotFound) {
+		if version == 0 {
+			return rec, rec, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "workflow %q has no definition (CreateWorkflow stores one)", id)
+		}
+		return rec, rec, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "workflow %q has no definition version %d", id, version)
+	}
+	if err != nil {
+		return rec, rec, failed("read the definition", err)
+	}
+	if version == 0 {
+		return rec, rec, nil
+	}
+	if latest, err = defs.GetDefinition(ctx, id, 0); err != nil {
+		return rec, latest, failed("read the latest definition", err)
+	}
+	return rec, latest, nil
 }

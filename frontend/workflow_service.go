@@ -68,60 +68,73 @@ func marshalDefinition(def *workflowpb.WorkflowDefinition) ([]byte, error) {
 // sw4rm-workflow-warnings headers.
 func (w *workflowService) CreateWorkflow(ctx context.Context, req *workflowpb.CreateWorkflowRequest) (*workflowpb.CreateWorkflowResponse, error) {
 	def := req.GetDefinition()
-	if def == nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "definition is required")
+	res, err := dag.ValidateCreate(def)
+	var cyc *dag.CycleError
+	if errors.As(err, &cyc) {
+		// Its text starts with workflow_cycle_detected, which is not one of the ErrorCode
+		// values, so the trailer falls back to the status code's: VALIDATION_ERROR. It is
+		// the one status the frontend types by hand: its text is the spec's (§17.7).
+		return nil, status.Error(codes.InvalidArgument, cyc.Error())
 	}
-	res, err := dag.Validate(def)
 	if err != nil {
-		var cyc *dag.CycleError
-		if errors.As(err, &cyc) {
-			// Its text starts with workflow_cycle_detected, which is not one of the ErrorCode
-			// values, so the trailer falls back to the status code's: VALIDATION_ERROR. It is
-			// the one status the frontend types by hand: its text is the spec's (§17.7).
-			return nil, status.Error(codes.InvalidArgument, cyc.Error())
-		}
 		return nil, err // a *protocol.Error (validation_error)
 	}
-	warnings := slices.Clone(res.Warnings)
-	missing, err := w.unregisteredAgents(ctx, def)
+	warnings, err := w.lateBinding(ctx, def, slices.Clone(res.Warnings))
 	if err != nil {
 		return nil, err
 	}
-	if len(missing) > 0 {
-		if def.GetMetadata()[LateBindingMetadataKey] != "true" {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
-				"nodes name agents that are not registered: %s; register them first, or set the definition's metadata %s to \"true\" to bind them when their nodes run",
-				listAgents(missing), LateBindingMetadataKey)
-		}
-		warnings = append(warnings, "late binding: agents not registered yet: "+listAgents(missing))
+	version, err := w.store(ctx, def, res, warnings)
+	if err != nil {
+		return nil, err
 	}
+	md := metadata.Pairs(WorkflowVersionHeader, strconv.Itoa(version))
+	if len(warnings) > 0 {
+		md.Append(WorkflowWarningsHeader, warnings...)
+	}
+	_ = grpc.SetHeader(ctx, md)
+	return &workflowpb.CreateWorkflowResponse{WorkflowId: def.GetWorkflowId(), Success: true}, nil
+}
+
+// lateBinding refuses a definition naming agents that are not registered, unless its
+// metadata asks for late binding; then it adds a warning naming them to warnings.
+func (w *workflowService) lateBinding(ctx context.Context, def *workflowpb.WorkflowDefinition, warnings []string) ([]string, error) {
+	missing, err := w.unregisteredAgents(ctx, def)
+	if err != nil || len(missing) == 0 {
+		return warnings, err
+	}
+	if def.GetMetadata()[LateBindingMetadataKey] != "true" {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
+			"nodes name agents that are not registered: %s; register them first, or set the definition's metadata %s to \"true\" to bind them when their nodes run",
+			listAgents(missing), LateBindingMetadataKey)
+	}
+	return append(warnings, "late binding: agents not registered yet: "+listAgents(missing)), nil
+}
+
+// store stores a validated definition as its workflow_id's next version, created by the
+// proven caller, and answers the version; a byte-identical retry stores nothing new.
+func (w *workflowService) store(ctx context.Context, def *workflowpb.WorkflowDefinition, res dag.Result, warnings []string) (int, error) {
 	body, err := marshalDefinition(def)
 	if err != nil {
-		return nil, internalf("marshal the definition: %v", err)
+		return 0, internalf("marshal the definition: %v", err)
 	}
 	id := def.GetWorkflowId()
 	// The latest version is read first only to tell a retry from a change for the audit log:
 	// PutDefinition itself decides, under its lock, which version the bytes get.
 	prev, err := w.s.store.Definitions().GetDefinition(ctx, id, 0)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, failed("read the latest definition", err)
+		return 0, failed("read the latest definition", err)
 	}
 	retry := err == nil && string(prev.Definition) == string(body)
 	rec, err := w.s.store.Definitions().PutDefinition(ctx, id, body, auth.FromContext(ctx).String())
 	if err != nil {
-		return nil, failed("store the definition", err)
+		return 0, failed("store the definition", err)
 	}
 	if !retry {
 		w.s.sink.Record(ctx, audit.Event{Actor: auth.FromContext(ctx).String(), Type: "workflow.definition_created",
 			Details: map[string]any{"workflow_id": id, "version": rec.Version, "nodes": len(def.GetNodes()),
 				"roots": res.Roots, "warnings": warnings}})
 	}
-	md := metadata.Pairs(WorkflowVersionHeader, strconv.Itoa(rec.Version))
-	if len(warnings) > 0 {
-		md.Append(WorkflowWarningsHeader, warnings...)
-	}
-	_ = grpc.SetHeader(ctx, md)
-	return &workflowpb.CreateWorkflowResponse{WorkflowId: id, Success: true}, nil
+	return rec.Version, nil
 }
 
 // unregisteredAgents returns the agents the definition's nodes name that the registry does

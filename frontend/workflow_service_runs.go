@@ -2,9 +2,7 @@ package frontend
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -16,6 +14,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -43,10 +42,10 @@ const (
 // AlreadyExists naming it.
 func (w *workflowService) StartWorkflow(ctx context.Context, req *workflowpb.StartWorkflowRequest) (*workflowpb.StartWorkflowResponse, error) {
 	id := req.GetWorkflowId()
-	if id == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
+	if perr := dag.ValidateRunID(id); perr != nil {
+		return nil, perr
 	}
-	data, perr := dataObject(req.GetWorkflowData())
+	data, perr := dag.DataObject(req.GetWorkflowData())
 	if perr != nil {
 		return nil, perr
 	}
@@ -77,8 +76,8 @@ func (w *workflowService) StartWorkflow(ctx context.Context, req *workflowpb.Sta
 // GetWorkflowState answers the run's node states, outputs, errors and workflow_data, while
 // it is open and after it closed.
 func (w *workflowService) GetWorkflowState(ctx context.Context, req *workflowpb.GetWorkflowStateRequest) (*workflowpb.GetWorkflowStateResponse, error) {
-	if req.GetWorkflowId() == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
+	if perr := dag.ValidateRunID(req.GetWorkflowId()); perr != nil {
+		return nil, perr
 	}
 	st, err := w.state(ctx, req.GetWorkflowId())
 	if err != nil {
@@ -92,53 +91,45 @@ func (w *workflowService) GetWorkflowState(ctx context.Context, req *workflowpb.
 // execution carrying its state. With metadata action=trigger it is the trigger of a MANUAL
 // node, with metadata event=<name> the delivery of a named event.
 func (w *workflowService) ResumeWorkflow(ctx context.Context, req *workflowpb.ResumeWorkflowRequest) (*workflowpb.ResumeWorkflowResponse, error) {
-	id, node := req.GetWorkflowId(), req.GetNodeId()
-	if id == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
-	}
-	by := auth.FromContext(ctx).String()
 	md := req.GetMetadata()
-	switch {
-	case md[DAGEventMetadataKey] != "":
-		if err := w.s.temporal.SignalWorkflow(ctx, workflows.DAGWorkflowID(id), "", workflows.DAGEventSignal, workflows.DAGEvent{Name: md[DAGEventMetadataKey], By: by}); err != nil {
-			return nil, w.runError(ctx, id, "deliver the event", err)
-		}
-	case md[DAGActionMetadataKey] == "trigger":
-		if node == "" {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "node_id is required to trigger a MANUAL node")
-		}
-		if err := w.update(ctx, id, workflows.DAGTriggerUpdate, workflows.DAGTrigger{NodeID: node, By: by}); err != nil {
-			return nil, err
-		}
-	case md[DAGActionMetadataKey] != "":
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "metadata action %q: the only action is \"trigger\"", md[DAGActionMetadataKey])
-	default:
-		if node == "" {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "node_id is required: the node to run again with its descendants")
-		}
-		data := ""
-		if req.GetWorkflowData() != "" {
-			var perr *protocol.Error
-			if data, perr = dataObject(req.GetWorkflowData()); perr != nil {
-				return nil, perr
-			}
-		}
-		resume := workflows.DAGResume{NodeID: node, Data: data, By: by}
-		err := w.update(ctx, id, workflows.DAGResumeUpdate, resume)
-		if errors.Is(err, errRunClosed) {
-			err = w.resumeClosed(ctx, id, resume)
-		}
-		if err != nil {
-			return nil, err
-		}
+	kind, data, perr := dag.ValidateResume(req, md[DAGActionMetadataKey], md[DAGEventMetadataKey])
+	if perr != nil {
+		return nil, perr
+	}
+	id, by := req.GetWorkflowId(), auth.FromContext(ctx).String()
+	if err := w.resume(ctx, kind, req, data, by); err != nil {
+		return nil, err
 	}
 	w.s.sink.Record(ctx, audit.Event{CorrelationID: workflows.DAGWorkflowID(id), Actor: by, Type: "workflow.resumed",
-		Details: map[string]any{"node_id": node, "metadata": md}})
+		Details: map[string]any{"node_id": req.GetNodeId(), "metadata": md}})
 	st, err := w.state(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	return &workflowpb.ResumeWorkflowResponse{WorkflowId: id, State: st, Success: true}, nil
+}
+
+// resume delivers a validated ResumeWorkflow of the given kind to the run: an event signal,
+// a trigger update, or a resume update — of the open run, else of a new execution carrying
+// the closed run's state.
+func (w *workflowService) resume(ctx context.Context, kind dag.ResumeKind, req *workflowpb.ResumeWorkflowRequest, data, by string) error {
+	id, node := req.GetWorkflowId(), req.GetNodeId()
+	switch kind {
+	case dag.ResumeEvent:
+		ev := workflows.DAGEvent{Name: req.GetMetadata()[DAGEventMetadataKey], By: by}
+		if err := w.s.temporal.SignalWorkflow(ctx, workflows.DAGWorkflowID(id), "", workflows.DAGEventSignal, ev); err != nil {
+			return w.runError(ctx, id, "deliver the event", err)
+		}
+		return nil
+	case dag.ResumeTriggerNode:
+		return w.update(ctx, id, workflows.DAGTriggerUpdate, workflows.DAGTrigger{NodeID: node, By: by})
+	}
+	resume := workflows.DAGResume{NodeID: node, Data: data, By: by}
+	err := w.update(ctx, id, workflows.DAGResumeUpdate, resume)
+	if errors.Is(err, errRunClosed) {
+		err = w.resumeClosed(ctx, id, resume)
+	}
+	return err
 }
 
 // errRunClosed reports that the run has no open execution to update.
@@ -222,18 +213,6 @@ func (w *workflowService) runError(ctx context.Context, id, what string, err err
 		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "workflow %q has no run: start it with StartWorkflow", id)
 	}
 	return temporalUnavailable(what, err)
-}
-
-// dataObject checks workflow_data is a JSON object ("" is {}).
-func dataObject(s string) (string, *protocol.Error) {
-	if strings.TrimSpace(s) == "" {
-		return "{}", nil
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(s), &obj); err != nil || obj == nil {
-		return "", protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_data must be a JSON object: %v", err)
-	}
-	return s, nil
 }
 
 // wireState is a run's state as the canonical WorkflowState.
