@@ -112,14 +112,8 @@ type prepared struct {
 // the arguments against the input schema, the effective policy (§18.5), the caller's
 // worktree (§16) and whether policy pre-approves a privileged call.
 func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c caller, callID string) (prepared, *tool.Error) {
-	if err := tool.ValidateProviderID(req.GetProviderId()); err != nil {
+	if err := tool.ValidateCall(req, MaxToolArgs); err != nil {
 		return prepared{}, asToolError(err)
-	}
-	if err := tool.ValidateToolName(req.GetToolName()); err != nil {
-		return prepared{}, asToolError(err)
-	}
-	if len(req.GetArgs()) > MaxToolArgs {
-		return prepared{}, tool.Errorf(tool.CodeValidation, "args are %d bytes, more than %d", len(req.GetArgs()), MaxToolArgs)
 	}
 	rec, err := t.s.store.ToolProviders().GetTool(ctx, req.GetProviderId(), req.GetToolName())
 	if errors.Is(err, store.ErrNotFound) {
@@ -168,18 +162,15 @@ func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c calle
 		return prepared{}, tool.Errorf(tool.CodePermissionDenied, "tool %s needs a worktree and %s is not bound to one (§16: WorktreeService.Bind first)", req.GetToolName(), who)
 	}
 	replyTo, corr := "", ""
-	switch v := strings.TrimSpace(firstMD(ctx, ToolReplyMetadataKey)); v {
-	case "":
-	case "envelope":
-		if c.agent == "" {
-			return prepared{}, tool.Errorf(tool.CodeValidation, "%s: envelope needs the calling agent (%s)", ToolReplyMetadataKey, ToolAgentMetadataKey)
-		}
+	envelope, err := tool.ParseReply(ToolReplyMetadataKey, firstMD(ctx, ToolReplyMetadataKey), ToolAgentMetadataKey, c.agent)
+	if err != nil {
+		return prepared{}, asToolError(err)
+	}
+	if envelope {
 		replyTo, corr = c.agent, strings.TrimSpace(firstMD(ctx, ToolCorrelationMetadataKey))
 		if corr == "" {
 			corr = callID
 		}
-	default:
-		return prepared{}, tool.Errorf(tool.CodeValidation, "%s %q: the only value is envelope", ToolReplyMetadataKey, v)
 	}
 	return prepared{
 		in: workflows.ToolCallInput{
@@ -339,27 +330,39 @@ func frameProto(f store.ToolFrameRecord) *toolpb.ToolFrame {
 // §18.6). With sw4rm-resume-after it resumes a call already made after the given frame_no.
 func (t *toolService) CallStream(req *toolpb.ToolCall, ss grpc.ServerStreamingServer[toolpb.ToolFrame]) error {
 	ctx := ss.Context()
-	var callID string
-	var after uint64
-	if v := strings.TrimSpace(firstMD(ctx, ToolResumeAfterMetadataKey)); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return toolStatus(req.GetCallId(), tool.Errorf(tool.CodeValidation, "%s %q is not a frame number", ToolResumeAfterMetadataKey, v))
-		}
-		if callID, err = t.resumable(ctx, req.GetCallId()); err != nil {
-			return err
-		}
-		after = n
-		_ = ss.SetHeader(metadata.Pairs(ToolCallIDHeader, callID))
-	} else {
-		var err error
-		if callID, err = t.begin(ctx, req); err != nil {
-			return err
-		}
+	callID, after, err := t.streamOf(ctx, req, ss)
+	if err != nil {
+		return err
 	}
 	if err := ss.SendHeader(nil); err != nil {
 		return err
 	}
+	return t.sendFrames(ctx, ss, callID, after)
+}
+
+// streamOf is the call a CallStream streams and the frame it streams after: a call already
+// made, with sw4rm-resume-after, else a new one.
+func (t *toolService) streamOf(ctx context.Context, req *toolpb.ToolCall, ss grpc.ServerStreamingServer[toolpb.ToolFrame]) (string, uint64, error) {
+	v := strings.TrimSpace(firstMD(ctx, ToolResumeAfterMetadataKey))
+	if v == "" {
+		callID, err := t.begin(ctx, req)
+		return callID, 0, err
+	}
+	after, err := tool.ParseResumeAfter(ToolResumeAfterMetadataKey, v)
+	if err != nil {
+		return "", 0, toolStatus(req.GetCallId(), asToolError(err))
+	}
+	callID, err := t.resumable(ctx, req.GetCallId())
+	if err != nil {
+		return "", 0, err
+	}
+	_ = ss.SetHeader(metadata.Pairs(ToolCallIDHeader, callID))
+	return callID, after, nil
+}
+
+// sendFrames streams the call's stored frames after frame after, as they come, up to and
+// including the final one.
+func (t *toolService) sendFrames(ctx context.Context, ss grpc.ServerStreamingServer[toolpb.ToolFrame], callID string, after uint64) error {
 	wait := toolPollMin
 	for {
 		fs, err := t.s.store.ToolCalls().Frames(ctx, callID, after, 256)
@@ -415,28 +418,12 @@ func (t *toolService) resumable(ctx context.Context, callID string) (string, err
 // unknown call, or ALREADY_COMPLETED. Only the call's owner or an operator may cancel it.
 func (t *toolService) Cancel(ctx context.Context, req *toolpb.ToolCall) (*toolpb.ToolError, error) {
 	callID := req.GetCallId()
-	answer := func(c tool.Code, msg string) *toolpb.ToolError {
-		return &toolpb.ToolError{CallId: callID, ErrorCode: string(c), Message: msg}
-	}
 	c, err := callerOf(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if callID == "" {
-		return answer(tool.CodeNotFound, "no call_id: name the call to cancel"), nil
-	}
-	rec, err := t.s.store.ToolCalls().GetCall(ctx, callID)
-	if errors.Is(err, store.ErrNotFound) {
-		return answer(tool.CodeNotFound, fmt.Sprintf("no call %s", callID)), nil
-	}
-	if err != nil {
-		return nil, failed("reading the tool call", err)
-	}
-	if !c.mayAct(rec.Caller) {
-		return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "call %s is another caller's call; its owner or an operator may cancel it", callID)
-	}
-	if rec.Final {
-		return answer(tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil
+	if done, err := t.cancellable(ctx, c, callID); done != nil || err != nil {
+		return done, err
 	}
 	res, err := update[workflows.ToolCancelResult](ctx, t.s.temporal, client.UpdateWorkflowOptions{
 		WorkflowID: workflows.ToolWorkflowID(callID), UpdateName: workflows.ToolCancelUpdate, Args: []any{workflows.ToolCancel{By: c.owner}},
@@ -445,22 +432,55 @@ func (t *toolService) Cancel(ctx context.Context, req *toolpb.ToolCall) (*toolpb
 	case classify(err) == temporalNotFound:
 		// The call was recorded but its workflow never started (the frontend died between
 		// the two) or it already closed: the store decides.
-		sum := activities.ToolSummary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled), Message: "cancelled by " + c.owner, By: c.owner}
-		_, created, ferr := t.s.store.ToolCalls().Finish(ctx, callID, "application/json", []byte(`{"error_code":"CANCELLED"}`), func(frames, bytes uint64) []byte {
-			sum.Frames, sum.Bytes, sum.Partial = frames, bytes, frames > 0
-			return sum.JSON()
-		})
-		if ferr != nil {
-			return nil, failed("cancelling the tool call", ferr)
-		}
-		if !created {
-			return answer(tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil
-		}
-		return answer(tool.CodeCancelled, "cancelled; the final frame is stored"), nil
+		return t.cancelStored(ctx, c, callID)
 	case err != nil:
 		return nil, failed("cancelling the tool call", err)
 	}
-	return answer(res.Code, res.Message), nil
+	return toolAnswer(callID, res.Code, res.Message), nil
+}
+
+// toolAnswer is Cancel's answer about call callID.
+func toolAnswer(callID string, c tool.Code, msg string) *toolpb.ToolError {
+	return &toolpb.ToolError{CallId: callID, ErrorCode: string(c), Message: msg}
+}
+
+// cancellable answers a Cancel that needs no workflow — no call_id, an unknown call, a call
+// that already ended — or refuses another caller's call; (nil, nil) lets the cancel go on.
+func (t *toolService) cancellable(ctx context.Context, c caller, callID string) (*toolpb.ToolError, error) {
+	if callID == "" {
+		return toolAnswer(callID, tool.CodeNotFound, "no call_id: name the call to cancel"), nil
+	}
+	rec, err := t.s.store.ToolCalls().GetCall(ctx, callID)
+	if errors.Is(err, store.ErrNotFound) {
+		return toolAnswer(callID, tool.CodeNotFound, fmt.Sprintf("no call %s", callID)), nil
+	}
+	if err != nil {
+		return nil, failed("reading the tool call", err)
+	}
+	if !c.mayAct(rec.Caller) {
+		return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "call %s is another caller's call; its owner or an operator may cancel it", callID)
+	}
+	if rec.Final {
+		return toolAnswer(callID, tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil
+	}
+	return nil, nil
+}
+
+// cancelStored cancels a call that has no running workflow by storing its final frame,
+// unless one is stored already.
+func (t *toolService) cancelStored(ctx context.Context, c caller, callID string) (*toolpb.ToolError, error) {
+	sum := activities.ToolSummary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled), Message: "cancelled by " + c.owner, By: c.owner}
+	_, created, err := t.s.store.ToolCalls().Finish(ctx, callID, "application/json", []byte(`{"error_code":"CANCELLED"}`), func(frames, bytes uint64) []byte {
+		sum.Frames, sum.Bytes, sum.Partial = frames, bytes, frames > 0
+		return sum.JSON()
+	})
+	if err != nil {
+		return nil, failed("cancelling the tool call", err)
+	}
+	if !created {
+		return toolAnswer(callID, tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil
+	}
+	return toolAnswer(callID, tool.CodeCancelled, "cancelled; the final frame is stored"), nil
 }
 
 // AuditToolCallRefused records a call refused before it started: who, which tool, the code.
