@@ -41,16 +41,13 @@ func roomOf(id string) string {
 // a second proposal is refused while the first is under review or once it was approved, and
 // accepted as the next version after REVISION_REQUESTED (the revision loop).
 func (r *roomService) SubmitProposal(ctx context.Context, req *negotiationroompb.SubmitProposalRequest) (*negotiationroompb.SubmitProposalResponse, error) {
-	if req.GetProposal() == nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "proposal is required")
+	if perr := voting.ValidateSubmission(req.GetProposal()); perr != nil {
+		return nil, perr
 	}
 	p := proto.Clone(req.GetProposal()).(*negotiationroompb.NegotiationProposal)
 	p.NegotiationRoomId = roomOf(p.GetNegotiationRoomId())
 	if p.GetCreatedAt() == nil {
 		p.CreatedAt = timestamppb.Now()
-	}
-	if err := voting.ValidateProposal(p); err != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%v", err)
 	}
 	for _, c := range p.GetRequestedCritics() {
 		if _, err := r.s.store.Registry().GetAgent(ctx, c); errors.Is(err, store.ErrNotFound) {
@@ -59,25 +56,11 @@ func (r *roomService) SubmitProposal(ctx context.Context, req *negotiationroompb
 			return nil, failed("registry lookup", err)
 		}
 	}
-	id := workflows.RoomWorkflowID(p.GetNegotiationRoomId(), p.GetArtifactId())
-	version := 1
-	// Describe first: for a new artifact (the common case) it answers NotFound without the
-	// workflow task a query needs.
-	if _, derr := r.s.temporal.DescribeWorkflowExecution(ctx, id, ""); classify(derr) == temporalNotFound {
-		// a new artifact: version 1
-	} else if prev, err := r.state(ctx, id); err == nil {
-		switch {
-		case !prev.Final:
-			return nil, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "artifact %q (version %d) is still under review in room %q", p.GetArtifactId(), prev.Version, p.GetNegotiationRoomId())
-		case prev.Decision.GetOutcome() == negotiationroompb.DecisionOutcome_APPROVED:
-			return nil, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "artifact %q was approved at version %d; submit changes under a new artifact_id", p.GetArtifactId(), prev.Version)
-		default:
-			version = prev.Version + 1 // the producer's revision after REVISION_REQUESTED
-		}
-	} else if protocol.CodeOf(err) != commonpb.ErrorCode_NO_ROUTE {
+	version, err := r.nextVersion(ctx, p)
+	if err != nil {
 		return nil, err
 	}
-	err := start(ctx, r.s.temporal, workflows.RoomStartOptions(p.GetNegotiationRoomId(), p.GetArtifactId(), r.s.cfg.TaskQueue), workflows.RoomCoordinator,
+	err = start(ctx, r.s.temporal, workflows.RoomStartOptions(p.GetNegotiationRoomId(), p.GetArtifactId(), r.s.cfg.TaskQueue), workflows.RoomCoordinator,
 		workflows.RoomInput{Proposal: p, Version: version, Policy: r.s.cfg.RoomPolicy, Timeout: r.s.cfg.RoomTimeout, HITLTimeout: r.s.cfg.HITLTimeout})
 	if classify(err) == temporalAlreadyStarted {
 		return nil, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "artifact %q is already under review", p.GetArtifactId())
@@ -88,15 +71,36 @@ func (r *roomService) SubmitProposal(ctx context.Context, req *negotiationroompb
 	return &negotiationroompb.SubmitProposalResponse{ArtifactId: p.GetArtifactId(), NegotiationRoomId: p.GetNegotiationRoomId()}, nil
 }
 
+// nextVersion is the version a proposal of its artifact would be: 1 for a new artifact, the
+// next after REVISION_REQUESTED (the revision loop); an artifact under review or approved is
+// refused.
+func (r *roomService) nextVersion(ctx context.Context, p *negotiationroompb.NegotiationProposal) (int, error) {
+	id := workflows.RoomWorkflowID(p.GetNegotiationRoomId(), p.GetArtifactId())
+	// Describe first: for a new artifact (the common case) it answers NotFound without the
+	// workflow task a query needs.
+	if _, derr := r.s.temporal.DescribeWorkflowExecution(ctx, id, ""); classify(derr) == temporalNotFound {
+		return 1, nil
+	}
+	prev, err := r.state(ctx, id)
+	switch {
+	case protocol.CodeOf(err) == commonpb.ErrorCode_NO_ROUTE:
+		return 1, nil
+	case err != nil:
+		return 0, err
+	case !prev.Final:
+		return 0, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "artifact %q (version %d) is still under review in room %q", p.GetArtifactId(), prev.Version, p.GetNegotiationRoomId())
+	case prev.Decision.GetOutcome() == negotiationroompb.DecisionOutcome_APPROVED:
+		return 0, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "artifact %q was approved at version %d; submit changes under a new artifact_id", p.GetArtifactId(), prev.Version)
+	}
+	return prev.Version + 1, nil // the producer's revision after REVISION_REQUESTED
+}
+
 // SubmitVote delivers a vote to the coordinator as an update, whose validator refuses a critic
 // that was not requested, a second vote, out-of-range values and votes on decided artifacts.
 func (r *roomService) SubmitVote(ctx context.Context, req *negotiationroompb.SubmitVoteRequest) (*negotiationroompb.SubmitVoteResponse, error) {
 	v := req.GetVote()
-	if v == nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "vote is required")
-	}
-	if v.GetArtifactId() == "" || v.GetCriticId() == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "vote.artifact_id and vote.critic_id are required")
+	if perr := voting.ValidateVoteRequest(v); perr != nil {
+		return nil, perr
 	}
 	id := workflows.RoomWorkflowID(roomOf(v.GetNegotiationRoomId()), v.GetArtifactId())
 	_, err := update[none](ctx, r.s.temporal, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: workflows.RoomVoteUpdate, Args: []any{v}})
@@ -146,8 +150,8 @@ func (r *roomService) state(ctx context.Context, id string) (workflows.RoomState
 
 // GetVotes returns the votes of an artifact's current version.
 func (r *roomService) GetVotes(ctx context.Context, req *negotiationroompb.GetVotesRequest) (*negotiationroompb.GetVotesResponse, error) {
-	if req.GetArtifactId() == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "artifact_id is required")
+	if perr := voting.ValidateArtifactRequest(req.GetArtifactId()); perr != nil {
+		return nil, perr
 	}
 	st, err := r.state(ctx, workflows.RoomWorkflowID(roomOf(req.GetNegotiationRoomId()), req.GetArtifactId()))
 	if err != nil {
@@ -159,8 +163,8 @@ func (r *roomService) GetVotes(ctx context.Context, req *negotiationroompb.GetVo
 // GetDecision returns the current decision (empty while votes are awaited; ESCALATED_TO_HITL
 // while a human decides).
 func (r *roomService) GetDecision(ctx context.Context, req *negotiationroompb.GetDecisionRequest) (*negotiationroompb.GetDecisionResponse, error) {
-	if req.GetArtifactId() == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "artifact_id is required")
+	if perr := voting.ValidateArtifactRequest(req.GetArtifactId()); perr != nil {
+		return nil, perr
 	}
 	st, err := r.state(ctx, workflows.RoomWorkflowID(roomOf(req.GetNegotiationRoomId()), req.GetArtifactId()))
 	if err != nil {
@@ -172,8 +176,8 @@ func (r *roomService) GetDecision(ctx context.Context, req *negotiationroompb.Ge
 // WaitForDecision blocks until the artifact's decision is final or the timeout passes
 // (DeadlineExceeded, naming the current state).
 func (r *roomService) WaitForDecision(ctx context.Context, req *negotiationroompb.WaitForDecisionRequest) (*negotiationroompb.WaitForDecisionResponse, error) {
-	if req.GetArtifactId() == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "artifact_id is required")
+	if perr := voting.ValidateArtifactRequest(req.GetArtifactId()); perr != nil {
+		return nil, perr
 	}
 	timeout := DefaultWaitForDecision
 	if s := req.GetTimeoutSeconds(); s > 0 {
@@ -188,15 +192,21 @@ func (r *roomService) WaitForDecision(ctx context.Context, req *negotiationroomp
 			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no proposal for artifact %q in this room", req.GetArtifactId())
 		}
 		if wctx.Err() != nil && ctx.Err() == nil {
-			msg := fmt.Sprintf("no final decision for %q within %s", req.GetArtifactId(), timeout)
-			if st, serr := r.state(ctx, id); serr == nil && st.Decision != nil {
-				msg += fmt.Sprintf("; current outcome %s (%s)", st.Decision.GetOutcome(), st.Decision.GetReason())
-			} else if serr == nil {
-				msg += fmt.Sprintf("; %d vote(s) so far", len(st.Votes))
-			}
-			return nil, status.Error(codes.DeadlineExceeded, msg)
+			return nil, r.undecided(ctx, id, req.GetArtifactId(), timeout)
 		}
 		return nil, internalf("coordinator of %s failed: %v", req.GetArtifactId(), err)
 	}
 	return &negotiationroompb.WaitForDecisionResponse{Decision: d}, nil
+}
+
+// undecided is WaitForDecision's DeadlineExceeded, naming the artifact's state so far. It has
+// no spec error_code: a wait that ran out is no refusal (the trailer says internal_error).
+func (r *roomService) undecided(ctx context.Context, id, artifactID string, timeout time.Duration) error {
+	msg := fmt.Sprintf("no final decision for %q within %s", artifactID, timeout)
+	if st, serr := r.state(ctx, id); serr == nil && st.Decision != nil {
+		msg += fmt.Sprintf("; current outcome %s (%s)", st.Decision.GetOutcome(), st.Decision.GetReason())
+	} else if serr == nil {
+		msg += fmt.Sprintf("; %d vote(s) so far", len(st.Votes))
+	}
+	return status.Error(codes.DeadlineExceeded, msg)
 }
