@@ -13,15 +13,13 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/scheduling"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // maxActivityPoll caps the entries one PollActivityBuffer returns (the oldest first).
 const maxActivityPoll = store.DefaultActivityListLimit
-
-// maxPurgeTaskIDs bounds the task_ids of one PurgeActivity call.
-const maxPurgeTaskIDs = 1000
 
 // The filtered reads and the short history of §10 on PollActivityBuffer. The canonical
 // PollActivityBufferRequest carries only agent_id and canonical messages must not change
@@ -66,15 +64,9 @@ func (sc *schedulerService) PollActivityBuffer(ctx context.Context, req *schedul
 	if err != nil {
 		return nil, err
 	}
-	ab := sc.s.store.ActivityBuffer()
-	var es []store.ActivityEntry
-	if history {
-		es, err = ab.History(ctx, f)
-	} else {
-		es, err = ab.List(ctx, f)
-	}
+	es, err := sc.activity(ctx, f, history)
 	if err != nil {
-		return nil, activityError(err)
+		return nil, err
 	}
 	out := &schedulerpb.PollActivityBufferResponse{Entries: make([]*schedulerpb.ActivityEntry, 0, len(es))}
 	var waiting []string
@@ -88,6 +80,24 @@ func (sc *schedulerService) PollActivityBuffer(ctx context.Context, req *schedul
 		_ = grpc.SetHeader(ctx, metadata.Pairs(pairsOf(ActivityWaitingOnHeader, waiting)...))
 	}
 	return out, nil
+}
+
+// activity reads the buffer's entries matching f: the active ones, or the short history.
+func (sc *schedulerService) activity(ctx context.Context, f store.ActivityFilter, history bool) ([]store.ActivityEntry, error) {
+	ab := sc.s.store.ActivityBuffer()
+	var (
+		es  []store.ActivityEntry
+		err error
+	)
+	if history {
+		es, err = ab.History(ctx, f)
+	} else {
+		es, err = ab.List(ctx, f)
+	}
+	if err != nil {
+		return nil, activityError(err)
+	}
+	return es, nil
 }
 
 // pairsOf lists key with each value, for metadata.Pairs.
@@ -140,15 +150,10 @@ func activityReadOf(ctx context.Context, req *schedulerpb.PollActivityBufferRequ
 // count nothing. agent_id and at least one task_id are required. Every purge is recorded as
 // activity.purged (§19).
 func (sc *schedulerService) PurgeActivity(ctx context.Context, req *schedulerpb.PurgeActivityRequest) (*schedulerpb.PurgeActivityResponse, error) {
-	agentID, taskIDs := req.GetAgentId(), req.GetTaskIds()
-	switch {
-	case agentID == "":
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "agent_id is required")
-	case len(taskIDs) == 0:
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "name at least one task_id to purge")
-	case len(taskIDs) > maxPurgeTaskIDs:
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "at most %d task_ids per call, got %d", maxPurgeTaskIDs, len(taskIDs))
+	if perr := scheduling.ValidatePurge(req); perr != nil {
+		return nil, perr
 	}
+	agentID, taskIDs := req.GetAgentId(), req.GetTaskIds()
 	n, err := sc.s.store.ActivityBuffer().Purge(ctx, agentID, taskIDs)
 	if err != nil {
 		return nil, activityError(err)
@@ -178,22 +183,11 @@ func activityError(err error) error { return failed("activity buffer", err) }
 // deregisters within the grace period its lifecycle ends normally; otherwise it is marked
 // FAILED with agent_shutdown_timeout. A zero grace_period means the default of 30 s.
 func (sc *schedulerService) ShutdownAgent(ctx context.Context, req *schedulerpb.ShutdownAgentRequest) (*schedulerpb.ShutdownAgentResponse, error) {
-	id := req.GetAgentId()
-	if perr := protocol.ValidateAgentID(id); perr != nil {
+	grace, perr := scheduling.ValidateShutdown(req, workflows.DefaultShutdownGrace)
+	if perr != nil {
 		return nil, perr
 	}
-	grace := workflows.DefaultShutdownGrace
-	if gp := req.GetGracePeriod(); gp != nil {
-		if err := gp.CheckValid(); err != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "grace_period: %v", err)
-		}
-		switch d := gp.AsDuration(); {
-		case d < 0:
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "grace_period must not be negative, got %s", d)
-		case d > 0:
-			grace = d
-		}
-	}
+	id := req.GetAgentId()
 	if _, err := sc.s.store.Registry().GetAgent(ctx, id); errors.Is(err, store.ErrNotFound) {
 		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q is not registered", id)
 	} else if err != nil {

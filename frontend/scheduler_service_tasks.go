@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -17,14 +15,11 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
-	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
+	"github.com/sw4rm/sw4rm-temporal/protocol/scheduling"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
-
-// maxTaskIDLen bounds task_id, which becomes part of a workflow ID.
-const maxTaskIDLen = 200
 
 // NeedsWorktreeMetadataKey set to "true" on SubmitTask marks a task that needs its agent's
 // worktree (§16.3): it is held WAITING while the agent is UNBOUND or BIND_FAILED and runs
@@ -37,53 +32,30 @@ const NeedsWorktreeMetadataKey = "sw4rm-needs-worktree"
 // or "1" is true; anything else, or the key given twice, is validation_error.
 func needsWorktreeOf(ctx context.Context) (bool, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	vs := md.Get(NeedsWorktreeMetadataKey)
-	switch {
-	case len(vs) == 0:
-		return false, nil
-	case len(vs) > 1:
-		return false, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "metadata %s given %d times; give it once", NeedsWorktreeMetadataKey, len(vs))
+	v, perr := scheduling.ParseFlag(NeedsWorktreeMetadataKey, md.Get(NeedsWorktreeMetadataKey))
+	if perr != nil {
+		return false, perr
 	}
-	switch strings.ToLower(strings.TrimSpace(vs[0])) {
-	case "false", "0":
-		return false, nil
-	case "true", "1":
-		return true, nil
-	}
-	return false, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "metadata %s=%q must be true or false", NeedsWorktreeMetadataKey, vs[0])
+	return v, nil
 }
 
-// validateTask checks a SubmitTaskRequest (§7.1, §9.2): agent_id, a task_id, a priority in
-// -19..20, scope metadata (required, and parseable so conflict analysis can use it), and
-// params within the payload limit.
-func (sc *schedulerService) validateTask(req *schedulerpb.SubmitTaskRequest) error {
-	if perr := protocol.ValidateAgentID(req.GetAgentId()); perr != nil {
-		return perr
-	}
-	id := req.GetTaskId()
-	switch {
-	case id == "":
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "task_id is required")
-	case len(id) > maxTaskIDLen || !utf8.ValidString(id) || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "task_id must be at most %d printable characters without spaces", maxTaskIDLen)
-	}
-	if p := req.GetPriority(); p < protocol.MinPriority || p > protocol.MaxPriority {
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "priority %d is outside %d (highest) .. %d (lowest); 0 is the default (§7.1)", p, protocol.MinPriority, protocol.MaxPriority)
-	}
-	if strings.TrimSpace(req.GetScope()) == "" {
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "scope is required: describe the resources, repositories or paths the task touches, e.g. \"repo:app path:src/api/**\" (§9.2)")
-	}
-	if _, err := inference.ParseScope(req.GetScope()); err != nil {
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "scope: %v", err)
-	}
+// taskInput validates a SubmitTaskRequest (scheduling.ValidateSubmit, within the payload
+// limit) and its metadata, and is the task workflow's input.
+func (sc *schedulerService) taskInput(ctx context.Context, req *schedulerpb.SubmitTaskRequest) (workflows.TaskInput, error) {
 	lim := protocol.DefaultMaxPayloadBytes
 	if sc.s.router != nil {
 		lim = sc.s.router.Config().MaxPayloadBytes
 	}
-	if lim > 0 && len(req.GetParams()) > lim {
-		return protocol.Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "params of %d bytes exceed the %d-byte limit", len(req.GetParams()), lim)
+	if perr := scheduling.ValidateSubmit(req, lim); perr != nil {
+		return workflows.TaskInput{}, perr
 	}
-	return nil
+	needsWorktree, err := needsWorktreeOf(ctx)
+	if err != nil {
+		return workflows.TaskInput{}, err
+	}
+	return workflows.TaskInput{TaskID: req.GetTaskId(), AgentID: req.GetAgentId(), Priority: req.GetPriority(),
+		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope(), SubmittedAt: time.Now().UTC(),
+		NeedsWorktree: needsWorktree}, nil
 }
 
 // SubmitTask submits a task (§7.1): it starts the task's workflow task/<task_id> and waits for
@@ -95,36 +67,17 @@ func (sc *schedulerService) validateTask(req *schedulerpb.SubmitTaskRequest) err
 // submission. A task marked with NeedsWorktreeMetadataKey is admitted by its workflow, which
 // holds it (accepted, WAITING, the reason saying why) while the agent is not bound (§16.3).
 func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.SubmitTaskRequest) (*schedulerpb.SubmitTaskResponse, error) {
-	if err := sc.validateTask(req); err != nil {
-		return nil, err
-	}
-	needsWorktree, err := needsWorktreeOf(ctx)
+	in, err := sc.taskInput(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	in := workflows.TaskInput{TaskID: req.GetTaskId(), AgentID: req.GetAgentId(), Priority: req.GetPriority(),
-		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope(), SubmittedAt: time.Now().UTC(),
-		NeedsWorktree: needsWorktree}
-	adm, err := sc.registered(ctx, in.AgentID)
-	switch {
-	case err != nil:
-	case !adm.Accepted:
-		// Nothing started: a retry is a new submission, not a duplicate of this one.
-	case in.NeedsWorktree:
-		// The task workflow checks the agent's binding before admission and holds the task
-		// while the agent is not bound (§16.3): the fast path would admit and queue it here.
-		adm, err = sc.submitInWorkflow(ctx, in)
-	case sc.s.router != nil:
-		adm, err = sc.submitFast(ctx, in)
-	default:
-		adm, err = sc.submitInWorkflow(ctx, in)
+	adm, err := sc.submit(ctx, in)
+	var dup *duplicateTaskError
+	if errors.As(err, &dup) {
+		return &schedulerpb.SubmitTaskResponse{Accepted: false,
+			Reason: fmt.Sprintf("duplicate_detected: task_id %q was already submitted; task ids are unique", in.TaskID)}, nil
 	}
 	if err != nil {
-		var dup *duplicateTaskError
-		if errors.As(err, &dup) {
-			return &schedulerpb.SubmitTaskResponse{Accepted: false,
-				Reason: fmt.Sprintf("duplicate_detected: task_id %q was already submitted; task ids are unique", in.TaskID)}, nil
-		}
 		return nil, err
 	}
 	details := map[string]any{"task_id": in.TaskID, "priority": in.Priority, "accepted": adm.Accepted, "state": adm.State, "reason": adm.Reason}
@@ -134,6 +87,25 @@ func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.Sub
 	sc.s.sink.Record(ctx, audit.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "task.submitted",
 		AgentID: in.AgentID, Details: details})
 	return &schedulerpb.SubmitTaskResponse{Accepted: adm.Accepted, Reason: adm.Reason}, nil
+}
+
+// submit admits a validated task by the path that suits it, after checking its agent is
+// registered.
+func (sc *schedulerService) submit(ctx context.Context, in workflows.TaskInput) (workflows.TaskAdmission, error) {
+	adm, err := sc.registered(ctx, in.AgentID)
+	switch {
+	case err != nil:
+		return adm, err
+	case !adm.Accepted:
+		return adm, nil // nothing started: a retry is a new submission, not a duplicate of this one
+	case in.NeedsWorktree:
+		// The task workflow checks the agent's binding before admission and holds the task
+		// while the agent is not bound (§16.3): the fast path would admit and queue it here.
+		return sc.submitInWorkflow(ctx, in)
+	case sc.s.router != nil:
+		return sc.submitFast(ctx, in)
+	}
+	return sc.submitInWorkflow(ctx, in)
 }
 
 // registered checks that agentID is registered before a task workflow is started for it:

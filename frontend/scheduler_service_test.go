@@ -16,6 +16,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/scheduling"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
@@ -189,7 +190,7 @@ func TestPurgeActivity(t *testing.T) {
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
 	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice"})
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
-	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice", TaskIds: make([]string, maxPurgeTaskIDs+1)})
+	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice", TaskIds: make([]string, scheduling.MaxPurgeTaskIDs+1)})
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
 	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice", TaskIds: []string{"t\x00"}})
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
