@@ -53,9 +53,6 @@ const (
 	WorktreeNoteHeader = "sw4rm-worktree-note"
 )
 
-// maxSwitchReason bounds RejectSwitch's reason, in bytes.
-const maxSwitchReason = 1024
-
 // worktreeService serves sw4rm.worktree.WorktreeService (§16): each agent's binding is the
 // workflow worktree/<agent_id>, which Bind starts; the store keeps its projection for Status
 // after an unbind ended the run.
@@ -78,22 +75,23 @@ func by(ctx context.Context) string {
 // automatic retries run (Status follows them). Binding another worktree while bound is
 // refused with FailedPrecondition.
 func (w *worktreeService) Bind(ctx context.Context, req *worktreepb.BindRequest) (*worktreepb.BindResponse, error) {
+	if perr := worktree.ValidateBind(req); perr != nil {
+		return nil, perr
+	}
 	agent := req.GetAgentId()
-	if perr := protocol.ValidateAgentID(agent); perr != nil {
-		return nil, perr
+	if err := w.s.registered(ctx, agent, "agent %q is not registered; register it before binding a worktree"); err != nil {
+		return nil, err
 	}
-	if perr := worktree.ValidateRepoID(req.GetRepoId()); perr != nil {
-		return nil, perr
+	res, err := w.bind(ctx, agent, workflows.WorktreeBind{RepoID: req.GetRepoId(), WorktreeID: req.GetWorktreeId(), By: by(ctx)})
+	if err != nil {
+		return nil, w.updateError(ctx, agent, err)
 	}
-	if perr := worktree.ValidateWorktreeID(req.GetWorktreeId()); perr != nil {
-		return nil, perr
-	}
-	if _, err := w.s.router.Agent(ctx, agent); errors.Is(err, store.ErrNotFound) {
-		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q is not registered; register it before binding a worktree", agent)
-	} else if err != nil {
-		return nil, failed("registry lookup", err)
-	}
-	b := workflows.WorktreeBind{RepoID: req.GetRepoId(), WorktreeID: req.GetWorktreeId(), By: by(ctx)}
+	setWorktreeHeaders(ctx, res.State)
+	return &worktreepb.BindResponse{Ok: res.OK, Reason: res.Reason}, nil
+}
+
+// bind sends Bind's update to the agent's binding, starting its workflow unless it runs.
+func (w *worktreeService) bind(ctx context.Context, agent string, b workflows.WorktreeBind) (workflows.WorktreeBindResult, error) {
 	var res workflows.WorktreeBindResult
 	// An update aborted because the run it reached was closing comes back NotFound: the next
 	// attempt starts, or reaches, the next run.
@@ -103,11 +101,7 @@ func (w *worktreeService) Bind(ctx context.Context, req *worktreepb.BindRequest)
 			client.UpdateWorkflowOptions{UpdateName: workflows.WorktreeBindUpdate, Args: []any{b}})
 		return err
 	})
-	if err != nil {
-		return nil, w.updateError(ctx, agent, err)
-	}
-	setWorktreeHeaders(ctx, res.State)
-	return &worktreepb.BindResponse{Ok: res.OK, Reason: res.Reason}, nil
+	return res, err
 }
 
 // Unbind ends the agent's binding: its home worktree is unlocked (directory and branch stay)
@@ -135,14 +129,10 @@ func (w *worktreeService) Unbind(ctx context.Context, req *worktreepb.UnbindRequ
 // ApproveSwitch or RejectSwitch, or, with requires_hitl, for a HITL invocation with reason
 // WORKTREE_OVERRIDE (whose id is the sw4rm-worktree-hitl header).
 func (w *worktreeService) RequestSwitch(ctx context.Context, req *worktreepb.SwitchRequest) (*worktreepb.StatusResponse, error) {
-	agent := req.GetAgentId()
-	if perr := protocol.ValidateAgentID(agent); perr != nil {
+	if perr := worktree.ValidateSwitchRequest(req); perr != nil {
 		return nil, perr
 	}
-	if perr := worktree.ValidateWorktreeID(req.GetTargetWorktreeId()); perr != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "target_worktree_id: %s", perr.Msg)
-	}
-	return w.stateCall(ctx, agent, workflows.WorktreeSwitchRequestUpdate,
+	return w.stateCall(ctx, req.GetAgentId(), workflows.WorktreeSwitchRequestUpdate,
 		workflows.WorktreeSwitchRequest{TargetWorktreeID: req.GetTargetWorktreeId(), RequiresHITL: req.GetRequiresHitl(), By: by(ctx)})
 }
 
@@ -152,34 +142,20 @@ func (w *worktreeService) RequestSwitch(ctx context.Context, req *worktreepb.Swi
 // target_worktree_id, when set, must be the pending switch's. If the target cannot be made,
 // the switch stays pending and the call fails with the §16.3 reason.
 func (w *worktreeService) ApproveSwitch(ctx context.Context, req *worktreepb.SwitchApprove) (*worktreepb.StatusResponse, error) {
-	agent := req.GetAgentId()
-	if perr := protocol.ValidateAgentID(agent); perr != nil {
+	if perr := worktree.ValidateSwitchApproval(req, workflows.MaxSwitchTTL); perr != nil {
 		return nil, perr
 	}
-	if t := req.GetTargetWorktreeId(); t != "" {
-		if perr := worktree.ValidateWorktreeID(t); perr != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "target_worktree_id: %s", perr.Msg)
-		}
-	}
-	if ms := req.GetTtlMs(); ms > uint64(workflows.MaxSwitchTTL.Milliseconds()) {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "ttl_ms %d is more than %d (%s); a switch is time-limited (§16.2)",
-			ms, workflows.MaxSwitchTTL.Milliseconds(), workflows.MaxSwitchTTL)
-	}
-	return w.stateCall(ctx, agent, workflows.WorktreeSwitchApproveUpdate, workflows.WorktreeSwitchApproval{TargetWorktreeID: req.GetTargetWorktreeId(),
+	return w.stateCall(ctx, req.GetAgentId(), workflows.WorktreeSwitchApproveUpdate, workflows.WorktreeSwitchApproval{TargetWorktreeID: req.GetTargetWorktreeId(),
 		TTL: time.Duration(req.GetTtlMs()) * time.Millisecond, By: by(ctx)})
 }
 
 // RejectSwitch rejects the agent's pending switch (SWITCH_REJECT) or, once approved, revokes
 // it (SWITCH_REVOKE): the agent is back home at once.
 func (w *worktreeService) RejectSwitch(ctx context.Context, req *worktreepb.SwitchReject) (*worktreepb.StatusResponse, error) {
-	agent := req.GetAgentId()
-	if perr := protocol.ValidateAgentID(agent); perr != nil {
+	if perr := worktree.ValidateSwitchRejection(req); perr != nil {
 		return nil, perr
 	}
-	if len(req.GetReason()) > maxSwitchReason {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "reason is longer than %d bytes", maxSwitchReason)
-	}
-	return w.stateCall(ctx, agent, workflows.WorktreeSwitchRejectUpdate, workflows.WorktreeSwitchRejection{Reason: req.GetReason(), By: by(ctx)})
+	return w.stateCall(ctx, req.GetAgentId(), workflows.WorktreeSwitchRejectUpdate, workflows.WorktreeSwitchRejection{Reason: req.GetReason(), By: by(ctx)})
 }
 
 // Status answers the agent's binding: from its running workflow, else the store's projection
