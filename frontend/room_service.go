@@ -144,6 +144,8 @@ func (r *roomService) state(ctx context.Context, id string) (workflows.RoomState
 		return st, nil
 	case classify(err) == temporalNotFound:
 		return st, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no proposal %s", id)
+	case errors.As(err, new(*protocol.Error)):
+		return st, err // the state did not decode
 	}
 	return st, temporalUnavailable("read "+id, err)
 }

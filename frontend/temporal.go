@@ -150,14 +150,18 @@ func updateWithStart[R any](ctx context.Context, tc client.Client, start client.
 	return out, ctxFirst(ctx, err)
 }
 
-// query asks a workflow's latest run, open or closed, a query.
+// query asks a workflow's latest run, open or closed, a query; an answer that does not
+// decode is internal_error.
 func query[R any](ctx context.Context, tc client.Client, wid, name string) (R, error) {
 	var out R
 	v, err := tc.QueryWorkflow(ctx, wid, "", name)
-	if err == nil {
-		err = v.Get(&out)
+	if err != nil {
+		return out, err
 	}
-	return out, err
+	if err := v.Get(&out); err != nil {
+		return out, internalf("decode the %s query of %s: %v", name, wid, err)
+	}
+	return out, nil
 }
 
 // queryOpen asks a workflow's running run a query; open is false when the latest run has
