@@ -196,10 +196,8 @@ var methodRules = map[string]rule{
 	toolpb.ToolService_Cancel_FullMethodName:     {who: authenticated},
 }
 
-// serviceRules covers the services that answer Unimplemented until their issue builds them:
-// a proven caller reaches the capability gate and learns what is missing. Each pattern
-// replaces its entry with per-method rules when it lands; SchedulerPolicyService's entry
-// covers its methods not built yet (notYetBuiltMethods), methodRules the built ones.
+// serviceRules gives one rule to every method of a service whose methods share it; methodRules
+// takes precedence.
 var serviceRules = map[string]rule{
 	"/sw4rmext.keys.v1.KeyAdminService/":                {who: operator},
 	"/" + healthpb.Health_ServiceDesc.ServiceName + "/": {who: anyone},

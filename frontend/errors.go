@@ -14,16 +14,19 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
 // The one error table of the frontend. Handlers return what failed — a *protocol.Error for a
-// refusal the spec names, a store or Temporal error wrapped with what was being done, or a
-// status they chose themselves — and errorsUnary/errorsStream turn every one of them into a
-// gRPC status whose message starts with the spec's error_code ("validation_error: …") and
-// whose trailer sw4rm-error-code carries the code's enum name, so that a client in any
-// language can branch on it (§11, §21).
+// refusal the spec names, a precondition for one the state of a resource caused, a
+// toolStatus for a tool call's §18.3 failure, a store or Temporal error wrapped with what
+// was being done (failed, temporalUnavailable) — and errorsUnary/errorsStream turn every one
+// of them into a gRPC status whose message starts with the spec's error_code
+// ("validation_error: …") and whose trailer sw4rm-error-code carries the code's enum name, so
+// that a client in any language can branch on it (§11, §21). A status a handler built itself
+// passes through unchanged.
 
 // grpcCodeOf is the gRPC status a protocol refusal travels with.
 var grpcCodeOf = map[commonpb.ErrorCode]codes.Code{
@@ -72,8 +75,94 @@ func errorCodeOfStatus(st *status.Status) commonpb.ErrorCode {
 	return commonpb.ErrorCode_INTERNAL_ERROR
 }
 
+// toolCodeOf is the gRPC status a failed tool call travels with (§18.3); its exact code
+// rides in the ToolError detail and the sw4rm-tool-error-code trailer.
+var toolCodeOf = map[tool.Code]codes.Code{
+	tool.CodeToolTimeout:       codes.DeadlineExceeded,
+	tool.CodeWallTimeout:       codes.DeadlineExceeded,
+	tool.CodeValidation:        codes.InvalidArgument,
+	tool.CodePermissionDenied:  codes.PermissionDenied,
+	tool.CodeCPUBudgetExceeded: codes.ResourceExhausted,
+	tool.CodeCancelled:         codes.Aborted,
+	tool.CodeNotFound:          codes.NotFound,
+	tool.CodeAlreadyCompleted:  codes.FailedPrecondition,
+	tool.CodeToolFailed:        codes.Aborted,
+	tool.CodeInterrupted:       codes.Aborted,
+	tool.CodeInternal:          codes.Internal,
+}
+
+// preconditionError is a protocol refusal caused by the state a resource is in (a closed
+// negotiation, a handoff no longer offered) rather than by the request: gRPC's
+// FailedPrecondition, with the spec's error_code all the same.
+type preconditionError struct{ refusal *protocol.Error }
+
+func (e *preconditionError) Error() string { return e.refusal.Error() }
+
+// Unwrap lets protocol.CodeOf find the refusal's code.
+func (e *preconditionError) Unwrap() error { return e.refusal }
+
+// precondition builds a preconditionError with a formatted message.
+func precondition(code commonpb.ErrorCode, format string, args ...any) error {
+	return &preconditionError{refusal: protocol.Errorf(code, format, args...)}
+}
+
+// internalf is a bug or a broken invariant of this server: Internal, internal_error.
+func internalf(format string, args ...any) error {
+	return protocol.Errorf(commonpb.ErrorCode_INTERNAL_ERROR, format, args...)
+}
+
+// unavailableError is a Temporal call that failed for none of the reasons a handler answers
+// itself: nothing was refused, so the call is safe to retry.
+type unavailableError struct {
+	what string
+	err  error
+}
+
+func (e *unavailableError) Error() string { return "could not " + e.what + ": " + e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// temporalUnavailable wraps a Temporal error with what was being done, for the error table.
+func temporalUnavailable(what string, err error) error {
+	return &unavailableError{what: what, err: err}
+}
+
+// toolFailure is a tool call's §18.3 failure, answered with its ToolError as a detail.
+type toolFailure struct {
+	callID string
+	err    *tool.Error
+}
+
+func (e *toolFailure) Error() string { return e.err.Error() }
+
+// toolStatus is the failure of call callID, for the error table.
+func toolStatus(callID string, te *tool.Error) error { return &toolFailure{callID: callID, err: te} }
+
 // toStatus maps any error a handler returns onto the gRPC status of the table above.
 func toStatus(ctx context.Context, err error) *status.Status {
+	var (
+		unavailable *unavailableError
+		pre         *preconditionError
+		tf          *toolFailure
+	)
+	switch {
+	case errors.As(err, &unavailable):
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()) // the caller went away or ran out of time
+		}
+		return status.New(codes.Unavailable, "internal_error: "+unavailable.Error())
+	case errors.As(err, &pre):
+		return status.New(codes.FailedPrecondition, pre.Error())
+	case errors.As(err, &tf):
+		c, ok := toolCodeOf[tf.err.Code]
+		if !ok {
+			c = codes.Internal
+		}
+		st := status.New(c, tf.err.Error())
+		if d, derr := st.WithDetails(tf.err.Proto(tf.callID)); derr == nil {
+			st = d
+		}
+		return st
+	}
 	if st, ok := status.FromError(err); ok {
 		return st
 	}
@@ -107,6 +196,17 @@ func toStatus(ctx context.Context, err error) *status.Status {
 // failed wraps a store or Temporal error with what was being done, for toStatus.
 func failed(what string, err error) error { return fmt.Errorf("%s: %w", what, err) }
 
+// trailerOf is the trailer of a failed call: its error_code and, for a tool call, the
+// exact §18.3 code.
+func trailerOf(st *status.Status, err error) metadata.MD {
+	md := metadata.Pairs(wire.ErrorCodeTrailer, errorCodeOfStatus(st).String())
+	var tf *toolFailure
+	if errors.As(err, &tf) {
+		md.Set(wire.ToolErrorCodeTrailer, string(tf.err.Code))
+	}
+	return md
+}
+
 // errorsUnary applies the error table to a unary call's error and sets its trailer.
 func errorsUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
@@ -114,7 +214,7 @@ func errorsUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler 
 		return resp, nil
 	}
 	st := toStatus(ctx, err)
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(wire.ErrorCodeTrailer, errorCodeOfStatus(st).String()))
+	_ = grpc.SetTrailer(ctx, trailerOf(st, err))
 	return nil, st.Err()
 }
 
@@ -125,6 +225,6 @@ func errorsStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handl
 		return nil
 	}
 	st := toStatus(ss.Context(), err)
-	ss.SetTrailer(metadata.Pairs(wire.ErrorCodeTrailer, errorCodeOfStatus(st).String()))
+	ss.SetTrailer(trailerOf(st, err))
 	return st.Err()
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -35,6 +36,11 @@ func TestErrorTable(t *testing.T) {
 		"own status":        {context.Background(), status.Error(codes.FailedPrecondition, "agent_shutdown: agent a is shutting down"), codes.FailedPrecondition, commonpb.ErrorCode_AGENT_SHUTDOWN, "agent_shutdown: "},
 		"status, no prefix": {context.Background(), status.Error(codes.InvalidArgument, "bad"), codes.InvalidArgument, commonpb.ErrorCode_VALIDATION_ERROR, "bad"},
 		"plain error":       {context.Background(), errors.New("boom"), codes.Unavailable, commonpb.ErrorCode_INTERNAL_ERROR, "internal_error: boom"},
+		"precondition":      {context.Background(), precondition(commonpb.ErrorCode_VALIDATION_ERROR, "negotiation n is closed"), codes.FailedPrecondition, commonpb.ErrorCode_VALIDATION_ERROR, "validation_error: negotiation n is closed"},
+		"internal":          {context.Background(), internalf("decode: %v", "x"), codes.Internal, commonpb.ErrorCode_INTERNAL_ERROR, "internal_error: decode: x"},
+		"temporal down":     {context.Background(), temporalUnavailable("start the run", errors.New("refused")), codes.Unavailable, commonpb.ErrorCode_INTERNAL_ERROR, "internal_error: could not start the run: refused"},
+		"temporal, gone":    {cancelled, temporalUnavailable("start the run", errors.New("refused")), codes.Canceled, commonpb.ErrorCode_INTERNAL_ERROR, ""},
+		"tool timeout":      {context.Background(), toolStatus("c1", tool.Errorf(tool.CodeToolTimeout, "slow")), codes.DeadlineExceeded, commonpb.ErrorCode_TOOL_TIMEOUT, "TOOL_TIMEOUT: slow"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := toStatus(tc.ctx, tc.err)
@@ -42,6 +48,10 @@ func TestErrorTable(t *testing.T) {
 			assert.Equal(t, tc.errCode, errorCodeOfStatus(st), "%v", st)
 			assert.Contains(t, st.Message(), tc.prefix)
 		})
+	}
+	for _, c := range tool.Codes() {
+		_, ok := toolCodeOf[c]
+		assert.True(t, ok, "every tool code has its gRPC status: %s", c)
 	}
 	for c := range commonpb.ErrorCode_name {
 		if c == 0 {

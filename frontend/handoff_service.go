@@ -4,16 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
@@ -54,66 +49,74 @@ func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.Hand
 	if ct == "" {
 		ct = protocol.DefaultHandoffContentType
 	}
-	if perr := protocol.ValidateHandoffRequest(req, ct); perr != nil {
-		return nil, perr
-	}
-	if limit := h.s.router.Config().MaxPayloadBytes; limit > 0 && len(req.GetContextSnapshot()) > limit {
-		return nil, protocol.Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "context_snapshot is %d bytes; this server's limit is %d (SW4RM_MAX_PAYLOAD_BYTES)", len(req.GetContextSnapshot()), limit)
-	}
 	corr := firstMD(ctx, wire.CorrelationIDKey)
 	if corr == "" {
 		corr = req.GetRequestId()
 	}
-	if len(corr) > 256 {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s is longer than 256 bytes", wire.CorrelationIDKey)
+	if perr := protocol.ValidateHandoffCall(req, ct, corr, h.s.router.Config().MaxPayloadBytes); perr != nil {
+		return nil, perr
 	}
-	id, from, to := req.GetRequestId(), req.GetFromAgent(), req.GetToAgent()
 	// A reuse is answered before any other check: the handoff exists, whatever changed since.
-	if prev, err := h.s.store.Handoffs().GetHandoff(ctx, id); err == nil {
-		return h.reused(ctx, prev, from)
+	if prev, err := h.s.store.Handoffs().GetHandoff(ctx, req.GetRequestId()); err == nil {
+		return h.reused(ctx, prev, req.GetFromAgent())
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, failed("handoff lookup", err)
 	}
-	if _, err := h.s.router.Agent(ctx, from); errors.Is(err, store.ErrNotFound) {
-		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "from_agent %q is not a registered agent; register it first", from)
-	} else if err != nil {
-		return nil, failed("registry lookup", err)
+	if err := h.mayHandOff(ctx, corr, ct, req.GetFromAgent(), req.GetToAgent()); err != nil {
+		return nil, err
+	}
+	return h.create(ctx, req, corr, ct)
+}
+
+// mayHandOff checks the parties of a new handoff of correlation corr: a registered
+// originator that still owns the context, and a named target that is registered, accepts
+// the context's content type and did not hand this context away itself (§17.6).
+func (h *handoffService) mayHandOff(ctx context.Context, corr, ct, from, to string) error {
+	if err := h.s.registered(ctx, from, "from_agent %q is not a registered agent; register it first"); err != nil {
+		return err
 	}
 	// The originator may not hand off a context it already handed away (§17.6).
 	if f, fenced, err := h.s.router.Fenced(ctx, corr, from); err != nil {
-		return nil, failed("fence lookup", err)
+		return failed("fence lookup", err)
 	} else if fenced {
-		return nil, router.FenceError(f)
+		return router.FenceError(f)
 	}
-	if to != "" {
-		rec, err := h.s.router.Agent(ctx, to)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "to_agent %q is not a registered agent", to)
-		}
-		if err != nil {
-			return nil, failed("registry lookup", err)
-		}
-		if !protocol.AcceptsContentType(rec.Descriptor.GetModalitiesSupported(), ct) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "context content type %q is not among the modalities agent %q declared %v (004 item 8)",
-				ct, to, rec.Descriptor.GetModalitiesSupported())
-		}
-		// Ping-pong: B may not hand back to A a context A handed to it on this correlation.
-		if f, fenced, err := h.s.router.Fenced(ctx, corr, to); err != nil {
-			return nil, failed("fence lookup", err)
-		} else if fenced {
-			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "fenced: %s handed correlation %s to %s by handoff %s and may not take it back (§17.6: no ping-pong)",
-				to, corr, f.NewOwner, f.RequestID)
-		}
+	if to == "" {
+		return nil
 	}
+	rec, err := h.s.router.Agent(ctx, to)
+	if errors.Is(err, store.ErrNotFound) {
+		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "to_agent %q is not a registered agent", to)
+	}
+	if err != nil {
+		return failed("registry lookup", err)
+	}
+	if !protocol.AcceptsContentType(rec.Descriptor.GetModalitiesSupported(), ct) {
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "context content type %q is not among the modalities agent %q declared %v (004 item 8)",
+			ct, to, rec.Descriptor.GetModalitiesSupported())
+	}
+	// Ping-pong: B may not hand back to A a context A handed to it on this correlation.
+	if f, fenced, err := h.s.router.Fenced(ctx, corr, to); err != nil {
+		return failed("fence lookup", err)
+	} else if fenced {
+		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "fenced: %s handed correlation %s to %s by handoff %s and may not take it back (§17.6: no ping-pong)",
+			to, corr, f.NewOwner, f.RequestID)
+	}
+	return nil
+}
+
+// create stores a new handoff with the outbox entry that starts its workflow, and has the
+// relay deliver that entry now.
+func (h *handoffService) create(ctx context.Context, req *handoffpb.HandoffRequest, corr, ct string) (*commonpb.Empty, error) {
+	id, from, to := req.GetRequestId(), req.GetFromAgent(), req.GetToAgent()
 	body, err := proto.Marshal(req)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
+		return nil, internalf("%v", err)
 	}
-	now := time.Now().UTC()
-	in := workflows.HandoffInputFrom(req, corr, ct, now)
+	in := workflows.HandoffInputFrom(req, corr, ct, time.Now().UTC())
 	start, err := bridge.NewOutboxEntry(workflows.OutboxHandoffStart, workflows.HandoffWorkflowID(id), workflows.HandoffStartPayload{Input: in})
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: %v", err)
+		return nil, internalf("%v", err)
 	}
 	// The record (with the snapshot) and the workflow's start are one store write, so no
 	// stored handoff is ever left without its workflow, whatever fails next.
@@ -149,11 +152,8 @@ func (h *handoffService) reused(ctx context.Context, prev store.HandoffRecord, f
 // answering returns the agent a HandoffResponse answers as: the proven caller when there is
 // one (the authorization rule already held it to accepting_agent), else accepting_agent.
 func answering(ctx context.Context, req *handoffpb.HandoffResponse) (string, error) {
-	if req.GetRequestId() == "" {
-		return "", protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "request_id is required")
-	}
-	if perr := protocol.ValidateAgentID(req.GetAcceptingAgent()); perr != nil {
-		return "", protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "accepting_agent: %s", perr.Msg)
+	if perr := protocol.ValidateHandoffResponse(req); perr != nil {
+		return "", perr
 	}
 	if p := auth.FromContext(ctx); p.Agent != "" {
 		return p.Agent, nil
@@ -186,11 +186,6 @@ func (h *handoffService) RejectHandoff(ctx context.Context, req *handoffpb.Hando
 	if err != nil {
 		return nil, err
 	}
-	if req.GetRejectionCode() == commonpb.ErrorCode_REDIRECT {
-		if perr := protocol.ValidateAgentID(req.GetRedirectToAgentId()); perr != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "rejection_code REDIRECT needs redirect_to_agent_id: %s", perr.Msg)
-		}
-	}
 	ans := workflows.HandoffAnswer{Agent: agent, Reason: req.GetRejectionReason(), Code: req.GetRejectionCode(),
 		RetryAfterMs: req.GetRetryAfterMs(), RedirectTo: req.GetRedirectToAgentId()}
 	st, err := h.update(ctx, req.GetRequestId(), agent, "offered to", workflows.HandoffRejectUpdate, ans)
@@ -205,36 +200,28 @@ func (h *handoffService) RejectHandoff(ctx context.Context, req *handoffpb.Hando
 // the validator, or because the workflow has ended — is FailedPrecondition "handoff X is not
 // <relation> Y (state S)".
 func (h *handoffService) update(ctx context.Context, id, agent, relation, name string, arg any) (workflows.HandoffState, error) {
-	var st workflows.HandoffState
-	hd, err := h.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: workflows.HandoffWorkflowID(id), UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	st, err := update[workflows.HandoffState](ctx, h.s.temporal, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.HandoffWorkflowID(id), UpdateName: name, Args: []any{arg},
 	})
-	if err == nil {
-		err = hd.Get(ctx, &st)
-	}
-	if err == nil {
-		return st, nil
-	}
-	if ctx.Err() != nil {
-		return st, status.FromContextError(ctx.Err()).Err()
-	}
-	var app *temporal.ApplicationError
-	var nf *serviceerror.NotFound
-	refused := errors.As(err, &app) || isCompleted(err) || strings.Contains(err.Error(), "closing workflow")
-	if errors.As(err, &nf) && !isCompleted(err) {
+	switch classify(err) {
+	case temporalRefused, temporalClosing:
+	case temporalNotFound:
+		// No running workflow: an unknown handoff, or one stored whose workflow has ended
+		// (or not started yet) — the store tells which.
 		if _, gerr := h.s.store.Handoffs().GetHandoff(ctx, id); errors.Is(gerr, store.ErrNotFound) {
 			return st, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no handoff %q", id)
 		}
-		refused = true // stored, but its workflow has ended (or not started yet)
-	}
-	if !refused {
-		return st, temporalStatus(ctx, "reach the handoff's workflow", err)
+	default:
+		if err == nil {
+			return st, nil
+		}
+		return st, temporalUnavailable("reach the handoff's workflow", err)
 	}
 	state := "unknown"
 	if rec, gerr := h.s.store.Handoffs().GetHandoff(ctx, id); gerr == nil {
 		state = rec.Status.String()
 	}
-	return st, status.Errorf(codes.FailedPrecondition, "validation_error: handoff %s is not %s %s (state %s)", id, relation, agent, state)
+	return st, precondition(commonpb.ErrorCode_VALIDATION_ERROR, "handoff %s is not %s %s (state %s)", id, relation, agent, state)
 }
 
 // GetPendingHandoffs lists the handoffs offered to an agent and waiting for its answer, with
@@ -272,15 +259,10 @@ func (h *handoffService) GetPendingHandoffs(ctx context.Context, req *handoffpb.
 // accepting agent (the proven caller; anyone when authentication is off) or an operator may
 // complete it.
 func (h *handoffService) CompleteHandoff(ctx context.Context, req *handoffpb.CompleteHandoffRequest) (*handoffpb.CompleteHandoffResponse, error) {
+	if perr := protocol.ValidateCompleteHandoff(req); perr != nil {
+		return nil, perr
+	}
 	id := req.GetRequestId()
-	if id == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "request_id is required")
-	}
-	switch req.GetStatus() {
-	case handoffpb.HandoffStatus_COMPLETED, handoffpb.HandoffStatus_HANDOFF_STATUS_UNSPECIFIED:
-	default:
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "status %s cannot be set by CompleteHandoff: only COMPLETED (a handoff is rejected with RejectHandoff and cancelled with CancelDelegation)", req.GetStatus())
-	}
 	p := auth.FromContext(ctx)
 	who := p.Agent
 	if who == "" {
@@ -303,6 +285,31 @@ func (h *handoffService) CancelDelegation(ctx context.Context, req *handoffpb.Ca
 	if corr == "" {
 		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "correlation_id is required")
 	}
+	p := auth.FromContext(ctx)
+	open, err := h.openHandoffs(ctx, corr, p)
+	if err != nil {
+		return nil, err
+	}
+	cancel := workflows.HandoffCancel{Reason: req.GetReason(), GracePeriod: time.Duration(req.GetGracePeriodMs()) * time.Millisecond, By: p.String()}
+	if p.Anonymous() {
+		cancel.By = ""
+	}
+	n, err := h.cancel(ctx, open, cancel)
+	if err != nil {
+		return nil, err
+	}
+	h.s.sink.Record(ctx, audit.Event{CorrelationID: corr, Actor: cancel.By, Type: "handoff.cancel_requested",
+		Details: map[string]any{"reason": req.GetReason(), "grace_period_ms": req.GetGracePeriodMs(), "cancelled": n}})
+	msg := fmt.Sprintf("cancelled %d open handoff(s) of correlation %s", n, corr)
+	if n == 0 {
+		msg = "no open handoff on correlation " + corr
+	}
+	return &handoffpb.CancelDelegationResponse{Acknowledged: true, Message: msg}, nil
+}
+
+// openHandoffs lists the open (PENDING or ACCEPTED) handoffs of correlation corr, all of
+// which p may cancel: their originator, an operator, or anyone when p is anonymous.
+func (h *handoffService) openHandoffs(ctx context.Context, corr string, p auth.Principal) ([]store.HandoffRecord, error) {
 	recs, err := h.s.store.Handoffs().ListByCorrelation(ctx, corr)
 	if err != nil {
 		return nil, failed("list the correlation's handoffs", err)
@@ -310,7 +317,6 @@ func (h *handoffService) CancelDelegation(ctx context.Context, req *handoffpb.Ca
 	if len(recs) == 0 {
 		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no handoff on correlation %q", corr)
 	}
-	p := auth.FromContext(ctx)
 	var open []store.HandoffRecord
 	for _, rec := range recs {
 		if rec.Status != handoffpb.HandoffStatus_PENDING && rec.Status != handoffpb.HandoffStatus_ACCEPTED {
@@ -322,27 +328,21 @@ func (h *handoffService) CancelDelegation(ctx context.Context, req *handoffpb.Ca
 		}
 		open = append(open, rec)
 	}
-	cancel := workflows.HandoffCancel{Reason: req.GetReason(), GracePeriod: time.Duration(req.GetGracePeriodMs()) * time.Millisecond, By: p.String()}
-	if p.Anonymous() {
-		cancel.By = ""
-	}
+	return open, nil
+}
+
+// cancel signals each handoff's workflow to cancel, and counts those still running.
+func (h *handoffService) cancel(ctx context.Context, open []store.HandoffRecord, cancel workflows.HandoffCancel) (int, error) {
 	n := 0
 	for _, rec := range open {
 		err := h.s.temporal.SignalWorkflow(ctx, workflows.HandoffWorkflowID(rec.RequestID), "", workflows.HandoffCancelSignal, cancel)
-		var nf *serviceerror.NotFound
 		switch {
-		case errors.As(err, &nf):
+		case classify(err) == temporalNotFound:
 			continue // ended meanwhile: nothing left to cancel
 		case err != nil:
-			return nil, temporalStatus(ctx, "signal handoff "+rec.RequestID, err)
+			return n, temporalUnavailable("signal handoff "+rec.RequestID, err)
 		}
 		n++
 	}
-	h.s.sink.Record(ctx, audit.Event{CorrelationID: corr, Actor: cancel.By, Type: "handoff.cancel_requested",
-		Details: map[string]any{"reason": req.GetReason(), "grace_period_ms": req.GetGracePeriodMs(), "cancelled": n}})
-	msg := fmt.Sprintf("cancelled %d open handoff(s) of correlation %s", n, corr)
-	if n == 0 {
-		msg = "no open handoff on correlation " + corr
-	}
-	return &handoffpb.CancelDelegationResponse{Acknowledged: true, Message: msg}, nil
+	return n, nil
 }

@@ -8,23 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationpb"
-	"github.com/sw4rm/sw4rm-temporal/proto/policypb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
 	"github.com/sw4rm/sw4rm-temporal/protocol/negotiation"
@@ -53,14 +46,10 @@ func incomingMD(ctx context.Context) map[string]string {
 	return out
 }
 
-// validNegotiationID checks a negotiation_id: it becomes part of a Temporal workflow id and
-// of task ids, so it has the shape of an agent id.
+// validNegotiationID checks a negotiation_id (negotiation.ValidateID).
 func validNegotiationID(id string) error {
-	if id == "" {
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "negotiation_id is required")
-	}
-	if perr := protocol.ValidateAgentID(id); perr != nil {
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "negotiation_id: %s", perr.Msg)
+	if perr := negotiation.ValidateID(id); perr != nil {
+		return perr
 	}
 	return nil
 }
@@ -70,71 +59,61 @@ func validNegotiationID(id string) error {
 // topic and participants by the same opener is answered OK; another Open of a used
 // negotiation_id is refused with AlreadyExists.
 func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.NegotiationOpen) (*commonpb.Empty, error) {
-	id := req.GetNegotiationId()
-	if err := validNegotiationID(id); err != nil {
+	timeout, perr := negotiation.ValidateOpen(req)
+	if perr != nil {
+		return nil, perr
+	}
+	for _, p := range req.GetParticipants() {
+		if err := n.s.registered(ctx, p, "participant %q is not a registered agent; register it first"); err != nil {
+			return nil, err
+		}
+	}
+	in, err := n.openInput(ctx, req, timeout, incomingMD(ctx))
+	if err != nil {
 		return nil, err
 	}
-	if c := req.GetCorrelationId(); c != "" && c != id {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "correlation_id %q must equal negotiation_id %q (§17: a negotiation is scoped by its own id)", c, id)
+	err = start(ctx, n.s.temporal, workflows.NegotiationStartOptions(in.NegotiationID, n.s.cfg.TaskQueue), workflows.Negotiation, in)
+	if classify(err) == temporalAlreadyStarted {
+		return n.reopened(ctx, in)
 	}
-	if strings.TrimSpace(req.GetTopic()) == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "topic is required (§17)")
-	}
-	parts := req.GetParticipants()
-	if len(parts) < 2 {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "a negotiation needs at least two participants (§17), got %d", len(parts))
-	}
-	for i, p := range parts {
-		if perr := protocol.ValidateAgentID(p); perr != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "participants[%d]: %s", i, perr.Msg)
-		}
-		if slices.Contains(parts[:i], p) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "participant %q is listed twice", p)
-		}
-		if _, err := n.s.router.Agent(ctx, p); errors.Is(err, store.ErrNotFound) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "participant %q is not a registered agent; register it first", p)
-		} else if err != nil {
-			return nil, failed("registry lookup", err)
-		}
-	}
-	if _, err := negotiation.GuardrailsFor(req.GetIntensity()); err != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "intensity: %v", err)
-	}
-	var timeout time.Duration
-	if d := req.GetDebateTimeout(); d != nil {
-		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "debate_timeout is not a valid positive duration")
-		}
-		timeout = d.AsDuration()
-	}
-	md := incomingMD(ctx)
-	in := workflows.NegotiationInput{NegotiationID: id, Topic: req.GetTopic(), Participants: parts, Intensity: req.GetIntensity()}
-	derive := negotiation.DeriveInput{Intensity: req.GetIntensity(), DebateTimeout: timeout}
-	base, err := n.s.store.NegotiationPolicies().GetBasePolicy(ctx)
 	if err != nil {
-		return nil, failed("base policy lookup", err)
+		return nil, temporalUnavailable("open the negotiation", err)
 	}
-	derive.Base = base
-	if name := md[wire.PolicyProfileKey]; name != "" {
-		prof, err := n.s.store.NegotiationPolicies().GetProfile(ctx, name)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: no policy profile %q (SchedulerPolicyService.ListPolicyProfiles lists them)", wire.PolicyProfileKey, name)
-		}
-		if err != nil {
-			return nil, failed("policy profile lookup", err)
-		}
-		derive.Profile, in.Profile = prof, name
+	n.s.sink.Record(ctx, audit.Event{CorrelationID: in.NegotiationID, Actor: in.Opener, Type: "negotiation.opened",
+		Details: map[string]any{"topic": in.Topic, "participants": in.Participants, "intensity": req.GetIntensity().String(), "mode": in.Mode,
+			"profile": in.Profile, "debate_timeout": in.DebateTimeout.String(), "policy_notes": in.PolicyNotes}})
+	return &commonpb.Empty{}, nil
+}
+
+// registered refuses with no_route (notFound, formatted with the agent id) an agent that is
+// not registered.
+func (s *Server) registered(ctx context.Context, agent, notFound string) error {
+	if _, err := s.router.Agent(ctx, agent); errors.Is(err, store.ErrNotFound) {
+		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, notFound, agent)
+	} else if err != nil {
+		return failed("registry lookup", err)
 	}
-	if raw := md[wire.AgentPreferencesKey]; raw != "" {
-		prefs, perr := parsePreferences(raw, parts)
-		if perr != nil {
-			return nil, perr
-		}
-		derive.Preferences = prefs
+	return nil
+}
+
+// openInput is the negotiation workflow's input for a validated Open with metadata md: the
+// mode and drafts' validation, the effective policy and the opener.
+func (n *negotiationService) openInput(ctx context.Context, req *negotiationpb.NegotiationOpen, timeout time.Duration, md map[string]string) (workflows.NegotiationInput, error) {
+	in := workflows.NegotiationInput{NegotiationID: req.GetNegotiationId(), Topic: req.GetTopic(), Participants: req.GetParticipants(), Intensity: req.GetIntensity()}
+	if err := openSetup(md, &in); err != nil {
+		return in, err
 	}
+	if err := n.policy(ctx, req, timeout, md, &in); err != nil {
+		return in, err
+	}
+	return in, n.opener(ctx, md[wire.OpenerKey], &in)
+}
+
+// openSetup reads the drafts' schema and examples (§17.3) and the mode (ADR-011) from md.
+func openSetup(md map[string]string, in *workflows.NegotiationInput) error {
 	if s, e := md[wire.NegotiationSchemaKey], md[wire.NegotiationExamplesKey]; s != "" || e != "" {
 		if _, err := negotiation.ParseConfig([]byte(s), []byte(e)); err != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s / %s: %v", wire.NegotiationSchemaKey, wire.NegotiationExamplesKey, err)
+			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s / %s: %v", wire.NegotiationSchemaKey, wire.NegotiationExamplesKey, err)
 		}
 		if s != "" {
 			in.Schema = json.RawMessage(s)
@@ -149,54 +128,71 @@ func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.Negoti
 	case workflows.NegotiationModeDebate:
 		opts, err := debate.ParseOptions(md)
 		if err != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "debate options: %v", err)
+			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "debate options: %v", err)
 		}
 		in.Mode, in.Debate = workflows.NegotiationModeDebate, opts
 	default:
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s %q: want contract or debate", wire.NegotiationModeKey, mode)
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s %q: want contract or debate", wire.NegotiationModeKey, mode)
+	}
+	return nil
+}
+
+// policy derives the effective policy (§17.2) from the stored base policy, the profile md
+// names and the participants' preferences.
+func (n *negotiationService) policy(ctx context.Context, req *negotiationpb.NegotiationOpen, timeout time.Duration, md map[string]string, in *workflows.NegotiationInput) error {
+	derive := negotiation.DeriveInput{Intensity: req.GetIntensity(), DebateTimeout: timeout}
+	base, err := n.s.store.NegotiationPolicies().GetBasePolicy(ctx)
+	if err != nil {
+		return failed("base policy lookup", err)
+	}
+	derive.Base = base
+	if name := md[wire.PolicyProfileKey]; name != "" {
+		prof, err := n.s.store.NegotiationPolicies().GetProfile(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: no policy profile %q (SchedulerPolicyService.ListPolicyProfiles lists them)", wire.PolicyProfileKey, name)
+		}
+		if err != nil {
+			return failed("policy profile lookup", err)
+		}
+		derive.Profile, in.Profile = prof, name
+	}
+	if raw := md[wire.AgentPreferencesKey]; raw != "" {
+		prefs, perr := negotiation.ParseOpenPreferences(raw, in.Participants)
+		if perr != nil {
+			return perr
+		}
+		derive.Preferences = prefs
 	}
 	d, err := negotiation.Derive(derive)
 	if err != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "policy: %v", err)
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "policy: %v", err)
 	}
 	in.Effective, in.PolicyNotes, in.DebateTimeout = d.Effective, d.Notes, d.DebateTimeout
-	p := auth.FromContext(ctx)
-	in.Opener, in.OpenerAgent = p.String(), p.Agent
-	if o := md[wire.OpenerKey]; o != "" {
-		if perr := protocol.ValidateAgentID(o); perr != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: %s", wire.OpenerKey, perr.Msg)
-		}
-		if p.Agent != "" && o != p.Agent {
-			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s %q is not the calling agent %q", wire.OpenerKey, o, p.Agent)
-		}
-		if _, err := n.s.router.Agent(ctx, o); errors.Is(err, store.ErrNotFound) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "%s %q is not a registered agent", wire.OpenerKey, o)
-		} else if err != nil {
-			return nil, failed("registry lookup", err)
-		}
-		in.OpenerAgent = o
-		if p.Anonymous() {
-			in.Opener = "agent:" + o // claimed, not proven: SW4RM_AUTH=off trusts the caller
-		}
-	}
-
-	_, err = n.s.temporal.ExecuteWorkflow(ctx, workflows.NegotiationStartOptions(id, n.s.cfg.TaskQueue), workflows.Negotiation, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) || isAlreadyStarted(err) {
-		return n.reopened(ctx, in)
-	}
-	if err != nil {
-		return nil, temporalStatus(ctx, "open the negotiation", err)
-	}
-	n.s.sink.Record(ctx, audit.Event{CorrelationID: id, Actor: in.Opener, Type: "negotiation.opened",
-		Details: map[string]any{"topic": in.Topic, "participants": parts, "intensity": req.GetIntensity().String(), "mode": in.Mode,
-			"profile": in.Profile, "debate_timeout": in.DebateTimeout.String(), "policy_notes": in.PolicyNotes}})
-	return &commonpb.Empty{}, nil
+	return nil
 }
 
-// isAlreadyStarted recognises the already-started error however the client wraps it.
-func isAlreadyStarted(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "already started")
+// opener records who opens the negotiation: the proven caller, or the registered agent
+// claimed (the sw4rm-opener metadata), which a proven agent may set to itself only.
+func (n *negotiationService) opener(ctx context.Context, claimed string, in *workflows.NegotiationInput) error {
+	p := auth.FromContext(ctx)
+	in.Opener, in.OpenerAgent = p.String(), p.Agent
+	if claimed == "" {
+		return nil
+	}
+	if perr := protocol.ValidateAgentID(claimed); perr != nil {
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s: %s", wire.OpenerKey, perr.Msg)
+	}
+	if p.Agent != "" && claimed != p.Agent {
+		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s %q is not the calling agent %q", wire.OpenerKey, claimed, p.Agent)
+	}
+	if err := n.s.registered(ctx, claimed, wire.OpenerKey+" %q is not a registered agent"); err != nil {
+		return err
+	}
+	in.OpenerAgent = claimed
+	if p.Anonymous() {
+		in.Opener = "agent:" + claimed // claimed, not proven: SW4RM_AUTH=off trusts the caller
+	}
+	return nil
 }
 
 // reopened answers an Open of a negotiation_id in use: OK for the same opener, topic and
@@ -212,26 +208,6 @@ func (n *negotiationService) reopened(ctx context.Context, in workflows.Negotiat
 	return nil, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "negotiation %q exists (topic %q, opened by %s); choose a new negotiation_id", in.NegotiationID, st.Topic, st.Opener)
 }
 
-// parsePreferences reads the AgentPreferences metadata: participants only.
-func parsePreferences(raw string, parts []string) (map[string]*policypb.AgentPreferences, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s is not a JSON object: %v", wire.AgentPreferencesKey, err)
-	}
-	out := make(map[string]*policypb.AgentPreferences, len(m))
-	for agent, v := range m {
-		if !slices.Contains(parts, agent) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s names %q, who is not a participant", wire.AgentPreferencesKey, agent)
-		}
-		var p policypb.AgentPreferences
-		if err := protojson.Unmarshal(v, &p); err != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s[%q]: %v", wire.AgentPreferencesKey, agent, err)
-		}
-		out[agent] = &p
-	}
-	return out, nil
-}
-
 // Propose submits the first draft (§17): from a participant, in turn, valid (§17.3).
 func (n *negotiationService) Propose(ctx context.Context, req *negotiationpb.Proposal) (*commonpb.Empty, error) {
 	return n.draft(ctx, req.GetNegotiationId(), req.GetFromAgent(), req.GetContentType(), req.GetPayload(), false)
@@ -243,20 +219,16 @@ func (n *negotiationService) Counter(ctx context.Context, req *negotiationpb.Cou
 }
 
 func (n *negotiationService) draft(ctx context.Context, id, from, ct string, payload []byte, counter bool) (*commonpb.Empty, error) {
-	if err := validNegotiationID(id); err != nil {
-		return nil, err
+	if perr := negotiation.ValidateDraft(id, from, ct, payload, n.s.router.Config().MaxPayloadBytes); perr != nil {
+		return nil, perr
 	}
-	if perr := protocol.ValidateAgentID(from); perr != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "from_agent: %s", perr.Msg)
-	}
-	if ct == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "content_type is required")
-	}
-	if limit := n.s.router.Config().MaxPayloadBytes; limit > 0 && len(payload) > limit {
-		return nil, protocol.Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "payload is %d bytes; this server's limit is %d (SW4RM_MAX_PAYLOAD_BYTES)", len(payload), limit)
-	}
-	var version int
-	if err := n.update(ctx, id, workflows.NegotiationDraftUpdate, workflows.NegotiationDraft{From: from, Counter: counter, ContentType: ct, Payload: payload}, &version); err != nil {
+	_, err := negotiationUpdate[int](ctx, n.s, id, workflows.NegotiationDraftUpdate, workflows.NegotiationDraft{From: from, Counter: counter, ContentType: ct, Payload: payload})
+	return answerEmpty(err)
+}
+
+// answerEmpty answers a call whose only outcome is err.
+func answerEmpty(err error) (*commonpb.Empty, error) {
+	if err != nil {
 		return nil, err
 	}
 	return &commonpb.Empty{}, nil
@@ -264,19 +236,12 @@ func (n *negotiationService) draft(ctx context.Context, id, from, ct string, pay
 
 // Evaluate records a participant's confidence in the current version (§17.3).
 func (n *negotiationService) Evaluate(ctx context.Context, req *negotiationpb.Evaluation) (*commonpb.Empty, error) {
-	if err := validNegotiationID(req.GetNegotiationId()); err != nil {
-		return nil, err
+	if perr := negotiation.ValidateEvaluation(req); perr != nil {
+		return nil, perr
 	}
-	if perr := protocol.ValidateAgentID(req.GetFromAgent()); perr != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "from_agent: %s", perr.Msg)
-	}
-	var version int
-	err := n.update(ctx, req.GetNegotiationId(), workflows.NegotiationEvaluateUpdate,
-		workflows.NegotiationEvaluation{From: req.GetFromAgent(), Confidence: req.GetConfidenceScore(), Notes: req.GetNotes()}, &version)
-	if err != nil {
-		return nil, err
-	}
-	return &commonpb.Empty{}, nil
+	_, err := negotiationUpdate[int](ctx, n.s, req.GetNegotiationId(), workflows.NegotiationEvaluateUpdate,
+		workflows.NegotiationEvaluation{From: req.GetFromAgent(), Confidence: req.GetConfidenceScore(), Notes: req.GetNotes()})
+	return answerEmpty(err)
 }
 
 // Decide records a result: the opener's (the parent that synthesises a debate) or an
@@ -287,26 +252,16 @@ func (n *negotiationService) Decide(ctx context.Context, req *negotiationpb.Deci
 		return nil, err
 	}
 	p := auth.FromContext(ctx)
-	if !p.Anonymous() && p.Operator == "" {
-		st, err := n.state(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if st.Opener != p.String() {
-			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "only the negotiation's opener (%s) or an operator may decide negotiation %s", st.Opener, id)
-		}
+	if err := n.mayAct(ctx, p, id, false); err != nil {
+		return nil, err
 	}
 	by := req.GetDecidedBy()
 	if by == "" {
 		by = p.String()
 	}
-	var out string
-	err := n.update(ctx, id, workflows.NegotiationDecideUpdate, workflows.NegotiationDecision{By: p.String(), Operator: p.Operator != "", DecidedBy: by,
-		ContentType: req.GetContentType(), Result: req.GetResult()}, &out)
-	if err != nil {
-		return nil, err
-	}
-	return &commonpb.Empty{}, nil
+	_, err := negotiationUpdate[string](ctx, n.s, id, workflows.NegotiationDecideUpdate, workflows.NegotiationDecision{By: p.String(), Operator: p.Operator != "", DecidedBy: by,
+		ContentType: req.GetContentType(), Result: req.GetResult()})
+	return answerEmpty(err)
 }
 
 // Abort ends the negotiation: a participant's, the opener's or an operator's call.
@@ -316,24 +271,37 @@ func (n *negotiationService) Abort(ctx context.Context, req *negotiationpb.Abort
 		return nil, err
 	}
 	p := auth.FromContext(ctx)
-	if !p.Anonymous() && p.Operator == "" {
-		st, err := n.state(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if st.Opener != p.String() && !slices.Contains(st.Participants, p.Agent) {
-			return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s is neither a participant nor the opener of negotiation %s", p, id)
-		}
+	if err := n.mayAct(ctx, p, id, true); err != nil {
+		return nil, err
 	}
 	reason := req.GetReason()
 	if reason == "" {
 		reason = "aborted by " + p.String()
 	}
-	var out string
-	if err := n.update(ctx, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: p.String(), Operator: p.Operator != "", Reason: reason}, &out); err != nil {
-		return nil, err
+	_, err := negotiationUpdate[string](ctx, n.s, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: p.String(), Operator: p.Operator != "", Reason: reason})
+	return answerEmpty(err)
+}
+
+// mayAct lets p decide (participants false) or abort (participants true) negotiation id: an
+// operator or an anonymous caller (SW4RM_AUTH=off trusts it; the workflow still checks) may,
+// as may its opener and, for participants, any participant.
+func (n *negotiationService) mayAct(ctx context.Context, p auth.Principal, id string, participants bool) error {
+	if p.Anonymous() || p.Operator != "" {
+		return nil
 	}
-	return &commonpb.Empty{}, nil
+	st, err := n.state(ctx, id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case st.Opener == p.String():
+		return nil
+	case !participants:
+		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "only the negotiation's opener (%s) or an operator may decide negotiation %s", st.Opener, id)
+	case !slices.Contains(st.Participants, p.Agent):
+		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s is neither a participant nor the opener of negotiation %s", p, id)
+	}
+	return nil
 }
 
 // state queries the negotiation's workflow, open or closed.
@@ -343,111 +311,72 @@ func (n *negotiationService) state(ctx context.Context, id string) (workflows.Ne
 
 // negotiationState queries negotiation/<id>.
 func negotiationState(ctx context.Context, s *Server, id string) (workflows.NegotiationState, error) {
-	var st workflows.NegotiationState
-	v, err := s.temporal.QueryWorkflow(ctx, workflows.NegotiationWorkflowID(id), "", workflows.NegotiationStateQuery)
-	if err == nil {
-		err = v.Get(&st)
-	}
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
+	st, err := query[workflows.NegotiationState](ctx, s.temporal, workflows.NegotiationWorkflowID(id), workflows.NegotiationStateQuery)
+	switch {
+	case err == nil:
+		return st, nil
+	case classify(err) == temporalNotFound:
 		return st, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no negotiation %q", id)
 	}
-	if err != nil {
-		return st, temporalStatus(ctx, "read the negotiation", err)
-	}
-	return st, nil
+	return st, temporalUnavailable("read the negotiation", ctxFirst(ctx, err))
 }
 
-// update sends an update to negotiation/<id> and maps the negotiation's refusals onto gRPC
-// codes: permission_denied → PermissionDenied, validation_error → InvalidArgument, anything
-// else the workflow refuses → FailedPrecondition.
-func (n *negotiationService) update(ctx context.Context, id, name string, arg, out any) error {
-	return negotiationUpdate(ctx, n.s, id, name, arg, out)
-}
-
-func negotiationUpdate(ctx context.Context, s *Server, id, name string, arg, out any) error {
+// negotiationUpdate sends an update to negotiation/<id> and maps the negotiation's refusals
+// onto gRPC codes: permission_denied → PermissionDenied, validation_error → InvalidArgument,
+// anything else the workflow refuses, and a closed negotiation, → FailedPrecondition.
+func negotiationUpdate[R any](ctx context.Context, s *Server, id, name string, arg any) (R, error) {
+	var out R
 	key, err := idempotencyKey(ctx)
 	if err != nil {
-		return err
+		return out, err
 	}
-	opts := client.UpdateWorkflowOptions{
-		WorkflowID: workflows.NegotiationWorkflowID(id), UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
-	}
+	wid := workflows.NegotiationWorkflowID(id)
+	opts := client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: name, Args: []any{arg}}
 	if key != "" {
 		// One update id per (caller, key, request): Temporal applies an update id once per
 		// run and answers a repeat with the first outcome, even once the run has closed — so
 		// a retry of a call whose answer was lost (the frontend died with it) gets that
 		// answer instead of being applied again or refused as out of turn.
 		if opts.UpdateID, err = negotiationUpdateID(auth.FromContext(ctx).String(), key, name, arg); err != nil {
-			return failed("derive the update id", err)
+			return out, failed("derive the update id", err)
 		}
 	}
-	call := func() error {
-		h, err := s.temporal.UpdateWorkflow(ctx, opts)
-		if err == nil {
-			err = h.Get(ctx, out)
-		}
-		return err
-	}
-	err = call()
+	out, err = update[R](ctx, s.temporal, opts)
+	class := s.settle(ctx, wid, err)
 	// A completing run admits no update; once it has closed, a repeat of an update it
-	// applied finds that update's outcome. A keyed call asks again shortly.
-	for opts.UpdateID != "" && isClosing(err) && sleepCtx(ctx, closingRetry) {
-		err = call()
+	// applied finds that update's outcome. A keyed call asks again shortly, and once more
+	// after the run closed.
+	for retried := false; opts.UpdateID != "" && !retried && (class == temporalClosing || class == temporalClosed); {
+		if !sleepCtx(ctx, closingRetry) {
+			break
+		}
+		retried = class == temporalClosed
+		out, err = update[R](ctx, s.temporal, opts)
+		class = s.settle(ctx, wid, err)
 	}
 	if err == nil {
-		return nil
+		return out, nil
 	}
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
+	switch class {
+	case temporalRefused:
+		app := refusalOf(err)
 		switch app.Type() {
 		case workflows.NegotiationErrPermission:
-			return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s", app.Message())
+			return out, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s", app.Message())
 		case workflows.NegotiationErrValidation:
-			return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
+			return out, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
 		}
-		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
+		return out, precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
+	case temporalNotFound:
+		return out, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no open negotiation %q", id)
+	case temporalClosed, temporalClosing:
+		return out, precondition(commonpb.ErrorCode_VALIDATION_ERROR, "negotiation %s is closed", id)
 	}
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) && !isCompleted(err) {
-		// An update finds no running workflow both for an unknown negotiation and for one
-		// that has closed: only the second is a negotiation that exists.
-		desc, derr := s.temporal.DescribeWorkflowExecution(ctx, workflows.NegotiationWorkflowID(id), "")
-		if derr != nil || desc.GetWorkflowExecutionInfo() == nil {
-			return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no open negotiation %q", id)
-		}
-		return status.Errorf(codes.FailedPrecondition, "validation_error: negotiation %s is closed", id)
-	}
-	if isCompleted(err) || isClosing(err) {
-		return status.Errorf(codes.FailedPrecondition, "validation_error: negotiation %s is closed", id)
-	}
-	return temporalStatus(ctx, fmt.Sprintf("reach negotiation %s", id), err)
+	return out, temporalUnavailable(fmt.Sprintf("reach negotiation %s", id), err)
 }
 
 // closingRetry is how long a keyed update waits before asking a completing negotiation again.
 const closingRetry = 100 * time.Millisecond
-
-// isClosing recognises Temporal's answers to an update while the run is completing: the
-// update refused ("... because workflow is closing") or, admitted, aborted ("... aborted by
-// closing workflow").
-func isClosing(err error) bool {
-	return err != nil && (strings.Contains(err.Error(), "closing workflow") || strings.Contains(err.Error(), "workflow is closing"))
-}
-
-// sleepCtx waits d, or less when ctx ends first; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 // negotiationUpdates is the UUID namespace of update ids derived from idempotency keys.
 var negotiationUpdates = uuid.MustParse("9d2b6c41-7e3a-4f08-b5d1-2a8e6f0c4b73")

@@ -1,7 +1,6 @@
 package frontend
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,13 +34,4 @@ func TestNegotiationUpdateID(t *testing.T) {
 	} {
 		assert.NotEqual(t, first, got, name)
 	}
-}
-
-// TestIsClosing: both of Temporal's answers to an update on a completing run are recognised,
-// and nothing else is.
-func TestIsClosing(t *testing.T) {
-	assert.True(t, isClosing(errors.New("workflow operation can not be applied because workflow is closing")))
-	assert.True(t, isClosing(errors.New("workflow update was aborted by closing workflow")))
-	assert.False(t, isClosing(errors.New("workflow execution already completed")))
-	assert.False(t, isClosing(nil))
 }

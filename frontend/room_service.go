@@ -4,18 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -42,132 +41,119 @@ func roomOf(id string) string {
 // a second proposal is refused while the first is under review or once it was approved, and
 // accepted as the next version after REVISION_REQUESTED (the revision loop).
 func (r *roomService) SubmitProposal(ctx context.Context, req *negotiationroompb.SubmitProposalRequest) (*negotiationroompb.SubmitProposalResponse, error) {
-	if req.GetProposal() == nil {
-		return nil, status.Error(codes.InvalidArgument, "validation_error: proposal is required")
+	if perr := voting.ValidateSubmission(req.GetProposal()); perr != nil {
+		return nil, perr
 	}
 	p := proto.Clone(req.GetProposal()).(*negotiationroompb.NegotiationProposal)
 	p.NegotiationRoomId = roomOf(p.GetNegotiationRoomId())
 	if p.GetCreatedAt() == nil {
 		p.CreatedAt = timestamppb.Now()
 	}
-	if err := voting.ValidateProposal(p); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: %v", err)
-	}
 	for _, c := range p.GetRequestedCritics() {
 		if _, err := r.s.store.Registry().GetAgent(ctx, c); errors.Is(err, store.ErrNotFound) {
-			return nil, status.Errorf(codes.InvalidArgument, "validation_error: requested critic %q is not a registered agent", c)
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "requested critic %q is not a registered agent", c)
 		} else if err != nil {
 			return nil, failed("registry lookup", err)
 		}
 	}
-	id := workflows.RoomWorkflowID(p.GetNegotiationRoomId(), p.GetArtifactId())
-	version := 1
-	// Describe first: for a new artifact (the common case) it answers NotFound without the
-	// workflow task a query needs.
-	_, derr := r.s.temporal.DescribeWorkflowExecution(ctx, id, "")
-	var dnf *serviceerror.NotFound
-	if errors.As(derr, &dnf) {
-		// a new artifact: version 1
-	} else if prev, err := r.state(ctx, id); err == nil {
-		switch {
-		case !prev.Final:
-			return nil, status.Errorf(codes.AlreadyExists, "artifact %q (version %d) is still under review in room %q", p.GetArtifactId(), prev.Version, p.GetNegotiationRoomId())
-		case prev.Decision.GetOutcome() == negotiationroompb.DecisionOutcome_APPROVED:
-			return nil, status.Errorf(codes.AlreadyExists, "artifact %q was approved at version %d; submit changes under a new artifact_id", p.GetArtifactId(), prev.Version)
-		default:
-			version = prev.Version + 1 // the producer's revision after REVISION_REQUESTED
-		}
-	} else if status.Code(err) != codes.NotFound {
+	version, err := r.nextVersion(ctx, p)
+	if err != nil {
 		return nil, err
 	}
-	_, err := r.s.temporal.ExecuteWorkflow(ctx, workflows.RoomStartOptions(p.GetNegotiationRoomId(), p.GetArtifactId(), r.s.cfg.TaskQueue), workflows.RoomCoordinator, workflows.RoomInput{Proposal: p, Version: version, Policy: r.s.cfg.RoomPolicy, Timeout: r.s.cfg.RoomTimeout, HITLTimeout: r.s.cfg.HITLTimeout})
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
-		return nil, status.Errorf(codes.AlreadyExists, "artifact %q is already under review", p.GetArtifactId())
+	err = start(ctx, r.s.temporal, workflows.RoomStartOptions(p.GetNegotiationRoomId(), p.GetArtifactId(), r.s.cfg.TaskQueue), workflows.RoomCoordinator,
+		workflows.RoomInput{Proposal: p, Version: version, Policy: r.s.cfg.RoomPolicy, Timeout: r.s.cfg.RoomTimeout, HITLTimeout: r.s.cfg.HITLTimeout})
+	if classify(err) == temporalAlreadyStarted {
+		return nil, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "artifact %q is already under review", p.GetArtifactId())
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "internal_error: could not start the coordinator (is Temporal reachable?): %v", err)
+		return nil, temporalUnavailable("start the coordinator (is Temporal reachable?)", err)
 	}
 	return &negotiationroompb.SubmitProposalResponse{ArtifactId: p.GetArtifactId(), NegotiationRoomId: p.GetNegotiationRoomId()}, nil
+}
+
+// nextVersion is the version a proposal of its artifact would be: 1 for a new artifact, the
+// next after REVISION_REQUESTED (the revision loop); an artifact under review or approved is
+// refused.
+func (r *roomService) nextVersion(ctx context.Context, p *negotiationroompb.NegotiationProposal) (int, error) {
+	id := workflows.RoomWorkflowID(p.GetNegotiationRoomId(), p.GetArtifactId())
+	// Describe first: for a new artifact (the common case) it answers NotFound without the
+	// workflow task a query needs.
+	if _, derr := r.s.temporal.DescribeWorkflowExecution(ctx, id, ""); classify(derr) == temporalNotFound {
+		return 1, nil
+	}
+	prev, err := r.state(ctx, id)
+	switch {
+	case protocol.CodeOf(err) == commonpb.ErrorCode_NO_ROUTE:
+		return 1, nil
+	case err != nil:
+		return 0, err
+	case !prev.Final:
+		return 0, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "artifact %q (version %d) is still under review in room %q", p.GetArtifactId(), prev.Version, p.GetNegotiationRoomId())
+	case prev.Decision.GetOutcome() == negotiationroompb.DecisionOutcome_APPROVED:
+		return 0, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "artifact %q was approved at version %d; submit changes under a new artifact_id", p.GetArtifactId(), prev.Version)
+	}
+	return prev.Version + 1, nil // the producer's revision after REVISION_REQUESTED
 }
 
 // SubmitVote delivers a vote to the coordinator as an update, whose validator refuses a critic
 // that was not requested, a second vote, out-of-range values and votes on decided artifacts.
 func (r *roomService) SubmitVote(ctx context.Context, req *negotiationroompb.SubmitVoteRequest) (*negotiationroompb.SubmitVoteResponse, error) {
 	v := req.GetVote()
-	if v == nil {
-		return nil, status.Error(codes.InvalidArgument, "validation_error: vote is required")
-	}
-	if v.GetArtifactId() == "" || v.GetCriticId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "validation_error: vote.artifact_id and vote.critic_id are required")
+	if perr := voting.ValidateVoteRequest(v); perr != nil {
+		return nil, perr
 	}
 	id := workflows.RoomWorkflowID(roomOf(v.GetNegotiationRoomId()), v.GetArtifactId())
-	h, err := r.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: id, UpdateName: workflows.RoomVoteUpdate, Args: []any{v}, WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = h.Get(ctx, nil)
-	}
+	_, err := update[none](ctx, r.s.temporal, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: workflows.RoomVoteUpdate, Args: []any{v}})
 	if err != nil {
-		return nil, roomError(err, v.GetArtifactId())
+		return nil, roomError(r.s.settle(ctx, id, err), err, v.GetArtifactId())
 	}
 	return &negotiationroompb.SubmitVoteResponse{ArtifactId: v.GetArtifactId(), CriticId: v.GetCriticId()}, nil
 }
 
-// roomError maps coordinator errors onto gRPC statuses with the reason intact.
-func roomError(err error, artifactID string) error {
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		if isCompleted(err) {
-			return status.Errorf(codes.FailedPrecondition, "artifact %q was already decided", artifactID)
-		}
-		return status.Errorf(codes.NotFound, "no proposal for artifact %q in this room", artifactID)
-	}
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
-		code := codes.InvalidArgument
+// roomError maps a coordinator's answer to a vote, of class c, onto the error table with
+// the reason intact.
+func roomError(c temporalClass, err error, artifactID string) error {
+	switch c {
+	case temporalClosed, temporalClosing:
+		return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "artifact %q was already decided", artifactID)
+	case temporalNotFound:
+		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no proposal for artifact %q in this room", artifactID)
+	case temporalRefused:
+		app := refusalOf(err)
 		switch app.Type() {
 		case voting.TypeNotRequested:
-			code = codes.PermissionDenied
+			return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s", app.Message())
 		case voting.TypeAlreadyVoted:
-			code = codes.AlreadyExists
+			return protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "%s", app.Message())
 		case voting.TypeDecided:
-			code = codes.FailedPrecondition
+			return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
 		}
-		return status.Error(code, app.Message())
+		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
 	}
 	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
 		return err
 	}
-	return status.Errorf(codes.Unavailable, "internal_error: %v", err)
-}
-
-// isCompleted recognises Temporal's answer for an update sent to a closed run.
-func isCompleted(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "already completed")
+	return temporalUnavailable("reach the coordinator of "+artifactID, err)
 }
 
 // state queries the latest coordinator of an artifact.
 func (r *roomService) state(ctx context.Context, id string) (workflows.RoomState, error) {
-	v, err := r.s.temporal.QueryWorkflow(ctx, id, "", workflows.RoomStateQuery)
-	if err != nil {
-		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) {
-			return workflows.RoomState{}, status.Errorf(codes.NotFound, "no proposal %s", id)
-		}
-		return workflows.RoomState{}, status.Errorf(codes.Unavailable, "internal_error: could not read %s: %v", id, err)
+	st, err := query[workflows.RoomState](ctx, r.s.temporal, id, workflows.RoomStateQuery)
+	switch {
+	case err == nil:
+		return st, nil
+	case classify(err) == temporalNotFound:
+		return st, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no proposal %s", id)
+	case errors.As(err, new(*protocol.Error)):
+		return st, err // the state did not decode
 	}
-	var st workflows.RoomState
-	if err := v.Get(&st); err != nil {
-		return st, status.Errorf(codes.Internal, "internal_error: %v", err)
-	}
-	return st, nil
+	return st, temporalUnavailable("read "+id, err)
 }
 
 // GetVotes returns the votes of an artifact's current version.
 func (r *roomService) GetVotes(ctx context.Context, req *negotiationroompb.GetVotesRequest) (*negotiationroompb.GetVotesResponse, error) {
-	if req.GetArtifactId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "validation_error: artifact_id is required")
+	if perr := voting.ValidateArtifactRequest(req.GetArtifactId()); perr != nil {
+		return nil, perr
 	}
 	st, err := r.state(ctx, workflows.RoomWorkflowID(roomOf(req.GetNegotiationRoomId()), req.GetArtifactId()))
 	if err != nil {
@@ -179,8 +165,8 @@ func (r *roomService) GetVotes(ctx context.Context, req *negotiationroompb.GetVo
 // GetDecision returns the current decision (empty while votes are awaited; ESCALATED_TO_HITL
 // while a human decides).
 func (r *roomService) GetDecision(ctx context.Context, req *negotiationroompb.GetDecisionRequest) (*negotiationroompb.GetDecisionResponse, error) {
-	if req.GetArtifactId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "validation_error: artifact_id is required")
+	if perr := voting.ValidateArtifactRequest(req.GetArtifactId()); perr != nil {
+		return nil, perr
 	}
 	st, err := r.state(ctx, workflows.RoomWorkflowID(roomOf(req.GetNegotiationRoomId()), req.GetArtifactId()))
 	if err != nil {
@@ -192,8 +178,8 @@ func (r *roomService) GetDecision(ctx context.Context, req *negotiationroompb.Ge
 // WaitForDecision blocks until the artifact's decision is final or the timeout passes
 // (DeadlineExceeded, naming the current state).
 func (r *roomService) WaitForDecision(ctx context.Context, req *negotiationroompb.WaitForDecisionRequest) (*negotiationroompb.WaitForDecisionResponse, error) {
-	if req.GetArtifactId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "validation_error: artifact_id is required")
+	if perr := voting.ValidateArtifactRequest(req.GetArtifactId()); perr != nil {
+		return nil, perr
 	}
 	timeout := DefaultWaitForDecision
 	if s := req.GetTimeoutSeconds(); s > 0 {
@@ -204,20 +190,25 @@ func (r *roomService) WaitForDecision(ctx context.Context, req *negotiationroomp
 	defer cancel()
 	var d *negotiationroompb.NegotiationDecision
 	if err := r.s.temporal.GetWorkflow(wctx, id, "").Get(wctx, &d); err != nil {
-		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) {
-			return nil, status.Errorf(codes.NotFound, "no proposal for artifact %q in this room", req.GetArtifactId())
+		if classify(err) == temporalNotFound {
+			return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no proposal for artifact %q in this room", req.GetArtifactId())
 		}
 		if wctx.Err() != nil && ctx.Err() == nil {
-			msg := fmt.Sprintf("no final decision for %q within %s", req.GetArtifactId(), timeout)
-			if st, serr := r.state(ctx, id); serr == nil && st.Decision != nil {
-				msg += fmt.Sprintf("; current outcome %s (%s)", st.Decision.GetOutcome(), st.Decision.GetReason())
-			} else if serr == nil {
-				msg += fmt.Sprintf("; %d vote(s) so far", len(st.Votes))
-			}
-			return nil, status.Error(codes.DeadlineExceeded, msg)
+			return nil, r.undecided(ctx, id, req.GetArtifactId(), timeout)
 		}
-		return nil, status.Errorf(codes.Internal, "internal_error: coordinator of %s failed: %v", req.GetArtifactId(), err)
+		return nil, internalf("coordinator of %s failed: %v", req.GetArtifactId(), err)
 	}
 	return &negotiationroompb.WaitForDecisionResponse{Decision: d}, nil
+}
+
+// undecided is WaitForDecision's DeadlineExceeded, naming the artifact's state so far. It has
+// no spec error_code: a wait that ran out is no refusal (the trailer says internal_error).
+func (r *roomService) undecided(ctx context.Context, id, artifactID string, timeout time.Duration) error {
+	msg := fmt.Sprintf("no final decision for %q within %s", artifactID, timeout)
+	if st, serr := r.state(ctx, id); serr == nil && st.Decision != nil {
+		msg += fmt.Sprintf("; current outcome %s (%s)", st.Decision.GetOutcome(), st.Decision.GetReason())
+	} else if serr == nil {
+		msg += fmt.Sprintf("; %d vote(s) so far", len(st.Votes))
+	}
+	return status.Error(codes.DeadlineExceeded, msg)
 }

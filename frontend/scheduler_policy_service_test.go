@@ -259,17 +259,3 @@ func TestPolicyStoreFailuresAreUnavailable(t *testing.T) {
 	}
 	assert.Equal(t, codes.Unavailable, status.Code(toStatus(t.Context(), err1).Err()))
 }
-
-func TestSchedulerPolicyMethodsAllBuilt(t *testing.T) {
-	for _, m := range []string{
-		schedulerpb.SchedulerPolicyService_GetEffectivePolicy_FullMethodName,
-		schedulerpb.SchedulerPolicyService_SubmitEvaluation_FullMethodName,
-		schedulerpb.SchedulerPolicyService_HitlAction_FullMethodName,
-		schedulerpb.SchedulerPolicyService_SetNegotiationPolicy_FullMethodName,
-		schedulerpb.SchedulerPolicyService_GetNegotiationPolicy_FullMethodName,
-		schedulerpb.SchedulerPolicyService_SetPolicyProfiles_FullMethodName,
-		schedulerpb.SchedulerPolicyService_ListPolicyProfiles_FullMethodName,
-	} {
-		assert.NoError(t, unimplemented(m), m)
-	}
-}

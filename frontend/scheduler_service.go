@@ -2,34 +2,34 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/scheduling"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // maxActivityPoll caps the entries one PollActivityBuffer returns (the oldest first).
 const maxActivityPoll = store.DefaultActivityListLimit
 
-// maxPurgeTaskIDs bounds the task_ids of one PurgeActivity call.
-const maxPurgeTaskIDs = 1000
-
 // maxWaitingOnHeader bounds the wire.ActivityWaitingOnHeader values of one answer, so that the
 // header stays far below the metadata limits of every gRPC stack (8 KiB in some).
 const maxWaitingOnHeader = 32
 
-// schedulerService serves sw4rm.scheduler.SchedulerService: task submission, preemption and
-// shutdown (tasks.go, shutdown.go) and the activity buffer (§10) here. Entries are created
-// and completed through the store's store.ActivityBuffer by admission and the task workflows,
-// since the canonical service has no RPC for that.
+// schedulerService serves sw4rm.scheduler.SchedulerService: task submission and preemption
+// (scheduler_service_tasks.go), and here shutdown and the activity buffer (§10). Entries are
+// created and completed through the store's store.ActivityBuffer by admission and the task
+// workflows, since the canonical service has no RPC for that.
 type schedulerService struct {
 	schedulerpb.UnimplementedSchedulerServiceServer
 	s *Server
@@ -46,15 +46,9 @@ func (sc *schedulerService) PollActivityBuffer(ctx context.Context, req *schedul
 	if err != nil {
 		return nil, err
 	}
-	ab := sc.s.store.ActivityBuffer()
-	var es []store.ActivityEntry
-	if history {
-		es, err = ab.History(ctx, f)
-	} else {
-		es, err = ab.List(ctx, f)
-	}
+	es, err := sc.activity(ctx, f, history)
 	if err != nil {
-		return nil, activityError(err)
+		return nil, err
 	}
 	out := &schedulerpb.PollActivityBufferResponse{Entries: make([]*schedulerpb.ActivityEntry, 0, len(es))}
 	var waiting []string
@@ -68,6 +62,24 @@ func (sc *schedulerService) PollActivityBuffer(ctx context.Context, req *schedul
 		_ = grpc.SetHeader(ctx, metadata.Pairs(pairsOf(wire.ActivityWaitingOnHeader, waiting)...))
 	}
 	return out, nil
+}
+
+// activity reads the buffer's entries matching f: the active ones, or the short history.
+func (sc *schedulerService) activity(ctx context.Context, f store.ActivityFilter, history bool) ([]store.ActivityEntry, error) {
+	ab := sc.s.store.ActivityBuffer()
+	var (
+		es  []store.ActivityEntry
+		err error
+	)
+	if history {
+		es, err = ab.History(ctx, f)
+	} else {
+		es, err = ab.List(ctx, f)
+	}
+	if err != nil {
+		return nil, activityError(err)
+	}
+	return es, nil
 }
 
 // pairsOf lists key with each value, for metadata.Pairs.
@@ -90,7 +102,7 @@ func activityReadOf(ctx context.Context, req *schedulerpb.PollActivityBufferRequ
 		case 1:
 			return vs[0], nil
 		default:
-			return "", status.Errorf(codes.InvalidArgument, "validation_error: metadata %s given %d times; give it once", key, len(vs))
+			return "", protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "metadata %s given %d times; give it once", key, len(vs))
 		}
 	}
 	var err error
@@ -112,7 +124,7 @@ func activityReadOf(ctx context.Context, req *schedulerpb.PollActivityBufferRequ
 	case "true", "1":
 		return f, true, nil
 	}
-	return f, false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s=%q must be true or false", wire.ActivityHistoryKey, h)
+	return f, false, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "metadata %s=%q must be true or false", wire.ActivityHistoryKey, h)
 }
 
 // PurgeActivity deletes the agent's active entries for the task_ids (the Scheduler reconciling
@@ -120,15 +132,10 @@ func activityReadOf(ctx context.Context, req *schedulerpb.PollActivityBufferRequ
 // count nothing. agent_id and at least one task_id are required. Every purge is recorded as
 // activity.purged (§19).
 func (sc *schedulerService) PurgeActivity(ctx context.Context, req *schedulerpb.PurgeActivityRequest) (*schedulerpb.PurgeActivityResponse, error) {
-	agentID, taskIDs := req.GetAgentId(), req.GetTaskIds()
-	switch {
-	case agentID == "":
-		return nil, status.Error(codes.InvalidArgument, "validation_error: agent_id is required")
-	case len(taskIDs) == 0:
-		return nil, status.Error(codes.InvalidArgument, "validation_error: name at least one task_id to purge")
-	case len(taskIDs) > maxPurgeTaskIDs:
-		return nil, status.Errorf(codes.InvalidArgument, "validation_error: at most %d task_ids per call, got %d", maxPurgeTaskIDs, len(taskIDs))
+	if perr := scheduling.ValidatePurge(req); perr != nil {
+		return nil, perr
 	}
+	agentID, taskIDs := req.GetAgentId(), req.GetTaskIds()
 	n, err := sc.s.store.ActivityBuffer().Purge(ctx, agentID, taskIDs)
 	if err != nil {
 		return nil, activityError(err)
@@ -151,3 +158,32 @@ func activityEntryPB(e store.ActivityEntry) *schedulerpb.ActivityEntry {
 // full buffer ResourceExhausted with activity_buffer_full (§10.1), which the ErrorCode enum
 // lacks, as the message's prefix.
 func activityError(err error) error { return failed("activity buffer", err) }
+
+// ShutdownAgent starts a graceful shutdown (§8.4): it signals the agent's lifecycle workflow,
+// which moves the agent to SHUTTING_DOWN (recorded in the registry projection, so no new task
+// is dispatched to it) if the §8 table allows it from the current state. If the agent
+// deregisters within the grace period its lifecycle ends normally; otherwise it is marked
+// FAILED with agent_shutdown_timeout. A zero grace_period means the default of 30 s.
+func (sc *schedulerService) ShutdownAgent(ctx context.Context, req *schedulerpb.ShutdownAgentRequest) (*schedulerpb.ShutdownAgentResponse, error) {
+	grace, perr := scheduling.ValidateShutdown(req, workflows.DefaultShutdownGrace)
+	if perr != nil {
+		return nil, perr
+	}
+	id := req.GetAgentId()
+	if _, err := sc.s.store.Registry().GetAgent(ctx, id); errors.Is(err, store.ErrNotFound) {
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q is not registered", id)
+	} else if err != nil {
+		return nil, failed("registry lookup", err)
+	}
+	err := sc.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(id), "", workflows.AgentShutdownSignal,
+		workflows.AgentShutdown{GracePeriod: grace, Reason: "ShutdownAgent"})
+	switch {
+	case classify(err) == temporalNotFound:
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q has no running lifecycle", id)
+	case err != nil:
+		return nil, temporalUnavailable("signal the lifecycle workflow of "+id+"; retry ShutdownAgent", err)
+	}
+	sc.s.sink.Record(ctx, audit.Event{CorrelationID: workflows.AgentWorkflowID(id), Actor: protocol.SchedulerID, Type: "registry.shutdown_requested", AgentID: id,
+		Details: map[string]any{"grace_period": grace.String()}})
+	return &schedulerpb.ShutdownAgentResponse{Ok: true}, nil
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/scheduling"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -190,7 +191,7 @@ func TestPurgeActivity(t *testing.T) {
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
 	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice"})
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
-	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice", TaskIds: make([]string, maxPurgeTaskIDs+1)})
+	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice", TaskIds: make([]string, scheduling.MaxPurgeTaskIDs+1)})
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
 	_, err = sc.PurgeActivity(ctx, &schedulerpb.PurgeActivityRequest{AgentId: "alice", TaskIds: []string{"t\x00"}})
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: ")
@@ -219,7 +220,7 @@ func TestSchedulerRPCsValidate(t *testing.T) {
 	}
 	_, err := sc.RequestPreemption(t.Context(), &schedulerpb.PreemptRequest{})
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: agent_id")
-	// ShutdownAgent is built (frontend/shutdown.go): an empty agent_id is a validation error.
+	// ShutdownAgent is built (frontend/scheduler_service.go): an empty agent_id is a validation error.
 	_, err = sc.ShutdownAgent(t.Context(), &schedulerpb.ShutdownAgentRequest{})
 	requireSchedulerCode(t, err, codes.InvalidArgument, "validation_error: agent_id")
 }

@@ -115,8 +115,7 @@ func New(st store.Store, r *router.Router, tc client.Client, relay *outbox.Relay
 }
 
 // Register serves every canonical SW4RM service on g, plus grpc.health.v1 and server
-// reflection (so grpcurl lists the services). Services that later work builds answer
-// codes.Unimplemented naming the missing capability (see unimplemented.go).
+// reflection (so grpcurl lists the services).
 func (s *Server) Register(g *grpc.Server) *health.Server {
 	routerpb.RegisterRouterServiceServer(g, &routerService{s: s})
 	registrypb.RegisterRegistryServiceServer(g, &registryService{s: s})
@@ -160,9 +159,9 @@ func MaxRequestBytes(maxPayload int) int {
 }
 
 // ServerOptions returns what every SW4RM gRPC server needs: the codec and interceptor of
-// authentication and authorization (auth.go; nil means SW4RM_AUTH=off), the capability gate
-// for services not built yet, and panic recovery (a handler bug becomes codes.Internal, never
-// a crashed server).
+// authentication and authorization (auth.go; nil means SW4RM_AUTH=off), the error table
+// (errors.go) and panic recovery (a handler bug becomes codes.Internal, never a crashed
+// server).
 func ServerOptions(log *slog.Logger, a *Authenticator) []grpc.ServerOption {
 	if a == nil {
 		// Off still needs the codec: it answers a malformed request with InvalidArgument.
@@ -170,12 +169,10 @@ func ServerOptions(log *slog.Logger, a *Authenticator) []grpc.ServerOption {
 	}
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(a.codec),
-		// errors* is outermost after recovery: every refusal, including authentication's, the
-		// capability gate's and a recovered panic's, leaves through the one error table
-		// (errors.go). Authentication comes before the gate, so an unproven caller learns
-		// nothing about what is built.
-		grpc.ChainUnaryInterceptor(errorsUnary, recoverUnary(log), a.unary, capabilityGateUnary),
-		grpc.ChainStreamInterceptor(errorsStream, recoverStream(log), a.stream, capabilityGateStream),
+		// errors* is outermost: every refusal, including authentication's and a recovered
+		// panic's, leaves through the one error table (errors.go).
+		grpc.ChainUnaryInterceptor(errorsUnary, recoverUnary(log), a.unary),
+		grpc.ChainStreamInterceptor(errorsStream, recoverStream(log), a.stream),
 	}
 }
 

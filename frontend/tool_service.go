@@ -11,17 +11,16 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/bridge"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
@@ -39,36 +38,6 @@ const (
 	toolPollMin = 5 * time.Millisecond
 	toolPollMax = 50 * time.Millisecond
 )
-
-// toolGRPCCode is the gRPC status a failed call travels with.
-var toolGRPCCode = map[tool.Code]codes.Code{
-	tool.CodeToolTimeout:       codes.DeadlineExceeded,
-	tool.CodeWallTimeout:       codes.DeadlineExceeded,
-	tool.CodeValidation:        codes.InvalidArgument,
-	tool.CodePermissionDenied:  codes.PermissionDenied,
-	tool.CodeCPUBudgetExceeded: codes.ResourceExhausted,
-	tool.CodeCancelled:         codes.Aborted,
-	tool.CodeNotFound:          codes.NotFound,
-	tool.CodeAlreadyCompleted:  codes.FailedPrecondition,
-	tool.CodeToolFailed:        codes.Aborted,
-	tool.CodeInterrupted:       codes.Aborted,
-	tool.CodeInternal:          codes.Internal,
-}
-
-// toolStatus renders a tool failure as a gRPC status: the message starts with the §18.3 code,
-// the ToolError rides as a detail, and the trailer names the code exactly.
-func toolStatus(ctx context.Context, callID string, te *tool.Error) error {
-	c, ok := toolGRPCCode[te.Code]
-	if !ok {
-		c = codes.Internal
-	}
-	st := status.New(c, te.Error())
-	if d, err := st.WithDetails(te.Proto(callID)); err == nil {
-		st = d
-	}
-	_ = grpc.SetTrailer(ctx, metadata.Pairs(wire.ToolErrorCodeTrailer, string(te.Code)))
-	return st.Err()
-}
 
 // toolService serves sw4rm.tool.ToolService (§18): each call is the workflow tool/<call_id>;
 // its frames are stored as they come (store.ToolCalls), which is what Call and CallStream
@@ -94,7 +63,7 @@ func callerOf(ctx context.Context) (caller, error) {
 	c := caller{principal: p, owner: p.String(), agent: strings.TrimSpace(firstMD(ctx, wire.AgentIDKey))}
 	switch {
 	case p.Agent != "" && c.agent != "" && c.agent != p.Agent:
-		return caller{}, status.Errorf(codes.PermissionDenied, "permission_denied: agent %s may not call tools for agent %s (%s)", p.Agent, c.agent, wire.AgentIDKey)
+		return caller{}, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "agent %s may not call tools for agent %s (%s)", p.Agent, c.agent, wire.AgentIDKey)
 	case p.Agent != "":
 		c.agent = p.Agent
 	case p.Anonymous() && c.agent != "":
@@ -120,14 +89,8 @@ type prepared struct {
 // the arguments against the input schema, the effective policy (§18.5), the caller's
 // worktree (§16) and whether policy pre-approves a privileged call.
 func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c caller, callID string) (prepared, *tool.Error) {
-	if err := tool.ValidateProviderID(req.GetProviderId()); err != nil {
+	if err := tool.ValidateCall(req, MaxToolArgs); err != nil {
 		return prepared{}, asToolError(err)
-	}
-	if err := tool.ValidateToolName(req.GetToolName()); err != nil {
-		return prepared{}, asToolError(err)
-	}
-	if len(req.GetArgs()) > MaxToolArgs {
-		return prepared{}, tool.Errorf(tool.CodeValidation, "args are %d bytes, more than %d", len(req.GetArgs()), MaxToolArgs)
 	}
 	rec, err := t.s.store.ToolProviders().GetTool(ctx, req.GetProviderId(), req.GetToolName())
 	if errors.Is(err, store.ErrNotFound) {
@@ -176,18 +139,15 @@ func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c calle
 		return prepared{}, tool.Errorf(tool.CodePermissionDenied, "tool %s needs a worktree and %s is not bound to one (§16: WorktreeService.Bind first)", req.GetToolName(), who)
 	}
 	replyTo, corr := "", ""
-	switch v := strings.TrimSpace(firstMD(ctx, wire.ToolReplyKey)); v {
-	case "":
-	case "envelope":
-		if c.agent == "" {
-			return prepared{}, tool.Errorf(tool.CodeValidation, "%s: envelope needs the calling agent (%s)", wire.ToolReplyKey, wire.AgentIDKey)
-		}
+	envelope, err := tool.ParseReply(wire.ToolReplyKey, firstMD(ctx, wire.ToolReplyKey), wire.AgentIDKey, c.agent)
+	if err != nil {
+		return prepared{}, asToolError(err)
+	}
+	if envelope {
 		replyTo, corr = c.agent, strings.TrimSpace(firstMD(ctx, wire.CorrelationIDKey))
 		if corr == "" {
 			corr = callID
 		}
-	default:
-		return prepared{}, tool.Errorf(tool.CodeValidation, "%s %q: the only value is envelope", wire.ToolReplyKey, v)
 	}
 	return prepared{
 		in: workflows.ToolCallInput{
@@ -236,20 +196,20 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 	}
 	callID, err := tool.AssignCallID(req.GetCallId(), fresh)
 	if err != nil {
-		return "", toolStatus(ctx, req.GetCallId(), asToolError(err))
+		return "", toolStatus(req.GetCallId(), asToolError(err))
 	}
 	_ = grpc.SetHeader(ctx, metadata.Pairs(wire.CallIDHeader, callID))
 	p, terr := t.prepare(ctx, req, c, callID)
 	if terr != nil {
 		t.s.sink.Record(ctx, auditToolRefused(callID, req, c, terr))
-		return "", toolStatus(ctx, callID, terr)
+		return "", toolStatus(callID, terr)
 	}
 	if len(p.notes) > 0 {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.ToolPolicyNoteHeader, strconv.QuoteToASCII(strings.Join(p.notes, "; "))))
 	}
 	start, err := bridge.NewOutboxEntry(workflows.OutboxToolStart, workflows.ToolWorkflowID(callID), workflows.ToolStartPayload{Input: p.in})
 	if err != nil {
-		return "", status.Errorf(codes.Internal, "internal_error: %v", err)
+		return "", internalf("%v", err)
 	}
 	// The record and the workflow's start are one store write: a recorded call always runs,
 	// whatever fails next (the relay starts it once Temporal takes it).
@@ -261,10 +221,10 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 		// The same call again (a client retrying): join it; its workflow was promised when
 		// it was recorded.
 		if !c.mayAct(rec.Caller) {
-			return "", status.Errorf(codes.AlreadyExists, "duplicate_detected: call_id %s is another caller's call", callID)
+			return "", protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "call_id %s is another caller's call", callID)
 		}
 		if rec.ProviderID != req.GetProviderId() || rec.ToolName != req.GetToolName() {
-			return "", status.Errorf(codes.AlreadyExists, "duplicate_detected: call_id %s is a call of %s/%s", callID, rec.ProviderID, rec.ToolName)
+			return "", protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "call_id %s is a call of %s/%s", callID, rec.ProviderID, rec.ToolName)
 		}
 		return callID, nil
 	}
@@ -295,7 +255,7 @@ func (t *toolService) Call(ctx context.Context, req *toolpb.ToolCall) (*toolpb.T
 		return nil, err
 	}
 	if te := frameError(final); te != nil {
-		return nil, toolStatus(ctx, callID, te)
+		return nil, toolStatus(callID, te)
 	}
 	return final, nil
 }
@@ -347,27 +307,39 @@ func frameProto(f store.ToolFrameRecord) *toolpb.ToolFrame {
 // §18.6). With sw4rm-resume-after it resumes a call already made after the given frame_no.
 func (t *toolService) CallStream(req *toolpb.ToolCall, ss grpc.ServerStreamingServer[toolpb.ToolFrame]) error {
 	ctx := ss.Context()
-	var callID string
-	var after uint64
-	if v := strings.TrimSpace(firstMD(ctx, wire.ResumeAfterKey)); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return toolStatus(ctx, req.GetCallId(), tool.Errorf(tool.CodeValidation, "%s %q is not a frame number", wire.ResumeAfterKey, v))
-		}
-		if callID, err = t.resumable(ctx, req.GetCallId()); err != nil {
-			return err
-		}
-		after = n
-		_ = ss.SetHeader(metadata.Pairs(wire.CallIDHeader, callID))
-	} else {
-		var err error
-		if callID, err = t.begin(ctx, req); err != nil {
-			return err
-		}
+	callID, after, err := t.streamOf(ctx, req, ss)
+	if err != nil {
+		return err
 	}
 	if err := ss.SendHeader(nil); err != nil {
 		return err
 	}
+	return t.sendFrames(ctx, ss, callID, after)
+}
+
+// streamOf is the call a CallStream streams and the frame it streams after: a call already
+// made, with sw4rm-resume-after, else a new one.
+func (t *toolService) streamOf(ctx context.Context, req *toolpb.ToolCall, ss grpc.ServerStreamingServer[toolpb.ToolFrame]) (string, uint64, error) {
+	v := strings.TrimSpace(firstMD(ctx, wire.ResumeAfterKey))
+	if v == "" {
+		callID, err := t.begin(ctx, req)
+		return callID, 0, err
+	}
+	after, err := tool.ParseResumeAfter(wire.ResumeAfterKey, v)
+	if err != nil {
+		return "", 0, toolStatus(req.GetCallId(), asToolError(err))
+	}
+	callID, err := t.resumable(ctx, req.GetCallId())
+	if err != nil {
+		return "", 0, err
+	}
+	_ = ss.SetHeader(metadata.Pairs(wire.CallIDHeader, callID))
+	return callID, after, nil
+}
+
+// sendFrames streams the call's stored frames after frame after, as they come, up to and
+// including the final one.
+func (t *toolService) sendFrames(ctx context.Context, ss grpc.ServerStreamingServer[toolpb.ToolFrame], callID string, after uint64) error {
 	wait := toolPollMin
 	for {
 		fs, err := t.s.store.ToolCalls().Frames(ctx, callID, after, 256)
@@ -403,17 +375,17 @@ func (t *toolService) resumable(ctx context.Context, callID string) (string, err
 		return "", err
 	}
 	if err := tool.ValidateCallID(callID); err != nil {
-		return "", toolStatus(ctx, callID, asToolError(err))
+		return "", toolStatus(callID, asToolError(err))
 	}
 	rec, err := t.s.store.ToolCalls().GetCall(ctx, callID)
 	if errors.Is(err, store.ErrNotFound) {
-		return "", toolStatus(ctx, callID, tool.Errorf(tool.CodeNotFound, "no call %s to resume", callID))
+		return "", toolStatus(callID, tool.Errorf(tool.CodeNotFound, "no call %s to resume", callID))
 	}
 	if err != nil {
 		return "", failed("reading the tool call", err)
 	}
 	if !c.mayAct(rec.Caller) {
-		return "", status.Errorf(codes.PermissionDenied, "permission_denied: call %s is another caller's call", callID)
+		return "", protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "call %s is another caller's call", callID)
 	}
 	return callID, nil
 }
@@ -423,58 +395,69 @@ func (t *toolService) resumable(ctx context.Context, callID string) (string, err
 // unknown call, or ALREADY_COMPLETED. Only the call's owner or an operator may cancel it.
 func (t *toolService) Cancel(ctx context.Context, req *toolpb.ToolCall) (*toolpb.ToolError, error) {
 	callID := req.GetCallId()
-	answer := func(c tool.Code, msg string) *toolpb.ToolError {
-		return &toolpb.ToolError{CallId: callID, ErrorCode: string(c), Message: msg}
-	}
 	c, err := callerOf(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if done, err := t.cancellable(ctx, c, callID); done != nil || err != nil {
+		return done, err
+	}
+	res, err := update[workflows.ToolCancelResult](ctx, t.s.temporal, client.UpdateWorkflowOptions{
+		WorkflowID: workflows.ToolWorkflowID(callID), UpdateName: workflows.ToolCancelUpdate, Args: []any{workflows.ToolCancel{By: c.owner}},
+	})
+	switch {
+	case classify(err) == temporalNotFound:
+		// The call was recorded but its workflow never started (the frontend died between
+		// the two) or it already closed: the store decides.
+		return t.cancelStored(ctx, c, callID)
+	case err != nil:
+		return nil, failed("cancelling the tool call", err)
+	}
+	return toolAnswer(callID, res.Code, res.Message), nil
+}
+
+// toolAnswer is Cancel's answer about call callID.
+func toolAnswer(callID string, c tool.Code, msg string) *toolpb.ToolError {
+	return &toolpb.ToolError{CallId: callID, ErrorCode: string(c), Message: msg}
+}
+
+// cancellable answers a Cancel that needs no workflow — no call_id, an unknown call, a call
+// that already ended — or refuses another caller's call; (nil, nil) lets the cancel go on.
+func (t *toolService) cancellable(ctx context.Context, c caller, callID string) (*toolpb.ToolError, error) {
 	if callID == "" {
-		return answer(tool.CodeNotFound, "no call_id: name the call to cancel"), nil
+		return toolAnswer(callID, tool.CodeNotFound, "no call_id: name the call to cancel"), nil
 	}
 	rec, err := t.s.store.ToolCalls().GetCall(ctx, callID)
 	if errors.Is(err, store.ErrNotFound) {
-		return answer(tool.CodeNotFound, fmt.Sprintf("no call %s", callID)), nil
+		return toolAnswer(callID, tool.CodeNotFound, fmt.Sprintf("no call %s", callID)), nil
 	}
 	if err != nil {
 		return nil, failed("reading the tool call", err)
 	}
 	if !c.mayAct(rec.Caller) {
-		return nil, status.Errorf(codes.PermissionDenied, "permission_denied: call %s is another caller's call; its owner or an operator may cancel it", callID)
+		return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "call %s is another caller's call; its owner or an operator may cancel it", callID)
 	}
 	if rec.Final {
-		return answer(tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil
+		return toolAnswer(callID, tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil
 	}
-	h, err := t.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: workflows.ToolWorkflowID(callID), UpdateName: workflows.ToolCancelUpdate,
-		Args: []any{workflows.ToolCancel{By: c.owner}}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	return nil, nil
+}
+
+// cancelStored cancels a call that has no running workflow by storing its final frame,
+// unless one is stored already.
+func (t *toolService) cancelStored(ctx context.Context, c caller, callID string) (*toolpb.ToolError, error) {
+	sum := tool.Summary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled), Message: "cancelled by " + c.owner, CancelledBy: c.owner}
+	_, created, err := t.s.store.ToolCalls().Finish(ctx, callID, "application/json", []byte(`{"error_code":"CANCELLED"}`), func(frames, bytes uint64) []byte {
+		sum.Frames, sum.Bytes, sum.Partial = frames, bytes, frames > 0
+		return sum.JSON()
 	})
-	var res workflows.ToolCancelResult
-	if err == nil {
-		err = h.Get(ctx, &res)
-	}
-	var nf *serviceerror.NotFound
-	switch {
-	case errors.As(err, &nf):
-		// The call was recorded but its workflow never started (the frontend died between
-		// the two) or it already closed: the store decides.
-		sum := tool.Summary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled), Message: "cancelled by " + c.owner, CancelledBy: c.owner}
-		_, created, ferr := t.s.store.ToolCalls().Finish(ctx, callID, "application/json", []byte(`{"error_code":"CANCELLED"}`), func(frames, bytes uint64) []byte {
-			sum.Frames, sum.Bytes, sum.Partial = frames, bytes, frames > 0
-			return sum.JSON()
-		})
-		if ferr != nil {
-			return nil, failed("cancelling the tool call", ferr)
-		}
-		if !created {
-			return answer(tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil
-		}
-		return answer(tool.CodeCancelled, "cancelled; the final frame is stored"), nil
-	case err != nil:
+	if err != nil {
 		return nil, failed("cancelling the tool call", err)
 	}
-	return answer(res.Code, res.Message), nil
+	if !created {
+		return toolAnswer(callID, tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil
+	}
+	return toolAnswer(callID, tool.CodeCancelled, "cancelled; the final frame is stored"), nil
 }
 
 // AuditToolCallRefused records a call refused before it started: who, which tool, the code.

@@ -13,12 +13,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
-	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
@@ -26,12 +24,23 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
+// Metadata of the workflow service (docs/dag.md). CreateWorkflowResponse has no field for
+// the version stored or for warnings, and the canonical contract cannot change (§5.1), so
+// they travel as response headers.
+const (
+	// LateBindingMetadataKey is the WorkflowDefinition metadata key that, set to "true",
+	// lets a definition name agents that are not registered yet: they must be registered
+	// by the time their node runs. Without it every node's agent must be registered when
+	// the definition is created.
+	LateBindingMetadataKey = "late_binding"
+)
+
 // maxListedAgents bounds how many unregistered agents a refusal names.
 const maxListedAgents = 20
 
-// workflowService serves sw4rm.workflow.WorkflowService (§17.7). This slice builds
-// CreateWorkflow; StartWorkflow, GetWorkflowState and ResumeWorkflow answer Unimplemented
-// from the capability gate (unimplemented.go) until the run workflow is built.
+// workflowService serves sw4rm.workflow.WorkflowService (§17.7): CreateWorkflow stores a
+// definition, and StartWorkflow, GetWorkflowState and ResumeWorkflow drive its run, the
+// workflow dag/<workflow_id>.
 type workflowService struct {
 	workflowpb.UnimplementedWorkflowServiceServer
 	s *Server
@@ -54,59 +63,73 @@ func marshalDefinition(def *workflowpb.WorkflowDefinition) ([]byte, error) {
 // sw4rm-workflow-warnings headers.
 func (w *workflowService) CreateWorkflow(ctx context.Context, req *workflowpb.CreateWorkflowRequest) (*workflowpb.CreateWorkflowResponse, error) {
 	def := req.GetDefinition()
-	if def == nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "definition is required")
+	res, err := dag.ValidateCreate(def)
+	var cyc *dag.CycleError
+	if errors.As(err, &cyc) {
+		// Its text starts with workflow_cycle_detected, which is not one of the ErrorCode
+		// values, so the trailer falls back to the status code's: VALIDATION_ERROR. It is
+		// the one status the frontend types by hand: its text is the spec's (§17.7).
+		return nil, status.Error(codes.InvalidArgument, cyc.Error())
 	}
-	res, err := dag.Validate(def)
 	if err != nil {
-		var cyc *dag.CycleError
-		if errors.As(err, &cyc) {
-			// Its text starts with workflow_cycle_detected, which is not one of the ErrorCode
-			// values, so the trailer falls back to the status code's: VALIDATION_ERROR.
-			return nil, status.Error(codes.InvalidArgument, cyc.Error())
-		}
 		return nil, err // a *protocol.Error (validation_error)
 	}
-	warnings := slices.Clone(res.Warnings)
-	missing, err := w.unregisteredAgents(ctx, def)
+	warnings, err := w.lateBinding(ctx, def, slices.Clone(res.Warnings))
 	if err != nil {
 		return nil, err
 	}
-	if len(missing) > 0 {
-		if def.GetMetadata()[dag.MetaLateBinding] != "true" {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
-				"nodes name agents that are not registered: %s; register them first, or set the definition's metadata %s to \"true\" to bind them when their nodes run",
-				listAgents(missing), dag.MetaLateBinding)
-		}
-		warnings = append(warnings, "late binding: agents not registered yet: "+listAgents(missing))
+	version, err := w.store(ctx, def, res, warnings)
+	if err != nil {
+		return nil, err
 	}
+	md := metadata.Pairs(wire.WorkflowVersionHeader, strconv.Itoa(version))
+	if len(warnings) > 0 {
+		md.Append(wire.WorkflowWarningsHeader, warnings...)
+	}
+	_ = grpc.SetHeader(ctx, md)
+	return &workflowpb.CreateWorkflowResponse{WorkflowId: def.GetWorkflowId(), Success: true}, nil
+}
+
+// lateBinding refuses a definition naming agents that are not registered, unless its
+// metadata asks for late binding; then it adds a warning naming them to warnings.
+func (w *workflowService) lateBinding(ctx context.Context, def *workflowpb.WorkflowDefinition, warnings []string) ([]string, error) {
+	missing, err := w.unregisteredAgents(ctx, def)
+	if err != nil || len(missing) == 0 {
+		return warnings, err
+	}
+	if def.GetMetadata()[LateBindingMetadataKey] != "true" {
+		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR,
+			"nodes name agents that are not registered: %s; register them first, or set the definition's metadata %s to \"true\" to bind them when their nodes run",
+			listAgents(missing), LateBindingMetadataKey)
+	}
+	return append(warnings, "late binding: agents not registered yet: "+listAgents(missing)), nil
+}
+
+// store stores a validated definition as its workflow_id's next version, created by the
+// proven caller, and answers the version; a byte-identical retry stores nothing new.
+func (w *workflowService) store(ctx context.Context, def *workflowpb.WorkflowDefinition, res dag.Result, warnings []string) (int, error) {
 	body, err := marshalDefinition(def)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: marshal the definition: %v", err)
+		return 0, internalf("marshal the definition: %v", err)
 	}
 	id := def.GetWorkflowId()
 	// The latest version is read first only to tell a retry from a change for the audit log:
 	// PutDefinition itself decides, under its lock, which version the bytes get.
 	prev, err := w.s.store.Definitions().GetDefinition(ctx, id, 0)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, failed("read the latest definition", err)
+		return 0, failed("read the latest definition", err)
 	}
 	retry := err == nil && string(prev.Definition) == string(body)
 	rec, err := w.s.store.Definitions().PutDefinition(ctx, id, body, auth.FromContext(ctx).String())
 	if err != nil {
-		return nil, failed("store the definition", err)
+		return 0, failed("store the definition", err)
 	}
 	if !retry {
 		w.s.sink.Record(ctx, audit.Event{Actor: auth.FromContext(ctx).String(), Type: "workflow.definition_created",
 			Details: map[string]any{"workflow_id": id, "version": rec.Version, "nodes": len(def.GetNodes()),
 				"roots": res.Roots, "warnings": warnings}})
 	}
-	md := metadata.Pairs(wire.WorkflowVersionHeader, strconv.Itoa(rec.Version))
-	if len(warnings) > 0 {
-		md.Append(wire.WorkflowWarningsHeader, warnings...)
-	}
-	_ = grpc.SetHeader(ctx, md)
-	return &workflowpb.CreateWorkflowResponse{WorkflowId: id, Success: true}, nil
+	return rec.Version, nil
 }
 
 // unregisteredAgents returns the agents the definition's nodes name that the registry does
@@ -136,49 +159,4 @@ func listAgents(agents []string) string {
 		return strings.Join(agents, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(agents[:maxListedAgents], ", "), len(agents)-maxListedAgents)
-}
-
-// definitionService serves the extension sw4rmext.workflow.v1.DefinitionService: reading
-// the definitions CreateWorkflow stored (the canonical service has no such call, §5.1).
-type definitionService struct {
-	workflowdefpb.UnimplementedDefinitionServiceServer
-	s *Server
-}
-
-// GetDefinition returns one stored version of a workflow's definition, the latest when
-// version is 0, with its created_at set to when that version was stored.
-func (d *definitionService) GetDefinition(ctx context.Context, req *workflowdefpb.GetDefinitionRequest) (*workflowdefpb.GetDefinitionResponse, error) {
-	id, version := req.GetWorkflowId(), int(req.GetVersion())
-	switch {
-	case id == "":
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
-	case version < 0:
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "version must be 0 (the latest) or a stored version, not %d", version)
-	}
-	defs := d.s.store.Definitions()
-	rec, err := defs.GetDefinition(ctx, id, version)
-	if errors.Is(err, store.ErrNotFound) {
-		if version == 0 {
-			return nil, status.Errorf(codes.NotFound, "no_route: workflow %q has no definition (CreateWorkflow stores one)", id)
-		}
-		return nil, status.Errorf(codes.NotFound, "no_route: workflow %q has no definition version %d", id, version)
-	}
-	if err != nil {
-		return nil, failed("read the definition", err)
-	}
-	latest := rec
-	if version != 0 {
-		if latest, err = defs.GetDefinition(ctx, id, 0); err != nil {
-			return nil, failed("read the latest definition", err)
-		}
-	}
-	def := &workflowpb.WorkflowDefinition{}
-	if err := proto.Unmarshal(rec.Definition, def); err != nil {
-		return nil, status.Errorf(codes.Internal, "internal_error: stored definition %q version %d does not decode: %v", id, rec.Version, err)
-	}
-	def.CreatedAt = timestamppb.New(rec.CreatedAt)
-	return &workflowdefpb.GetDefinitionResponse{
-		Definition: def, Version: int32(rec.Version), LatestVersion: int32(latest.Version),
-		CreatedAt: timestamppb.New(rec.CreatedAt), CreatedBy: rec.CreatedBy,
-	}, nil
 }

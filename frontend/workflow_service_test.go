@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -154,8 +153,8 @@ func TestGetDefinitionRefusals(t *testing.T) {
 	_, err = d.GetDefinition(ctx, &workflowdefpb.GetDefinitionRequest{WorkflowId: "wf", Version: -1})
 	assert.Equal(t, codes.InvalidArgument, toStatus(ctx, err).Code())
 	_, err = d.GetDefinition(ctx, &workflowdefpb.GetDefinitionRequest{WorkflowId: "wf"})
-	assert.Equal(t, codes.NotFound, status.Code(err))
-	assert.Contains(t, status.Convert(err).Message(), "has no definition")
+	assert.Equal(t, codes.NotFound, toStatus(ctx, err).Code())
+	assert.Contains(t, toStatus(ctx, err).Message(), "no_route: workflow \"wf\" has no definition")
 }
 
 func TestListAgentsIsBounded(t *testing.T) {

@@ -4,17 +4,11 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
-	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -25,9 +19,6 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
-
-// maxSwitchReason bounds RejectSwitch's reason, in bytes.
-const maxSwitchReason = 1024
 
 // worktreeService serves sw4rm.worktree.WorktreeService (§16): each agent's binding is the
 // workflow worktree/<agent_id>, which Bind starts; the store keeps its projection for Status
@@ -51,38 +42,33 @@ func by(ctx context.Context) string {
 // automatic retries run (Status follows them). Binding another worktree while bound is
 // refused with FailedPrecondition.
 func (w *worktreeService) Bind(ctx context.Context, req *worktreepb.BindRequest) (*worktreepb.BindResponse, error) {
+	if perr := worktree.ValidateBind(req); perr != nil {
+		return nil, perr
+	}
 	agent := req.GetAgentId()
-	if perr := protocol.ValidateAgentID(agent); perr != nil {
-		return nil, perr
+	if err := w.s.registered(ctx, agent, "agent %q is not registered; register it before binding a worktree"); err != nil {
+		return nil, err
 	}
-	if perr := worktree.ValidateRepoID(req.GetRepoId()); perr != nil {
-		return nil, perr
-	}
-	if perr := worktree.ValidateWorktreeID(req.GetWorktreeId()); perr != nil {
-		return nil, perr
-	}
-	if _, err := w.s.router.Agent(ctx, agent); errors.Is(err, store.ErrNotFound) {
-		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q is not registered; register it before binding a worktree", agent)
-	} else if err != nil {
-		return nil, failed("registry lookup", err)
-	}
-	b := workflows.WorktreeBind{RepoID: req.GetRepoId(), WorktreeID: req.GetWorktreeId(), By: by(ctx)}
-	var res workflows.WorktreeBindResult
-	err := w.retryClosing(ctx, func() error {
-		op := w.s.temporal.NewWithStartWorkflowOperation(workflows.WorktreeStartOptions(agent, w.s.cfg.TaskQueue), workflows.WorktreeWorkflow,
-			workflows.WorktreeInput{AgentID: agent})
-		h, err := w.s.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{StartWorkflowOperation: op,
-			UpdateOptions: client.UpdateWorkflowOptions{UpdateName: workflows.WorktreeBindUpdate, Args: []any{b}, WaitForStage: client.WorkflowUpdateStageCompleted}})
-		if err != nil {
-			return err
-		}
-		return h.Get(ctx, &res)
-	})
+	res, err := w.bind(ctx, agent, workflows.WorktreeBind{RepoID: req.GetRepoId(), WorktreeID: req.GetWorktreeId(), By: by(ctx)})
 	if err != nil {
 		return nil, w.updateError(ctx, agent, err)
 	}
 	setWorktreeHeaders(ctx, res.State)
 	return &worktreepb.BindResponse{Ok: res.OK, Reason: res.Reason}, nil
+}
+
+// bind sends Bind's update to the agent's binding, starting its workflow unless it runs.
+func (w *worktreeService) bind(ctx context.Context, agent string, b workflows.WorktreeBind) (workflows.WorktreeBindResult, error) {
+	var res workflows.WorktreeBindResult
+	// An update aborted because the run it reached was closing comes back NotFound: the next
+	// attempt starts, or reaches, the next run.
+	err := w.retryClosing(ctx, func(err error) bool { return closingError(err) || classify(err) == temporalNotFound }, func() (err error) {
+		res, err = updateWithStart[workflows.WorktreeBindResult](ctx, w.s.temporal, workflows.WorktreeStartOptions(agent, w.s.cfg.TaskQueue),
+			workflows.WorktreeWorkflow, workflows.WorktreeInput{AgentID: agent},
+			client.UpdateWorkflowOptions{UpdateName: workflows.WorktreeBindUpdate, Args: []any{b}})
+		return err
+	})
+	return res, err
 }
 
 // Unbind ends the agent's binding: its home worktree is unlocked (directory and branch stay)
@@ -110,14 +96,10 @@ func (w *worktreeService) Unbind(ctx context.Context, req *worktreepb.UnbindRequ
 // ApproveSwitch or RejectSwitch, or, with requires_hitl, for a HITL invocation with reason
 // WORKTREE_OVERRIDE (whose id is the sw4rm-worktree-hitl header).
 func (w *worktreeService) RequestSwitch(ctx context.Context, req *worktreepb.SwitchRequest) (*worktreepb.StatusResponse, error) {
-	agent := req.GetAgentId()
-	if perr := protocol.ValidateAgentID(agent); perr != nil {
+	if perr := worktree.ValidateSwitchRequest(req); perr != nil {
 		return nil, perr
 	}
-	if perr := worktree.ValidateWorktreeID(req.GetTargetWorktreeId()); perr != nil {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "target_worktree_id: %s", perr.Msg)
-	}
-	return w.stateCall(ctx, agent, workflows.WorktreeSwitchRequestUpdate,
+	return w.stateCall(ctx, req.GetAgentId(), workflows.WorktreeSwitchRequestUpdate,
 		workflows.WorktreeSwitchRequest{TargetWorktreeID: req.GetTargetWorktreeId(), RequiresHITL: req.GetRequiresHitl(), By: by(ctx)})
 }
 
@@ -127,34 +109,20 @@ func (w *worktreeService) RequestSwitch(ctx context.Context, req *worktreepb.Swi
 // target_worktree_id, when set, must be the pending switch's. If the target cannot be made,
 // the switch stays pending and the call fails with the §16.3 reason.
 func (w *worktreeService) ApproveSwitch(ctx context.Context, req *worktreepb.SwitchApprove) (*worktreepb.StatusResponse, error) {
-	agent := req.GetAgentId()
-	if perr := protocol.ValidateAgentID(agent); perr != nil {
+	if perr := worktree.ValidateSwitchApproval(req, workflows.MaxSwitchTTL); perr != nil {
 		return nil, perr
 	}
-	if t := req.GetTargetWorktreeId(); t != "" {
-		if perr := worktree.ValidateWorktreeID(t); perr != nil {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "target_worktree_id: %s", perr.Msg)
-		}
-	}
-	if ms := req.GetTtlMs(); ms > uint64(workflows.MaxSwitchTTL.Milliseconds()) {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "ttl_ms %d is more than %d (%s); a switch is time-limited (§16.2)",
-			ms, workflows.MaxSwitchTTL.Milliseconds(), workflows.MaxSwitchTTL)
-	}
-	return w.stateCall(ctx, agent, workflows.WorktreeSwitchApproveUpdate, workflows.WorktreeSwitchApproval{TargetWorktreeID: req.GetTargetWorktreeId(),
+	return w.stateCall(ctx, req.GetAgentId(), workflows.WorktreeSwitchApproveUpdate, workflows.WorktreeSwitchApproval{TargetWorktreeID: req.GetTargetWorktreeId(),
 		TTL: time.Duration(req.GetTtlMs()) * time.Millisecond, By: by(ctx)})
 }
 
 // RejectSwitch rejects the agent's pending switch (SWITCH_REJECT) or, once approved, revokes
 // it (SWITCH_REVOKE): the agent is back home at once.
 func (w *worktreeService) RejectSwitch(ctx context.Context, req *worktreepb.SwitchReject) (*worktreepb.StatusResponse, error) {
-	agent := req.GetAgentId()
-	if perr := protocol.ValidateAgentID(agent); perr != nil {
+	if perr := worktree.ValidateSwitchRejection(req); perr != nil {
 		return nil, perr
 	}
-	if len(req.GetReason()) > maxSwitchReason {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "reason is longer than %d bytes", maxSwitchReason)
-	}
-	return w.stateCall(ctx, agent, workflows.WorktreeSwitchRejectUpdate, workflows.WorktreeSwitchRejection{Reason: req.GetReason(), By: by(ctx)})
+	return w.stateCall(ctx, req.GetAgentId(), workflows.WorktreeSwitchRejectUpdate, workflows.WorktreeSwitchRejection{Reason: req.GetReason(), By: by(ctx)})
 }
 
 // Status answers the agent's binding: from its running workflow, else the store's projection
@@ -174,25 +142,15 @@ func (w *worktreeService) Status(ctx context.Context, req *worktreepb.StatusRequ
 
 // current is the agent's binding: the running workflow's, else the store's.
 func (w *worktreeService) current(ctx context.Context, agent string) (workflows.WorktreeState, error) {
-	resp, err := w.s.temporal.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
-		WorkflowID: workflows.WorktreeWorkflowID(agent), QueryType: workflows.WorktreeStateQuery,
-		// A closed run is not replayed to answer: the store holds its last state.
-		QueryRejectCondition: enums.QUERY_REJECT_CONDITION_NOT_OPEN,
-	})
-	var nf *serviceerror.NotFound
+	// A closed run is not replayed to answer: the store holds its last state.
+	st, open, err := queryOpen[workflows.WorktreeState](ctx, w.s.temporal, workflows.WorktreeWorkflowID(agent), workflows.WorktreeStateQuery)
 	switch {
-	case errors.As(err, &nf):
-		return w.stored(ctx, agent)
-	case err != nil:
-		return workflows.WorktreeState{}, temporalStatus(ctx, "query the binding", err)
-	case resp.QueryRejected != nil:
+	case open:
+		return st, err
+	case err == nil, classify(err) == temporalNotFound:
 		return w.stored(ctx, agent)
 	}
-	var st workflows.WorktreeState
-	if err := resp.QueryResult.Get(&st); err != nil {
-		return st, status.Errorf(codes.Internal, "internal_error: decode the binding: %v", err)
-	}
-	return st, nil
+	return st, temporalUnavailable("query the binding", ctxFirst(ctx, err))
 }
 
 // stored is the binding the store recorded last; UNBOUND for an agent never bound.
@@ -216,7 +174,7 @@ func (w *worktreeService) stateCall(ctx context.Context, agent, name string, arg
 			return nil, cerr
 		}
 		setWorktreeHeaders(ctx, cur)
-		return nil, status.Errorf(codes.FailedPrecondition, "validation_error: %s is %s: %s needs a bound agent (§16.2)", agent, cur.State, name)
+		return nil, precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s is %s: %s needs a bound agent (§16.2)", agent, cur.State, name)
 	}
 	if err != nil {
 		return nil, err
@@ -235,33 +193,31 @@ var (
 // there is no run to answer.
 func (w *worktreeService) update(ctx context.Context, agent, name string, arg any) (workflows.WorktreeState, error) {
 	var st workflows.WorktreeState
-	err := w.retryClosing(ctx, func() error {
-		h, err := w.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: workflows.WorktreeWorkflowID(agent), UpdateName: name,
-			Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted})
-		if err != nil {
-			return err
-		}
-		return h.Get(ctx, &st)
+	err := w.retryClosing(ctx, closingError, func() (err error) {
+		st, err = update[workflows.WorktreeState](ctx, w.s.temporal,
+			client.UpdateWorkflowOptions{WorkflowID: workflows.WorktreeWorkflowID(agent), UpdateName: name, Args: []any{arg}})
+		return err
 	})
-	var nf *serviceerror.NotFound
 	switch {
 	case err == nil:
 		return st, nil
-	case errors.As(err, &nf) && !isCompleted(err):
-		return st, errNoBinding
 	case closingError(err):
 		return st, errClosing
+	case classify(err) == temporalNotFound:
+		// No running binding: none ever, one that has ended, or one whose run closed under
+		// this update — none of them can answer.
+		return st, errNoBinding
 	}
 	return st, w.updateError(ctx, agent, err)
 }
 
-// closingError reports whether err says the run is ending or has ended.
+// closingError reports whether err says the run is ending: the server's "workflow is
+// closing", or the binding's own refusal once an unbind has begun.
 func closingError(err error) bool {
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) && app.Type() == workflows.WorktreeRunClosing {
-		return true
+	if app := refusalOf(err); app != nil {
+		return app.Type() == workflows.WorktreeRunClosing
 	}
-	return isCompleted(err) || strings.Contains(err.Error(), "closing workflow")
+	return classify(err) == temporalClosing
 }
 
 // closingRetries bounds how often a call meeting a run that is ending is made again (every
@@ -271,18 +227,13 @@ const (
 	closingWait    = 100 * time.Millisecond
 )
 
-// retryClosing runs call, again while it meets a run that is ending, so that a Bind right
-// after an Unbind reaches the next run rather than the one closing.
-func (w *worktreeService) retryClosing(ctx context.Context, call func() error) error {
+// retryClosing runs call, again while its error satisfies retry (a run that is ending), so
+// that a Bind right after an Unbind reaches the next run rather than the one closing.
+func (w *worktreeService) retryClosing(ctx context.Context, retry func(error) bool, call func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := call()
-		if err == nil || !closingError(err) || attempt == closingRetries {
+		if err == nil || !retry(err) || attempt == closingRetries || !sleepCtx(ctx, closingWait) {
 			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(closingWait):
 		}
 	}
 }
@@ -291,27 +242,24 @@ func (w *worktreeService) retryClosing(ctx context.Context, call func() error) e
 // (validation_error), a target that could not be made carries its §16.3 reason, anything
 // else is Temporal failing.
 func (w *worktreeService) updateError(ctx context.Context, agent string, err error) error {
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	var app *temporal.ApplicationError
-	if !errors.As(err, &app) {
-		return temporalStatus(ctx, "reach the binding of "+agent, err)
+	app := refusalOf(err)
+	if app == nil {
+		return temporalUnavailable("reach the binding of "+agent, err)
 	}
 	if r, perr := worktree.ParseReason(app.Type()); perr == nil {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.WorktreeReasonHeader, string(r)))
 		if r == worktree.ReasonPermissionDenied {
-			return status.Error(codes.PermissionDenied, app.Message())
+			return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s", app.Message())
 		}
-		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
+		return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
 	}
 	if app.Type() == workflows.WorktreeUpdateRefused || app.Type() == workflows.WorktreeRunClosing {
 		if cur, cerr := w.current(ctx, agent); cerr == nil {
 			setWorktreeHeaders(ctx, cur)
 		}
-		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
+		return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
 	}
-	return temporalStatus(ctx, "reach the binding of "+agent, err)
+	return temporalUnavailable("reach the binding of "+agent, err)
 }
 
 // statusResponse answers a binding, with its headers.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 // The rules of the agent handoff protocol (§17.6; 000 §3.11.2; 004 item 8): what a
@@ -302,4 +303,50 @@ func HandoffTerminal(s handoffpb.HandoffStatus) bool {
 		return true
 	}
 	return false
+}
+
+// ValidateHandoffCall checks a RequestHandoff call (§17.6): the request and its context's
+// content type (ValidateHandoffRequest), a context snapshot within the server's payload
+// limit maxPayload (0: none beyond the default) and a correlation of at most 256 bytes.
+func ValidateHandoffCall(req *handoffpb.HandoffRequest, contentType, correlation string, maxPayload int) *Error {
+	if perr := ValidateHandoffRequest(req, contentType); perr != nil {
+		return perr
+	}
+	if maxPayload > 0 && len(req.GetContextSnapshot()) > maxPayload {
+		return Errorf(commonpb.ErrorCode_OVERSIZE_PAYLOAD, "context_snapshot is %d bytes; this server's limit is %d (SW4RM_MAX_PAYLOAD_BYTES)", len(req.GetContextSnapshot()), maxPayload)
+	}
+	if len(correlation) > 256 {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s is longer than 256 bytes", wire.CorrelationIDKey)
+	}
+	return nil
+}
+
+// ValidateHandoffResponse checks an AcceptHandoff or RejectHandoff: a request_id, an
+// accepting_agent, and for a REDIRECT rejection the agent to redirect to.
+func ValidateHandoffResponse(req *handoffpb.HandoffResponse) *Error {
+	if req.GetRequestId() == "" {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "request_id is required")
+	}
+	if perr := ValidateAgentID(req.GetAcceptingAgent()); perr != nil {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "accepting_agent: %s", perr.Msg)
+	}
+	if req.GetRejectionCode() == commonpb.ErrorCode_REDIRECT {
+		if perr := ValidateAgentID(req.GetRedirectToAgentId()); perr != nil {
+			return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "rejection_code REDIRECT needs redirect_to_agent_id: %s", perr.Msg)
+		}
+	}
+	return nil
+}
+
+// ValidateCompleteHandoff checks a CompleteHandoff: a request_id and, if a status is given,
+// COMPLETED — a handoff is rejected with RejectHandoff and cancelled with CancelDelegation.
+func ValidateCompleteHandoff(req *handoffpb.CompleteHandoffRequest) *Error {
+	if req.GetRequestId() == "" {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "request_id is required")
+	}
+	switch req.GetStatus() {
+	case handoffpb.HandoffStatus_COMPLETED, handoffpb.HandoffStatus_HANDOFF_STATUS_UNSPECIFIED:
+		return nil
+	}
+	return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "status %s cannot be set by CompleteHandoff: only COMPLETED (a handoff is rejected with RejectHandoff and cancelled with CancelDelegation)", req.GetStatus())
 }

@@ -187,3 +187,31 @@ func TestHandoffTransitions(t *testing.T) {
 		assert.Equal(t, s == rejected || s == completed || s == expired, protocol.HandoffTerminal(s), "%s", s)
 	}
 }
+
+func TestValidateHandoffCall(t *testing.T) {
+	assert.Nil(t, protocol.ValidateHandoffCall(validHandoff(), "application/json", "c1", 0))
+	big := protocol.ValidateHandoffCall(validHandoff(), "application/json", "c1", 4)
+	require.NotNil(t, big)
+	assert.Equal(t, commonpb.ErrorCode_OVERSIZE_PAYLOAD, big.Code)
+	long := protocol.ValidateHandoffCall(validHandoff(), "application/json", strings.Repeat("c", 257), 0)
+	require.NotNil(t, long)
+	assert.Contains(t, long.Msg, "longer than 256 bytes")
+	assert.NotNil(t, protocol.ValidateHandoffCall(&handoffpb.HandoffRequest{}, "application/json", "c1", 0))
+}
+
+func TestValidateHandoffResponse(t *testing.T) {
+	assert.Nil(t, protocol.ValidateHandoffResponse(&handoffpb.HandoffResponse{RequestId: "h-1", AcceptingAgent: "billing"}))
+	assert.Contains(t, protocol.ValidateHandoffResponse(&handoffpb.HandoffResponse{AcceptingAgent: "billing"}).Msg, "request_id is required")
+	assert.Contains(t, protocol.ValidateHandoffResponse(&handoffpb.HandoffResponse{RequestId: "h-1"}).Msg, "accepting_agent")
+	redirect := &handoffpb.HandoffResponse{RequestId: "h-1", AcceptingAgent: "billing", RejectionCode: commonpb.ErrorCode_REDIRECT}
+	assert.Contains(t, protocol.ValidateHandoffResponse(redirect).Msg, "needs redirect_to_agent_id")
+	redirect.RedirectToAgentId = "sales"
+	assert.Nil(t, protocol.ValidateHandoffResponse(redirect))
+}
+
+func TestValidateCompleteHandoff(t *testing.T) {
+	assert.Nil(t, protocol.ValidateCompleteHandoff(&handoffpb.CompleteHandoffRequest{RequestId: "h-1"}))
+	assert.Nil(t, protocol.ValidateCompleteHandoff(&handoffpb.CompleteHandoffRequest{RequestId: "h-1", Status: handoffpb.HandoffStatus_COMPLETED}))
+	assert.NotNil(t, protocol.ValidateCompleteHandoff(&handoffpb.CompleteHandoffRequest{}))
+	assert.Contains(t, protocol.ValidateCompleteHandoff(&handoffpb.CompleteHandoffRequest{RequestId: "h-1", Status: handoffpb.HandoffStatus_REJECTED}).Msg, "cannot be set by CompleteHandoff")
+}

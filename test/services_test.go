@@ -36,7 +36,7 @@ func dialRaw(t *testing.T, sys *system) *grpc.ClientConn {
 }
 
 // TestServiceSurface checks the one-port surface a third-party SDK meets: reflection lists
-// all 15 services, health answers, services not built yet refuse with the missing capability,
+// all 15 services, health answers,
 // and the small services that are built behave.
 func TestServiceSurface(t *testing.T) {
 	sys := start(t, newConfig(t, "memory"))

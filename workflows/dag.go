@@ -67,7 +67,7 @@ const DAGHistoryLimit = 10_000
 // (activities.StoreDAGOutput) and the run's state keeps only its reference.
 const DAGLargeOutput = 64 << 10
 
-// maxDAGTaskIDLen is the task-id length limit of SubmitTask (frontend/tasks.go).
+// maxDAGTaskIDLen is the task-id length limit of SubmitTask (protocol/scheduling.MaxTaskIDLen).
 const maxDAGTaskIDLen = 200
 
 // DAGWorkflowID is the workflow ID of a DAG run: "dag/<workflow_id>". It is also the run's

@@ -1,64 +1,56 @@
 package tool
 
 import (
-	"errors"
-	"fmt"
-	"slices"
+	"strconv"
+	"strings"
 
-	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
-	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
-	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 )
 
-// ValidateRegistration checks the shape of a RegisterProvider request (§18.1): a valid
-// provider_id and 1 to MaxToolsPerProvider tools. The descriptors themselves are checked by
-// DescriptorReasons, whose findings the response reports instead of refusing the call.
-func ValidateRegistration(req *connectorpb.ProviderRegisterRequest) *protocol.Error {
+// The checks of ToolService requests that need nothing but the request: the frontend runs
+// them before it reads a descriptor or records the call.
+
+// ValidateCall checks a ToolCall's provider, tool name and the size of its arguments, at
+// most maxArgs bytes (they travel in the call's workflow history).
+func ValidateCall(req *toolpb.ToolCall, maxArgs int) error {
 	if err := ValidateProviderID(req.GetProviderId()); err != nil {
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s", MessageOf(err))
+		return err
 	}
-	switch n := len(req.GetTools()); {
-	case n == 0:
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "tools is empty: a provider advertises at least one tool descriptor (§18.1)")
-	case n > MaxToolsPerProvider:
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%d tools is more than the %d one provider may register", n, MaxToolsPerProvider)
+	if err := ValidateToolName(req.GetToolName()); err != nil {
+		return err
+	}
+	if len(req.GetArgs()) > maxArgs {
+		return Errorf(CodeValidation, "args are %d bytes, more than %d", len(req.GetArgs()), maxArgs)
 	}
 	return nil
 }
 
-// ValidateDescribe checks a DescribeTools request: a valid provider_id.
-func ValidateDescribe(req *connectorpb.DescribeToolsRequest) *protocol.Error {
-	if err := ValidateProviderID(req.GetProviderId()); err != nil {
-		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s", MessageOf(err))
+// ParseResumeAfter reads the frame number a resumed stream continues after; key names the
+// metadata it came in, for the refusal.
+func ParseResumeAfter(key, v string) (uint64, error) {
+	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return 0, Errorf(CodeValidation, "%s %q is not a frame number", key, strings.TrimSpace(v))
 	}
-	return nil
+	return n, nil
 }
 
-// DescriptorReasons lists what is wrong with each descriptor, in request order: the
-// descriptor rules (ValidateDescriptor) and a tool_name given twice. None is nil.
-func DescriptorReasons(tools []*connectorpb.ToolDescriptor) []string {
-	var reasons []string
-	var seen []string
-	for i, d := range tools {
-		if err := ValidateDescriptor(d); err != nil {
-			reasons = append(reasons, fmt.Sprintf("tools[%d]: %s", i, MessageOf(err)))
-			continue
-		}
-		if slices.Contains(seen, d.GetToolName()) {
-			reasons = append(reasons, fmt.Sprintf("tools[%d]: tool_name %q is given twice", i, d.GetToolName()))
-			continue
-		}
-		seen = append(seen, d.GetToolName())
-	}
-	return reasons
-}
+// ReplyEnvelope is the one value of the reply metadata: the call's result also goes to the
+// calling agent as an envelope.
+const ReplyEnvelope = "envelope"
 
-// MessageOf is a tool rule's message without its code prefix: an answer that carries its own
-// code (validation_error) would otherwise say it twice.
-func MessageOf(err error) string {
-	var te *Error
-	if errors.As(err, &te) {
-		return te.Msg
+// ParseReply reads the reply metadata (key, value v) of a call made for agent ("" when
+// none is named; agentKey names the metadata that names it): "" means no envelope,
+// ReplyEnvelope an envelope to agent, which must then be named.
+func ParseReply(key, v, agentKey, agent string) (bool, error) {
+	switch v = strings.TrimSpace(v); v {
+	case "":
+		return false, nil
+	case ReplyEnvelope:
+		if agent == "" {
+			return false, Errorf(CodeValidation, "%s: envelope needs the calling agent (%s)", key, agentKey)
+		}
+		return true, nil
 	}
-	return err.Error()
+	return false, Errorf(CodeValidation, "%s %q: the only value is envelope", key, v)
 }

@@ -4,27 +4,37 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
-	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 )
 
-func TestValidateRegistration(t *testing.T) {
-	d := &connectorpb.ToolDescriptor{ToolName: "t"}
-	assert.Nil(t, ValidateRegistration(&connectorpb.ProviderRegisterRequest{ProviderId: "p", Tools: []*connectorpb.ToolDescriptor{d}}))
-	assert.Equal(t, "validation_error: tools is empty: a provider advertises at least one tool descriptor (§18.1)",
-		ValidateRegistration(&connectorpb.ProviderRegisterRequest{ProviderId: "p"}).Error())
-	assert.Equal(t, "validation_error: 1025 tools is more than the 1024 one provider may register",
-		ValidateRegistration(&connectorpb.ProviderRegisterRequest{ProviderId: "p", Tools: make([]*connectorpb.ToolDescriptor, 1025)}).Error())
-	perr := ValidateRegistration(&connectorpb.ProviderRegisterRequest{Tools: []*connectorpb.ToolDescriptor{d}})
-	if assert.NotNil(t, perr) {
-		assert.NotContains(t, perr.Msg, "VALIDATION_ERROR", "the tool rule's own code is not repeated")
-	}
-	assert.NotNil(t, ValidateDescribe(&connectorpb.DescribeToolsRequest{}))
-	assert.Nil(t, ValidateDescribe(&connectorpb.DescribeToolsRequest{ProviderId: "p"}))
+func TestValidateCall(t *testing.T) {
+	ok := &toolpb.ToolCall{ProviderId: "fs", ToolName: "read", Args: []byte(`{}`)}
+	assert.NoError(t, ValidateCall(ok, 10))
+	assert.Equal(t, CodeValidation, CodeOf(ValidateCall(ok, 1)))
+	assert.Error(t, ValidateCall(&toolpb.ToolCall{ToolName: "read"}, 10))
+	assert.Error(t, ValidateCall(&toolpb.ToolCall{ProviderId: "fs"}, 10))
 }
 
-func TestDescriptorReasonsNamesDuplicates(t *testing.T) {
-	reasons := DescriptorReasons([]*connectorpb.ToolDescriptor{{}, {}})
-	assert.Len(t, reasons, 2)
-	assert.Contains(t, reasons[0], "tools[0]: ")
+func TestParseResumeAfter(t *testing.T) {
+	n, err := ParseResumeAfter("k", " 7 ")
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, n)
+	_, err = ParseResumeAfter("k", "x")
+	assert.ErrorContains(t, err, `k "x" is not a frame number`)
+	assert.Equal(t, CodeValidation, CodeOf(err))
+}
+
+func TestParseReply(t *testing.T) {
+	env, err := ParseReply("r", "", "a", "")
+	require.NoError(t, err)
+	assert.False(t, env)
+	env, err = ParseReply("r", " envelope ", "a", "agent-1")
+	require.NoError(t, err)
+	assert.True(t, env)
+	_, err = ParseReply("r", "envelope", "a", "")
+	assert.ErrorContains(t, err, "envelope needs the calling agent")
+	_, err = ParseReply("r", "mail", "a", "agent-1")
+	assert.ErrorContains(t, err, "the only value is envelope")
 }

@@ -2,17 +2,10 @@ package frontend
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"strings"
 	"time"
 
-	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -21,6 +14,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -49,10 +43,10 @@ const (
 // AlreadyExists naming it.
 func (w *workflowService) StartWorkflow(ctx context.Context, req *workflowpb.StartWorkflowRequest) (*workflowpb.StartWorkflowResponse, error) {
 	id := req.GetWorkflowId()
-	if id == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
+	if perr := dag.ValidateRunID(id); perr != nil {
+		return nil, perr
 	}
-	data, perr := dataObject(req.GetWorkflowData())
+	data, perr := dag.DataObject(req.GetWorkflowData())
 	if perr != nil {
 		return nil, perr
 	}
@@ -64,13 +58,12 @@ func (w *workflowService) StartWorkflow(ctx context.Context, req *workflowpb.Sta
 		return nil, failed("definition lookup", err)
 	}
 	in := workflows.DAGRunInput{WorkflowID: id, Version: rec.Version, Definition: rec.Definition, Data: data, Metadata: req.GetMetadata()}
-	_, err = w.s.temporal.ExecuteWorkflow(ctx, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
-		return nil, status.Errorf(codes.AlreadyExists, "already_in_progress: workflow %q has an open run (%s); resume it, or wait until it completes", id, workflows.DAGWorkflowID(id))
+	err = start(ctx, w.s.temporal, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
+	if classify(err) == temporalAlreadyStarted {
+		return nil, protocol.Errorf(commonpb.ErrorCode_ALREADY_IN_PROGRESS, "workflow %q has an open run (%s); resume it, or wait until it completes", id, workflows.DAGWorkflowID(id))
 	}
 	if err != nil {
-		return nil, temporalStatus(ctx, "start the run", err)
+		return nil, temporalUnavailable("start the run", err)
 	}
 	w.s.sink.Record(ctx, audit.Event{CorrelationID: workflows.DAGWorkflowID(id), Actor: auth.FromContext(ctx).String(), Type: "workflow.started",
 		Details: map[string]any{"version": rec.Version}})
@@ -84,8 +77,8 @@ func (w *workflowService) StartWorkflow(ctx context.Context, req *workflowpb.Sta
 // GetWorkflowState answers the run's node states, outputs, errors and workflow_data, while
 // it is open and after it closed.
 func (w *workflowService) GetWorkflowState(ctx context.Context, req *workflowpb.GetWorkflowStateRequest) (*workflowpb.GetWorkflowStateResponse, error) {
-	if req.GetWorkflowId() == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
+	if perr := dag.ValidateRunID(req.GetWorkflowId()); perr != nil {
+		return nil, perr
 	}
 	st, err := w.state(ctx, req.GetWorkflowId())
 	if err != nil {
@@ -99,48 +92,17 @@ func (w *workflowService) GetWorkflowState(ctx context.Context, req *workflowpb.
 // execution carrying its state. With metadata action=trigger it is the trigger of a MANUAL
 // node, with metadata event=<name> the delivery of a named event.
 func (w *workflowService) ResumeWorkflow(ctx context.Context, req *workflowpb.ResumeWorkflowRequest) (*workflowpb.ResumeWorkflowResponse, error) {
-	id, node := req.GetWorkflowId(), req.GetNodeId()
-	if id == "" {
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_id is required")
-	}
-	by := auth.FromContext(ctx).String()
 	md := req.GetMetadata()
-	switch {
-	case md[DAGEventMetadataKey] != "":
-		if err := w.s.temporal.SignalWorkflow(ctx, workflows.DAGWorkflowID(id), "", workflows.DAGEventSignal, workflows.DAGEvent{Name: md[DAGEventMetadataKey], By: by}); err != nil {
-			return nil, w.runError(ctx, id, "deliver the event", err)
-		}
-	case md[DAGActionMetadataKey] == "trigger":
-		if node == "" {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "node_id is required to trigger a MANUAL node")
-		}
-		if err := w.update(ctx, id, workflows.DAGTriggerUpdate, workflows.DAGTrigger{NodeID: node, By: by}); err != nil {
-			return nil, err
-		}
-	case md[DAGActionMetadataKey] != "":
-		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "metadata action %q: the only action is \"trigger\"", md[DAGActionMetadataKey])
-	default:
-		if node == "" {
-			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "node_id is required: the node to run again with its descendants")
-		}
-		data := ""
-		if req.GetWorkflowData() != "" {
-			var perr *protocol.Error
-			if data, perr = dataObject(req.GetWorkflowData()); perr != nil {
-				return nil, perr
-			}
-		}
-		resume := workflows.DAGResume{NodeID: node, Data: data, By: by}
-		err := w.update(ctx, id, workflows.DAGResumeUpdate, resume)
-		if errors.Is(err, errRunClosed) {
-			err = w.resumeClosed(ctx, id, resume)
-		}
-		if err != nil {
-			return nil, err
-		}
+	kind, data, perr := dag.ValidateResume(req, md[DAGActionMetadataKey], md[DAGEventMetadataKey])
+	if perr != nil {
+		return nil, perr
+	}
+	id, by := req.GetWorkflowId(), auth.FromContext(ctx).String()
+	if err := w.resume(ctx, kind, req, data, by); err != nil {
+		return nil, err
 	}
 	w.s.sink.Record(ctx, audit.Event{CorrelationID: workflows.DAGWorkflowID(id), Actor: by, Type: "workflow.resumed",
-		Details: map[string]any{"node_id": node, "metadata": md}})
+		Details: map[string]any{"node_id": req.GetNodeId(), "metadata": md}})
 	st, err := w.state(ctx, id)
 	if err != nil {
 		return nil, err
@@ -148,25 +110,45 @@ func (w *workflowService) ResumeWorkflow(ctx context.Context, req *workflowpb.Re
 	return &workflowpb.ResumeWorkflowResponse{WorkflowId: id, State: st, Success: true}, nil
 }
 
+// resume delivers a validated ResumeWorkflow of the given kind to the run: an event signal,
+// a trigger update, or a resume update — of the open run, else of a new execution carrying
+// the closed run's state.
+func (w *workflowService) resume(ctx context.Context, kind dag.ResumeKind, req *workflowpb.ResumeWorkflowRequest, data, by string) error {
+	id, node := req.GetWorkflowId(), req.GetNodeId()
+	switch kind {
+	case dag.ResumeEvent:
+		ev := workflows.DAGEvent{Name: req.GetMetadata()[DAGEventMetadataKey], By: by}
+		if err := w.s.temporal.SignalWorkflow(ctx, workflows.DAGWorkflowID(id), "", workflows.DAGEventSignal, ev); err != nil {
+			return w.runError(ctx, id, "deliver the event", err)
+		}
+		return nil
+	case dag.ResumeTriggerNode:
+		return w.update(ctx, id, workflows.DAGTriggerUpdate, workflows.DAGTrigger{NodeID: node, By: by})
+	}
+	resume := workflows.DAGResume{NodeID: node, Data: data, By: by}
+	err := w.update(ctx, id, workflows.DAGResumeUpdate, resume)
+	if errors.Is(err, errRunClosed) {
+		err = w.resumeClosed(ctx, id, resume)
+	}
+	return err
+}
+
 // errRunClosed reports that the run has no open execution to update.
 var errRunClosed = errors.New("the run is closed")
 
 // update sends a validated update to the open run and waits for its answer.
 func (w *workflowService) update(ctx context.Context, id, name string, arg any) error {
-	hd, err := w.s.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: workflows.DAGWorkflowID(id), UpdateName: name, Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = hd.Get(ctx, nil)
-	}
+	wid := workflows.DAGWorkflowID(id)
+	_, err := update[none](ctx, w.s.temporal, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: name, Args: []any{arg}})
 	if err == nil {
 		return nil
 	}
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) && app.Type() == workflows.DAGUpdateRefused {
-		return status.Errorf(codes.FailedPrecondition, "validation_error: %s", app.Message())
-	}
-	if isCompleted(err) || strings.Contains(err.Error(), "closing workflow") {
+	switch w.s.settle(ctx, wid, err) {
+	case temporalRefused:
+		if app := refusalOf(err); app.Type() == workflows.DAGUpdateRefused {
+			return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "%s", app.Message())
+		}
+	case temporalClosed, temporalClosing:
 		return errRunClosed
 	}
 	return w.runError(ctx, id, "reach the run", err)
@@ -180,39 +162,33 @@ func (w *workflowService) resumeClosed(ctx context.Context, id string, resume wo
 		return err
 	}
 	if _, ok := prior.Nodes[resume.NodeID]; !ok {
-		return status.Errorf(codes.FailedPrecondition, "validation_error: workflow %q has no node %q", id, resume.NodeID)
+		return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "workflow %q has no node %q", id, resume.NodeID)
 	}
 	rec, err := w.s.store.Definitions().GetDefinition(ctx, id, prior.Version)
 	if err != nil {
 		return failed("definition lookup", err)
 	}
 	in := workflows.DAGRunInput{WorkflowID: id, Version: prior.Version, Definition: rec.Definition, Metadata: prior.Metadata, Prior: &prior, Resume: &resume}
-	_, err = w.s.temporal.ExecuteWorkflow(ctx, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
+	err = start(ctx, w.s.temporal, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
+	if classify(err) == temporalAlreadyStarted {
 		// Another resume started it first: this one goes to the open run.
 		return w.update(ctx, id, workflows.DAGResumeUpdate, resume)
 	}
 	if err != nil {
-		return temporalStatus(ctx, "resume the closed run", err)
+		return temporalUnavailable("resume the closed run", err)
 	}
 	return nil
 }
 
 // state reads the run's state: the open run's query, else the closed run's result.
 func (w *workflowService) state(ctx context.Context, id string) (*workflowpb.WorkflowState, error) {
-	var st workflows.DAGRunState
-	v, err := w.s.temporal.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
-		WorkflowID: workflows.DAGWorkflowID(id), QueryType: workflows.DAGStateQuery,
-		QueryRejectCondition: enums.QUERY_REJECT_CONDITION_NOT_OPEN,
-	})
-	if err == nil && v.QueryRejected == nil && v.QueryResult != nil {
-		if err := v.QueryResult.Get(&st); err != nil {
-			return nil, status.Errorf(codes.Internal, "internal_error: decode the run's state: %v", err)
-		}
+	st, open, err := queryOpen[workflows.DAGRunState](ctx, w.s.temporal, workflows.DAGWorkflowID(id), workflows.DAGStateQuery)
+	switch {
+	case open && err == nil:
 		return wireState(st), nil
-	}
-	if err != nil && !isNotFound(err) {
+	case open:
+		return nil, err // the state did not decode
+	case err != nil && classify(err) != temporalNotFound:
 		return nil, w.runError(ctx, id, "query the run", err)
 	}
 	st, err = w.closedState(ctx, id)
@@ -234,27 +210,10 @@ func (w *workflowService) closedState(ctx context.Context, id string) (workflows
 
 // runError maps a Temporal error about dag/<id>: no run is NotFound (no_route).
 func (w *workflowService) runError(ctx context.Context, id, what string, err error) error {
-	if isNotFound(err) {
+	if classify(err) == temporalNotFound {
 		return protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "workflow %q has no run: start it with StartWorkflow", id)
 	}
-	return temporalStatus(ctx, what, err)
-}
-
-func isNotFound(err error) bool {
-	var nf *serviceerror.NotFound
-	return errors.As(err, &nf)
-}
-
-// dataObject checks workflow_data is a JSON object ("" is {}).
-func dataObject(s string) (string, *protocol.Error) {
-	if strings.TrimSpace(s) == "" {
-		return "{}", nil
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(s), &obj); err != nil || obj == nil {
-		return "", protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "workflow_data must be a JSON object: %v", err)
-	}
-	return s, nil
+	return temporalUnavailable(what, err)
 }
 
 // wireState is a run's state as the canonical WorkflowState.

@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/sdk/mocks"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
@@ -44,7 +43,7 @@ func TestClosedAdmission(t *testing.T) {
 
 	tc.On("DescribeWorkflowExecution", mock.Anything, wid, "").Return(describe(enums.WORKFLOW_EXECUTION_STATUS_RUNNING), nil).Once()
 	_, err = closedAdmission(context.Background(), tc, wid, aborted)
-	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	require.Equal(t, codes.Unavailable, toStatus(context.Background(), err).Code(), "%v", err)
 	require.ErrorContains(t, err, aborted.Error())
 	tc.AssertExpectations(t)
 	run.AssertExpectations(t)
@@ -74,8 +73,8 @@ func TestNeedsWorktreeOf(t *testing.T) {
 		}
 		got, err := needsWorktreeOf(metadata.NewIncomingContext(context.Background(), md))
 		if tc.bad {
-			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", tc.values)
-			require.Contains(t, status.Convert(err).Message(), "validation_error: metadata "+wire.NeedsWorktreeKey)
+			require.Equal(t, codes.InvalidArgument, toStatus(context.Background(), err).Code(), "%v", tc.values)
+			require.Contains(t, toStatus(context.Background(), err).Message(), "validation_error: metadata "+wire.NeedsWorktreeKey)
 			continue
 		}
 		require.NoError(t, err, "%v", tc.values)

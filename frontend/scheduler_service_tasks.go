@@ -4,81 +4,52 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
-	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
+	"github.com/sw4rm/sw4rm-temporal/protocol/scheduling"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
-// maxTaskIDLen bounds task_id, which becomes part of a workflow ID.
-const maxTaskIDLen = 200
-
 // needsWorktreeOf reads wire.NeedsWorktreeKey: absent, "false" or "0" is false; "true"
 // or "1" is true; anything else, or the key given twice, is validation_error.
 func needsWorktreeOf(ctx context.Context) (bool, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	vs := md.Get(wire.NeedsWorktreeKey)
-	switch {
-	case len(vs) == 0:
-		return false, nil
-	case len(vs) > 1:
-		return false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s given %d times; give it once", wire.NeedsWorktreeKey, len(vs))
+	v, perr := scheduling.ParseFlag(wire.NeedsWorktreeKey, md.Get(wire.NeedsWorktreeKey))
+	if perr != nil {
+		return false, perr
 	}
-	switch strings.ToLower(strings.TrimSpace(vs[0])) {
-	case "false", "0":
-		return false, nil
-	case "true", "1":
-		return true, nil
-	}
-	return false, status.Errorf(codes.InvalidArgument, "validation_error: metadata %s=%q must be true or false", wire.NeedsWorktreeKey, vs[0])
+	return v, nil
 }
 
-// validateTask checks a SubmitTaskRequest (§7.1, §9.2): agent_id, a task_id, a priority in
-// -19..20, scope metadata (required, and parseable so conflict analysis can use it), and
-// params within the payload limit.
-func (sc *schedulerService) validateTask(req *schedulerpb.SubmitTaskRequest) error {
-	if perr := protocol.ValidateAgentID(req.GetAgentId()); perr != nil {
-		return perr
-	}
-	id := req.GetTaskId()
-	switch {
-	case id == "":
-		return status.Error(codes.InvalidArgument, "validation_error: task_id is required")
-	case len(id) > maxTaskIDLen || !utf8.ValidString(id) || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-		return status.Errorf(codes.InvalidArgument, "validation_error: task_id must be at most %d printable characters without spaces", maxTaskIDLen)
-	}
-	if p := req.GetPriority(); p < protocol.MinPriority || p > protocol.MaxPriority {
-		return status.Errorf(codes.InvalidArgument, "validation_error: priority %d is outside %d (highest) .. %d (lowest); 0 is the default (§7.1)", p, protocol.MinPriority, protocol.MaxPriority)
-	}
-	if strings.TrimSpace(req.GetScope()) == "" {
-		return status.Error(codes.InvalidArgument, "validation_error: scope is required: describe the resources, repositories or paths the task touches, e.g. \"repo:app path:src/api/**\" (§9.2)")
-	}
-	if _, err := inference.ParseScope(req.GetScope()); err != nil {
-		return status.Errorf(codes.InvalidArgument, "validation_error: scope: %v", err)
-	}
+// taskInput validates a SubmitTaskRequest (scheduling.ValidateSubmit, within the payload
+// limit) and its metadata, and is the task workflow's input.
+func (sc *schedulerService) taskInput(ctx context.Context, req *schedulerpb.SubmitTaskRequest) (workflows.TaskInput, error) {
 	lim := protocol.DefaultMaxPayloadBytes
 	if sc.s.router != nil {
 		lim = sc.s.router.Config().MaxPayloadBytes
 	}
-	if lim > 0 && len(req.GetParams()) > lim {
-		return status.Errorf(codes.InvalidArgument, "oversize_payload: params of %d bytes exceed the %d-byte limit", len(req.GetParams()), lim)
+	if perr := scheduling.ValidateSubmit(req, lim); perr != nil {
+		return workflows.TaskInput{}, perr
 	}
-	return nil
+	needsWorktree, err := needsWorktreeOf(ctx)
+	if err != nil {
+		return workflows.TaskInput{}, err
+	}
+	return workflows.TaskInput{TaskID: req.GetTaskId(), AgentID: req.GetAgentId(), Priority: req.GetPriority(),
+		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope(), SubmittedAt: time.Now().UTC(),
+		NeedsWorktree: needsWorktree}, nil
 }
 
 // SubmitTask submits a task (§7.1): it starts the task's workflow task/<task_id> and waits for
@@ -90,36 +61,17 @@ func (sc *schedulerService) validateTask(req *schedulerpb.SubmitTaskRequest) err
 // submission. A task marked with wire.NeedsWorktreeKey is admitted by its workflow, which
 // holds it (accepted, WAITING, the reason saying why) while the agent is not bound (§16.3).
 func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.SubmitTaskRequest) (*schedulerpb.SubmitTaskResponse, error) {
-	if err := sc.validateTask(req); err != nil {
-		return nil, err
-	}
-	needsWorktree, err := needsWorktreeOf(ctx)
+	in, err := sc.taskInput(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	in := workflows.TaskInput{TaskID: req.GetTaskId(), AgentID: req.GetAgentId(), Priority: req.GetPriority(),
-		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope(), SubmittedAt: time.Now().UTC(),
-		NeedsWorktree: needsWorktree}
-	adm, err := sc.registered(ctx, in.AgentID)
-	switch {
-	case err != nil:
-	case !adm.Accepted:
-		// Nothing started: a retry is a new submission, not a duplicate of this one.
-	case in.NeedsWorktree:
-		// The task workflow checks the agent's binding before admission and holds the task
-		// while the agent is not bound (§16.3): the fast path would admit and queue it here.
-		adm, err = sc.submitInWorkflow(ctx, in)
-	case sc.s.router != nil:
-		adm, err = sc.submitFast(ctx, in)
-	default:
-		adm, err = sc.submitInWorkflow(ctx, in)
+	adm, err := sc.submit(ctx, in)
+	var dup *duplicateTaskError
+	if errors.As(err, &dup) {
+		return &schedulerpb.SubmitTaskResponse{Accepted: false,
+			Reason: fmt.Sprintf("duplicate_detected: task_id %q was already submitted; task ids are unique", in.TaskID)}, nil
 	}
 	if err != nil {
-		var dup *duplicateTaskError
-		if errors.As(err, &dup) {
-			return &schedulerpb.SubmitTaskResponse{Accepted: false,
-				Reason: fmt.Sprintf("duplicate_detected: task_id %q was already submitted; task ids are unique", in.TaskID)}, nil
-		}
 		return nil, err
 	}
 	details := map[string]any{"task_id": in.TaskID, "priority": in.Priority, "accepted": adm.Accepted, "state": adm.State, "reason": adm.Reason}
@@ -129,6 +81,25 @@ func (sc *schedulerService) SubmitTask(ctx context.Context, req *schedulerpb.Sub
 	sc.s.sink.Record(ctx, audit.Event{CorrelationID: protocol.TaskCorrelationID(in.TaskID), Actor: protocol.SchedulerID, Type: "task.submitted",
 		AgentID: in.AgentID, Details: details})
 	return &schedulerpb.SubmitTaskResponse{Accepted: adm.Accepted, Reason: adm.Reason}, nil
+}
+
+// submit admits a validated task by the path that suits it, after checking its agent is
+// registered.
+func (sc *schedulerService) submit(ctx context.Context, in workflows.TaskInput) (workflows.TaskAdmission, error) {
+	adm, err := sc.registered(ctx, in.AgentID)
+	switch {
+	case err != nil:
+		return adm, err
+	case !adm.Accepted:
+		return adm, nil // nothing started: a retry is a new submission, not a duplicate of this one
+	case in.NeedsWorktree:
+		// The task workflow checks the agent's binding before admission and holds the task
+		// while the agent is not bound (§16.3): the fast path would admit and queue it here.
+		return sc.submitInWorkflow(ctx, in)
+	case sc.s.router != nil:
+		return sc.submitFast(ctx, in)
+	}
+	return sc.submitInWorkflow(ctx, in)
 }
 
 // registered checks that agentID is registered before a task workflow is started for it:
@@ -189,11 +160,10 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 		return taskadmission.JobKey(agentType, in.Params, in.ContentType, in.Scope)
 	})
 	if serr := <-started; serr != nil {
-		var already *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(serr, &already) {
+		if classify(serr) == temporalAlreadyStarted {
 			return workflows.TaskAdmission{}, &duplicateTaskError{}
 		}
-		return workflows.TaskAdmission{}, temporalStatus(ctx, "start the task", serr)
+		return workflows.TaskAdmission{}, temporalUnavailable("start the task", serr)
 	}
 	var res taskadmission.Result
 	if err == nil {
@@ -202,7 +172,7 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 	wid := workflows.TaskWorkflowID(in.TaskID)
 	report := func(a workflows.TaskAdmitted) error {
 		if err := tc.SignalWorkflow(ctx, wid, "", workflows.TaskAdmittedSignal, a); err != nil {
-			return temporalStatus(ctx, "report the task's admission", err)
+			return temporalUnavailable("report the task's admission", err)
 		}
 		return nil
 	}
@@ -240,20 +210,11 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 			return workflows.TaskAdmission{}, err
 		}
 	}
-	h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.TaskAdmissionUpdate, WaitForStage: client.WorkflowUpdateStageCompleted})
+	ans, err := update[workflows.TaskAdmission](ctx, tc, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.TaskAdmissionUpdate})
 	if err != nil {
 		return closedAdmission(ctx, tc, wid, err)
 	}
-	return awaitAdmission(ctx, tc, wid, h)
-}
-
-// awaitAdmission returns the answer of a task-admission update.
-func awaitAdmission(ctx context.Context, tc client.Client, wid string, h client.WorkflowUpdateHandle) (workflows.TaskAdmission, error) {
-	var adm workflows.TaskAdmission
-	if err := h.Get(ctx, &adm); err != nil {
-		return closedAdmission(ctx, tc, wid, err)
-	}
-	return adm, nil
+	return ans, nil
 }
 
 // closedAdmission answers SubmitTask when the task-admission update failed with updateErr.
@@ -268,11 +229,11 @@ func closedAdmission(ctx context.Context, tc client.Client, wid string, updateEr
 	}
 	d, err := tc.DescribeWorkflowExecution(ctx, wid, "")
 	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
-		return workflows.TaskAdmission{}, temporalStatus(ctx, "wait for the task's admission", updateErr)
+		return workflows.TaskAdmission{}, temporalUnavailable("wait for the task's admission", updateErr)
 	}
 	var st workflows.TaskStatus
 	if err := tc.GetWorkflow(ctx, wid, d.GetWorkflowExecutionInfo().GetExecution().GetRunId()).Get(ctx, &st); err != nil {
-		return workflows.TaskAdmission{}, temporalStatus(ctx, "read the task's outcome", err)
+		return workflows.TaskAdmission{}, temporalUnavailable("read the task's outcome", err)
 	}
 	return workflows.TaskAdmission{Accepted: st.State != workflows.TaskRejected, State: st.State, Reason: st.Reason}, nil
 }
@@ -280,19 +241,16 @@ func closedAdmission(ctx context.Context, tc client.Client, wid string, updateEr
 // submitInWorkflow starts the task workflow with update-with-start and returns the answer of
 // its admission; the workflow admits the task.
 func (sc *schedulerService) submitInWorkflow(ctx context.Context, in workflows.TaskInput) (workflows.TaskAdmission, error) {
-	op := sc.s.temporal.NewWithStartWorkflowOperation(sc.taskStartOptions(in), workflows.TaskWorkflow, in)
-	h, err := sc.s.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: op,
-		UpdateOptions:          client.UpdateWorkflowOptions{UpdateName: workflows.TaskAdmissionUpdate, WaitForStage: client.WorkflowUpdateStageCompleted},
-	})
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
+	opts := sc.taskStartOptions(in)
+	adm, err := updateWithStart[workflows.TaskAdmission](ctx, sc.s.temporal, opts, workflows.TaskWorkflow, in,
+		client.UpdateWorkflowOptions{UpdateName: workflows.TaskAdmissionUpdate})
+	switch {
+	case err == nil:
+		return adm, nil
+	case classify(err) == temporalAlreadyStarted:
 		return workflows.TaskAdmission{}, &duplicateTaskError{}
 	}
-	if err != nil {
-		return closedAdmission(ctx, sc.s.temporal, sc.taskStartOptions(in).ID, err)
-	}
-	return awaitAdmission(ctx, sc.s.temporal, sc.taskStartOptions(in).ID, h)
+	return closedAdmission(ctx, sc.s.temporal, opts.ID, err)
 }
 
 // RequestPreemption asks the agent's scheduler to preempt the running task at its next safe
@@ -304,22 +262,13 @@ func (sc *schedulerService) RequestPreemption(ctx context.Context, req *schedule
 	}
 	err := sc.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(req.GetAgentId()), "", workflows.AgentPreemptSignal,
 		workflows.PreemptionRequest{TaskID: req.GetTaskId(), Reason: req.GetReason()})
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return nil, status.Errorf(codes.NotFound, "agent %q has no running lifecycle", req.GetAgentId())
+	if classify(err) == temporalNotFound {
+		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "agent %q has no running lifecycle", req.GetAgentId())
 	}
 	if err != nil {
-		return nil, temporalStatus(ctx, "signal the agent's scheduler", err)
+		return nil, temporalUnavailable("signal the agent's scheduler", err)
 	}
 	sc.s.sink.Record(ctx, audit.Event{CorrelationID: protocol.TaskCorrelationID(req.GetTaskId()), Actor: protocol.SchedulerID, Type: "task.preemption_requested",
 		AgentID: req.GetAgentId(), Details: map[string]any{"task_id": req.GetTaskId(), "reason": req.GetReason()}})
 	return &schedulerpb.PreemptResponse{Enqueued: true}, nil
-}
-
-// temporalStatus maps a Temporal client error to a gRPC status.
-func temporalStatus(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	return status.Errorf(codes.Unavailable, "internal_error: could not %s: %v", what, err)
 }

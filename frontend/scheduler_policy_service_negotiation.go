@@ -67,13 +67,12 @@ func (p *schedulerPolicyService) storedEffective(ctx context.Context, id string)
 // negotiation refuses (not a participant's, nothing to evaluate, closed) answers
 // accepted=false with the reason.
 func (p *schedulerPolicyService) SubmitEvaluation(ctx context.Context, req *schedulerpb.SubmitEvaluationRequest) (*schedulerpb.SubmitEvaluationResponse, error) {
-	if perr := negotiation.ValidateEvaluation(req); perr != nil {
+	if perr := negotiation.ValidateSubmitEvaluation(req); perr != nil {
 		return nil, perr
 	}
 	rep := req.GetReport()
-	var version int
-	err := negotiationUpdate(ctx, p.s, req.GetNegotiationId(), workflows.NegotiationEvaluateUpdate, workflows.NegotiationEvaluation{
-		From: rep.GetFromAgent(), Confidence: float64(rep.GetLlmConfidence()), Notes: rep.GetNotes(), Report: rep}, &version)
+	_, err := negotiationUpdate[int](ctx, p.s, req.GetNegotiationId(), workflows.NegotiationEvaluateUpdate, workflows.NegotiationEvaluation{
+		From: rep.GetFromAgent(), Confidence: float64(rep.GetLlmConfidence()), Notes: rep.GetNotes(), Report: rep})
 	if reason, refused := refusal(err); refused {
 		return &schedulerpb.SubmitEvaluationResponse{Accepted: false, Reason: reason}, nil
 	}
@@ -118,8 +117,7 @@ func (p *schedulerPolicyService) abort(ctx context.Context, id, reason string) (
 	if reason == "" {
 		reason = "aborted by " + by.String()
 	}
-	var out string
-	err := negotiationUpdate(ctx, p.s, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: by.String(), Operator: true, Reason: reason}, &out)
+	_, err := negotiationUpdate[string](ctx, p.s, id, workflows.NegotiationAbortUpdate, workflows.NegotiationAbort{By: by.String(), Operator: true, Reason: reason})
 	if why, refused := refusal(err); refused {
 		return &schedulerpb.HitlActionResponse{Ok: false, Reason: why}, nil
 	}
