@@ -1,6 +1,7 @@
 // Package storetest is the one conformance suite for store.Store implementations. Every
 // implementation's tests call Run; a promise made in a doc comment of package store is tested
-// here, so the memory and postgres stores cannot drift apart.
+// here, so the memory and postgres stores cannot drift apart. A run<Domain> function is the
+// list of its domain's subtests, read top to bottom; some are long because the list is.
 package storetest
 
 import (
