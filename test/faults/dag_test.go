@@ -25,14 +25,8 @@ import (
 // exactly once (counted by the agents, by task id).
 func TestWorkerKilledUnderDAGRun(t *testing.T) {
 	dir := t.TempDir()
-	pg := newCluster(t)
-	ts := startTemporal(t, dir)
-	cfg := sw4rmConfig{temporal: ts.addr, database: pg.URL()}
-	server := startSW4RM(t, dir, "server", "server", cfg)
-	workers := []*sw4rmProc{
-		startSW4RM(t, dir, "worker", "worker-1", cfg),
-		startSW4RM(t, dir, "worker", "worker-2", cfg),
-	}
+	d := startDeployment(t, dir, 2)
+	ts, server, workers := d.ts, d.server, d.workers
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

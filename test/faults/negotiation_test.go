@@ -32,14 +32,8 @@ import (
 // every event — open, policy, the 9 turns, decide — once, in seq order.
 func TestWorkerKilledMidDebate(t *testing.T) {
 	dir := t.TempDir()
-	pg := newCluster(t)
-	ts := startTemporal(t, dir)
-	cfg := sw4rmConfig{temporal: ts.addr, database: pg.URL()}
-	server := startSW4RM(t, dir, "server", "server", cfg)
-	workers := []*sw4rmProc{
-		startSW4RM(t, dir, "worker", "worker-1", cfg),
-		startSW4RM(t, dir, "worker", "worker-2", cfg),
-	}
+	d := startDeployment(t, dir, 2)
+	ts, server, workers := d.ts, d.server, d.workers
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -299,11 +293,8 @@ var (
 // gap, each first seen in seq order — and the drafts' bytes as they were sent.
 func TestFrontendKilledMidNegotiation(t *testing.T) {
 	dir := t.TempDir()
-	pg := newCluster(t)
-	ts := startTemporal(t, dir)
-	cfg := sw4rmConfig{temporal: ts.addr, database: pg.URL()}
-	server := startSW4RM(t, dir, "server", "server", cfg)
-	worker := startSW4RM(t, dir, "worker", "worker", cfg)
+	d := startDeployment(t, dir, 1)
+	ts, server, worker := d.ts, d.server, d.workers[0]
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

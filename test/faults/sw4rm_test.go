@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -118,4 +119,27 @@ func quietLog() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// deployment is the split topology most faults are tried on: one `sw4rm server` and a few
+// `sw4rm worker`s sharing a PostgreSQL cluster and a Temporal dev server of their own.
+type deployment struct {
+	ts      *temporalServer
+	cfg     sw4rmConfig
+	server  *sw4rmProc
+	workers []*sw4rmProc
+}
+
+// startDeployment starts a deployment with n workers (worker-1 … worker-n) and the extra
+// settings given.
+func startDeployment(t testing.TB, dir string, n int, extra ...string) deployment {
+	t.Helper()
+	pg := newCluster(t)
+	d := deployment{ts: startTemporal(t, dir)}
+	d.cfg = sw4rmConfig{temporal: d.ts.addr, database: pg.URL(), extra: extra}
+	d.server = startSW4RM(t, dir, "server", "server", d.cfg)
+	for i := 1; i <= n; i++ {
+		d.workers = append(d.workers, startSW4RM(t, dir, "worker", fmt.Sprintf("worker-%d", i), d.cfg))
+	}
+	return d
 }

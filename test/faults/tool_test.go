@@ -189,14 +189,9 @@ func startToolFault(t *testing.T) *toolFault {
 	t.Helper()
 	repo := faultRepo(t)
 	dir := t.TempDir()
-	pg := newCluster(t)
-	ts := startTemporal(t, dir)
-	cfg := sw4rmConfig{temporal: ts.addr, database: pg.URL(), extra: []string{"SW4RM_REPOS=app=" + repo}}
-	server := startSW4RM(t, dir, "server", "server", cfg)
-	tf := &toolFault{ts: ts, workers: []*sw4rmProc{
-		startSW4RM(t, dir, "worker", "worker-1", cfg),
-		startSW4RM(t, dir, "worker", "worker-2", cfg),
-	}}
+	d := startDeployment(t, dir, 2, "SW4RM_REPOS=app="+repo)
+	server := d.server
+	tf := &toolFault{ts: d.ts, workers: d.workers}
 	// "worker polling" is the main task queue; the tool queues start right after it.
 	for _, w := range tf.workers {
 		marker := "---- " + w.name + " start"
