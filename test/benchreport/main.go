@@ -20,6 +20,7 @@ var baselineOf = map[string]string{
 	"RoomDecision":          "BaselineBareTemporalRoom",
 	"PreemptRequest":        "BaselineBareTemporalSignal",
 	"TaskRoundTrip":         "BaselineBareTemporalTask",
+	"TaskSaturation":        "BaselineBareTemporalSaturation",
 	"HandoffRoundTrip":      "BaselineBareTemporalHandoff",
 	"NegotiationRound":      "BaselineBareTemporalNegotiation",
 	"DAGRun":                "BaselineBareTemporalDAG", // sub-benchmarks pair by name: chain with chain
