@@ -32,8 +32,10 @@ func BenchmarkTaskRoundTrip(b *testing.B) {
 	defer func() { cancel(); <-served }()
 	waitState(b, sys, agent.ID(), commonpb.AgentState_RUNNABLE)
 	sc := schedulerpb.NewSchedulerServiceClient(agent.Conn())
+	var ids []string
 	run := func(i int) {
 		id := "bench-" + uuid.NewString()[:8] + "-" + strconv.Itoa(i)
+		ids = append(ids, id)
 		res, err := sc.SubmitTask(ctx, &schedulerpb.SubmitTaskRequest{AgentId: agent.ID(), TaskId: id, Scope: "repo:bench path:t" + strconv.Itoa(i) + "/**"})
 		if err != nil || !res.GetAccepted() {
 			b.Fatalf("submit: %v %v", err, res)
@@ -55,6 +57,14 @@ func BenchmarkTaskRoundTrip(b *testing.B) {
 	}
 	b.StopTimer()
 	reportLatency(b, lat)
+	// What the tasks cost Temporal: every task workflow's history, and the agent's
+	// lifecycle's, whose history serves all of them (warm-up tasks included).
+	var t trips
+	for _, id := range ids {
+		t.add(tripsOf(ctx, b, sys.app.Temporal(), workflows.TaskWorkflowID(id)))
+	}
+	t.add(tripsOf(ctx, b, sys.app.Temporal(), workflows.AgentWorkflowID(agent.ID())))
+	t.report(b, len(ids))
 }
 
 // taskLike is the bare-Temporal counterpart of a task: a workflow that hands the work to an
@@ -73,8 +83,11 @@ func agentWork(context.Context) (string, error) { return "done", nil }
 func BenchmarkBaselineBareTemporalTask(b *testing.B) {
 	c, tq := bareWorker(b, "bare-task-", []any{taskLike}, []any{agentWork})
 	ctx := context.Background()
+	var ids []string
 	run := func() {
-		r, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "bare-task/" + uuid.NewString(), TaskQueue: tq}, taskLike)
+		id := "bare-task/" + uuid.NewString()
+		ids = append(ids, id)
+		r, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: tq}, taskLike)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -95,4 +108,9 @@ func BenchmarkBaselineBareTemporalTask(b *testing.B) {
 	}
 	b.StopTimer()
 	reportLatency(b, lat)
+	var t trips
+	for _, id := range ids {
+		t.add(tripsOf(ctx, b, c, id))
+	}
+	t.report(b, len(ids))
 }
