@@ -66,7 +66,7 @@ func (d *dlqAdminService) ListDeadLetters(ctx context.Context, req *dlqadminpb.L
 	if perr != nil {
 		return nil, perr
 	}
-	entries, err := d.s.store.DLQ().ListDeadLetters(ctx, store.DLQFilter(f))
+	entries, err := d.s.store.DLQ().ListDeadLetters(ctx, f)
 	if err != nil {
 		return nil, dlqUnavailable(err)
 	}
@@ -236,11 +236,11 @@ func (d *dlqAdminService) Export(ctx context.Context, req *dlqadminpb.ExportRequ
 // those matching f.
 func (d *dlqAdminService) selectEntries(ctx context.Context, ids []int64, f pdlq.Filter) (dlqSelection, []store.DLQEntry, error) {
 	if len(ids) == 0 {
-		entries, err := d.s.store.DLQ().ListDeadLetters(ctx, store.DLQFilter(f))
+		entries, err := d.s.store.DLQ().ListDeadLetters(ctx, f)
 		if err != nil {
 			return dlqSelection{}, nil, dlqUnavailable(err)
 		}
-		return dlqSelection{Filter: dlqSelectionOf(store.DLQFilter(f))}, entries, nil
+		return dlqSelection{Filter: dlqSelectionOf(f)}, entries, nil
 	}
 	entries := make([]store.DLQEntry, 0, len(ids))
 	for _, id := range ids {

@@ -69,23 +69,9 @@ type DLQEntry struct {
 }
 
 // DLQFilter selects dead letters (§21.1: time range, error class, route, producer); zero
-// fields match everything.
-type DLQFilter struct {
-	// Since and Until bound FailedAt (inclusive, exclusive).
-	Since, Until time.Time
-	// Class matches exactly when set.
-	Class string
-	// ErrorCode matches exactly when set.
-	ErrorCode commonpb.ErrorCode
-	// RecipientID (the route) matches exactly when set.
-	RecipientID string
-	// ProducerID matches exactly when set.
-	ProducerID string
-	// IncludeRequeued includes entries already requeued.
-	IncludeRequeued bool
-	// Limit caps the result (oldest first, newest Limit kept); 0 means 1000.
-	Limit int
-}
+// fields match everything. It is the filter an operator's request is checked into
+// (protocol/dlq), so the frontend hands it to the store as it is.
+type DLQFilter = pdlq.Filter
 
 // ErrAlreadyRequeued reports that a dead letter was requeued before.
 var ErrAlreadyRequeued = errors.New("store: dead letter already requeued")

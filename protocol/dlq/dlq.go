@@ -32,22 +32,24 @@ func Classes() []string {
 // MaxIDs bounds the ids of one Requeue or Export call.
 const MaxIDs = 1000
 
-// Filter is an operator's checked selection of dead letters; its fields mean what the
-// store's DLQFilter fields of the same names mean.
+// Filter selects dead letters (§21.1: time range, error class, route, producer); zero
+// fields match everything. ParseFilter checks an operator's; the store reads it as
+// store.DLQFilter.
 type Filter struct {
 	// Since and Until bound the failure time (inclusive, exclusive); zero is unbounded.
 	Since, Until time.Time
-	// Class is one of Classes, or empty.
+	// Class matches exactly when set; one of Classes.
 	Class string
-	// ErrorCode is the last error's code, or unspecified.
+	// ErrorCode, the last error's code, matches exactly when set.
 	ErrorCode commonpb.ErrorCode
-	// RecipientID is the route.
+	// RecipientID (the route) matches exactly when set.
 	RecipientID string
-	// ProducerID is the producer.
+	// ProducerID matches exactly when set.
 	ProducerID string
 	// IncludeRequeued includes entries already requeued.
 	IncludeRequeued bool
-	// Limit caps the result; 0 means the store's default.
+	// Limit caps the result (oldest first, newest Limit kept); 0 means the store's default,
+	// 1000.
 	Limit int
 }
 
