@@ -46,14 +46,6 @@ func incomingMD(ctx context.Context) map[string]string {
 	return out
 }
 
-// validNegotiationID checks a negotiation_id (negotiation.ValidateID).
-func validNegotiationID(id string) error {
-	if perr := negotiation.ValidateID(id); perr != nil {
-		return perr
-	}
-	return nil
-}
-
 // Open validates the request, derives the effective policy (§17.2) and starts the
 // negotiation's workflow, which broadcasts open and policy. Repeating an Open with the same
 // topic and participants by the same opener is answered OK; another Open of a used
@@ -248,8 +240,8 @@ func (n *negotiationService) Evaluate(ctx context.Context, req *negotiationpb.Ev
 // operator's. A Decide with an empty result decides the latest version.
 func (n *negotiationService) Decide(ctx context.Context, req *negotiationpb.Decision) (*commonpb.Empty, error) {
 	id := req.GetNegotiationId()
-	if err := validNegotiationID(id); err != nil {
-		return nil, err
+	if perr := negotiation.ValidateID(id); perr != nil {
+		return nil, perr
 	}
 	p := auth.FromContext(ctx)
 	if err := n.mayAct(ctx, p, id, false); err != nil {
@@ -267,8 +259,8 @@ func (n *negotiationService) Decide(ctx context.Context, req *negotiationpb.Deci
 // Abort ends the negotiation: a participant's, the opener's or an operator's call.
 func (n *negotiationService) Abort(ctx context.Context, req *negotiationpb.AbortRequest) (*commonpb.Empty, error) {
 	id := req.GetNegotiationId()
-	if err := validNegotiationID(id); err != nil {
-		return nil, err
+	if perr := negotiation.ValidateID(id); perr != nil {
+		return nil, perr
 	}
 	p := auth.FromContext(ctx)
 	if err := n.mayAct(ctx, p, id, true); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -88,9 +87,6 @@ func refusal(err error) (string, bool) {
 	var perr *protocol.Error
 	if errors.As(err, &perr) && perr.Code != commonpb.ErrorCode_NO_ROUTE {
 		return err.Error(), true
-	}
-	if st, ok := status.FromError(err); ok && strings.HasPrefix(st.Message(), "validation_error:") {
-		return st.Message(), true
 	}
 	return "", false
 }
