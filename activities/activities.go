@@ -79,6 +79,12 @@ func (a *Activities) RecordAgentState(ctx context.Context, in AgentStateInput) e
 			return fmt.Errorf("record state of %s: %w", in.AgentID, err)
 		}
 	}
+	a.auditAgentState(ctx, in)
+	return nil
+}
+
+// auditAgentState appends one lifecycle transition to the audit log.
+func (a *Activities) auditAgentState(ctx context.Context, in AgentStateInput) {
 	typ := "agent.state"
 	if in.Final {
 		typ = "agent.lifecycle_ended"
@@ -87,7 +93,6 @@ func (a *Activities) RecordAgentState(ctx context.Context, in AgentStateInput) e
 		CorrelationID: "agent/" + in.AgentID, Actor: protocol.SchedulerID, Type: typ, AgentID: in.AgentID,
 		Details: map[string]any{"from": in.From.String(), "to": in.To.String(), "reason": in.Reason},
 	})
-	return nil
 }
 
 // Registry events announced to the other agents (§14).

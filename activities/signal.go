@@ -8,6 +8,8 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
 // SignalInput asks SignalWorkflow to signal one workflow.
@@ -19,6 +21,9 @@ type SignalInput struct {
 	// Arg is the signal's payload, already encoded as JSON by the sending workflow (the
 	// payload types live in the workflows package, which imports this one).
 	Arg json.RawMessage
+	// MustExist makes a workflow that is not running a non-retryable "no_route" failure
+	// rather than nothing to do.
+	MustExist bool `json:",omitempty"`
 }
 
 // SignalWorkflow signals a workflow from a local activity. The agent lifecycle reports task
@@ -33,10 +38,47 @@ func (a *Activities) SignalWorkflow(ctx context.Context, in SignalInput) error {
 	err := a.Temporal.SignalWorkflow(ctx, in.WorkflowID, "", in.Signal, in.Arg)
 	var gone *serviceerror.NotFound
 	if errors.As(err, &gone) {
+		if in.MustExist {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s is not running", in.WorkflowID), "no_route", err)
+		}
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("signal %s to %s: %w", in.Signal, in.WorkflowID, err)
+	}
+	return nil
+}
+
+// StepReport is what one step of an agent's lifecycle has to record and tell: the agent's
+// transitions in order, and the task events for the task workflows.
+type StepReport struct {
+	// States are the step's agent transitions, in the order they were taken.
+	States []AgentStateInput `json:",omitempty"`
+	// Signals are the step's task events, in the order they were reported.
+	Signals []SignalInput `json:",omitempty"`
+}
+
+// ReportStep records a lifecycle step's transitions and sends its task events, in one local
+// activity: one history marker and one worker hop per step instead of one per transition and
+// one per event. Every transition is audited; the registry projection is written once, with
+// the step's last state, since the states before it within one step were never observable.
+// The transitions are recorded before the events are sent, as they were taken.
+func (a *Activities) ReportStep(ctx context.Context, in StepReport) error {
+	if n := len(in.States); n > 0 {
+		last := in.States[n-1]
+		if !last.Final {
+			if err := a.Store.Registry().SetAgentState(ctx, last.AgentID, last.To); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("record state of %s: %w", last.AgentID, err)
+			}
+		}
+		for _, s := range in.States {
+			a.auditAgentState(ctx, s)
+		}
+	}
+	for _, s := range in.Signals {
+		if err := a.SignalWorkflow(ctx, s); err != nil {
+			return err
+		}
 	}
 	return nil
 }

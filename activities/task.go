@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
@@ -156,4 +158,38 @@ func (a *Activities) AgentWorktreeOf(ctx context.Context, agentID string) (Agent
 		return AgentWorktree{}, fmt.Errorf("look up the worktree binding of %s: %w", agentID, err)
 	}
 	return AgentWorktree{Registered: true, State: b.State, RepoID: b.RepoID, WorktreeID: b.WorktreeID, Branch: b.Branch, Reason: b.Reason}, nil
+}
+
+// TaskHeldInput asks TaskHeld whether an agent's lifecycle holds a task.
+type TaskHeldInput struct {
+	// AgentWorkflowID is the agent's lifecycle workflow; Query is its query that answers
+	// with the running task ("Running") and the queue ("Queue").
+	AgentWorkflowID, Query string
+	// TaskID is the task.
+	TaskID string
+}
+
+// TaskHeld reports whether the agent's lifecycle runs the task or has it queued: how a task
+// workflow that has not heard from its agent for a while learns that it was queued. A
+// lifecycle that is not running holds nothing.
+func (a *Activities) TaskHeld(ctx context.Context, in TaskHeldInput) (bool, error) {
+	if a.Temporal == nil {
+		return false, temporal.NewNonRetryableApplicationError("the worker has no Temporal client", "internal_error", nil)
+	}
+	v, err := a.Temporal.QueryWorkflow(ctx, in.AgentWorkflowID, "", in.Query)
+	var gone *serviceerror.NotFound
+	if errors.As(err, &gone) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("ask %s about task %s: %w", in.AgentWorkflowID, in.TaskID, err)
+	}
+	var st struct {
+		Running string
+		Queue   []string
+	}
+	if err := v.Get(&st); err != nil {
+		return false, fmt.Errorf("read %s's answer: %w", in.AgentWorkflowID, err)
+	}
+	return st.Running == in.TaskID || slices.Contains(st.Queue, in.TaskID), nil
 }

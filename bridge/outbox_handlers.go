@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"go.temporal.io/api/serviceerror"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -24,10 +26,9 @@ import (
 // any process can deliver what another wrote. sink records what a handler decides that
 // nobody else sees (an event for a run that is not open).
 func RegisterOutboxHandlers(rel *outbox.Relay, tc client.Client, st store.Store, sink *audit.Sink, taskQueue string) {
-	// An ACK for a lifecycle that has ended concerns nobody: nothing is left to schedule.
-	rel.Handle(workflows.OutboxAgentControlAck, signalEntry(tc, func(p workflows.AgentControlAckPayload) (string, string, any) {
-		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentControlAckSignal, p.Ack
-	}))
+	// A RECEIVED waits up to AckLinger for the FULFILLED (or NACK) of the same message that a
+	// fast agent sends moments later, so that both cost the agent's lifecycle one signal.
+	rel.Coalesce(workflows.OutboxAgentControlAck, outbox.Coalescing{Linger: AckLinger, MayWait: ackMayWait, Deliver: deliverAcks(tc)})
 	// No lifecycle left to end is the deregistration done.
 	rel.Handle(workflows.OutboxAgentDeregister, signalEntry(tc, func(p workflows.AgentDeregisterPayload) (string, string, any) {
 		return workflows.AgentWorkflowID(p.AgentID), workflows.AgentDeregisterSignal, p.Deregistration
@@ -139,4 +140,54 @@ func NewOutboxEntry(kind, workflowID string, payload any) (store.OutboxEntry, er
 		return store.OutboxEntry{}, fmt.Errorf("encode %s entry: %w", kind, err)
 	}
 	return store.OutboxEntry{ID: uuid.NewString(), Kind: kind, WorkflowID: workflowID, Payload: b}, nil
+}
+
+// AckLinger is how long the in-line delivery of a CONTROL message's RECEIVED (or READ) ACK
+// waits for a later ACK to the same lifecycle, so that the two reach it in one signal
+// (outbox.Coalescing). It delays the task's RUNNING by at most this long; a task whose agent
+// answers within it is reported RUNNING and COMPLETED in one step.
+const AckLinger = 20 * time.Millisecond
+
+// ackMayWait reports whether an ACK entry may wait for a later one: its stage is RECEIVED
+// or READ, which a later stage of the same message supersedes in moments.
+func ackMayWait(h store.OutboxEntry) bool {
+	p, err := decodeEntry[workflows.AgentControlAckPayload](h)
+	if err != nil {
+		return false // delivered at once, where its handler drops it
+	}
+	return p.Ack.Stage == commonpb.AckStage_RECEIVED || p.Ack.Stage == commonpb.AckStage_READ
+}
+
+// deliverAcks signals the ACKs of entries bound for one lifecycle: AgentControlAckSignal
+// for one, AgentControlAcksSignal carrying them in order for several. An ACK for a
+// lifecycle that has ended concerns nobody: nothing is left to schedule.
+func deliverAcks(tc client.Client) func(ctx context.Context, es []store.OutboxEntry) error {
+	return func(ctx context.Context, es []store.OutboxEntry) error {
+		acks := make([]workflows.ControlAck, 0, len(es))
+		var agentID string
+		var bad error
+		for _, h := range es {
+			p, err := decodeEntry[workflows.AgentControlAckPayload](h)
+			if err != nil {
+				bad = err // never deliverable; the others still are
+				continue
+			}
+			agentID = p.AgentID
+			acks = append(acks, p.Ack)
+		}
+		if len(acks) == 0 {
+			return bad
+		}
+		var err error
+		if len(acks) == 1 {
+			err = tc.SignalWorkflow(ctx, workflows.AgentWorkflowID(agentID), "", workflows.AgentControlAckSignal, acks[0])
+		} else {
+			err = tc.SignalWorkflow(ctx, workflows.AgentWorkflowID(agentID), "", workflows.AgentControlAcksSignal, workflows.ControlAcks{Acks: acks})
+		}
+		var gone *serviceerror.NotFound
+		if errors.As(err, &gone) {
+			return nil
+		}
+		return err
+	}
 }

@@ -49,7 +49,7 @@ func (sc *schedulerService) taskInput(ctx context.Context, req *schedulerpb.Subm
 	}
 	return workflows.TaskInput{TaskID: req.GetTaskId(), AgentID: req.GetAgentId(), Priority: req.GetPriority(),
 		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope(), SubmittedAt: time.Now().UTC(),
-		NeedsWorktree: needsWorktree}, nil
+		NeedsWorktree: needsWorktree, Revision: workflows.TaskRevisionLean}, nil
 }
 
 // SubmitTask submits a task (§7.1): it starts the task's workflow task/<task_id> and waits for
@@ -138,11 +138,12 @@ func (sc *schedulerService) taskStartOptions(in workflows.TaskInput) client.Star
 // submitFast is SubmitTask's usual path, one workflow hop shorter than letting the task
 // workflow admit the task (which matters for preemption latency): start the task workflow,
 // admit the task here with the same activity code, queue an admitted task at the agent's
-// lifecycle workflow directly, and tell the task workflow how it went. Anything but a plain
-// admission (HITL, waiting for a limit) is handed to the task workflow, whose answer is
-// awaited as in submitInWorkflow. If this process dies half way, the task workflow admits
-// the task itself after workflows.FrontendAdmitWait, and the agent ignores a repeated
-// enqueue.
+// lifecycle workflow directly; the task workflow learns it was queued from its agent's first
+// event. Anything but a plain admission (HITL, waiting for a limit, an error) is reported to
+// the task workflow (workflows.TaskAdmittedSignal), whose answer is awaited as in
+// submitInWorkflow. If this process dies half way, the task workflow asks the agent's
+// lifecycle after workflows.FrontendAdmitWait whether it holds the task and otherwise admits
+// it itself; the agent ignores a repeated enqueue.
 func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInput) (workflows.TaskAdmission, error) {
 	in.FrontendAdmits = true
 	tc := sc.s.temporal
@@ -190,9 +191,8 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 			}
 			return workflows.TaskAdmission{Accepted: false, State: workflows.TaskRejected, Reason: fmt.Sprintf("no_route: agent %s has no running lifecycle", in.AgentID)}, nil
 		}
-		if err := report(workflows.TaskAdmitted{Enqueued: true}); err != nil {
-			return workflows.TaskAdmission{}, err
-		}
+		// No TaskAdmitted: the task's first event from its agent's lifecycle tells its
+		// workflow that it is queued, one signal and one workflow task fewer per task.
 		reason := "queued"
 		if res.NoActivityEntry {
 			reason = "queued; " + res.Reason

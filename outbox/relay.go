@@ -84,6 +84,10 @@ type Relay struct {
 
 	mu       sync.RWMutex
 	handlers map[string]Handler
+	// coalescing are the kinds registered with Coalesce; held their entries waiting for
+	// a later one, by kind and workflow.
+	coalescing map[string]Coalescing
+	held       map[string]*held
 }
 
 // New builds a relay over the store's outbox; sink records drops and late deliveries (§19).
@@ -106,6 +110,14 @@ func (r *Relay) Handle(kind string, h Handler) {
 func (r *Relay) Deliver(ctx context.Context, hs ...store.OutboxEntry) error {
 	if len(hs) == 0 {
 		return nil
+	}
+	if len(hs) == 1 {
+		r.mu.RLock()
+		c, ok := r.coalescing[hs[0].Kind]
+		r.mu.RUnlock()
+		if ok {
+			return r.coalesce(ctx, c, hs[0])
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.InlineTimeout)
 	defer cancel()
@@ -158,6 +170,9 @@ func (r *Relay) attempt(ctx context.Context, hs []store.OutboxEntry, timeout tim
 	}
 	return done, nil
 }
+
+// asPermanent reports whether err was wrapped with Permanent.
+func asPermanent(err error, perm **permanentError) bool { return errors.As(err, perm) }
 
 func (r *Relay) deliverOne(ctx context.Context, h store.OutboxEntry) error {
 	r.mu.RLock()

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"cmp"
+	"encoding/json"
 	"time"
 
 	"go.temporal.io/sdk/log"
@@ -68,6 +69,9 @@ const (
 	versionShutdown      = "agent-shutdown"
 	versionHeartbeats    = "agent-heartbeats"
 	versionStateLocal    = "agent-state-local-activity"
+	// versionStepReports marks runs that record a step's transitions and send its task
+	// events together at the step's end (reportStep).
+	versionStepReports = "agent-step-reports"
 )
 
 // AgentWorkflowID is the workflow ID of an agent's lifecycle: "agent/<agent_id>".
@@ -207,6 +211,14 @@ type agentLifecycle struct {
 	// (both behind GetVersion, for histories recorded before them).
 	tasks, heartbeats bool
 	disp              *dispatcher
+	// stepReports says this run reports each step at once (versionStepReports); inStep is
+	// set while a step runs, report holds what the step has to record and tell, and
+	// upserted is the AgentState search attribute's value this run last set (nil before).
+	stepReports bool
+	inStep      bool
+	report      activities.StepReport
+	batches     []taskBatch
+	upserted    *commonpb.AgentState
 	// deregistered ends the loop; stepErr, set by a handler, fails the run.
 	deregistered *AgentDeregistration
 	stepErr      error
@@ -276,6 +288,7 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 	w.hbCtx = workflow.WithRetryPolicy(ctx, temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3})
 	// The scheduler for this agent's tasks (§7): enqueue, preempt, CONTROL ACKs, sections.
 	w.tasks = workflow.GetVersion(ctx, versionTasks, workflow.DefaultVersion, 1) >= 1
+	w.stepReports = w.tasks && workflow.GetVersion(ctx, versionStepReports, workflow.DefaultVersion, 1) >= 1
 	w.disp = newDispatcher(ctx, w, w.in.Dispatch)
 	if err := workflow.SetQueryHandler(ctx, AgentTasksQuery, func() (DispatchStatus, error) { return w.disp.status(), nil }); err != nil {
 		return AgentLifecycleResult{}, err
@@ -283,10 +296,12 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 
 	for w.deregistered == nil {
 		sel := w.selector(ctx, ch)
+		w.inStep = true
 		sel.Select(ctx)
 		if w.stepErr == nil && w.tasks {
 			w.stepErr = w.disp.afterStep(ctx)
 		}
+		w.inStep = false
 		if w.stepErr != nil {
 			return AgentLifecycleResult{}, w.stepErr
 		}
@@ -325,6 +340,7 @@ func (w *agentLifecycle) begin(ctx workflow.Context) error {
 type lifecycleChannels struct {
 	register, ready, deregister, report, shutdown workflow.ReceiveChannel
 	enqueue, preempt, ack, control, responseWait  workflow.ReceiveChannel
+	acks                                          workflow.ReceiveChannel
 }
 
 func (w *agentLifecycle) channels(ctx workflow.Context) lifecycleChannels {
@@ -337,7 +353,10 @@ func (w *agentLifecycle) channels(ctx workflow.Context) lifecycleChannels {
 		enqueue:    workflow.GetSignalChannel(ctx, AgentTaskEnqueueSignal),
 		preempt:    workflow.GetSignalChannel(ctx, AgentPreemptSignal),
 		ack:        workflow.GetSignalChannel(ctx, AgentControlAckSignal),
-		control:    workflow.GetSignalChannel(ctx, AgentControlSignal),
+		// Histories recorded before AgentControlAcksSignal existed never carry it, so
+		// listening to it changes nothing when they replay.
+		acks:    workflow.GetSignalChannel(ctx, AgentControlAcksSignal),
+		control: workflow.GetSignalChannel(ctx, AgentControlSignal),
 		// Response waits are tasks' business (004 §2): the channel is read with the others.
 		responseWait: workflow.GetSignalChannel(ctx, AgentResponseWaitSignal),
 	}
@@ -381,6 +400,7 @@ func (w *agentLifecycle) selector(ctx workflow.Context, ch lifecycleChannels) wo
 		sel.AddReceive(ch.enqueue, on(w.onEnqueue))
 		sel.AddReceive(ch.preempt, on(w.onPreempt))
 		sel.AddReceive(ch.ack, on(w.onAck))
+		sel.AddReceive(ch.acks, on(w.onAcks))
 		sel.AddReceive(ch.control, on(w.onControl))
 		sel.AddReceive(ch.responseWait, on(w.onResponseWait))
 		w.disp.armTimer(ctx)
@@ -524,6 +544,17 @@ func (w *agentLifecycle) onAck(ctx workflow.Context, c workflow.ReceiveChannel) 
 	w.stepErr = w.disp.onAck(ctx, a)
 }
 
+// onAcks applies AgentControlAcksSignal: several ACKs, in order, in one step.
+func (w *agentLifecycle) onAcks(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var as ControlAcks
+	c.Receive(ctx, &as)
+	for _, a := range as.Acks {
+		if w.stepErr = w.disp.onAck(ctx, a); w.stepErr != nil {
+			return
+		}
+	}
+}
+
 // onControl applies AgentControlSignal: a non-preemptible section's BEGIN or END (§7.2).
 func (w *agentLifecycle) onControl(ctx workflow.Context, c workflow.ReceiveChannel) {
 	var a AgentControl
@@ -577,6 +608,7 @@ func (w *agentLifecycle) end(ctx workflow.Context) (AgentLifecycleResult, error)
 	var acts *activities.Activities
 	if w.tasks {
 		w.disp.failAll(ctx, commonpb.ErrorCode_AGENT_SHUTDOWN, "agent_shutdown: agent "+w.in.AgentID+" deregistered: "+w.deregistered.Reason)
+		w.reportStep(ctx)
 		w.disp.flush(ctx)
 	}
 	if err := workflow.ExecuteActivity(ctx, acts.NotifyRegistryEvent, activities.RegistryEventInput{
@@ -608,9 +640,17 @@ func (w *agentLifecycle) transition(ctx workflow.Context, to commonpb.AgentState
 func (w *agentLifecycle) enter(ctx workflow.Context, to commonpb.AgentState, reason string) error {
 	from := w.state
 	w.state, w.since, w.reason = to, workflow.Now(ctx), reason
+	if w.inStep && w.stepReports {
+		// Recorded with the rest of the step (reportStep): a task's RUN → RUNNING →
+		// COMPLETED → RUNNABLE walk is then one marker and one search-attribute upsert per
+		// step rather than one of each per state.
+		w.report.States = append(w.report.States, activities.AgentStateInput{AgentID: w.in.AgentID, From: from, To: to, Reason: reason})
+		return nil
+	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, AgentStateKey.ValueSet(to.String())); err != nil {
 		return err
 	}
+	w.upserted = &to
 	var acts *activities.Activities
 	rec := activities.AgentStateInput{AgentID: w.in.AgentID, From: from, To: to, Reason: reason}
 	if workflow.GetVersion(ctx, versionStateLocal, workflow.DefaultVersion, 1) >= 1 {
@@ -624,4 +664,59 @@ func (w *agentLifecycle) enter(ctx workflow.Context, to commonpb.AgentState, rea
 		return workflow.ExecuteLocalActivity(lctx, acts.RecordAgentState, rec).Get(ctx, nil)
 	}
 	return workflow.ExecuteActivity(ctx, acts.RecordAgentState, rec).Get(ctx, nil)
+}
+
+// reportStep sets the AgentState search attribute to the state the step ended in, if it
+// changed, and records the step's transitions and sends its task events in one local
+// activity (activities.ReportStep). States a step passed through within one workflow task
+// were never visible in the Temporal UI, so one upsert per step loses nothing; every
+// transition still reaches the audit log. A report that keeps failing for ten minutes is
+// logged and given up, as a task event always was; the registry projection is corrected by
+// the next step's report.
+func (w *agentLifecycle) reportStep(ctx workflow.Context) {
+	if len(w.report.States) > 0 && (w.upserted == nil || *w.upserted != w.state) {
+		if err := workflow.UpsertTypedSearchAttributes(ctx, AgentStateKey.ValueSet(w.state.String())); err != nil {
+			w.logger.Error("could not set the agent's state attribute", "agent_id", w.in.AgentID, "error", err)
+		} else {
+			st := w.state
+			w.upserted = &st
+		}
+	}
+	for _, b := range w.batches {
+		// json.Marshal of these structs (no maps, no floats) is a pure function of their
+		// value; workflowcheck flags it only for the encoder cache it fills on first use.
+		arg, err := json.Marshal(TaskEvents{Events: b.events}) //workflowcheck:ignore
+		if err != nil {
+			w.logger.Error("task events not encodable", "task_id", b.taskID, "error", err)
+			continue
+		}
+		w.report.Signals = append(w.report.Signals, activities.SignalInput{WorkflowID: TaskWorkflowID(b.taskID), Signal: TaskEventsSignal, Arg: arg})
+	}
+	w.batches = nil
+	if len(w.report.States) == 0 && len(w.report.Signals) == 0 {
+		return
+	}
+	rep := w.report
+	w.report = activities.StepReport{}
+	var acts *activities.Activities
+	if err := workflow.ExecuteLocalActivity(w.disp.signalLA, acts.ReportStep, rep).Get(ctx, nil); err != nil {
+		w.logger.Error("step not reported", "agent_id", w.in.AgentID, "states", len(rep.States), "events", len(rep.Signals), "error", err)
+	}
+}
+
+// taskBatch is the events one step reports for one task.
+type taskBatch struct {
+	taskID string
+	events []TaskEvent
+}
+
+// batch adds events for a task to the step's report: one TaskEventsSignal per task and step.
+func (w *agentLifecycle) batch(taskID string, evs []TaskEvent) {
+	for i := range w.batches {
+		if w.batches[i].taskID == taskID {
+			w.batches[i].events = append(w.batches[i].events, evs...)
+			return
+		}
+	}
+	w.batches = append(w.batches, taskBatch{taskID: taskID, events: evs})
 }

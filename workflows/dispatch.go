@@ -29,6 +29,10 @@ const (
 	// AgentControlAckSignal carries a ControlAck: the agent acknowledged (or the router
 	// NACKed) one of the scheduler's CONTROL messages.
 	AgentControlAckSignal = "agent-control-ack"
+	// AgentControlAcksSignal carries ControlAcks: several ACKs of the scheduler's CONTROL
+	// messages that reached the router moments apart (a RUN's RECEIVED and FULFILLED),
+	// delivered in one signal.
+	AgentControlAcksSignal = "agent-control-acks"
 	// AgentControlSignal carries an AgentControl: the agent declared or closed a
 	// non-preemptible section (§7.2).
 	AgentControlSignal = "agent-control"
@@ -109,6 +113,13 @@ type QueuedTask struct {
 	SuspendedAt time.Time `json:",omitempty"`
 	// Events counts the events reported to the task's workflow; each carries its number.
 	Events int64 `json:",omitempty"`
+	// EventBatches says the task's workflow takes a step's events in one TaskEventsSignal
+	// and learns from its first event that it was queued; the lifecycle then holds a
+	// dispatch's SCHEDULED (or RESUMED) back until the task's next event (Held), since the
+	// agent's RECEIVED follows it within moments and one signal then carries both.
+	EventBatches bool `json:",omitempty"`
+	// Held are the events held back for the task's next report.
+	Held []TaskEvent `json:",omitempty"`
 }
 
 // PreemptionRequest is the payload of AgentPreemptSignal.
@@ -129,6 +140,12 @@ type ControlAck struct {
 	ErrorCode commonpb.ErrorCode `json:",omitempty"`
 	// Note is the ACK's note (a RUN's result on FULFILLED).
 	Note string `json:",omitempty"`
+}
+
+// ControlAcks is the payload of AgentControlAcksSignal.
+type ControlAcks struct {
+	// Acks are in the order the router stored them.
+	Acks []ControlAck
 }
 
 // AgentControl is the payload of AgentControlSignal.
@@ -273,6 +290,26 @@ func (p *dispatcher) event(ctx workflow.Context, q *QueuedTask, ev TaskEvent) {
 		if len(p.d.Done) > maxDone {
 			p.d.Done = slices.Delete(p.d.Done, 0, len(p.d.Done)-maxDone)
 		}
+	}
+	if p.w.stepReports && q.EventBatches {
+		if ev.State == TaskScheduled || ev.State == TaskResumed {
+			q.Held = append(q.Held, ev)
+			return
+		}
+		evs := append(q.Held, ev)
+		q.Held = nil
+		p.w.batch(taskID, evs)
+		return
+	}
+	if p.w.stepReports {
+		// Sent with the rest of the step (reportStep).
+		arg, err := json.Marshal(ev) //workflowcheck:ignore
+		if err != nil {
+			workflow.GetLogger(ctx).Error("task event not encodable", "task_id", taskID, "error", err)
+			return
+		}
+		p.w.report.Signals = append(p.w.report.Signals, activities.SignalInput{WorkflowID: TaskWorkflowID(taskID), Signal: TaskEventSignal, Arg: arg})
+		return
 	}
 	if !p.local.decide(ctx, versionTaskEventsLocal) {
 		workflow.SignalExternalWorkflow(ctx, TaskWorkflowID(taskID), "", TaskEventSignal, ev)
@@ -657,6 +694,7 @@ func (p *dispatcher) afterStep(ctx workflow.Context) error {
 		p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: "agent failed: " + p.w.reason})
 	}
 	err := p.dispatch(ctx)
+	p.w.reportStep(ctx)
 	p.flush(ctx)
 	return err
 }

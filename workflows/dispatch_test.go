@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -31,6 +32,9 @@ type schedulerHarness struct {
 	st     store.Store
 	mu     sync.Mutex
 	events map[string][]workflows.TaskEvent // task_id → events reported
+	// signals lists, per task, the states each signal carried (one per TaskEventSignal,
+	// several per TaskEventsSignal).
+	signals map[string][][]string
 	codes  map[string]commonpb.ErrorCode
 	run    string // the lifecycle's run ID, as its task reports saw it
 }
@@ -80,20 +84,51 @@ func (h *schedulerHarness) code(taskID string) commonpb.ErrorCode {
 
 func newSchedulerHarness(t *testing.T) *schedulerHarness {
 	env, st := newEnv(t)
-	h := &schedulerHarness{t: t, env: env, st: st, events: map[string][]workflows.TaskEvent{}, codes: map[string]commonpb.ErrorCode{}}
+	h := &schedulerHarness{t: t, env: env, st: st, events: map[string][]workflows.TaskEvent{}, signals: map[string][][]string{}, codes: map[string]commonpb.ErrorCode{}}
 	var acts *activities.Activities
-	env.OnActivity(acts.SignalWorkflow, mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, in activities.SignalInput) error {
-			require.Equal(t, workflows.TaskEventSignal, in.Signal)
+	signal := func(ctx context.Context, in activities.SignalInput) error {
+		var evs []workflows.TaskEvent
+		switch in.Signal {
+		case workflows.TaskEventSignal:
 			var ev workflows.TaskEvent
 			require.NoError(t, json.Unmarshal(in.Arg, &ev))
-			id := in.WorkflowID[len("task/"):]
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			h.run = activity.GetInfo(ctx).WorkflowExecution.RunID
+			evs = []workflows.TaskEvent{ev}
+		case workflows.TaskEventsSignal:
+			var b workflows.TaskEvents
+			require.NoError(t, json.Unmarshal(in.Arg, &b))
+			evs = b.Events
+		default:
+			t.Errorf("unexpected signal %s", in.Signal)
+		}
+		id := in.WorkflowID[len("task/"):]
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.run = activity.GetInfo(ctx).WorkflowExecution.RunID
+		var states []string
+		for _, ev := range evs {
 			h.events[id] = append(h.events[id], ev)
+			states = append(states, ev.State)
 			if ev.ErrorCode != 0 {
 				h.codes[id] = ev.ErrorCode
+			}
+		}
+		h.signals[id] = append(h.signals[id], states)
+		return nil
+	}
+	env.OnActivity(acts.SignalWorkflow, mock.Anything, mock.Anything).Return(signal)
+	// A step's report records its transitions for real and hands its task events to signal.
+	recorder := &activities.Activities{Store: st, Sink: audit.New(nil, st.Audit())}
+	env.OnActivity(acts.ReportStep, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.StepReport) error {
+			for _, s := range in.States {
+				if err := recorder.RecordAgentState(ctx, s); err != nil {
+					return err
+				}
+			}
+			for _, s := range in.Signals {
+				if err := signal(ctx, s); err != nil {
+					return err
+				}
 			}
 			return nil
 		})
@@ -128,6 +163,13 @@ func (h *schedulerHarness) ack(id string, stage commonpb.AckStage, code commonpb
 
 func (h *schedulerHarness) enqueue(id string, prio int32, at time.Duration) {
 	h.env.SignalWorkflow(workflows.AgentTaskEnqueueSignal, workflows.QueuedTask{TaskID: id, Priority: prio, SubmittedAt: time.Unix(0, 0).Add(at)})
+}
+
+// signalsOf returns the states each signal to a task carried, in the order sent.
+func (h *schedulerHarness) signalsOf(taskID string) [][]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.signals[taskID])
 }
 
 func (h *schedulerHarness) tasks() workflows.DispatchStatus {
@@ -315,4 +357,44 @@ func TestDispatchContinueAsNewCarriesTasks(t *testing.T) {
 	runID := h.runID()
 	require.Equal(t, next.Dispatch.Running.RunMsgID, workflows.ControlMessageID(runID, 1))
 	require.Equal(t, pre.id, workflows.ControlMessageID(runID, 2))
+}
+
+// TestDispatchBatchesEventsAndAcks: for a task whose workflow takes its events in batches,
+// the RUN's SCHEDULED is held until the task's next event; a RECEIVED and FULFILLED that
+// arrive together in one AgentControlAcksSignal are one step, which tells the task SCHEDULED,
+// RUNNING and COMPLETED in one signal and leaves the agent RUNNABLE; the registry projection
+// has each step's last state.
+func TestDispatchBatchesEventsAndAcks(t *testing.T) {
+	h := newSchedulerHarness(t)
+	step := func(at time.Duration, f func()) { h.env.RegisterDelayedCallback(f, at) }
+	step(time.Second, func() { h.env.SignalWorkflow(workflows.AgentReadySignal, workflows.AgentReady{Via: "stream"}) })
+	step(2*time.Second, func() {
+		h.env.SignalWorkflow(workflows.AgentTaskEnqueueSignal, workflows.QueuedTask{TaskID: "fast", SubmittedAt: time.Unix(0, 0), EventBatches: true})
+		h.env.SignalWorkflow(workflows.AgentTaskEnqueueSignal, workflows.QueuedTask{TaskID: "slow", SubmittedAt: time.Unix(1, 0), EventBatches: true})
+	})
+	step(3*time.Second, func() {
+		run := onlyControl(t, h.controls(), protocol.ControlRun, "fast")
+		require.Empty(t, h.signalsOf("fast"), "SCHEDULED waits for the task's next event")
+		h.env.SignalWorkflow(workflows.AgentControlAcksSignal, workflows.ControlAcks{Acks: []workflows.ControlAck{
+			{MessageID: run.id, Stage: commonpb.AckStage_RECEIVED}, {MessageID: run.id, Stage: commonpb.AckStage_FULFILLED, Note: "ok"}}})
+	})
+	step(4*time.Second, func() {
+		require.Equal(t, [][]string{{"SCHEDULED", "RUNNING", "COMPLETED"}}, h.signalsOf("fast"), "one step, one signal")
+		run := onlyControl(t, h.controls(), protocol.ControlRun, "slow")
+		h.ack(run.id, commonpb.AckStage_RECEIVED, 0, "")
+	})
+	step(5*time.Second, func() {
+		require.Equal(t, [][]string{{"SCHEDULED", "RUNNING"}}, h.signalsOf("slow"))
+		require.Equal(t, "RUNNING", status(t, h.env).State)
+		rec, err := h.st.Registry().GetAgent(context.Background(), "subject")
+		require.NoError(t, err)
+		require.Equal(t, commonpb.AgentState_RUNNING, rec.State, "the registry projection has the step's last state")
+		h.env.SignalWorkflow(workflows.AgentDeregisterSignal, workflows.AgentDeregistration{Reason: "done"})
+	})
+	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject"})
+	require.True(t, h.env.IsWorkflowCompleted())
+	require.NoError(t, h.env.GetWorkflowError())
+	h.requireStates("fast", "SCHEDULED", "RUNNING", "COMPLETED")
+	h.requireStates("slow", "SCHEDULED", "RUNNING", "FAILED")
+	require.Equal(t, [][]string{{"SCHEDULED", "RUNNING"}, {"FAILED"}}, h.signalsOf("slow"))
 }

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,6 +27,9 @@ const (
 	TaskAdmissionUpdate = "task-admission"
 	// TaskEventSignal carries a TaskEvent from the agent's workflow, which runs the task.
 	TaskEventSignal = "task-event"
+	// TaskEventsSignal carries TaskEvents: the events one step of the agent's workflow
+	// reported for the task, in one signal (QueuedTask.EventBatches).
+	TaskEventsSignal = "task-events"
 	// TaskStatusQuery returns a TaskStatus.
 	TaskStatusQuery = "task-status"
 	// TaskAdmittedSignal carries a TaskAdmitted: SubmitTask admitted the task itself (the
@@ -56,9 +60,17 @@ func AdmitInput(in TaskInput, jobKey string) taskadmission.Input {
 		Description: fmt.Sprintf("task %s (priority %d) scope: %s", in.TaskID, in.Priority, in.Scope)}
 }
 
-// QueuedTaskOf is the queue entry of a task.
+// QueuedTaskOf is the queue entry of a task. The task workflow of this code takes its events
+// in batches, so the entry says so (EventBatches).
 func QueuedTaskOf(in TaskInput) QueuedTask {
-	return QueuedTask{TaskID: in.TaskID, Priority: in.Priority, Params: in.Params, ContentType: in.ContentType, Scope: in.Scope, SubmittedAt: in.SubmittedAt}
+	return QueuedTask{TaskID: in.TaskID, Priority: in.Priority, Params: in.Params, ContentType: in.ContentType, Scope: in.Scope, SubmittedAt: in.SubmittedAt,
+		EventBatches: true}
+}
+
+// TaskEvents is the payload of TaskEventsSignal.
+type TaskEvents struct {
+	// Events are in the order the agent's workflow numbered them.
+	Events []TaskEvent
 }
 
 // Task states. A task is ADMITTING until admission decides, AWAITING_HITL while a human
@@ -107,12 +119,26 @@ type TaskInput struct {
 	HITLTimeout time.Duration `json:",omitempty"`
 	// FrontendAdmits says SubmitTask admits the task and reports with TaskAdmittedSignal.
 	FrontendAdmits bool `json:",omitempty"`
+	// Revision is the revision of the task path the run follows, chosen by whoever starts
+	// it (TaskRevisionLean today). It is part of the run's input, so a recorded history
+	// replays the path it took, without a version marker: workflow.GetVersion would cost
+	// every task run a marker and a search-attribute upsert. Runs recorded before it
+	// existed decode it as zero.
+	Revision int `json:",omitempty"`
 	// NeedsWorktree marks a task that needs its agent's worktree (§16.3): it is held WAITING,
 	// before admission, while the agent is UNBOUND or BIND_FAILED, and admitted once the
 	// agent is bound (worktree.Eligible). Runs recorded before the field existed decode it as
 	// false and take none of its commands, so they replay unchanged.
 	NeedsWorktree bool `json:",omitempty"`
 }
+
+// Revisions of the task path (TaskInput.Revision).
+const (
+	// TaskRevisionLean queues the task at its agent by local activity, and a task that
+	// SubmitTask queued takes its agent's first event as the word that it is queued
+	// (no TaskAdmittedSignal; awaitQueued).
+	TaskRevisionLean = 1
+)
 
 // DefaultTaskRecheck is how often a held-back task re-runs admission.
 const DefaultTaskRecheck = 2 * time.Second
@@ -240,8 +266,15 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 		first    *taskadmission.Result
 		enqueued bool
 	)
+	var early []TaskEvent
 	if t.in.FrontendAdmits {
-		adm, got := t.awaitFrontendAdmission(ctx)
+		var adm TaskAdmitted
+		var got bool
+		if t.in.Revision < TaskRevisionLean {
+			adm, got = t.awaitFrontendAdmission(ctx)
+		} else {
+			adm, got, early = t.awaitQueued(ctx, lctx)
+		}
 		switch {
 		case !got:
 			workflow.GetLogger(ctx).Warn("no admission from SubmitTask; admitting the task here", "task_id", t.in.TaskID)
@@ -262,17 +295,82 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 			return t.st, err
 		}
 		// Queue at the agent, whose lifecycle workflow runs the task and reports back.
-		err := workflow.SignalExternalWorkflow(ctx, AgentWorkflowID(t.in.AgentID), "", AgentTaskEnqueueSignal, QueuedTaskOf(t.in)).Get(ctx, nil)
-		if err != nil {
+		if err := t.enqueue(ctx, lctx); err != nil {
 			t.finish(ctx, lctx, true)
 			return t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: agent %s has no running lifecycle: %v", t.in.AgentID, err))
 		}
 	}
 	t.set(ctx, TaskQueued, "queued at agent "+t.in.AgentID)
 	t.answer(TaskAdmission{Accepted: true, Reason: "queued"})
-	t.follow(ctx)
+	t.follow(ctx, early)
 	t.finish(ctx, lctx, t.st.State != TaskCompleted)
 	return t.st, nil
+}
+
+// enqueue queues the admitted task at its agent's lifecycle. A TaskRevisionLean run signals
+// from a local activity within the workflow task that admitted the task; an external
+// signal's completion is an event that costs the task one more workflow task for nothing it
+// needs.
+func (t *taskRun) enqueue(ctx, lctx workflow.Context) error {
+	if t.in.Revision < TaskRevisionLean {
+		return workflow.SignalExternalWorkflow(ctx, AgentWorkflowID(t.in.AgentID), "", AgentTaskEnqueueSignal, QueuedTaskOf(t.in)).Get(ctx, nil)
+	}
+	// json.Marshal of this struct (no maps, no floats) is a pure function of its value;
+	// workflowcheck flags it only for the encoder cache it fills on first use.
+	arg, err := json.Marshal(QueuedTaskOf(t.in)) //workflowcheck:ignore
+	if err != nil {
+		return err
+	}
+	var acts *activities.Activities
+	return workflow.ExecuteLocalActivity(lctx, acts.SignalWorkflow, activities.SignalInput{
+		WorkflowID: AgentWorkflowID(t.in.AgentID), Signal: AgentTaskEnqueueSignal, Arg: arg, MustExist: true}).Get(ctx, nil)
+}
+
+// awaitQueued waits for the word that SubmitTask's fast path queued the task: SubmitTask
+// signals TaskAdmittedSignal only when admission did not simply queue the task (HITL, a
+// limit, an error); a task it queued hears first from its agent's lifecycle, whose first
+// events for the task (early) the caller applies. When neither came within
+// FrontendAdmitWait — the agent is busy with a long task, or the frontend died — the agent's
+// lifecycle is asked whether it holds the task: if it does, the task is queued (got, with
+// Enqueued); if not, got is false and the task admits itself.
+func (t *taskRun) awaitQueued(ctx, lctx workflow.Context) (adm TaskAdmitted, got bool, early []TaskEvent) {
+	tctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	timedOut := false
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(workflow.GetSignalChannel(ctx, TaskAdmittedSignal), func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(ctx, &adm)
+		got = true
+	})
+	sel.AddReceive(workflow.GetSignalChannel(ctx, TaskEventsSignal), func(c workflow.ReceiveChannel, _ bool) {
+		var evs TaskEvents
+		c.Receive(ctx, &evs)
+		adm, got, early = TaskAdmitted{Enqueued: true}, true, evs.Events
+	})
+	sel.AddReceive(workflow.GetSignalChannel(ctx, TaskEventSignal), func(c workflow.ReceiveChannel, _ bool) {
+		var ev TaskEvent
+		c.Receive(ctx, &ev)
+		adm, got, early = TaskAdmitted{Enqueued: true}, true, []TaskEvent{ev}
+	})
+	sel.AddFuture(workflow.NewTimer(tctx, FrontendAdmitWait), func(workflow.Future) { timedOut = true })
+	sel.Select(ctx)
+	if !timedOut {
+		return adm, got, early
+	}
+	var acts *activities.Activities
+	var held bool
+	if err := workflow.ExecuteLocalActivity(lctx, acts.TaskHeld, activities.TaskHeldInput{
+		AgentWorkflowID: AgentWorkflowID(t.in.AgentID), Query: AgentTasksQuery, TaskID: t.in.TaskID}).Get(ctx, &held); err != nil {
+		workflow.GetLogger(ctx).Warn("could not ask the agent whether it holds the task", "task_id", t.in.TaskID, "error", err)
+	}
+	if held {
+		return TaskAdmitted{Enqueued: true}, true, nil
+	}
+	// An admission SubmitTask reported after all wins over admitting again.
+	if workflow.GetSignalChannel(ctx, TaskAdmittedSignal).ReceiveAsync(&adm) {
+		return adm, true, nil
+	}
+	return TaskAdmitted{}, false, nil
 }
 
 // awaitFrontendAdmission waits up to FrontendAdmitWait for the admission SubmitTask's fast
@@ -405,19 +503,16 @@ func (t *taskRun) admit(ctx, lctx workflow.Context, first *taskadmission.Result)
 // follow applies the lifecycle's task events until the task ends. Events are applied in the
 // order the scheduler numbered them: a signal can overtake an earlier one on the way, so a
 // later event waits for the ones before it.
-func (t *taskRun) follow(ctx workflow.Context) {
-	events := workflow.GetSignalChannel(ctx, TaskEventSignal)
+func (t *taskRun) follow(ctx workflow.Context, early []TaskEvent) {
 	pending := map[int64]TaskEvent{}
 	next := int64(1)
-	for !TaskTerminal(t.st.State) {
-		var ev TaskEvent
-		events.Receive(ctx, &ev)
+	take := func(ev TaskEvent) {
 		if ev.Seq == 0 {
 			t.apply(ctx, ev)
-			continue
+			return
 		}
 		if ev.Seq < next {
-			continue // a repeat
+			return // a repeat
 		}
 		pending[ev.Seq] = ev
 		for !TaskTerminal(t.st.State) {
@@ -429,6 +524,29 @@ func (t *taskRun) follow(ctx workflow.Context) {
 			next++
 			t.apply(ctx, e)
 		}
+	}
+	for _, ev := range early {
+		take(ev)
+	}
+	// Both channels: a lifecycle whose runs batch a step's events for the task sends
+	// TaskEventsSignal, older ones TaskEventSignal; the sequence numbers order them alike.
+	// Histories recorded before TaskEventsSignal existed never signal it, so listening to it
+	// changes nothing when they replay.
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(workflow.GetSignalChannel(ctx, TaskEventSignal), func(c workflow.ReceiveChannel, _ bool) {
+		var ev TaskEvent
+		c.Receive(ctx, &ev)
+		take(ev)
+	})
+	sel.AddReceive(workflow.GetSignalChannel(ctx, TaskEventsSignal), func(c workflow.ReceiveChannel, _ bool) {
+		var evs TaskEvents
+		c.Receive(ctx, &evs)
+		for _, ev := range evs.Events {
+			take(ev)
+		}
+	})
+	for !TaskTerminal(t.st.State) {
+		sel.Select(ctx)
 	}
 }
 

@@ -52,8 +52,10 @@ func newHeldTaskHarness(t *testing.T, binding func(call int) activities.AgentWor
 		return taskadmission.Result{Verdict: taskadmission.OK, Reason: "admitted"}, nil
 	})
 	h.env.OnActivity(acts.FinishTask, mock.Anything, mock.Anything).Return(recorder(&h.mu, &h.finished))
-	h.env.OnSignalExternalWorkflow(mock.Anything, workflows.AgentWorkflowID("coder-1"), "", workflows.AgentTaskEnqueueSignal, mock.Anything).
-		Return(func(string, string, string, string, any) error {
+	h.env.OnActivity(acts.SignalWorkflow, mock.Anything, mock.Anything).
+		Return(func(_ context.Context, in activities.SignalInput) error {
+			require.Equal(t, activities.SignalInput{WorkflowID: workflows.AgentWorkflowID("coder-1"), Signal: workflows.AgentTaskEnqueueSignal,
+				Arg: in.Arg, MustExist: true}, in, "the admitted task queues itself at its agent")
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.enqueued = true
@@ -67,7 +69,7 @@ func newHeldTaskHarness(t *testing.T, binding func(call int) activities.AgentWor
 }
 
 func heldInput() workflows.TaskInput {
-	return workflows.TaskInput{TaskID: "t1", AgentID: "coder-1", Scope: "repo:app path:src/**", NeedsWorktree: true}
+	return workflows.TaskInput{TaskID: "t1", AgentID: "coder-1", Scope: "repo:app path:src/**", NeedsWorktree: true, Revision: workflows.TaskRevisionLean}
 }
 
 // TestTaskNeedingWorktreeIsHeldUntilBound: a task that needs a worktree is WAITING, with a
