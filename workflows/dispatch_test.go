@@ -35,8 +35,8 @@ type schedulerHarness struct {
 	// signals lists, per task, the states each signal carried (one per TaskEventSignal,
 	// several per TaskEventsSignal).
 	signals map[string][][]string
-	codes  map[string]commonpb.ErrorCode
-	run    string // the lifecycle's run ID, as its task reports saw it
+	codes   map[string]commonpb.ErrorCode
+	run     string // the lifecycle's run ID, as its task reports saw it
 }
 
 // runID is the lifecycle run's ID (known once it reported a task event).
