@@ -138,12 +138,12 @@ func (sc *schedulerService) taskStartOptions(in workflows.TaskInput) client.Star
 // submitFast is SubmitTask's usual path, one workflow hop shorter than letting the task
 // workflow admit the task (which matters for preemption latency): start the task workflow,
 // admit the task here with the same activity code, queue an admitted task at the agent's
-// lifecycle workflow directly; the task workflow learns it was queued from its agent's first
-// event. Anything but a plain admission (HITL, waiting for a limit, an error) is reported to
-// the task workflow (workflows.TaskAdmittedSignal), whose answer is awaited as in
-// submitInWorkflow. If this process dies half way, the task workflow asks the agent's
-// lifecycle after workflows.FrontendAdmitWait whether it holds the task and otherwise admits
-// it itself; the agent ignores a repeated enqueue.
+// lifecycle workflow directly, and tell the task workflow how it went. Anything but a plain
+// admission (HITL, waiting for a limit) is handed to the task workflow, whose answer is
+// awaited as in submitInWorkflow. If this process dies half way, the task workflow asks the
+// agent's lifecycle after workflows.FrontendAdmitWait whether it holds the task (it learns
+// it from the agent's first event for it too) and otherwise admits the task itself; the
+// agent ignores a repeated enqueue.
 func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInput) (workflows.TaskAdmission, error) {
 	in.FrontendAdmits = true
 	tc := sc.s.temporal
@@ -191,8 +191,11 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 			}
 			return workflows.TaskAdmission{Accepted: false, State: workflows.TaskRejected, Reason: fmt.Sprintf("no_route: agent %s has no running lifecycle", in.AgentID)}, nil
 		}
-		// No TaskAdmitted: the task's first event from its agent's lifecycle tells its
-		// workflow that it is queued, one signal and one workflow task fewer per task.
+		// Told at once, not left to the agent's first event: a task queued behind a long one
+		// would show ADMITTING until its agent gets to it.
+		if err := report(workflows.TaskAdmitted{Enqueued: true}); err != nil {
+			return workflows.TaskAdmission{}, err
+		}
 		reason := "queued"
 		if res.NoActivityEntry {
 			reason = "queued; " + res.Reason

@@ -134,9 +134,9 @@ type TaskInput struct {
 
 // Revisions of the task path (TaskInput.Revision).
 const (
-	// TaskRevisionLean queues the task at its agent by local activity, and a task that
-	// SubmitTask queued takes its agent's first event as the word that it is queued
-	// (no TaskAdmittedSignal; awaitQueued).
+	// TaskRevisionLean queues the task at its agent by local activity, takes its agent's
+	// events in batches (TaskEventsSignal), and a task SubmitTask admits asks its agent's
+	// lifecycle before admitting itself when it heard nothing (awaitQueued).
 	TaskRevisionLean = 1
 )
 
@@ -326,13 +326,12 @@ func (t *taskRun) enqueue(ctx, lctx workflow.Context) error {
 		WorkflowID: AgentWorkflowID(t.in.AgentID), Signal: AgentTaskEnqueueSignal, Arg: arg, MustExist: true}).Get(ctx, nil)
 }
 
-// awaitQueued waits for the word that SubmitTask's fast path queued the task: SubmitTask
-// signals TaskAdmittedSignal only when admission did not simply queue the task (HITL, a
-// limit, an error); a task it queued hears first from its agent's lifecycle, whose first
-// events for the task (early) the caller applies. When neither came within
-// FrontendAdmitWait — the agent is busy with a long task, or the frontend died — the agent's
-// lifecycle is asked whether it holds the task: if it does, the task is queued (got, with
-// Enqueued); if not, got is false and the task admits itself.
+// awaitQueued waits for the word of SubmitTask's fast path (TaskAdmittedSignal) or, should
+// the agent's lifecycle be quicker or the frontend have died after queueing the task, the
+// agent's first events for the task (early, which the caller applies). When neither came
+// within FrontendAdmitWait, the agent's lifecycle is asked whether it holds the task: if it
+// does, the task is queued (got, with Enqueued); if not, got is false and the task admits
+// itself — without the check, a task queued behind a long one would be admitted twice.
 func (t *taskRun) awaitQueued(ctx, lctx workflow.Context) (adm TaskAdmitted, got bool, early []TaskEvent) {
 	tctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
