@@ -657,6 +657,17 @@ func (r *dagRun) fail(ns *DAGNodeState, now time.Time, reason string) {
 	ns.Status, ns.Error, ns.CompletedAt = workflowpb.NodeStatus_FAILED, reason, now
 }
 
+// DAGNodeScope is the scope of a node's task when its metadata names none: the resource
+// "dag/<workflow_id>/<node_id>", which admission finds disjoint from every other node's.
+// Runs before it used the free-text scope "dag:<workflow_id>/<node_id>", which admission's
+// rules cannot analyse: sibling nodes on different agents shared words, scored 0.4 and went
+// to HITL as a scope CONFLICT — a 100-wide fan-out waited on human decisions (or their
+// timeouts) between nodes that touch nothing in common. The scope travels in the child's
+// input, which replay does not compare, so recorded runs replay unchanged.
+func DAGNodeScope(workflowID, nodeID string) string {
+	return "resource:" + strconv.Quote("dag/"+workflowID+"/"+nodeID)
+}
+
 // dispatch starts node i's next attempt as a child TaskWorkflow.
 func (r *dagRun) dispatch(ctx workflow.Context, i int, node *workflowpb.WorkflowNode, now time.Time) {
 	ns := &r.nodes[i]
@@ -672,7 +683,7 @@ func (r *dagRun) dispatch(ctx workflow.Context, i int, node *workflowpb.Workflow
 	}
 	scope := md["scope"]
 	if scope == "" {
-		scope = "dag:" + r.st.WorkflowID + "/" + id
+		scope = DAGNodeScope(r.st.WorkflowID, id)
 	}
 	params, err := dag.Input(node, []byte(r.st.Data))
 	if err != nil {

@@ -230,7 +230,7 @@ func TestDAGDiamondCompletesWithMappedData(t *testing.T) {
 	in := h.inputs["b"][0]
 	assert.Equal(t, "dag-wf-b-1", in.TaskID)
 	assert.Equal(t, "agent-b", in.AgentID)
-	assert.Equal(t, "dag:wf/b", in.Scope)
+	assert.Equal(t, `resource:"dag/wf/b"`, in.Scope)
 	assert.Equal(t, "application/json", in.ContentType)
 	assert.Equal(t, st.Nodes["b"].TaskID, in.TaskID)
 	assert.False(t, st.CompletedAt.IsZero())

@@ -20,6 +20,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -195,10 +196,19 @@ func (s *swarm) counts() map[string]int {
 	return maps.Clone(s.runs)
 }
 
-// nodeOf recovers the node a task runs from its scope: a DAG task's scope is
-// "dag:<workflow_id>/<node_id>" unless the node's metadata sets another (docs/dag.md).
+// nodeOf recovers the node a task runs from its scope: a DAG task's scope is the resource
+// "dag/<workflow_id>/<node_id>" (resource:"…") unless the node's metadata sets another
+// (docs/dag.md).
 func (s *swarm) nodeOf(scope string) (string, bool) {
-	node, ok := strings.CutPrefix(scope, "dag:"+s.workflowID+"/")
+	quoted, ok := strings.CutPrefix(scope, "resource:")
+	if !ok {
+		return "", false
+	}
+	res, err := strconv.Unquote(quoted)
+	if err != nil {
+		return "", false
+	}
+	node, ok := strings.CutPrefix(res, "dag/"+s.workflowID+"/")
 	return node, ok && node != ""
 }
 
