@@ -62,23 +62,34 @@ type StepReport struct {
 // activity: one history marker and one worker hop per step instead of one per transition and
 // one per event. Every transition is audited; the registry projection is written once, with
 // the step's last state, since the states before it within one step were never observable.
-// The transitions are recorded before the events are sent, as they were taken.
+// The registry write and the signals go out together: the task workflows waiting for their
+// events need not wait for the agent's projection, which nothing they do reads.
 func (a *Activities) ReportStep(ctx context.Context, in StepReport) error {
-	if n := len(in.States); n > 0 {
-		last := in.States[n-1]
-		if !last.Final {
-			if err := a.Store.Registry().SetAgentState(ctx, last.AgentID, last.To); err != nil && !errors.Is(err, store.ErrNotFound) {
-				return fmt.Errorf("record state of %s: %w", last.AgentID, err)
-			}
-		}
-		for _, s := range in.States {
-			a.auditAgentState(ctx, s)
+	recorded := make(chan error, 1)
+	go func() { recorded <- a.recordStates(ctx, in.States) }()
+	var err error
+	for _, s := range in.Signals {
+		if err = a.SignalWorkflow(ctx, s); err != nil {
+			break
 		}
 	}
-	for _, s := range in.Signals {
-		if err := a.SignalWorkflow(ctx, s); err != nil {
-			return err
+	return errors.Join(<-recorded, err)
+}
+
+// recordStates writes a step's last state to the registry projection and audits every
+// transition of the step.
+func (a *Activities) recordStates(ctx context.Context, states []AgentStateInput) error {
+	n := len(states)
+	if n == 0 {
+		return nil
+	}
+	if last := states[n-1]; !last.Final {
+		if err := a.Store.Registry().SetAgentState(ctx, last.AgentID, last.To); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("record state of %s: %w", last.AgentID, err)
 		}
+	}
+	for _, s := range states {
+		a.auditAgentState(ctx, s)
 	}
 	return nil
 }

@@ -23,6 +23,36 @@ func (a *Activities) AdmitTask(ctx context.Context, in taskadmission.Input) (tas
 	return a.admitter().Admit(ctx, in)
 }
 
+// NewTaskAdmission asks AdmitNewTask to admit a task whose job key is not known yet.
+type NewTaskAdmission struct {
+	// Input is the admission request, without its JobKey.
+	Input taskadmission.Input
+	// Params and ContentType are the task's parameters, which the job key covers (§9.2).
+	Params      []byte `json:",omitempty"`
+	ContentType string `json:",omitempty"`
+}
+
+// TaskAdmitted is AdmitNewTask's answer: admission's verdict and the job key it used, which
+// later attempts reuse.
+type TaskAdmitted struct {
+	Result taskadmission.Result
+	JobKey string
+}
+
+// AdmitNewTask looks up the agent's type, derives the task's job key and makes the first
+// admission attempt: what AgentTypeOf and AdmitTask do, in one local activity, so that a
+// task's first workflow task waits on one round trip less. An agent that is not registered
+// is a non-retryable no_route failure.
+func (a *Activities) AdmitNewTask(ctx context.Context, in NewTaskAdmission) (TaskAdmitted, error) {
+	agentType, err := a.AgentTypeOf(ctx, in.Input.AgentID)
+	if err != nil {
+		return TaskAdmitted{}, err
+	}
+	in.Input.JobKey = taskadmission.JobKey(agentType, in.Params, in.ContentType, in.Input.Scope)
+	res, err := a.AdmitTask(ctx, in.Input)
+	return TaskAdmitted{Result: res, JobKey: in.Input.JobKey}, err
+}
+
 // admitter is the admission over the activities' dependencies.
 func (a *Activities) admitter() *taskadmission.Admitter {
 	return &taskadmission.Admitter{Store: a.Store, Sink: a.Sink, Policy: a.Scheduler}

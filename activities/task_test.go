@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/audit"
@@ -154,4 +155,25 @@ func TestAdmittedEntryCarriesTheBinding(t *testing.T) {
 	require.Equal(t, taskadmission.OK, admit(t, a, "coder-2", "failed", "repo:docs path:d/**", `{"n":4}`).Verdict)
 	e = entry("coder-2", "failed")
 	require.Equal(t, [3]string{"docs", "", ""}, [3]string{e.RepoID, e.WorktreeID, e.Branch}, "BIND_FAILED: the scope's")
+}
+
+// TestAdmitNewTask: the one-trip admission derives the same job key as AgentTypeOf and
+// JobKey do, so its first verdict and every later attempt agree; an agent that is not
+// registered is a non-retryable no_route failure.
+func TestAdmitNewTask(t *testing.T) {
+	a, _ := admitter(t, taskadmission.Policy{})
+	in := taskadmission.Input{TaskID: "t1", AgentID: "coder-1", Scope: "repo:shop path:src/**"}
+	got, err := a.AdmitNewTask(t.Context(), activities.NewTaskAdmission{Input: in, Params: []byte(`{"n":1}`), ContentType: "application/json"})
+	require.NoError(t, err)
+	require.Equal(t, taskadmission.OK, got.Result.Verdict, got.Result.Reason)
+	require.Equal(t, taskadmission.JobKey("coder", []byte(`{"n":1}`), "application/json", in.Scope), got.JobKey)
+	// The identical job on another coder is a duplicate of the first: same key.
+	dup := admit(t, a, "coder-2", "t2", in.Scope, `{"n":1}`)
+	require.Equal(t, taskadmission.Duplicate, dup.Verdict)
+
+	_, err = a.AdmitNewTask(t.Context(), activities.NewTaskAdmission{Input: taskadmission.Input{TaskID: "t3", AgentID: "nobody", Scope: "resource:x"}})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.True(t, appErr.NonRetryable())
+	require.Equal(t, "no_route", appErr.Type())
 }

@@ -442,12 +442,24 @@ func HeldForWorktreeReason(agentID string, aw activities.AgentWorktree) string {
 func (t *taskRun) admit(ctx, lctx workflow.Context, first *taskadmission.Result) (done bool, err error) {
 	var acts *activities.Activities
 	recheck := orDefault(t.in.WaitRecheck, DefaultTaskRecheck)
-	var agentType string
-	if err := workflow.ExecuteLocalActivity(lctx, acts.AgentTypeOf, t.in.AgentID).Get(ctx, &agentType); err != nil {
-		_, err = t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: %v", err))
-		return true, err
+	if first == nil && t.in.Revision >= TaskRevisionLean {
+		// The agent's type (for the job key) and the first attempt in one local activity.
+		var got activities.TaskAdmitted
+		err := workflow.ExecuteLocalActivity(lctx, acts.AdmitNewTask, activities.NewTaskAdmission{
+			Input: AdmitInput(t.in, ""), Params: t.in.Params, ContentType: t.in.ContentType}).Get(ctx, &got)
+		if err != nil {
+			_, err = t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: %v", err))
+			return true, err
+		}
+		t.jobKey, first = got.JobKey, &got.Result
+	} else {
+		var agentType string
+		if err := workflow.ExecuteLocalActivity(lctx, acts.AgentTypeOf, t.in.AgentID).Get(ctx, &agentType); err != nil {
+			_, err = t.reject(ctx, commonpb.ErrorCode_NO_ROUTE, fmt.Sprintf("no_route: %v", err))
+			return true, err
+		}
+		t.jobKey = taskadmission.JobKey(agentType, t.in.Params, t.in.ContentType, t.in.Scope)
 	}
-	t.jobKey = taskadmission.JobKey(agentType, t.in.Params, t.in.ContentType, t.in.Scope)
 	admitIn := AdmitInput(t.in, t.jobKey)
 	for {
 		var res taskadmission.Result

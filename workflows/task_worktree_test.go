@@ -44,12 +44,12 @@ func newHeldTaskHarness(t *testing.T, binding func(call int) activities.AgentWor
 		h.checks = append(h.checks, h.env.Now())
 		return h.binding(len(h.checks)), nil
 	})
-	h.env.OnActivity(acts.AgentTypeOf, mock.Anything, mock.Anything).Return("coder", nil)
-	h.env.OnActivity(acts.AdmitTask, mock.Anything, mock.Anything).Return(func(context.Context, taskadmission.Input) (taskadmission.Result, error) {
+	h.env.OnActivity(acts.AdmitNewTask, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.NewTaskAdmission) (activities.TaskAdmitted, error) {
+		require.Empty(t, in.Input.JobKey, "the activity derives the job key")
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.admitted = append(h.admitted, h.env.Now())
-		return taskadmission.Result{Verdict: taskadmission.OK, Reason: "admitted"}, nil
+		return activities.TaskAdmitted{Result: taskadmission.Result{Verdict: taskadmission.OK, Reason: "admitted"}, JobKey: "coder/key"}, nil
 	})
 	h.env.OnActivity(acts.FinishTask, mock.Anything, mock.Anything).Return(recorder(&h.mu, &h.finished))
 	h.env.OnActivity(acts.SignalWorkflow, mock.Anything, mock.Anything).
