@@ -117,3 +117,14 @@ func (r *Relay) deliverBatch(ctx context.Context, c Coalescing, es []store.Outbo
 	}
 	return nil
 }
+
+// dropHeld stops the in-line delivery of the entries still held, as the process stops: they
+// are durable and leased, and a relay claims them once the lease has run out.
+func (r *Relay) dropHeld() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, g := range r.held {
+		g.timer.Stop()
+		delete(r.held, key)
+	}
+}

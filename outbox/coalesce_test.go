@@ -99,3 +99,16 @@ func TestFailedBatchIsRetriedByRun(t *testing.T) {
 	runUntilEmpty(t, rel, ob)
 	require.ElementsMatch(t, [][]string{{"wait-1"}, {"now-1"}}, b.seen())
 }
+
+// TestHeldEntriesStayWhenTheRelayStops: entries held when the relay's Run ends are not
+// delivered by this process any more; they stay in the outbox for the next relay.
+func TestHeldEntriesStayWhenTheRelayStops(t *testing.T) {
+	rel, ob, b := newCoalescingRelay(t, 50*time.Millisecond)
+	require.NoError(t, rel.Deliver(t.Context(), addTo(t, ob, "wf", "wait-1")))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	rel.Run(ctx)
+	time.Sleep(100 * time.Millisecond)
+	require.Empty(t, b.seen(), "nothing delivered after the relay stopped")
+	require.Len(t, pending(t, ob), 1, "the entry is still in the outbox")
+}

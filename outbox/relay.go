@@ -213,6 +213,7 @@ func (r *Relay) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			r.dropHeld()
 			return
 		case <-t.C:
 		}
