@@ -192,10 +192,17 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 			return workflows.TaskAdmission{Accepted: false, State: workflows.TaskRejected, Reason: fmt.Sprintf("no_route: agent %s has no running lifecycle", in.AgentID)}, nil
 		}
 		// Told at once, not left to the agent's first event: a task queued behind a long one
-		// would show ADMITTING until its agent gets to it.
-		if err := report(workflows.TaskAdmitted{Enqueued: true}); err != nil {
-			return workflows.TaskAdmission{}, err
-		}
+		// would show ADMITTING until its agent gets to it. SubmitTask does not wait for it:
+		// the task is queued already, and should the signal fail, the task workflow learns
+		// it from its agent's first event or asks the agent's lifecycle
+		// (workflows.FrontendAdmitWait).
+		go func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := tc.SignalWorkflow(rctx, wid, "", workflows.TaskAdmittedSignal, workflows.TaskAdmitted{Enqueued: true}); err != nil {
+				sc.s.log.Warn("task queued; its workflow learns it from its agent instead", "task_id", in.TaskID, "error", err)
+			}
+		}()
 		reason := "queued"
 		if res.NoActivityEntry {
 			reason = "queued; " + res.Reason
