@@ -49,7 +49,7 @@ func (sc *schedulerService) taskInput(ctx context.Context, req *schedulerpb.Subm
 	}
 	return workflows.TaskInput{TaskID: req.GetTaskId(), AgentID: req.GetAgentId(), Priority: req.GetPriority(),
 		Params: req.GetParams(), ContentType: req.GetContentType(), Scope: req.GetScope(), SubmittedAt: time.Now().UTC(),
-		NeedsWorktree: needsWorktree, Revision: workflows.TaskRevisionLean}, nil
+		NeedsWorktree: needsWorktree, Revision: workflows.TaskRevisionCurrent}, nil
 }
 
 // SubmitTask submits a task (§7.1): it starts the task's workflow task/<task_id> and waits for

@@ -695,7 +695,7 @@ func (r *dagRun) dispatch(ctx workflow.Context, i int, node *workflowpb.Workflow
 	taskID := DAGTaskID(r.st.WorkflowID, id, ns.Attempts)
 	ns.Status, ns.StartedAt, ns.CompletedAt, ns.TaskID = workflowpb.NodeStatus_RUNNING, now, time.Time{}, taskID
 	in := TaskInput{TaskID: taskID, AgentID: node.GetAgentId(), Priority: int32(priority), Params: params,
-		ContentType: "application/json", Scope: scope, SubmittedAt: now, Revision: TaskRevisionLean}
+		ContentType: "application/json", Scope: scope, SubmittedAt: now, Revision: TaskRevisionCurrent}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID: TaskWorkflowID(taskID),
 		// A task is an ordinary task: if the run is terminated, the agent's work and the

@@ -171,7 +171,7 @@ func (w *negotiationRun) debateRound(ctx workflow.Context, r, total int, final b
 			scope = DebateTurnScope(w.in.NegotiationID, agent)
 		}
 		in := TaskInput{TaskID: taskID, AgentID: agent, Params: body, ContentType: DebateTurnContentType,
-			Scope: scope, SubmittedAt: now, HITLTimeout: w.in.HITLTimeout, Revision: TaskRevisionLean}
+			Scope: scope, SubmittedAt: now, HITLTimeout: w.in.HITLTimeout, Revision: TaskRevisionCurrent}
 		cctx := workflow.WithChildOptions(rctx, workflow.ChildWorkflowOptions{
 			WorkflowID:            TaskWorkflowID(taskID),
 			ParentClosePolicy:     enums.PARENT_CLOSE_POLICY_REQUEST_CANCEL,

@@ -120,7 +120,7 @@ type TaskInput struct {
 	// FrontendAdmits says SubmitTask admits the task and reports with TaskAdmittedSignal.
 	FrontendAdmits bool `json:",omitempty"`
 	// Revision is the revision of the task path the run follows, chosen by whoever starts
-	// it (TaskRevisionLean today). It is part of the run's input, so a recorded history
+	// it (TaskRevisionCurrent). It is part of the run's input, so a recorded history
 	// replays the path it took, without a version marker: workflow.GetVersion would cost
 	// every task run a marker and a search-attribute upsert. Runs recorded before it
 	// existed decode it as zero.
@@ -138,6 +138,11 @@ const (
 	// events in batches (TaskEventsSignal), and a task SubmitTask admits asks its agent's
 	// lifecycle before admitting itself when it heard nothing (awaitQueued).
 	TaskRevisionLean = 1
+	// TaskRevisionAdmitOnce is TaskRevisionLean whose first admission attempt also looks up
+	// the agent's type, in one local activity (activities.AdmitNewTask).
+	TaskRevisionAdmitOnce = 2
+	// TaskRevisionCurrent is the revision new task runs take.
+	TaskRevisionCurrent = TaskRevisionAdmitOnce
 )
 
 // DefaultTaskRecheck is how often a held-back task re-runs admission.
@@ -442,7 +447,7 @@ func HeldForWorktreeReason(agentID string, aw activities.AgentWorktree) string {
 func (t *taskRun) admit(ctx, lctx workflow.Context, first *taskadmission.Result) (done bool, err error) {
 	var acts *activities.Activities
 	recheck := orDefault(t.in.WaitRecheck, DefaultTaskRecheck)
-	if first == nil && t.in.Revision >= TaskRevisionLean {
+	if first == nil && t.in.Revision >= TaskRevisionAdmitOnce {
 		// The agent's type (for the job key) and the first attempt in one local activity.
 		var got activities.TaskAdmitted
 		err := workflow.ExecuteLocalActivity(lctx, acts.AdmitNewTask, activities.NewTaskAdmission{
