@@ -76,12 +76,12 @@ func (r *Router) Fenced(ctx context.Context, correlation, agentID string) (store
 	fresh := !c.polled.IsZero() && time.Since(c.polled) < fenceStale
 	f, fenced := c.fences[k]
 	_, clear := c.clear[k]
-	epoch := c.epoch
+	epoch, complete := c.epoch, c.complete // read under the lock: refreshFences rewrites both
 	c.mu.RUnlock()
 	if fenced {
 		return f, true, nil
 	}
-	if fresh && (c.complete || clear) {
+	if fresh && (complete || clear) {
 		return store.Fence{}, false, nil
 	}
 	f, fenced, err := r.st.Handoffs().Fenced(ctx, correlation, agentID)
