@@ -49,8 +49,8 @@ func thousandNodes(id string, agents []string) *workflowpb.WorkflowDefinition {
 // every output mapped — and continues as new on the way (its history passes the length at
 // which Temporal suggests it), which the final execution's first history event proves.
 //
-// PostgreSQL only: nodes run as whole tasks, 15–25 a second on a 2-core machine, so the
-// run takes 45–75 s (docs/dag.md, "Scale"); the memory store's runs are covered by the
+// PostgreSQL only: nodes run as whole tasks, 11–25 a second on a 2-core machine, so the
+// run takes 45–90 s (docs/dag.md, "Scale"); the memory store's runs are covered by the
 // smaller tests, and PostgreSQL is the production store. Not under the race detector, which
 // makes the sw4rm this test runs in-process several times slower: `make test` runs it once
 // more without it (`make test-scale`), and the race-prone paths are those of the smaller DAG
