@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -98,7 +99,7 @@ func (r *Relay) deliverBatch(ctx context.Context, c Coalescing, es []store.Outbo
 	var perm *permanentError
 	switch {
 	case err == nil:
-	case asPermanent(err, &perm):
+	case errors.As(err, &perm):
 		for _, e := range es {
 			r.record(ctx, e, "outbox.dropped", slog.LevelError, map[string]any{"error": err.Error(), "attempts": e.Attempts + 1})
 		}

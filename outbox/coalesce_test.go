@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/store"
-	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
 
 // batches records the batches a coalescing kind delivered.
@@ -44,15 +42,12 @@ func (b *batches) seen() [][]string {
 
 func newCoalescingRelay(t *testing.T, linger time.Duration) (*outbox.Relay, store.Outbox, *batches) {
 	t.Helper()
-	st := memory.New()
-	t.Cleanup(st.Close)
-	rel := outbox.New(st.Outbox(), outbox.Config{MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, InlineTimeout: time.Second},
-		slog.New(slog.DiscardHandler), nil)
+	rel, ob := newBareRelay(t)
 	b := &batches{}
 	// Entries whose ID starts with "wait" may wait for a later one.
 	rel.Coalesce("ack", outbox.Coalescing{Linger: linger, MayWait: func(e store.OutboxEntry) bool { return strings.HasPrefix(e.ID, "wait") },
 		Deliver: b.deliver})
-	return rel, st.Outbox(), b
+	return rel, ob, b
 }
 
 func addTo(t *testing.T, ob store.Outbox, wf, id string) store.OutboxEntry {

@@ -171,9 +171,6 @@ func (r *Relay) attempt(ctx context.Context, hs []store.OutboxEntry, timeout tim
 	return done, nil
 }
 
-// asPermanent reports whether err was wrapped with Permanent.
-func asPermanent(err error, perm **permanentError) bool { return errors.As(err, perm) }
-
 func (r *Relay) deliverOne(ctx context.Context, h store.OutboxEntry) error {
 	r.mu.RLock()
 	fn := r.handlers[h.Kind]

@@ -44,15 +44,23 @@ func (f *fakeTemporal) got() []string {
 	return append([]string(nil), f.delivered...)
 }
 
-func newRelay(t *testing.T) (*outbox.Relay, store.Outbox, *fakeTemporal) {
+// newBareRelay returns a relay over a fresh memory store's outbox, with backoffs short
+// enough for tests and no handlers.
+func newBareRelay(t *testing.T) (*outbox.Relay, store.Outbox) {
 	t.Helper()
 	st := memory.New()
 	t.Cleanup(st.Close)
 	rel := outbox.New(st.Outbox(), outbox.Config{MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, InlineTimeout: time.Second},
 		slog.New(slog.DiscardHandler), nil)
+	return rel, st.Outbox()
+}
+
+func newRelay(t *testing.T) (*outbox.Relay, store.Outbox, *fakeTemporal) {
+	t.Helper()
+	rel, ob := newBareRelay(t)
 	f := &fakeTemporal{}
 	rel.Handle("k", f.handle)
-	return rel, st.Outbox(), f
+	return rel, ob, f
 }
 
 func add(t *testing.T, ob store.Outbox, ids ...string) []store.OutboxEntry {
