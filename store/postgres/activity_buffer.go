@@ -37,61 +37,68 @@ const activityColumns = `agent_id, task_id, repo_id, worktree_id, branch, descri
 
 const activityHistoryColumns = activityColumns + `, status, completed_at`
 
+// putSQL counts the buffer and, unless a limit of §10.1 refuses a new entry, inserts or
+// replaces e in one statement: it runs after the advisory lock statement of its batch, so
+// its snapshot (READ COMMITTED: one per statement) sees every earlier Put committed. A
+// replacement keeps created_at; replacing an existing entry is never refused. Complete or
+// Purge may delete rows meanwhile (they do not take the lock): the insert then only
+// restores the count it saw.
+const putSQL = `
+	WITH cur AS (
+		SELECT count(*) AS active, count(*) FILTER (WHERE agent_id = $1) AS agent_active,
+			coalesce(bool_or(agent_id = $1 AND task_id = $2), false) AS present
+		FROM activity_entries),
+	ins AS (
+		INSERT INTO activity_entries (agent_id, task_id, repo_id, worktree_id, branch, description,
+			waiting_on, waiting_since, created_at, scope, job_key)
+		SELECT $1, $2, $3, $4, $5, $6, $7::text,
+			CASE WHEN $7::text = '' THEN NULL ELSE COALESCE($8, now()) END, COALESCE($9, now()), $10, $11
+		FROM cur
+		WHERE cur.present OR (($12::int <= 0 OR cur.active < $12::int) AND ($13::int <= 0 OR cur.agent_active < $13::int))
+		ON CONFLICT ON CONSTRAINT activity_entries_pkey DO UPDATE SET
+			repo_id = EXCLUDED.repo_id, worktree_id = EXCLUDED.worktree_id, branch = EXCLUDED.branch,
+			description = EXCLUDED.description, waiting_on = EXCLUDED.waiting_on,
+			waiting_since = EXCLUDED.waiting_since, scope = EXCLUDED.scope, job_key = EXCLUDED.job_key
+		RETURNING 1)
+	SELECT active, agent_active, present, EXISTS (SELECT 1 FROM ins) FROM cur`
+
 // Put implements store.ActivityBuffer. Puts run one at a time under a transaction-level
-// advisory lock, which makes counting and inserting atomic across processes.
+// advisory lock, which makes counting and inserting atomic across processes. The lock and
+// putSQL travel as one pgx batch: pgx ends it with a single Sync, and PostgreSQL runs what
+// precedes a Sync as one implicit transaction, so a Put costs one round trip and one commit
+// rather than five round trips (BEGIN, lock, count, insert, COMMIT).
 func (a *activityBuffer) Put(ctx context.Context, e store.ActivityEntry, lim store.ActivityLimits) (store.ActivityUsage, error) {
 	lim = lim.Effective()
 	usage := store.ActivityUsage{Limits: lim}
 	if err := store.ValidateActivityEntry(e); err != nil {
 		return usage, fmt.Errorf("postgres: put activity: %w", err)
 	}
-	var full error
-	err := pgx.BeginFunc(ctx, a.s().pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, activityPutLockClass); err != nil {
-			return fmt.Errorf("lock: %w", err)
-		}
-		var exists bool
-		if err := tx.QueryRow(ctx, `
-			SELECT count(*), count(*) FILTER (WHERE agent_id = $1),
-				EXISTS (SELECT 1 FROM activity_entries WHERE agent_id = $1 AND task_id = $2)
-			FROM activity_entries`, e.AgentID, e.TaskID).Scan(&usage.Active, &usage.AgentActive, &exists); err != nil {
-			return fmt.Errorf("count: %w", err)
-		}
-		if !exists {
-			if lim.MaxActive > 0 && usage.Active >= lim.MaxActive {
-				full = &store.ActivityFullError{AgentID: e.AgentID, Limit: lim.MaxActive}
-				return nil
-			}
-			if lim.MaxPerAgent > 0 && usage.AgentActive >= lim.MaxPerAgent {
-				full = &store.ActivityFullError{AgentID: e.AgentID, PerAgent: true, Limit: lim.MaxPerAgent}
-				return nil
-			}
-		}
-		// A replacement keeps created_at. Complete or Purge may delete the row between the
-		// check and here; the insert then only restores the count the check saw.
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO activity_entries (agent_id, task_id, repo_id, worktree_id, branch, description,
-				waiting_on, waiting_since, created_at, scope, job_key)
-			VALUES ($1, $2, $3, $4, $5, $6, $7::text,
-				CASE WHEN $7::text = '' THEN NULL ELSE COALESCE($8, now()) END, COALESCE($9, now()), $10, $11)
-			ON CONFLICT ON CONSTRAINT activity_entries_pkey DO UPDATE SET
-				repo_id = EXCLUDED.repo_id, worktree_id = EXCLUDED.worktree_id, branch = EXCLUDED.branch,
-				description = EXCLUDED.description, waiting_on = EXCLUDED.waiting_on,
-				waiting_since = EXCLUDED.waiting_since, scope = EXCLUDED.scope, job_key = EXCLUDED.job_key`,
-			e.AgentID, e.TaskID, e.RepoID, e.WorktreeID, e.Branch, e.Description, e.WaitingOn,
-			nullTime(e.WaitingSince), nullTime(e.CreatedAt), e.Scope, e.JobKey); err != nil {
-			return fmt.Errorf("insert: %w", err)
-		}
-		if !exists {
-			usage.Active++
-			usage.AgentActive++
-		}
-		return nil
-	})
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock($1, 0)`, activityPutLockClass)
+	b.Queue(putSQL, e.AgentID, e.TaskID, e.RepoID, e.WorktreeID, e.Branch, e.Description, e.WaitingOn,
+		nullTime(e.WaitingSince), nullTime(e.CreatedAt), e.Scope, e.JobKey, lim.MaxActive, lim.MaxPerAgent)
+	var present, stored bool
+	br := a.s().pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&usage.Active, &usage.AgentActive, &present, &stored)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return usage, fmt.Errorf("postgres: put activity %s/%s: %w", e.AgentID, e.TaskID, err)
 	}
-	return usage, full
+	switch {
+	case stored && !present:
+		usage.Active++
+		usage.AgentActive++
+	case !stored && lim.MaxActive > 0 && usage.Active >= lim.MaxActive:
+		return usage, &store.ActivityFullError{AgentID: e.AgentID, Limit: lim.MaxActive}
+	case !stored:
+		return usage, &store.ActivityFullError{AgentID: e.AgentID, PerAgent: true, Limit: lim.MaxPerAgent}
+	}
+	return usage, nil
 }
 
 // Complete implements store.ActivityBuffer.
