@@ -184,7 +184,7 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 			return workflows.TaskAdmission{}, rerr
 		}
 	case res.Verdict == taskadmission.OK:
-		err := tc.SignalWorkflow(ctx, workflows.AgentWorkflowID(in.AgentID), "", workflows.AgentTaskEnqueueSignal, workflows.QueuedTaskOf(in))
+		err := sc.enqueue(ctx, in)
 		if err != nil {
 			if rerr := report(workflows.TaskAdmitted{EnqueueError: fmt.Sprintf("agent %s has no running lifecycle: %v", in.AgentID, err)}); rerr != nil {
 				return workflows.TaskAdmission{}, rerr
@@ -225,6 +225,26 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 		return closedAdmission(ctx, tc, wid, err)
 	}
 	return ans, nil
+}
+
+// enqueue queues an admitted task at its agent's lifecycle: by AgentTaskEnqueueUpdate, which
+// reaches the lifecycle one persistence write sooner than a signal, and by
+// AgentTaskEnqueueSignal when the update fails — a lifecycle that refuses it (a worker from
+// before it) or an update cut short. The signal after an update that did land is a repeated
+// enqueue, which the lifecycle ignores. Its error is the signal's: no running lifecycle.
+func (sc *schedulerService) enqueue(ctx context.Context, in workflows.TaskInput) error {
+	tc, wid, q := sc.s.temporal, workflows.AgentWorkflowID(in.AgentID), workflows.QueuedTaskOf(in)
+	// The update id makes a retried update one update, not two.
+	_, err := update[none](ctx, tc, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.AgentTaskEnqueueUpdate,
+		UpdateID: workflows.EnqueueUpdateID(in.TaskID), Args: []any{q}})
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	sc.s.log.Debug("task enqueue update failed; sending the signal", "task_id", in.TaskID, "error", err)
+	return tc.SignalWorkflow(ctx, wid, "", workflows.AgentTaskEnqueueSignal, q)
 }
 
 // closedAdmission answers SubmitTask when the task-admission update failed with updateErr.

@@ -9,10 +9,10 @@ import (
 )
 
 // trips counts what one workflow's history cost Temporal: the workflow tasks it took, the
-// activities and local activities (markers) it ran, the signals it received and sent, and its
-// search-attribute upserts — the trips docs/benchmarks.md tallies per SW4RM task.
+// activities and local activities (markers) it ran, the signals it received and sent, the
+// updates it accepted, and its search-attribute upserts — the trips docs/benchmarks.md tallies per SW4RM task.
 type trips struct {
-	workflowTasks, activities, localActivities, signalsIn, signalsOut, upserts int
+	workflowTasks, activities, localActivities, signalsIn, signalsOut, updatesIn, upserts int
 }
 
 // add adds o to t.
@@ -22,6 +22,7 @@ func (t *trips) add(o trips) {
 	t.localActivities += o.localActivities
 	t.signalsIn += o.signalsIn
 	t.signalsOut += o.signalsOut
+	t.updatesIn += o.updatesIn
 	t.upserts += o.upserts
 }
 
@@ -46,6 +47,8 @@ func tripsOf(ctx context.Context, tb testing.TB, c client.Client, wid string) tr
 			t.signalsIn++
 		case enums.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
 			t.signalsOut++
+		case enums.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+			t.updatesIn++
 		case enums.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
 			t.upserts++
 		}
@@ -60,5 +63,6 @@ func (t trips) report(b *testing.B, n int) {
 	b.ReportMetric(f(t.activities), "acts/op")
 	b.ReportMetric(f(t.localActivities), "local-acts/op")
 	b.ReportMetric(f(t.signalsIn), "signals/op")
+	b.ReportMetric(f(t.updatesIn), "updates/op")
 	b.ReportMetric(f(t.upserts), "upserts/op")
 }

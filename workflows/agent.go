@@ -3,6 +3,8 @@ package workflows
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/log"
@@ -293,6 +295,10 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 	if err := workflow.SetQueryHandler(ctx, AgentTasksQuery, func() (DispatchStatus, error) { return w.disp.status(), nil }); err != nil {
 		return AgentLifecycleResult{}, err
 	}
+	// After w.tasks is known: the validator reads it.
+	if err := w.setEnqueueUpdate(ctx, ch); err != nil {
+		return AgentLifecycleResult{}, err
+	}
 
 	for w.deregistered == nil {
 		sel := w.selector(ctx, ch)
@@ -341,6 +347,8 @@ type lifecycleChannels struct {
 	register, ready, deregister, report, shutdown workflow.ReceiveChannel
 	enqueue, preempt, ack, control, responseWait  workflow.ReceiveChannel
 	acks                                          workflow.ReceiveChannel
+	// enqueued holds the tasks AgentTaskEnqueueUpdate brought, read like enqueue.
+	enqueued workflow.Channel
 }
 
 func (w *agentLifecycle) channels(ctx workflow.Context) lifecycleChannels {
@@ -359,7 +367,37 @@ func (w *agentLifecycle) channels(ctx workflow.Context) lifecycleChannels {
 		control: workflow.GetSignalChannel(ctx, AgentControlSignal),
 		// Response waits are tasks' business (004 §2): the channel is read with the others.
 		responseWait: workflow.GetSignalChannel(ctx, AgentResponseWaitSignal),
+		// Buffered, so that the update's handler never blocks: it completes in the workflow
+		// task that accepts it, and nothing is left running when the run continues as new
+		// (the loop continues as new only when no channel holds anything, sel.HasPending).
+		enqueued: workflow.NewBufferedChannel(ctx, enqueueBuffer),
 	}
+}
+
+// enqueueBuffer bounds the tasks AgentTaskEnqueueUpdate may bring in one workflow task; an
+// update beyond it is refused, and SubmitTask sends the signal instead.
+const enqueueBuffer = 1024
+
+// setEnqueueUpdate registers AgentTaskEnqueueUpdate's handler, which hands the task to the
+// loop through ch.enqueued; onEnqueue applies it as it applies the signal. Registering a
+// handler adds no command, so histories recorded before it replay unchanged.
+func (w *agentLifecycle) setEnqueueUpdate(ctx workflow.Context, ch lifecycleChannels) error {
+	return workflow.SetUpdateHandlerWithOptions(ctx, AgentTaskEnqueueUpdate,
+		func(ctx workflow.Context, q QueuedTask) error {
+			if !ch.enqueued.SendAsync(q) {
+				return fmt.Errorf("agent %s has %d tasks waiting to be queued; send the signal", w.in.AgentID, enqueueBuffer)
+			}
+			return nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(q QueuedTask) error {
+			switch {
+			case !w.tasks:
+				return errors.New("this lifecycle run predates task dispatch; send the signal")
+			case q.TaskID == "":
+				return errors.New("a queued task needs its task_id")
+			}
+			return nil
+		}})
 }
 
 // armInitTimer starts the INITIALIZING timer (§8.3) for what is left of it.
@@ -398,6 +436,7 @@ func (w *agentLifecycle) selector(ctx workflow.Context, ch lifecycleChannels) wo
 	sel.AddReceive(ch.shutdown, on(w.onShutdown))
 	if w.tasks {
 		sel.AddReceive(ch.enqueue, on(w.onEnqueue))
+		sel.AddReceive(ch.enqueued, on(w.onEnqueue))
 		sel.AddReceive(ch.preempt, on(w.onPreempt))
 		sel.AddReceive(ch.ack, on(w.onAck))
 		sel.AddReceive(ch.acks, on(w.onAcks))
@@ -517,7 +556,8 @@ func (w *agentLifecycle) onShutdown(ctx workflow.Context, c workflow.ReceiveChan
 	}
 }
 
-// onEnqueue applies AgentTaskEnqueueSignal: an admitted task joins the queue (§7.1).
+// onEnqueue applies AgentTaskEnqueueSignal or AgentTaskEnqueueUpdate: an admitted task joins
+// the queue (§7.1).
 func (w *agentLifecycle) onEnqueue(ctx workflow.Context, c workflow.ReceiveChannel) {
 	var q QueuedTask
 	c.Receive(ctx, &q)

@@ -24,6 +24,13 @@ import (
 const (
 	// AgentTaskEnqueueSignal carries a QueuedTask from an admitted task's workflow.
 	AgentTaskEnqueueSignal = "agent-task-enqueue"
+	// AgentTaskEnqueueUpdate carries the same QueuedTask as an update, which SubmitTask
+	// sends: Temporal hands an update to the worker before writing anything to history (a
+	// speculative workflow task), where a signal is first persisted and then dispatched, so
+	// the agent's lifecycle hears of the task — and preempts for it — one persistence write
+	// sooner. A lifecycle that refuses it (a run from before task dispatch, or a worker from
+	// before this update) is sent the signal instead.
+	AgentTaskEnqueueUpdate = "agent-task-enqueue"
 	// AgentPreemptSignal carries a PreemptionRequest (SchedulerService.RequestPreemption).
 	AgentPreemptSignal = "agent-preempt"
 	// AgentControlAckSignal carries a ControlAck: the agent acknowledged (or the router
@@ -92,6 +99,10 @@ func (t *tristate) decide(ctx workflow.Context, changeID string) bool {
 
 // versionTaskEventsLocal marks runs that report task events by local activity (see event).
 const versionTaskEventsLocal = "task-events-local-activity"
+
+// EnqueueUpdateID is the id of the AgentTaskEnqueueUpdate that queues taskID, whoever sends
+// it: Temporal applies an update id once per run, so a retried send is not a second update.
+func EnqueueUpdateID(taskID string) string { return "enqueue/" + taskID }
 
 // QueuedTask is the payload of AgentTaskEnqueueSignal and an entry of the agent's queue.
 type QueuedTask struct {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
@@ -397,4 +398,62 @@ func TestDispatchBatchesEventsAndAcks(t *testing.T) {
 	h.requireStates("fast", "SCHEDULED", "RUNNING", "COMPLETED")
 	h.requireStates("slow", "SCHEDULED", "RUNNING", "FAILED")
 	require.Equal(t, [][]string{{"SCHEDULED", "RUNNING"}, {"FAILED"}}, h.signalsOf("slow"))
+}
+
+// SubmitTask queues a task by AgentTaskEnqueueUpdate: an urgent task arriving by update
+// preempts the running one as the signal does (§7.1), the same task sent again by update or
+// by signal is queued once, and a task without a task_id is refused by the validator.
+func TestDispatchEnqueueUpdate(t *testing.T) {
+	h := newSchedulerHarness(t)
+	step := func(at time.Duration, f func()) { h.env.RegisterDelayedCallback(f, at) }
+	update := func(q workflows.QueuedTask, wantErr string) {
+		h.env.UpdateWorkflow(workflows.AgentTaskEnqueueUpdate, uuid.NewString(), &testsuite.TestUpdateCallback{
+			OnReject: func(err error) {
+				if wantErr == "" {
+					t.Errorf("update of %q refused: %v", q.TaskID, err)
+				} else {
+					require.ErrorContains(t, err, wantErr)
+				}
+			},
+			OnAccept: func() {
+				if wantErr != "" {
+					t.Errorf("update of %q accepted, want refused: %s", q.TaskID, wantErr)
+				}
+			},
+			OnComplete: func(_ interface{}, err error) { require.NoError(t, err) },
+		}, q)
+	}
+	step(time.Second, func() { h.env.SignalWorkflow(workflows.AgentReadySignal, workflows.AgentReady{Via: "stream"}) })
+	step(2*time.Second, func() { update(workflows.QueuedTask{TaskID: "low", Priority: 5, SubmittedAt: time.Unix(1, 0)}, "") })
+	step(3*time.Second, func() {
+		run := onlyControl(t, h.controls(), protocol.ControlRun, "low")
+		h.ack(run.id, commonpb.AckStage_RECEIVED, 0, "")
+	})
+	step(4*time.Second, func() {
+		update(workflows.QueuedTask{Priority: -10}, "needs its task_id")
+		update(workflows.QueuedTask{TaskID: "urgent", Priority: -10, SubmittedAt: time.Unix(2, 0)}, "")
+		update(workflows.QueuedTask{TaskID: "urgent", Priority: -10, SubmittedAt: time.Unix(2, 0)}, "")
+		h.enqueue("urgent", -10, 2)
+	})
+	step(5*time.Second, func() {
+		preempt := onlyControl(t, h.controls(), protocol.ControlPreemptRequest, "low")
+		require.Equal(t, []string{"urgent"}, h.tasks().Queue, "the urgent task is queued once")
+		h.ack(preempt.id, commonpb.AckStage_FULFILLED, 0, "yielded")
+	})
+	step(6*time.Second, func() {
+		urgent := onlyControl(t, h.controls(), protocol.ControlRun, "urgent")
+		h.ack(urgent.id, commonpb.AckStage_FULFILLED, 0, "done")
+	})
+	step(7*time.Second, func() {
+		resume := onlyControl(t, h.controls(), protocol.ControlRun, "low")
+		require.True(t, resume.c.Resume)
+		h.ack(resume.id, commonpb.AckStage_FULFILLED, 0, "done")
+	})
+	step(8*time.Second, func() {
+		require.Empty(t, h.tasks().Queue)
+		h.env.SignalWorkflow(workflows.AgentDeregisterSignal, workflows.AgentDeregistration{Reason: "done"})
+	})
+	h.env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", Name: "subject", HeartbeatInterval: time.Hour})
+	require.NoError(t, h.env.GetWorkflowError())
+	h.requireStates("urgent", "SCHEDULED", "RUNNING", "COMPLETED")
 }
