@@ -101,43 +101,50 @@ func (a *activityBuffer) Put(ctx context.Context, e store.ActivityEntry, lim sto
 	return usage, nil
 }
 
-// Complete implements store.ActivityBuffer.
+// Complete implements store.ActivityBuffer. The agent's history lock, the move of the entry
+// into the history and the eviction of the agent's oldest history entries travel as one pgx
+// batch, which PostgreSQL runs as one implicit transaction (see Put): one round trip where
+// BEGIN, lock, move, evict and COMMIT were five. Each statement's snapshot follows the lock,
+// so concurrent completions of one agent keep exactly store.ActivityHistoryPerAgent entries.
 func (a *activityBuffer) Complete(ctx context.Context, agentID, taskID string, status store.ActivityStatus) (store.ActivityEntry, error) {
 	if err := cmp.Or(store.ValidateActivityKey(agentID, taskID), store.ValidateActivityCompletion(status)); err != nil {
 		return store.ActivityEntry{}, fmt.Errorf("postgres: complete activity %s/%s: %w", agentID, taskID, err)
 	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, activityHistoryLockClass, agentID)
+	b.Queue(`
+		WITH gone AS (
+			DELETE FROM activity_entries WHERE agent_id = $1 AND task_id = $2
+			RETURNING `+activityColumns+`
+		)
+		INSERT INTO activity_history (agent_id, task_id, repo_id, worktree_id, branch, description,
+			waiting_on, waiting_since, created_at, scope, job_key, status)
+		SELECT agent_id, task_id, repo_id, worktree_id, branch, description, waiting_on,
+			waiting_since, created_at, scope, job_key, $3 FROM gone
+		RETURNING `+activityHistoryColumns, agentID, taskID, string(status))
+	// Keep the agent's newest ActivityHistoryPerAgent entries.
+	b.Queue(`
+		DELETE FROM activity_history WHERE agent_id = $1 AND id <= (
+			SELECT id FROM activity_history WHERE agent_id = $1 ORDER BY id DESC OFFSET $2 LIMIT 1)`,
+		agentID, store.ActivityHistoryPerAgent)
+	br := a.s().pool.SendBatch(ctx, b)
 	var out store.ActivityEntry
-	err := pgx.BeginFunc(ctx, a.s().pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, activityHistoryLockClass, agentID); err != nil {
-			return fmt.Errorf("lock: %w", err)
+	_, err := br.Exec()
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			out, err = pgx.CollectExactlyOneRow(rows, scanActivityHistory)
+			err = notFound(err)
 		}
-		rows, err := tx.Query(ctx, `
-			WITH gone AS (
-				DELETE FROM activity_entries WHERE agent_id = $1 AND task_id = $2
-				RETURNING `+activityColumns+`
-			)
-			INSERT INTO activity_history (agent_id, task_id, repo_id, worktree_id, branch, description,
-				waiting_on, waiting_since, created_at, scope, job_key, status)
-			SELECT agent_id, task_id, repo_id, worktree_id, branch, description, waiting_on,
-				waiting_since, created_at, scope, job_key, $3 FROM gone
-			RETURNING `+activityHistoryColumns, agentID, taskID, string(status))
-		if err != nil {
-			return err
+	}
+	if err == nil {
+		if _, err = br.Exec(); err != nil {
+			err = fmt.Errorf("evict history: %w", err)
 		}
-		out, err = pgx.CollectExactlyOneRow(rows, scanActivityHistory)
-		if err != nil {
-			return notFound(err)
-		}
-		// Keep the agent's newest ActivityHistoryPerAgent entries.
-		_, err = tx.Exec(ctx, `
-			DELETE FROM activity_history WHERE agent_id = $1 AND id <= (
-				SELECT id FROM activity_history WHERE agent_id = $1 ORDER BY id DESC OFFSET $2 LIMIT 1)`,
-			agentID, store.ActivityHistoryPerAgent)
-		if err != nil {
-			return fmt.Errorf("evict history: %w", err)
-		}
-		return nil
-	})
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return store.ActivityEntry{}, fmt.Errorf("postgres: complete activity %s/%s: %w", agentID, taskID, err)
 	}
