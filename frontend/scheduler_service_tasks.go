@@ -230,13 +230,16 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 // enqueue queues an admitted task at its agent's lifecycle: by AgentTaskEnqueueUpdate, which
 // reaches the lifecycle one persistence write sooner than a signal, and by
 // AgentTaskEnqueueSignal when the update fails — a lifecycle that refuses it (a worker from
-// before it) or an update cut short. The signal after an update that did land is a repeated
+// before it), or one that has not answered within workflows.EnqueueUpdateWait. The signal after an update that did land is a repeated
 // enqueue, which the lifecycle ignores. Its error is the signal's: no running lifecycle.
 func (sc *schedulerService) enqueue(ctx context.Context, in workflows.TaskInput) error {
 	tc, wid, q := sc.s.temporal, workflows.AgentWorkflowID(in.AgentID), workflows.QueuedTaskOf(in)
-	// The update id makes a retried update one update, not two.
-	_, err := update[none](ctx, tc, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.AgentTaskEnqueueUpdate,
+	// The update id makes a retried update one update, not two. The wait is bounded: a
+	// lifecycle whose worker just died answers only once its workflow task timed out.
+	uctx, cancel := context.WithTimeout(ctx, workflows.EnqueueUpdateWait)
+	_, err := update[none](uctx, tc, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.AgentTaskEnqueueUpdate,
 		UpdateID: workflows.EnqueueUpdateID(in.TaskID), Args: []any{q}})
+	cancel()
 	if err == nil {
 		return nil
 	}

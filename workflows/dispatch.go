@@ -100,6 +100,13 @@ func (t *tristate) decide(ctx workflow.Context, changeID string) bool {
 // versionTaskEventsLocal marks runs that report task events by local activity (see event).
 const versionTaskEventsLocal = "task-events-local-activity"
 
+// EnqueueUpdateWait bounds the wait for AgentTaskEnqueueUpdate, after which the task is
+// queued by AgentTaskEnqueueSignal instead. An update completes only once a worker runs the
+// agent's lifecycle — which it does within milliseconds, unless the worker that held it just
+// died, when the lifecycle waits for its workflow task to time out (seconds) — while a signal
+// is durable as soon as the server has it. A task that went both ways is queued once.
+const EnqueueUpdateWait = 2 * time.Second
+
 // EnqueueUpdateID is the id of the AgentTaskEnqueueUpdate that queues taskID, whoever sends
 // it: Temporal applies an update id once per run, so a retried send is not a second update.
 func EnqueueUpdateID(taskID string) string { return "enqueue/" + taskID }
