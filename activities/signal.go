@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -24,6 +26,18 @@ type SignalInput struct {
 	// MustExist makes a workflow that is not running a non-retryable "no_route" failure
 	// rather than nothing to do.
 	MustExist bool `json:",omitempty"`
+	// Update, when set, names an update that carries the same Arg: it is sent first, and
+	// the signal only if the update fails (a worker that does not know it, or a run that
+	// refused it). Temporal dispatches an update without writing it to history first, so
+	// the workflow hears of it one persistence write sooner.
+	Update string `json:",omitempty"`
+	// UpdateID identifies the update, so that the activity's retries send one update.
+	UpdateID string `json:",omitempty"`
+	// UpdateWait bounds the wait for the update, after which the signal is sent instead:
+	// an update completes only once a worker runs the workflow, and the workflow's worker
+	// may just have died, while a signal is durable the moment the server takes it. Zero
+	// means no bound but the activity's own.
+	UpdateWait time.Duration `json:",omitempty"`
 }
 
 // SignalWorkflow signals a workflow from a local activity. The agent lifecycle reports task
@@ -34,6 +48,21 @@ type SignalInput struct {
 func (a *Activities) SignalWorkflow(ctx context.Context, in SignalInput) error {
 	if a.Temporal == nil {
 		return temporal.NewNonRetryableApplicationError("the worker has no Temporal client", "internal_error", nil)
+	}
+	if in.Update != "" {
+		uctx, cancel := ctx, context.CancelFunc(func() {})
+		if in.UpdateWait > 0 {
+			uctx, cancel = context.WithTimeout(ctx, in.UpdateWait)
+		}
+		h, err := a.Temporal.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{WorkflowID: in.WorkflowID, UpdateName: in.Update,
+			UpdateID: in.UpdateID, Args: []any{in.Arg}, WaitForStage: client.WorkflowUpdateStageCompleted})
+		if err == nil {
+			err = h.Get(uctx, nil)
+		}
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
 	}
 	err := a.Temporal.SignalWorkflow(ctx, in.WorkflowID, "", in.Signal, in.Arg)
 	var gone *serviceerror.NotFound

@@ -312,13 +312,11 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 	return t.st, nil
 }
 
-// enqueue queues the admitted task at its agent's lifecycle. A TaskRevisionLean run signals
-// from a local activity within the workflow task that admitted the task; an external
-// signal's completion is an event that costs the task one more workflow task for nothing it
-// needs. It is not the AgentTaskEnqueueUpdate SubmitTask sends: an update completes only
-// once a worker runs the lifecycle, and waiting for it here would hold the task's own
-// workflow task — after a worker died that held the lifecycle, a debate measured 30 s to
-// recover where the signal takes 11.
+// enqueue queues the admitted task at its agent's lifecycle. A TaskRevisionLean run sends
+// AgentTaskEnqueueUpdate from a local activity within the workflow task that admitted the
+// task (an external signal's completion is an event that costs the task one more workflow
+// task for nothing it needs), and the signal when the update fails or has not completed
+// within EnqueueUpdateWait — the lifecycle's worker may just have died.
 func (t *taskRun) enqueue(ctx, lctx workflow.Context) error {
 	if t.in.Revision < TaskRevisionLean {
 		return workflow.SignalExternalWorkflow(ctx, AgentWorkflowID(t.in.AgentID), "", AgentTaskEnqueueSignal, QueuedTaskOf(t.in)).Get(ctx, nil)
@@ -331,7 +329,8 @@ func (t *taskRun) enqueue(ctx, lctx workflow.Context) error {
 	}
 	var acts *activities.Activities
 	return workflow.ExecuteLocalActivity(lctx, acts.SignalWorkflow, activities.SignalInput{
-		WorkflowID: AgentWorkflowID(t.in.AgentID), Signal: AgentTaskEnqueueSignal, Arg: arg, MustExist: true}).Get(ctx, nil)
+		WorkflowID: AgentWorkflowID(t.in.AgentID), Signal: AgentTaskEnqueueSignal, Update: AgentTaskEnqueueUpdate,
+		UpdateID: EnqueueUpdateID(t.in.TaskID), UpdateWait: EnqueueUpdateWait, Arg: arg, MustExist: true}).Get(ctx, nil)
 }
 
 // awaitQueued waits for the word of SubmitTask's fast path (TaskAdmittedSignal) or, should
