@@ -187,22 +187,66 @@ func (s *Sink) Record(ctx context.Context, e Event) {
 	if s == nil {
 		return
 	}
-	// Every audited action names the principal the frontend proved for the call that caused
-	// it (§6.5: access decisions are logged and auditable), without a row of its own.
-	if p := auth.FromContext(ctx); !p.Anonymous() {
-		if _, set := e.Details["principal"]; !set {
-			d := make(map[string]any, len(e.Details)+2)
-			for k, v := range e.Details {
-				d[k] = v
+	e = s.Attributed(ctx, e)
+	at := s.now().UTC()
+	s.logAt(ctx, e, at)
+	if s.audit == nil {
+		return
+	}
+	ev := Stored(e)
+	ev.Time = at
+	if s.queue != nil {
+		s.mu.RLock()
+		queued := false
+		if !s.closed {
+			select {
+			case s.queue <- ev:
+				queued = true
+			default: // full: write it ourselves rather than drop it
 			}
-			d["principal"] = p.String()
-			if p.KeyID != "" {
-				d["key_id"] = p.KeyID
-			}
-			e.Details = d
+		}
+		s.mu.RUnlock()
+		if queued {
+			return
 		}
 	}
-	at := s.now().UTC()
+	s.append(context.WithoutCancel(ctx), ev)
+}
+
+// Attributed returns e with the principal the frontend proved for the call that caused it
+// (§6.5: access decisions are logged and auditable) among its details, unless they name
+// one already.
+func (s *Sink) Attributed(ctx context.Context, e Event) Event {
+	p := auth.FromContext(ctx)
+	if p.Anonymous() {
+		return e
+	}
+	if _, set := e.Details["principal"]; set {
+		return e
+	}
+	d := make(map[string]any, len(e.Details)+2)
+	for k, v := range e.Details {
+		d[k] = v
+	}
+	d["principal"] = p.String()
+	if p.KeyID != "" {
+		d["key_id"] = p.KeyID
+	}
+	e.Details = d
+	return e
+}
+
+// Log writes e's log line only: for an event whose audit row another write stores, such as
+// an admission's, which the store appends in the admission's own transaction
+// (store.AdmitRequest.Audit).
+func (s *Sink) Log(ctx context.Context, e Event) {
+	if s == nil {
+		return
+	}
+	s.logAt(ctx, e, s.now().UTC())
+}
+
+func (s *Sink) logAt(ctx context.Context, e Event, at time.Time) {
 	attrs := []any{
 		slog.String("event", e.Type),
 		slog.String("ts", at.Format(time.RFC3339Nano)),
@@ -223,33 +267,17 @@ func (s *Sink) Record(ctx context.Context, e Event) {
 		attrs = append(attrs, slog.Any(k, v))
 	}
 	s.log.Log(ctx, e.Level, e.Type, attrs...)
-	if s.audit == nil {
-		return
-	}
+}
+
+// Stored is e as an audit row, its details encoded as JSON ({} when there are none or they
+// do not encode) and its time left to the store's clock.
+func Stored(e Event) store.Event {
 	details := []byte("{}")
 	if len(e.Details) > 0 {
 		if b, err := json.Marshal(e.Details); err == nil {
 			details = b
 		}
 	}
-	ev := store.Event{
-		Time: at, CorrelationID: e.CorrelationID, Actor: e.Actor, Type: e.Type,
-		AgentID: e.AgentID, MessageID: e.MessageID, Details: details,
-	}
-	if s.queue != nil {
-		s.mu.RLock()
-		queued := false
-		if !s.closed {
-			select {
-			case s.queue <- ev:
-				queued = true
-			default: // full: write it ourselves rather than drop it
-			}
-		}
-		s.mu.RUnlock()
-		if queued {
-			return
-		}
-	}
-	s.append(context.WithoutCancel(ctx), ev)
+	return store.Event{CorrelationID: e.CorrelationID, Actor: e.Actor, Type: e.Type,
+		AgentID: e.AgentID, MessageID: e.MessageID, Details: details}
 }

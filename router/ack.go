@@ -215,7 +215,6 @@ func (r *Router) answerFromCache(ctx context.Context, env *commonpb.Envelope, du
 	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "idempotency.cache_hit",
 		MessageID: env.GetMessageId(), Details: map[string]any{"key": e.Key, "status": e.Status, "original_message_id": e.OriginalMessageID,
 			"latest_message_id": e.LatestMessageID, "in_progress": dup.InProgress}})
-	r.ensureAdmittedAudit(ctx, e.LatestMessageID)
 	var perr *protocol.Error
 	switch {
 	case dup.InProgress && protocol.SequenceKey(e.Key):
@@ -233,27 +232,4 @@ func (r *Router) answerFromCache(ctx context.Context, env *commonpb.Envelope, du
 		return nil, err
 	}
 	return perr, nil
-}
-
-// ensureAdmittedAudit records message.admitted for a stored message whose admission has no
-// such row (§19: every transition is logged). A producer retries when it got no answer, and
-// that includes an admission whose commit went through as the store's connection failed:
-// the router saw an error and wrote no row, though the message is stored and delivered. A
-// retry is rare, so the look-up costs the usual path nothing. If the original row is still in
-// the audit writer's queue, the message gets two rows, never none.
-func (r *Router) ensureAdmittedAudit(ctx context.Context, messageID string) {
-	if messageID == "" {
-		return
-	}
-	found, err := r.st.Audit().List(ctx, store.AuditFilter{MessageID: messageID, TypePrefix: "message.admitted", Limit: 1})
-	if err != nil || len(found) > 0 {
-		return
-	}
-	rec, err := r.st.Messages().GetMessage(ctx, messageID)
-	if err != nil {
-		return // not stored: there was no admission to log
-	}
-	r.sink.Record(ctx, audit.Event{CorrelationID: rec.CorrelationID, Actor: rec.ProducerID, Type: "message.admitted",
-		AgentID: rec.RecipientID, MessageID: messageID, Details: map[string]any{"state": "SENT", "message_type": rec.Envelope.GetMessageType().String(),
-			"recorded_on_retry": true}})
 }

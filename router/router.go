@@ -220,7 +220,6 @@ func (r *Router) answerResent(ctx context.Context, env *commonpb.Envelope, route
 	}
 	r.sink.Record(ctx, audit.Event{CorrelationID: rec.CorrelationID, Actor: env.GetProducerId(), Type: "message.resent",
 		AgentID: rec.RecipientID, MessageID: id, Details: details})
-	r.ensureAdmittedAudit(ctx, id)
 	switch rec.State {
 	case commonpb.EnvelopeState_ENVELOPE_STATE_REJECTED, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.EnvelopeState_ENVELOPE_STATE_TIMED_OUT:
 	default:

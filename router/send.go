@@ -145,6 +145,20 @@ func (r *Router) admit(ctx context.Context, s *sending) (admitted bool, perr *pr
 	if key := protocol.DedupKey(env, to); key != "" {
 		req.Dedup = &store.Dedup{ProducerID: env.GetProducerId(), Key: key, Window: r.cfg.DedupWindow}
 	}
+	// The admission's audit row is written in its transaction (§19): a crash cannot leave an
+	// admitted message unaudited, and the row costs no write of its own. The store adds the
+	// delivery's seq to the stored details; the log line gets it below.
+	details := map[string]any{"state": "SENT", "message_type": env.GetMessageType().String(),
+		"content_type": env.GetContentType(), "content_length": env.GetContentLength(), "lane": req.Lane.String(), "retry_count": env.GetRetryCount()}
+	if req.Dedup != nil {
+		details["dedup_key"] = req.Dedup.Key
+	}
+	ev := r.sink.Attributed(ctx, audit.Event{
+		CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
+		AgentID: to, MessageID: env.GetMessageId(), Details: details,
+	})
+	stored := audit.Stored(ev)
+	req.Audit = &stored
 	seq, err := r.st.Messages().Admit(ctx, req)
 	var dup *store.DedupError
 	switch {
@@ -165,15 +179,8 @@ func (r *Router) admit(ctx context.Context, s *sending) (admitted bool, perr *pr
 	if r.metrics != nil {
 		r.metrics.Enqueued(to, time.Since(s.received))
 	}
-	details := map[string]any{"seq": seq, "state": "SENT", "message_type": env.GetMessageType().String(),
-		"content_type": env.GetContentType(), "content_length": env.GetContentLength(), "lane": req.Lane.String(), "retry_count": env.GetRetryCount()}
-	if req.Dedup != nil {
-		details["dedup_key"] = req.Dedup.Key
-	}
-	r.sink.Record(ctx, audit.Event{
-		CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
-		AgentID: to, MessageID: env.GetMessageId(), Details: details,
-	})
+	ev.Details["seq"] = seq
+	r.sink.Log(ctx, ev)
 	return true, nil, nil
 }
 

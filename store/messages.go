@@ -68,6 +68,12 @@ type AdmitRequest struct {
 	// or a duplicate): what the message promises Temporal, such as the event it delivers to a
 	// DAG run, is kept exactly when the message is.
 	Outbox []OutboxEntry
+	// Audit, when set, is appended to the audit log in the admission's transaction, only
+	// when the message is enqueued (§19: the admission and its record stand or fall
+	// together, so a crash cannot leave an admitted message unaudited). Its MessageID is the
+	// envelope's and its Time the store's clock; its Details, a JSON object or empty, gain
+	// "seq", the delivery's position in the recipient's buffer.
+	Audit *Event
 }
 
 // LaneWeights are the weighted-fair shares of the three lanes when Claim interleaves them

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -69,4 +70,28 @@ func (a *auditLog) List(ctx context.Context, f store.AuditFilter) ([]store.Event
 	}
 	slices.Reverse(out)
 	return out, nil
+}
+
+// admissionDetails reads the details of an admission's audit event (store.AdmitRequest.Audit),
+// a JSON object or empty, before the admission changes anything.
+func admissionDetails(e *store.Event) (map[string]any, error) {
+	details := map[string]any{}
+	if e == nil || len(e.Details) == 0 {
+		return details, nil
+	}
+	if err := json.Unmarshal(e.Details, &details); err != nil {
+		return nil, fmt.Errorf("memory: admit: the audit event's details are not a JSON object: %w", err)
+	}
+	return details, nil
+}
+
+// appendAdmissionLocked appends an admission's audit event with the admitted message's id
+// and its delivery's seq added to details (from admissionDetails). The caller holds s.mu.
+func (s *Store) appendAdmissionLocked(e store.Event, details map[string]any, messageID string, seq int64, t time.Time) {
+	details["seq"] = seq
+	b, _ := json.Marshal(details) // decoded from JSON plus an int64: always encodes
+	e.MessageID, e.Time, e.Details = messageID, t, b
+	s.eventSeq++
+	e.ID = s.eventSeq
+	s.events = append(s.events, e)
 }

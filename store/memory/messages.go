@@ -36,6 +36,10 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 	if err != nil {
 		return 0, err
 	}
+	auditDetails, err := admissionDetails(req.Audit)
+	if err != nil {
+		return 0, err
+	}
 	env := req.Envelope
 	id := env.GetMessageId()
 	dedup := dedupOf(req)
@@ -109,6 +113,9 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 	}
 	for _, h := range req.Outbox {
 		s.addOutboxLocked(h, store.OutboxLease, t)
+	}
+	if req.Audit != nil {
+		s.appendAdmissionLocked(*req.Audit, auditDetails, id, row.seq, t)
 	}
 	s.hub.Wake(req.RecipientID)
 	return row.seq, nil

@@ -59,8 +59,10 @@ func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
 // untouched), in which case cur (the live entry as of the statement's snapshot) decides.
 // dec names the outcome; msg records the message (only admitted ones when untracked); del
 // enqueues it; ho writes the request's outbox entries ($16-$19 as parallel arrays, leased for $20
-// seconds) only when del enqueued the message; the final SELECT notifies listeners
-// (delivered at commit) and reports.
+// seconds) only when del enqueued the message; au writes the request's audit event ($21
+// correlation_id, $22 actor, $23 type, empty for none, $24 agent_id, $25 details, a JSON object
+// that gains the row's seq) only then too; the final SELECT notifies listeners (delivered at
+// commit) and reports.
 //
 // A message_id already known is a duplicate, and a duplicate must change nothing: msg has no
 // ON CONFLICT clause, so inserting a known id fails the whole statement with a unique
@@ -153,6 +155,11 @@ ho AS (
 	WHERE EXISTS (SELECT 1 FROM del)
 	ORDER BY h.ord
 	ON CONFLICT (id) DO NOTHING
+),
+au AS (
+	INSERT INTO audit_events (time, correlation_id, actor, type, agent_id, message_id, details)
+	SELECT now(), $21, $22, $23, $24, $1, ($25::jsonb || jsonb_build_object('seq', del.seq))::json
+	FROM del WHERE $23::text <> ''
 )
 SELECT d.decision,
 	-- Only an untracked message that is not enqueued inserts nothing to conflict with.
@@ -201,6 +208,7 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 		int32(env.GetMessageType()), envBytes, int16(store.LaneRank(req.Lane)), nullTime(req.ExpiresAt), capacity,
 		dedupProducer, dedupKey, window.Microseconds(), store.BufferFullNote(req.RecipientID, capacity), NotifyChannel,
 		hIDs, hKinds, hWorkflows, hPayloads, store.OutboxLease.Seconds()}
+	args = append(args, auditColumnsOf(req.Audit)...)
 
 	var (
 		decision string
@@ -266,6 +274,19 @@ func (m *messagePlane) admitLocked(ctx context.Context, recipientID string, args
 		return err
 	}
 	return br.Close()
+}
+
+// auditColumnsOf is admitSQL's $21-$25 for an admission's audit event: its type is empty when
+// there is none, and its details are a JSON object ({} when empty).
+func auditColumnsOf(e *store.Event) []any {
+	if e == nil {
+		return []any{"", "", "", "", "{}"}
+	}
+	details := "{}"
+	if len(e.Details) > 0 {
+		details = string(e.Details)
+	}
+	return []any{e.CorrelationID, e.Actor, e.Type, e.AgentID, details}
 }
 
 // isDuplicateMessage reports whether err is the unique violation of a message_id that exists.

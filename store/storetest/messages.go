@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -191,6 +192,42 @@ func runCapacity(t *testing.T, newStore func(t *testing.T) store.Store) {
 		// A larger capacity admits more into the same buffer: the limit is the request's.
 		admit(t, mp, "m12", "bob", 11, true)
 		require.Equal(t, 11, depth(t, mp, "bob"))
+	})
+
+	t.Run("AuditWrittenWithTheAdmission", func(t *testing.T) {
+		st := newStore(t)
+		mp, ctx := st.Messages(), t.Context()
+		ev := func(detail string) *store.Event {
+			return &store.Event{CorrelationID: "corr", Actor: "alice", Type: "message.admitted", AgentID: "bob",
+				Details: []byte(`{"lane":"` + detail + `"}`)}
+		}
+		seq := admitReq(t, mp, store.AdmitRequest{Envelope: Envelope("a1"), RecipientID: "bob", Capacity: 1, Track: true, Audit: ev("STANDARD")})
+		// Refused admissions write no audit event: a full buffer, a duplicate message_id.
+		_, err := mp.Admit(ctx, store.AdmitRequest{Envelope: Envelope("a2"), RecipientID: "bob", Capacity: 1, Track: true, Audit: ev("full")})
+		require.ErrorIs(t, err, store.ErrBufferFull)
+		_, err = mp.Admit(ctx, store.AdmitRequest{Envelope: Envelope("a1"), RecipientID: "bob", Capacity: 0, Track: true, Audit: ev("dup")})
+		require.ErrorIs(t, err, store.ErrDuplicateMessage)
+		// Untracked control traffic is audited the same way; no Audit writes nothing.
+		seq3 := admitReq(t, mp, store.AdmitRequest{Envelope: Envelope("a3"), RecipientID: "bob", Audit: ev("PRIVILEGED")})
+		admitReq(t, mp, store.AdmitRequest{Envelope: Envelope("a4"), RecipientID: "bob"})
+
+		events, err := st.Audit().List(ctx, store.AuditFilter{TypePrefix: "message.admitted"})
+		require.NoError(t, err)
+		require.Len(t, events, 2, "one event per admitted message that carried one: %+v", events)
+		for i, want := range []struct {
+			id, lane string
+			seq      int64
+		}{{"a1", "STANDARD", seq}, {"a3", "PRIVILEGED", seq3}} {
+			e := events[i]
+			require.Equal(t, want.id, e.MessageID)
+			require.Equal(t, "corr", e.CorrelationID)
+			require.Equal(t, "alice", e.Actor)
+			require.Equal(t, "bob", e.AgentID)
+			actRequireRecent(t, e.Time, "the event's time")
+			var d map[string]any
+			require.NoError(t, json.Unmarshal(e.Details, &d))
+			require.Equal(t, map[string]any{"lane": want.lane, "seq": float64(want.seq)}, d, "the details gain the delivery's seq")
+		}
 	})
 
 	t.Run("ConfirmFreesSlot", func(t *testing.T) {

@@ -46,7 +46,7 @@ func TestDevKilledUnderMessageLoad(t *testing.T) {
 
 	f := figures{scenario: "sw4rm-dev-kill"}
 	fl.figures(&f)
-	fl.audit(t, &f, pg, false)
+	fl.audit(t, &f, pg)
 	f.add("kills=%d", kills)
 	f.report(t)
 }

@@ -123,7 +123,7 @@ func TestFrontendKilledWithTwoFrontendsAndTwoWorkers(t *testing.T) {
 
 	f := figures{scenario: "frontend-kill"}
 	fl.figures(&f)
-	fl.audit(t, &f, pg, false)
+	fl.audit(t, &f, pg)
 	taskFigures(&f, op, notDone, agents...)
 	opened := int64(0)
 	for _, c := range streams {

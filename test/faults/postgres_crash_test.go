@@ -74,7 +74,7 @@ func crashUnderLoad(t *testing.T, scenario string, ackTimeout time.Duration, n i
 
 	f := figures{scenario: scenario}
 	fl.figures(&f)
-	fl.audit(t, &f, pg, true)
+	fl.audit(t, &f, pg)
 	f.add("outages=%v ack_timeout=%s", took, ackTimeout)
 	if dev.proc.exited() {
 		f.problem("sw4rm dev exited during the PostgreSQL outages")

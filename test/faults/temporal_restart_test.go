@@ -150,7 +150,7 @@ func TestTemporalRestartedWhileTasksFinishAndHITLWaits(t *testing.T) {
 	f := figures{scenario: "temporal-restart", hitlLost: hitlLost}
 	taskFigures(&f, op, notDone, agents...)
 	fl.figures(&f)
-	fl.audit(t, &f, pg, false)
+	fl.audit(t, &f, pg)
 	retries := 0
 	for _, h := range callers {
 		retries += int(h.retries.Load())
