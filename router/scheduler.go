@@ -98,19 +98,16 @@ func (r *Router) SendControl(ctx context.Context, agentID string, env *commonpb.
 	env.ProducerId = protocol.SchedulerID
 	env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
 	// Audited in the admission's transaction, as SendMessage's admissions are.
-	ev := r.sink.Attributed(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "message.admitted",
-		AgentID: agentID, MessageID: env.GetMessageId(), Details: map[string]any{"state": "SENT", "message_type": "CONTROL", "lane": "PRIVILEGED"}})
-	stored := audit.Stored(ev)
+	stored, logAdmitted := r.admissionAudit(ctx, env, agentID, map[string]any{"state": "SENT", "message_type": "CONTROL", "lane": "PRIVILEGED"})
 	seq, err := r.st.Messages().Admit(ctx, store.AdmitRequest{Envelope: env, RecipientID: agentID, Track: true,
-		Lane: commonpb.CommunicationClass_PRIVILEGED, Audit: &stored})
+		Lane: commonpb.CommunicationClass_PRIVILEGED, Audit: stored})
 	if errors.Is(err, store.ErrDuplicateMessage) {
 		return nil // an activity retry after a lost answer: the message is already there
 	}
 	if err != nil {
 		return fmt.Errorf("deliver CONTROL to %s: %w", agentID, err)
 	}
-	ev.Details["seq"] = seq
-	r.sink.Log(ctx, ev)
+	logAdmitted(seq)
 	return nil
 }
 

@@ -153,12 +153,8 @@ func (r *Router) admit(ctx context.Context, s *sending) (admitted bool, perr *pr
 	if req.Dedup != nil {
 		details["dedup_key"] = req.Dedup.Key
 	}
-	ev := r.sink.Attributed(ctx, audit.Event{
-		CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
-		AgentID: to, MessageID: env.GetMessageId(), Details: details,
-	})
-	stored := audit.Stored(ev)
-	req.Audit = &stored
+	var logAdmitted func(seq int64)
+	req.Audit, logAdmitted = r.admissionAudit(ctx, env, to, details)
 	seq, err := r.st.Messages().Admit(ctx, req)
 	var dup *store.DedupError
 	switch {
@@ -179,9 +175,21 @@ func (r *Router) admit(ctx context.Context, s *sending) (admitted bool, perr *pr
 	if r.metrics != nil {
 		r.metrics.Enqueued(to, time.Since(s.received))
 	}
-	ev.Details["seq"] = seq
-	r.sink.Log(ctx, ev)
+	logAdmitted(seq)
 	return true, nil, nil
+}
+
+// admissionAudit prepares the message.admitted event of env's admission to recipient: the
+// row for store.AdmitRequest.Audit, which the store writes in the admission's transaction,
+// and the function that logs the event's line with the delivery's seq once admitted.
+func (r *Router) admissionAudit(ctx context.Context, env *commonpb.Envelope, recipient string, details map[string]any) (*store.Event, func(seq int64)) {
+	ev := r.sink.Attributed(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
+		AgentID: recipient, MessageID: env.GetMessageId(), Details: details})
+	stored := audit.Stored(ev)
+	return &stored, func(seq int64) {
+		ev.Details["seq"] = seq
+		r.sink.Log(ctx, ev)
+	}
 }
 
 // parseLinkage reads the envelope's request/response linkage from its content_type (004).
