@@ -41,6 +41,8 @@ type Config struct {
 	HTTPAddr string
 	// DatabaseURL selects PostgreSQL; empty means the in-memory store.
 	DatabaseURL string
+	// GroupCommitWindow is how long PostgreSQL's group commit lingers for more writes.
+	GroupCommitWindow time.Duration
 	// BufferCapacity is the per-agent inbound buffer (§13).
 	BufferCapacity int
 	// MaxPayloadBytes is the payload limit (§5.4).

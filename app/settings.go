@@ -111,6 +111,17 @@ func positiveDuration(at func(*Config) *time.Duration, def time.Duration) bindin
 	}}
 }
 
+// nonNegativeDuration binds a duration setting that may be zero.
+func nonNegativeDuration(at func(*Config) *time.Duration, def time.Duration) binding {
+	return field[time.Duration]{at: at, def: def, typeName: "duration", write: time.Duration.String, read: func(s string) (time.Duration, error) {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return 0, errors.New("want a duration like 200us, or 0")
+		}
+		return d, nil
+	}}
+}
+
 // number binds a float setting that must lie in (0, upper], saying want when it does not;
 // upper 0 means no upper bound.
 func number(at func(*Config) *float64, def, upper float64, want string) binding {
@@ -175,6 +186,10 @@ var settings = []Setting{
 		Doc:        "PostgreSQL URL; migrations are applied on start. `sw4rm server` and `sw4rm worker` refuse to start without it",
 		DefaultDoc: "empty = memory (`sw4rm dev` only)",
 		bind:       text(func(c *Config) *string { return &c.DatabaseURL }, "")},
+	{Flag: "group-commit-window", Env: "SW4RM_GROUP_COMMIT_WINDOW", Help: "how long a PostgreSQL group commit waits for more writes; 0 sends at once",
+		Doc: "how long the message plane's group commit waits for more concurrent writes before it sends a group (PostgreSQL only); " +
+			"0 sends as soon as a connection is free, so groups form from the writes that arrived meanwhile (docs/messaging.md)",
+		bind: nonNegativeDuration(func(c *Config) *time.Duration { return &c.GroupCommitWindow }, 0)},
 	{Flag: "buffer-capacity", Env: "SW4RM_BUFFER_CAPACITY", Help: "inbound buffer capacity per agent, §13",
 		bind: positiveInt(func(c *Config) *int { return &c.BufferCapacity }, router.DefaultBufferCapacity)},
 	{Flag: "max-payload-bytes", Env: "SW4RM_MAX_PAYLOAD_BYTES", Help: "largest payload admitted, §5.4",

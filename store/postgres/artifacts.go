@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -20,11 +21,22 @@ func (a *artifacts) AppendArtifact(ctx context.Context, art store.Artifact) erro
 	if art.NegotiationID == "" {
 		return errors.New("postgres: append artifact: negotiation_id is required")
 	}
-	tag, err := a.s().pool.Exec(ctx, `
+	// The row commits in a group with other writers' (group.go): a negotiation's artifacts
+	// and the events fanned out beside them share one commit.
+	var tag pgconn.CommandTag
+	err := a.s().groups.do(ctx, &groupMember{
+		queue: func(b *pgx.Batch) {
+			b.Queue(`
 		INSERT INTO artifacts (negotiation_id, kind, version, content_type, content)
 		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT ON CONSTRAINT artifacts_negotiation_kind_version_key DO NOTHING`,
-		art.NegotiationID, art.Kind, art.Version, art.ContentType, nullBytes(art.Content))
+				art.NegotiationID, art.Kind, art.Version, art.ContentType, nullBytes(art.Content))
+		},
+		read: func(br pgx.BatchResults) (err error) {
+			tag, err = br.Exec()
+			return err
+		},
+	})
 	if err != nil {
 		return fmt.Errorf("postgres: append artifact %s/%s/%s: %w", art.NegotiationID, art.Kind, art.Version, err)
 	}

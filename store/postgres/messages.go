@@ -175,15 +175,19 @@ FROM dec AS d`)
 // Admit implements store.MessagePlane. The idempotency cache answers before the capacity
 // check: a duplicate or an operation in progress is refused as such even into a full buffer.
 //
-// Without a capacity limit the admission is the single statement admitSQL, atomic on its own
-// (a duplicate message_id makes it fail, which undoes whatever it did). With a capacity it is
-// one transaction of two statements: the per-recipient advisory lock, then admitSQL, which
-// takes the idempotency entry's row lock. Both are sent as one pgx batch, which pgx pipelines
-// (one network round trip) and PostgreSQL runs as one implicit transaction ending at the
-// batch's Sync, so the lock is held until commit. Every admission takes the locks in that
-// order — recipient, then entry — and holds at most one of each, so admissions cannot
-// deadlock one another; Advance, Expire and RecordLateAck take entry locks but never a
-// recipient lock.
+// The admission is the single statement admitSQL, atomic on its own (a duplicate message_id
+// makes it fail, which undoes whatever it did), run in a group with other writers' statements
+// (group.go) and answered once the group committed. With a capacity, the group first takes the
+// recipient's transaction-scoped advisory lock, which serializes capacity-limited admissions
+// to this recipient across every connection and process: without it, N concurrent
+// transactions would each count Capacity-1 rows and all insert. admitSQL is a statement of its
+// own so that its snapshot (READ COMMITTED: one per statement) is taken after the lock was
+// granted, and therefore after the previous holder committed: its count sees that holder's row
+// (and those of earlier members of its own group, which share its transaction). Locking inside
+// admitSQL itself would not do: a statement's snapshot predates the locks it takes. Every
+// admission takes the locks in that order — recipients, then entries — so admissions cannot
+// deadlock one another on them; Advance, Expire and RecordLateAck take entry locks but never a
+// recipient lock. Two recipients whose ids share a hash merely serialize.
 func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64, error) {
 	env := req.Envelope
 	if env == nil || env.GetMessageId() == "" {
@@ -218,12 +222,14 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 		es       entryScan
 	)
 	dest := append([]any{&decision, &existed, &seq, &notified}, es.dest()...)
-	s := m.s()
-	if capacity > 0 {
-		err = m.admitLocked(ctx, req.RecipientID, args, dest)
-	} else {
-		err = s.pool.QueryRow(ctx, admitSQL, args...).Scan(dest...)
+	member := &groupMember{
+		queue: func(b *pgx.Batch) { b.Queue(admitSQL, args...) },
+		read:  func(br pgx.BatchResults) error { return br.QueryRow().Scan(dest...) },
 	}
+	if capacity > 0 {
+		member.lockRecipient = req.RecipientID
+	}
+	err = m.s().groups.do(ctx, member)
 	if isDuplicateMessage(err) || (err == nil && existed) {
 		return 0, fmt.Errorf("postgres: admit %q: %w", id, store.ErrDuplicateMessage)
 	}
@@ -244,36 +250,6 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 	default:
 		return 0, &store.DedupError{Entry: es.entry()}
 	}
-}
-
-// admitLocked runs admitSQL after the recipient lock, in one transaction and one round trip.
-//
-// The lock serializes capacity-limited admissions to this recipient across every connection
-// and process: without it, N concurrent transactions would each count Capacity-1 rows and all
-// insert. admitSQL is a statement of its own so that its snapshot (READ COMMITTED: one per
-// statement) is taken after the lock was granted, and therefore after the previous holder
-// committed: its count sees that holder's row. (Locking inside admitSQL itself would not do:
-// a statement's snapshot predates the locks it takes.) The lock is transaction-scoped,
-// released at commit, after our row is visible. Two recipients whose ids share a hash merely
-// serialize; correctness is unaffected.
-//
-// The batch holds no BEGIN/COMMIT: pgx sends both statements followed by a single Sync, and
-// PostgreSQL runs everything up to a Sync as one implicit transaction, committed at the Sync
-// if nothing failed and rolled back otherwise (a duplicate message_id fails admitSQL).
-func (m *messagePlane) admitLocked(ctx context.Context, recipientID string, args, dest []any) error {
-	b := &pgx.Batch{}
-	b.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, recipientLockClass, recipientID)
-	b.Queue(admitSQL, args...)
-	br := m.s().pool.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return fmt.Errorf("lock recipient %q: %w", recipientID, err)
-	}
-	if err := br.QueryRow().Scan(dest...); err != nil {
-		_ = br.Close()
-		return err
-	}
-	return br.Close()
 }
 
 // auditColumnsOf is admitSQL's $21-$25 for an admission's audit event: its type is empty when
@@ -785,10 +761,15 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 	)
 	dest := append([]any{&out.unchanged, &out.confirmed, &out.applied, &fseq, &notified,
 		&d.Seq, &d.AgentID, &envBytes, &d.EnqueuedAt, &d.Attempts}, ms.dest()...)
-	err := m.s().pool.QueryRow(ctx, sql, messageID, to, code, note, int32(from), step != nil, seq, agentID,
+	args := []any{messageID, to, code, note, int32(from), step != nil, seq, agentID,
 		followID, f.Envelope.GetProducerId(), f.RecipientID, f.Envelope.GetCorrelationId(), int32(f.Envelope.GetMessageType()),
 		env, int16(store.LaneRank(f.Lane)), nullTime(f.ExpiresAt), NotifyChannel,
-		h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), store.OutboxLease.Seconds()).Scan(dest...)
+		h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), store.OutboxLease.Seconds()}
+	// The step commits in a group with other writers' (group.go).
+	err := m.s().groups.do(ctx, &groupMember{
+		queue: func(b *pgx.Batch) { b.Queue(sql, args...) },
+		read:  func(br pgx.BatchResults) error { return br.QueryRow().Scan(dest...) },
+	})
 	if isDuplicateMessage(err) {
 		return stepOutcome{}, fmt.Errorf("follow-up %q: %w", followID, store.ErrDuplicateMessage)
 	}

@@ -74,13 +74,32 @@ type Store struct {
 
 	// nonces decides UseNonce calls in batches and prunes expired nonces (nonces.go).
 	nonces *nonceBatcher
+	// groups commits the message plane's concurrent writes together (group.go).
+	groups *groupCommitter
+}
+
+// Option configures Open.
+type Option func(*options)
+
+// options are what Open's Options set.
+type options struct {
+	groupCommit GroupCommitOptions
+}
+
+// WithGroupCommit sets how the message plane groups concurrent writes into one commit.
+func WithGroupCommit(o GroupCommitOptions) Option {
+	return func(opts *options) { opts.groupCommit = o }
 }
 
 var _ store.Store = (*Store)(nil)
 
 // Open connects to databaseURL, applies pending schema migrations and starts the notification
 // listener. A nil logger discards log output. The context bounds only the opening work.
-func Open(ctx context.Context, databaseURL string, logger *slog.Logger) (*Store, error) {
+func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...Option) (*Store, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -123,6 +142,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger) (*Store,
 	s.stopListener = cancel
 	go s.listen(loopCtx, conn)
 	s.nonces = startNonceBatcher(pool, logger)
+	s.groups = startGroupCommitter(pool, logger, o.groupCommit)
 	return s, nil
 }
 
@@ -182,13 +202,14 @@ func (s *Store) Kind() string { return "postgres" }
 // Pool returns the underlying connection pool, for health checks and operator tooling.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Close stops the listener goroutine and the nonce batcher, waits for them to exit, ends every
+// Close stops the listener goroutine, the nonce batcher and the group committer, waits for them to exit, ends every
 // subscription and closes the pool. It is safe to call more than once.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
 		s.stopListener()
 		<-s.listenerDone
 		s.nonces.close()
+		s.groups.close()
 		s.hub.Close()
 		s.pool.Close()
 	})
