@@ -76,6 +76,15 @@ type AdmitRequest struct {
 	Audit *Event
 }
 
+// AdmitResult is one member's outcome in AdmitBatch: its delivery seq, or the error Admit
+// would have returned for it.
+type AdmitResult struct {
+	// Seq is the delivery seq when Err is nil.
+	Seq int64
+	// Err is the member's failure (ErrBufferFull, ErrDuplicateMessage, a *DedupError, …).
+	Err error
+}
+
 // LaneWeights are the weighted-fair shares of the three lanes when Claim interleaves them
 // (§7.3); a zero weight counts as 1 so no lane starves.
 type LaneWeights struct {
@@ -263,6 +272,14 @@ type MessagePlane interface {
 	// the rejection is visible (§13: never a silent drop). A message_id that was already
 	// admitted or recorded returns ErrDuplicateMessage and changes nothing.
 	Admit(ctx context.Context, req AdmitRequest) (seq int64, err error)
+
+	// AdmitBatch admits every request as Admit would, in order, and writes them together (on
+	// PostgreSQL one transaction and one commit): a fan-out to many recipients costs one
+	// write. Each member is decided as if admitted alone after the members before it — their
+	// rows count against a shared recipient's capacity, their idempotency entries and
+	// message_ids are known — and fails only itself: results[i] is reqs[i]'s seq or error,
+	// one per request, and no member is reported admitted before it is durable.
+	AdmitBatch(ctx context.Context, reqs []AdmitRequest) []AdmitResult
 
 	// Claim hands out up to req.Limit deliverable rows of req.AgentID and leases them for
 	// req.Lease: a row is deliverable when it is unconfirmed and not leased, or its lease

@@ -398,6 +398,12 @@ func BenchmarkRouterThroughput(b *testing.B) {
 				// Transactions per message, from SendMessage to the producer's FULFILLED.
 				b.ReportMetric(float64(count()-before)/float64(b.N), "xacts/msg")
 			}
+			if gs, ok := sys.app.Store().(interface{ GroupCommitStats() (int64, int64) }); ok {
+				// The mean group size, warm-up included.
+				if groups, members := gs.GroupCommitStats(); groups > 0 {
+					b.ReportMetric(float64(members)/float64(groups), "writes/commit")
+				}
+			}
 		})
 	}
 }

@@ -143,6 +143,10 @@ func newConfig(t testing.TB, kind string) app.Config {
 	if kind == "postgres" {
 		cfg.DatabaseURL = pgtest.NewDatabase(t)
 	}
+	// make bench GROUP_COMMIT_WINDOW=… compares group-commit windows.
+	if w, err := time.ParseDuration(os.Getenv("SW4RM_GROUP_COMMIT_WINDOW")); err == nil {
+		cfg.GroupCommitWindow = w
+	}
 	return cfg
 }
 

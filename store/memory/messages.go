@@ -20,6 +20,16 @@ type messagePlane Store
 
 func (m *messagePlane) s() *Store { return (*Store)(m) }
 
+// AdmitBatch implements store.MessagePlane: each member is admitted in order, each under the
+// store's lock as Admit is, so a later member sees the earlier ones.
+func (m *messagePlane) AdmitBatch(ctx context.Context, reqs []store.AdmitRequest) []store.AdmitResult {
+	out := make([]store.AdmitResult, len(reqs))
+	for i, req := range reqs {
+		out[i].Seq, out[i].Err = m.Admit(ctx, req)
+	}
+	return out
+}
+
 // Admit implements store.MessagePlane. The idempotency cache answers before the capacity
 // check: a duplicate or an operation in progress is refused as such even into a full buffer.
 func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64, error) {

@@ -189,17 +189,61 @@ FROM dec AS d`)
 // deadlock one another on them; Advance, Expire and RecordLateAck take entry locks but never a
 // recipient lock. Two recipients whose ids share a hash merely serialize.
 func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64, error) {
+	member, outcome, err := admission(req)
+	if err != nil {
+		return 0, err
+	}
+	return outcome(m.s().groups.do(ctx, member))
+}
+
+// AdmitBatch implements store.MessagePlane: the members form one group of their own (one
+// transaction, one commit), run in the caller's goroutine, and are split around a failing
+// member as any group is (group.go).
+func (m *messagePlane) AdmitBatch(ctx context.Context, reqs []store.AdmitRequest) []store.AdmitResult {
+	out := make([]store.AdmitResult, len(reqs))
+	members := make([]*groupMember, 0, len(reqs))
+	outcomes := make([]func(error) (int64, error), len(reqs))
+	for i, req := range reqs {
+		member, outcome, err := admission(req)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		member.done = make(chan error, 1)
+		members = append(members, member)
+		outcomes[i] = outcome
+	}
+	if err := ctx.Err(); err != nil {
+		for i := range out {
+			out[i].Err = cmp.Or(out[i].Err, err)
+		}
+		return out
+	}
+	m.s().groups.commit(members)
+	j := 0
+	for i := range out {
+		if outcomes[i] != nil {
+			out[i].Seq, out[i].Err = outcomes[i](<-members[j].done)
+			j++
+		}
+	}
+	return out
+}
+
+// admission prepares req as a group member running admitSQL, and the function that turns the
+// member's outcome into Admit's result.
+func admission(req store.AdmitRequest) (*groupMember, func(error) (int64, error), error) {
 	env := req.Envelope
 	if env == nil || env.GetMessageId() == "" {
-		return 0, errors.New("postgres: admit: envelope with a message_id is required")
+		return nil, nil, errors.New("postgres: admit: envelope with a message_id is required")
 	}
 	if req.RecipientID == "" {
-		return 0, errors.New("postgres: admit: recipient_id is required")
+		return nil, nil, errors.New("postgres: admit: recipient_id is required")
 	}
 	id := env.GetMessageId()
 	envBytes, err := proto.Marshal(env)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: admit %q: marshal envelope: %w", id, err)
+		return nil, nil, fmt.Errorf("postgres: admit %q: marshal envelope: %w", id, err)
 	}
 	var dedupProducer, dedupKey string
 	var window time.Duration
@@ -229,27 +273,29 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 	if capacity > 0 {
 		member.lockRecipient = req.RecipientID
 	}
-	err = m.s().groups.do(ctx, member)
-	if isDuplicateMessage(err) || (err == nil && existed) {
-		return 0, fmt.Errorf("postgres: admit %q: %w", id, store.ErrDuplicateMessage)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("postgres: admit %q: %w", id, err)
-	}
-	switch decision {
-	case "admit":
-		if seq == nil {
-			return 0, fmt.Errorf("postgres: admit %q: no delivery row", id)
+	outcome := func(err error) (int64, error) {
+		if isDuplicateMessage(err) || (err == nil && existed) {
+			return 0, fmt.Errorf("postgres: admit %q: %w", id, store.ErrDuplicateMessage)
 		}
-		// Subscribers in this process are woken by the notification too (see Subscribe).
-		return *seq, nil
-	case "full":
-		return 0, fmt.Errorf("postgres: admit %q to %q: %w", id, req.RecipientID, store.ErrBufferFull)
-	case "in_progress":
-		return 0, &store.DedupError{Entry: es.entry(), InProgress: true}
-	default:
-		return 0, &store.DedupError{Entry: es.entry()}
+		if err != nil {
+			return 0, fmt.Errorf("postgres: admit %q: %w", id, err)
+		}
+		switch decision {
+		case "admit":
+			if seq == nil {
+				return 0, fmt.Errorf("postgres: admit %q: no delivery row", id)
+			}
+			// Subscribers in this process are woken by the notification too (see Subscribe).
+			return *seq, nil
+		case "full":
+			return 0, fmt.Errorf("postgres: admit %q to %q: %w", id, req.RecipientID, store.ErrBufferFull)
+		case "in_progress":
+			return 0, &store.DedupError{Entry: es.entry(), InProgress: true}
+		default:
+			return 0, &store.DedupError{Entry: es.entry()}
+		}
 	}
+	return member, outcome, nil
 }
 
 // auditColumnsOf is admitSQL's $21-$25 for an admission's audit event: its type is empty when

@@ -83,6 +83,7 @@ func runMessages(t *testing.T, newStore func(t *testing.T) store.Store) {
 	runCapacity(t, newStore)
 	runControlTraffic(t, newStore)
 	runConcurrentCapacity(t, newStore)
+	runAdmitBatch(t, newStore)
 	runDuplicateMessageIDs(t, newStore)
 	runConfirm(t, newStore)
 	runClaim(t, newStore)
