@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/reasoningpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/debate"
+	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -66,9 +68,12 @@ func NegotiationMessageID(negotiationID string, seq int, agent string) string {
 // (§17.1), each recipient's in seq order. A retry repeats nothing: artifacts and message_ids
 // are idempotent.
 func (a *Activities) PublishNegotiation(ctx context.Context, in NegotiationPublishInput) error {
-	// Artifacts are independent rows, and each recipient's stream is its own order (§17.1
-	// asks for one order per stream): all are written concurrently, each recipient's events
-	// one after the other in seq order. A retry repeats nothing (idempotent ids).
+	// Artifacts are independent rows, written concurrently with the events. The events go in
+	// one Router.NotifyAll, event by event and recipient by recipient within an event: one
+	// admission batch, so one commit on PostgreSQL however many events and recipients there
+	// are, where sending each recipient's events one after the other cost a commit per event
+	// on the path of the last one (the decide a round waits for). NotifyAll keeps the order
+	// of the announcements to one agent, which is the one order per stream §17.1 asks for.
 	g, gctx := errgroup.WithContext(ctx)
 	for _, art := range in.Artifacts {
 		g.Go(func() error {
@@ -80,15 +85,8 @@ func (a *Activities) PublishNegotiation(ctx context.Context, in NegotiationPubli
 			return nil
 		})
 	}
-	for _, to := range in.Recipients {
-		g.Go(func() error {
-			for _, ev := range in.Events {
-				if err := a.publishEvent(gctx, in.NegotiationID, to, ev); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+	if len(in.Events) > 0 && len(in.Recipients) > 0 {
+		g.Go(func() error { return a.publishEvents(gctx, in) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
@@ -100,25 +98,49 @@ func (a *Activities) PublishNegotiation(ctx context.Context, in NegotiationPubli
 	return nil
 }
 
-// publishEvent sends one event to one recipient as a NEGOTIATION envelope.
-func (a *Activities) publishEvent(ctx context.Context, negotiationID, to string, ev NegotiationEvent) error {
-	env := &commonpb.Envelope{
+// publishEvents admits every event for every recipient in one Router.NotifyAll, in seq
+// order for each recipient.
+func (a *Activities) publishEvents(ctx context.Context, in NegotiationPublishInput) error {
+	type sent struct {
+		to string
+		ev NegotiationEvent
+	}
+	notices := make([]router.Announcement, 0, len(in.Events)*len(in.Recipients))
+	what := make([]sent, 0, cap(notices))
+	for _, ev := range in.Events {
+		for _, to := range in.Recipients {
+			notices = append(notices, router.Announcement{AgentID: to, Envelope: negotiationEnvelope(in.NegotiationID, to, ev)})
+			what = append(what, sent{to, ev})
+		}
+	}
+	var failed error
+	for i, err := range a.Router.NotifyAll(ctx, notices) {
+		to, ev := what[i].to, what[i].ev
+		switch {
+		case err == nil, errors.Is(err, store.ErrDuplicateMessage):
+			// Delivered now, or by an earlier attempt of this activity.
+		case errors.Is(err, store.ErrNotFound):
+			// A participant that deregistered mid-negotiation misses the rest; the others do
+			// not wait for it.
+			a.Sink.Record(ctx, audit.Event{CorrelationID: in.NegotiationID, Actor: protocol.SchedulerID, Type: "negotiation.undeliverable",
+				AgentID: to, Details: map[string]any{"seq": ev.Seq, "kind": ev.Kind, "error": err.Error()}})
+		default:
+			// A retry sends the batch again: what was admitted is a duplicate, so each
+			// recipient still gets every event once and in order.
+			failed = cmp.Or(failed, fmt.Errorf("send %s event %d of negotiation %s to %s: %w", ev.Kind, ev.Seq, in.NegotiationID, to, err))
+		}
+	}
+	return failed
+}
+
+// negotiationEnvelope is event ev of a negotiation as the NEGOTIATION envelope sent to an
+// agent.
+func negotiationEnvelope(negotiationID, to string, ev NegotiationEvent) *commonpb.Envelope {
+	return &commonpb.Envelope{
 		MessageId: NegotiationMessageID(negotiationID, ev.Seq, to), CorrelationId: negotiationID,
 		MessageType: commonpb.MessageType_NEGOTIATION, ContentType: "application/json",
 		ContentLength: uint64(len(ev.JSON)), Payload: ev.JSON, SequenceNumber: uint64(ev.Seq),
 	}
-	err := a.Router.Notify(ctx, to, env)
-	switch {
-	case err == nil, errors.Is(err, store.ErrDuplicateMessage):
-		return nil
-	case errors.Is(err, store.ErrNotFound):
-		// A participant that deregistered mid-negotiation misses the rest; the others do
-		// not wait for it.
-		a.Sink.Record(ctx, audit.Event{CorrelationID: negotiationID, Actor: protocol.SchedulerID, Type: "negotiation.undeliverable",
-			AgentID: to, Details: map[string]any{"seq": ev.Seq, "kind": ev.Kind, "error": err.Error()}})
-		return nil
-	}
-	return fmt.Errorf("send %s event %d of negotiation %s to %s: %w", ev.Kind, ev.Seq, negotiationID, to, err)
 }
 
 // DebateEvaluationInput asks EvaluateNegotiationDrafts to compare two versions.

@@ -14,6 +14,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -58,14 +59,8 @@ func (a *Activities) PublishProposal(ctx context.Context, in ProposalInput) erro
 	if err != nil {
 		return fmt.Errorf("encode proposal: %w", err)
 	}
-	for _, critic := range p.GetRequestedCritics() {
-		env := &commonpb.Envelope{
-			MessageId: uuid.NewString(), CorrelationId: nid, MessageType: commonpb.MessageType_NEGOTIATION,
-			ContentType: "application/json", ContentLength: uint64(len(payload)), Payload: payload,
-		}
-		if err := a.Router.Notify(ctx, critic, env); err != nil {
-			return fmt.Errorf("send proposal to %s: %w", critic, err)
-		}
+	if err := a.fanOut(ctx, nid, payload, p.GetRequestedCritics()); err != nil {
+		return fmt.Errorf("send proposal: %w", err)
 	}
 	a.Sink.Record(ctx, audit.Event{CorrelationID: nid, Actor: p.GetProducerId(), Type: "room.proposal", AgentID: p.GetProducerId(),
 		Details: map[string]any{"artifact_id": p.GetArtifactId(), "version": in.Version, "artifact_type": p.GetArtifactType().String(), "critics": p.GetRequestedCritics()}})
@@ -111,17 +106,29 @@ func (a *Activities) PublishDecision(ctx context.Context, in DecisionInput) erro
 	if !in.Provisional {
 		to = append(to, in.Critics...)
 	}
-	for _, agent := range to {
-		env := &commonpb.Envelope{
-			MessageId: uuid.NewString(), CorrelationId: nid, MessageType: commonpb.MessageType_NEGOTIATION,
-			ContentType: "application/json", ContentLength: uint64(len(payload)), Payload: payload,
-		}
-		if err := a.Router.Notify(ctx, agent, env); err != nil {
-			return fmt.Errorf("send decision to %s: %w", agent, err)
-		}
+	if err := a.fanOut(ctx, nid, payload, to); err != nil {
+		return fmt.Errorf("send decision: %w", err)
 	}
 	a.Sink.Record(ctx, audit.Event{CorrelationID: nid, Actor: protocol.SchedulerID, Type: "room.decision", AgentID: in.ProducerID,
 		Details: map[string]any{"artifact_id": d.GetArtifactId(), "version": in.Version, "outcome": d.GetOutcome().String(), "provisional": in.Provisional,
 			"reason": d.GetReason(), "policy_version": d.GetPolicyVersion(), "weighted_mean": d.GetAggregatedScore().GetWeightedMean(), "votes": len(d.GetVotes())}})
+	return nil
+}
+
+// fanOut sends payload to every agent as a NEGOTIATION envelope of the room's negotiation,
+// all admitted in one write (Router.NotifyAll).
+func (a *Activities) fanOut(ctx context.Context, negotiationID string, payload []byte, agents []string) error {
+	notices := make([]router.Announcement, len(agents))
+	for i, agent := range agents {
+		notices[i] = router.Announcement{AgentID: agent, Envelope: &commonpb.Envelope{
+			MessageId: uuid.NewString(), CorrelationId: negotiationID, MessageType: commonpb.MessageType_NEGOTIATION,
+			ContentType: "application/json", ContentLength: uint64(len(payload)), Payload: payload,
+		}}
+	}
+	for i, err := range a.Router.NotifyAll(ctx, notices) {
+		if err != nil {
+			return fmt.Errorf("to %s: %w", agents[i], err)
+		}
+	}
 	return nil
 }

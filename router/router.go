@@ -433,6 +433,49 @@ func (r *Router) Notify(ctx context.Context, agentID string, env *commonpb.Envel
 	return r.deliverControl(ctx, agentID, env)
 }
 
+// Announcement is one envelope NotifyAll sends to one agent.
+type Announcement struct {
+	// AgentID is the recipient.
+	AgentID string
+	// Envelope is sent as Notify sends it (a copy, from the scheduler).
+	Envelope *commonpb.Envelope
+}
+
+// NotifyAll sends every announcement as Notify would and admits them together
+// (store.MessagePlane.AdmitBatch: one transaction and one commit on PostgreSQL), so a fan-out
+// to N agents costs one write instead of N; announcements to one agent keep their order. It
+// returns one error per announcement, nil when it was delivered or, its agent not being registered,
+// logged as undeliverable (as Notify does).
+func (r *Router) NotifyAll(ctx context.Context, notices []Announcement) []error {
+	errs := make([]error, len(notices))
+	cs := make([]control, len(notices))
+	var (
+		reqs []store.AdmitRequest
+		at   []int // at[j] is the announcement of reqs[j]
+	)
+	for i, n := range notices {
+		env := proto.Clone(n.Envelope).(*commonpb.Envelope)
+		env.ProducerId = protocol.SchedulerID
+		if cs[i], errs[i] = r.prepareControl(ctx, n.AgentID, env); errs[i] == nil && cs[i].admit != nil {
+			reqs = append(reqs, *cs[i].admit)
+			at = append(at, i)
+		}
+	}
+	if len(reqs) > 0 {
+		for j, res := range r.st.Messages().AdmitBatch(ctx, reqs) {
+			if res.Err != nil {
+				errs[at[j]] = fmt.Errorf("deliver control envelope to %s: %w", notices[at[j]].AgentID, res.Err)
+			}
+		}
+	}
+	for i := range notices {
+		if errs[i] == nil {
+			errs[i] = r.finishControl(ctx, cs[i])
+		}
+	}
+	return errs
+}
+
 // ConfirmDelivery handles RouterService.AckDelivery: it confirms the stream row, which frees
 // its buffer slot, and moves a tracked message from SENT to RECEIVED (the consumer has it)
 // or, for a permanent failure, to FAILED — telling the producer in both cases.
