@@ -54,7 +54,23 @@ func New(st store.Store, capacity int) *Router {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(&activityCollector{ab: st.ActivityBuffer(), lim: store.ActivityLimits{}.Effective()})
 	reg.MustRegister(&outboxCollector{ob: st.Outbox()})
+	if gc, ok := st.(GroupCommitter); ok {
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sw4rm_store_group_commits_total",
+				Help: "Transactions the message plane's group commit committed (PostgreSQL)."},
+				func() float64 { g, _ := gc.GroupCommitStats(); return float64(g) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sw4rm_store_group_commit_writes_total",
+				Help: "Writes (admissions, planned steps, artifacts) those transactions carried; over sw4rm_store_group_commits_total, the mean group size."},
+				func() float64 { _, w := gc.GroupCommitStats(); return float64(w) }))
+	}
 	return m
+}
+
+// GroupCommitter is a store that commits concurrent writes in groups and counts them
+// (store/postgres).
+type GroupCommitter interface {
+	// GroupCommitStats returns the groups committed and the writes they carried.
+	GroupCommitStats() (groups, writes int64)
 }
 
 // Handler serves /metrics.

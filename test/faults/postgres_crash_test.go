@@ -2,6 +2,10 @@ package faults
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,8 +38,10 @@ func crashUnderLoad(t *testing.T, scenario string, ackTimeout time.Duration, n i
 	dir := t.TempDir()
 	pg := newCluster(t)
 	ts := startTemporal(t, dir)
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0])
 	dev := startSW4RM(t, dir, "dev", "dev", sw4rmConfig{temporal: ts.addr, database: pg.URL(), extra: []string{
 		"SW4RM_ACK_TIMEOUT=" + ackTimeout.String(),
+		"SW4RM_HTTP_ADDR=" + metricsAddr, // the group commit's counters
 	}})
 
 	a := dialAgent(t, dev.addr, agentID("producer"))
@@ -76,8 +82,39 @@ func crashUnderLoad(t *testing.T, scenario string, ackTimeout time.Duration, n i
 	fl.figures(&f)
 	fl.audit(t, &f, pg)
 	f.add("outages=%v ack_timeout=%s", took, ackTimeout)
+	// The crashes must have met group commits: writes that shared a transaction.
+	groups, writes := metricValue(t, metricsAddr, "sw4rm_store_group_commits_total"), metricValue(t, metricsAddr, "sw4rm_store_group_commit_writes_total")
+	f.add("group_commits=%.0f writes_per_commit=%.2f", groups, writes/max(groups, 1))
+	if writes <= groups {
+		f.problem("no two writes shared a commit (%.0f writes in %.0f commits): the crashes did not meet group commits", writes, groups)
+	}
 	if dev.proc.exited() {
 		f.problem("sw4rm dev exited during the PostgreSQL outages")
 	}
 	f.report(t)
+}
+
+// metricValue scrapes the frontend's /metrics at addr for one unlabelled series.
+func metricValue(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape /metrics: %v", err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("scrape /metrics: %v", err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no metric %s at %s", name, addr)
+	return 0
 }
