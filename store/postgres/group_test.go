@@ -93,3 +93,38 @@ func TestGroupsAcrossRecipientsDoNotDeadlock(t *testing.T) {
 	// batches finish well within that when none occurs.
 	require.Less(t, time.Since(started), 10*time.Second)
 }
+
+// TestKnownMessageIDsDoNotSplitAGroup checks that a duplicate without an idempotency key —
+// a fan-out's resend — is reported from within its group's one transaction rather than
+// failing it, so the other members are not run again; a duplicate under a key still fails
+// its statement (undoing its idempotency entry's change) and runs alone.
+func TestKnownMessageIDsDoNotSplitAGroup(t *testing.T) {
+	s := open(t, pgtest.NewDatabase(t))
+	mp := s.Messages()
+	_, err := mp.Admit(t.Context(), store.AdmitRequest{Envelope: storetest.Envelope("known"), RecipientID: "bob"})
+	require.NoError(t, err)
+	groups, _ := s.GroupCommitStats()
+	res := mp.AdmitBatch(t.Context(), []store.AdmitRequest{
+		{Envelope: storetest.Envelope("a"), RecipientID: "bob"},
+		{Envelope: storetest.Envelope("known"), RecipientID: "carol"},
+		{Envelope: storetest.Envelope("known"), RecipientID: "bob", Capacity: 5, Track: true},
+		{Envelope: storetest.Envelope("b"), RecipientID: "bob"},
+	})
+	require.NoError(t, res[0].Err)
+	require.ErrorIs(t, res[1].Err, store.ErrDuplicateMessage)
+	require.ErrorIs(t, res[2].Err, store.ErrDuplicateMessage)
+	require.NoError(t, res[3].Err)
+	g, _ := s.GroupCommitStats()
+	require.Equal(t, groups+1, g, "one transaction for the whole batch")
+
+	keyed := func(id string) store.AdmitRequest {
+		return store.AdmitRequest{Envelope: storetest.Envelope(id), RecipientID: "bob", Track: true,
+			Dedup: &store.Dedup{ProducerID: "alice", Key: "t:" + id}}
+	}
+	res = mp.AdmitBatch(t.Context(), []store.AdmitRequest{keyed("c"), keyed("known"), keyed("d")})
+	require.NoError(t, res[0].Err)
+	require.ErrorIs(t, res[1].Err, store.ErrDuplicateMessage)
+	require.NoError(t, res[2].Err)
+	_, err = mp.Idempotency(t.Context(), "alice", "t:known", time.Hour)
+	require.ErrorIs(t, err, store.ErrNotFound, "the refused duplicate left no idempotency entry")
+}

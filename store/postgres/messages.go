@@ -41,8 +41,9 @@ var enumSQL = strings.NewReplacer(
 
 func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
 
-// admitSQL is the whole admission in one statement, run after the recipient lock when the
-// capacity is limited. Parameters:
+// admitStatement builds the whole admission as one statement, run after the recipient lock
+// when the capacity is limited; skipKnown makes a known message_id a reported duplicate
+// rather than an error (see below). Parameters:
 //
 //	$1 message_id  $2 tracked  $3 producer_id  $4 recipient_id  $5 correlation_id
 //	$6 message_type  $7 envelope  $8 lane  $9 expires_at  $10 capacity (0: none)
@@ -64,13 +65,25 @@ func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
 // that gains the row's seq) only then too; the final SELECT notifies listeners (delivered at
 // commit) and reports.
 //
-// A message_id already known is a duplicate, and a duplicate must change nothing: msg has no
-// ON CONFLICT clause, so inserting a known id fails the whole statement with a unique
-// violation on messages_pkey (a concurrent admission of the same id waits for the other's
-// commit first), which rolls back everything it did, the idempotency entry included. An
-// untracked message that is not enqueued inserts nothing to conflict with; for it the
-// statement reports whether the id exists (and changes nothing).
-var admitSQL = enumSQL(`
+// A message_id already known is a duplicate, and a duplicate must change nothing. With an
+// idempotency key, msg has no ON CONFLICT clause, so inserting a known id fails the whole
+// statement with a unique violation on messages_pkey (a concurrent admission of the same id
+// waits for the other's commit first), which rolls back everything it did, the idempotency
+// entry included. Without one (admitNoKeySQL) nothing before msg writes, so msg skips a known
+// id (ON CONFLICT DO NOTHING), del, ho and au follow it in writing nothing, and the statement
+// reports the duplicate instead of failing: a duplicate then costs its group commit nothing
+// (a failing member makes its group run again, group.go) — the resends of a fan-out, such as
+// a negotiation's events sent again after a retry, are such duplicates. An untracked message
+// that is not enqueued inserts nothing to conflict with; for it the statement reports whether
+// the id exists (and changes nothing).
+func admitStatement(skipKnown bool) string {
+	conflict, known := "", `NOT $2 AND d.decision <> 'admit' AND EXISTS (SELECT 1 FROM messages WHERE message_id = $1)`
+	if skipKnown {
+		conflict = "\n\tON CONFLICT (message_id) DO NOTHING"
+		// A message msg meant to insert and did not is a known id.
+		known = `(($2 OR d.decision = 'admit') AND NOT EXISTS (SELECT 1 FROM msg)) OR ` + known
+	}
+	return enumSQL(`
 WITH
 full_ AS (
 	SELECT $10::int > 0 AND (
@@ -140,7 +153,7 @@ msg AS (
 			ELSE 'duplicate of ' || d.original_message_id END,
 		$7, $9, $11, $12
 	FROM dec AS d
-	WHERE $2 OR d.decision = 'admit'
+	WHERE $2 OR d.decision = 'admit'` + conflict + `
 	RETURNING state
 ),
 del AS (
@@ -162,8 +175,8 @@ au AS (
 	FROM del WHERE $23::text <> ''
 )
 SELECT d.decision,
-	-- Only an untracked message that is not enqueued inserts nothing to conflict with.
-	NOT $2 AND d.decision <> 'admit' AND EXISTS (SELECT 1 FROM messages WHERE message_id = $1),
+	-- Whether the message_id is known (see admitStatement).
+	` + known + `,
 	(SELECT seq FROM del),
 	(SELECT pg_notify($15, $4)::text FROM del),
 	COALESCE(d.producer_id, ''), COALESCE(d.key, ''), COALESCE(d.status, ''),
@@ -171,6 +184,14 @@ SELECT d.decision,
 	COALESCE(d.terminal_state, 0), COALESCE(d.error_code, 0), COALESCE(d.result, ''),
 	d.cached_at, d.created_at, d.updated_at
 FROM dec AS d`)
+}
+
+var (
+	// admitSQL admits a request with an idempotency key.
+	admitSQL = admitStatement(false)
+	// admitNoKeySQL admits a request without one, skipping a known message_id.
+	admitNoKeySQL = admitStatement(true)
+)
 
 // Admit implements store.MessagePlane. The idempotency cache answers before the capacity
 // check: a duplicate or an operation in progress is refused as such even into a full buffer.
@@ -266,8 +287,12 @@ func admission(req store.AdmitRequest) (*groupMember, func(error) (int64, error)
 		es       entryScan
 	)
 	dest := append([]any{&decision, &existed, &seq, &notified}, es.dest()...)
+	sql := admitNoKeySQL
+	if dedupKey != "" {
+		sql = admitSQL
+	}
 	member := &groupMember{
-		queue: func(b *pgx.Batch) { b.Queue(admitSQL, args...) },
+		queue: func(b *pgx.Batch) { b.Queue(sql, args...) },
 		read:  func(br pgx.BatchResults) error { return br.QueryRow().Scan(dest...) },
 	}
 	if capacity > 0 {
