@@ -50,6 +50,10 @@ type NegotiationPublishInput struct {
 	Recipients []string
 	// Events are delivered in order.
 	Events []NegotiationEvent
+	// Resent counts the first Events that another publication, which may still be running,
+	// carries too: they are delivered (once — message_ids are idempotent) but audited by
+	// that publication only.
+	Resent int `json:",omitempty"`
 	// Artifacts are stored (a stored one is left as it is).
 	Artifacts []NegotiationArtifact
 }
@@ -66,7 +70,8 @@ func NegotiationMessageID(negotiationID string, seq int, agent string) string {
 // PublishNegotiation stores the artifacts and sends every event to every recipient as a
 // NEGOTIATION envelope with correlation_id = negotiation_id and the event's JSON as payload
 // (§17.1), each recipient's in seq order. A retry repeats nothing: artifacts and message_ids
-// are idempotent.
+// are idempotent, and an event sent again (Resent, or a retry) is a duplicate the store
+// reports without a write.
 func (a *Activities) PublishNegotiation(ctx context.Context, in NegotiationPublishInput) error {
 	// Artifacts are independent rows, written concurrently with the events. The events go in
 	// one Router.NotifyAll, event by event and recipient by recipient within an event: one
@@ -91,7 +96,7 @@ func (a *Activities) PublishNegotiation(ctx context.Context, in NegotiationPubli
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	for _, ev := range in.Events {
+	for _, ev := range in.Events[min(max(in.Resent, 0), len(in.Events)):] {
 		a.Sink.Record(ctx, audit.Event{CorrelationID: in.NegotiationID, Actor: protocol.SchedulerID, Type: "negotiation." + ev.Kind,
 			Details: map[string]any{"seq": ev.Seq, "recipients": in.Recipients, "bytes": len(ev.JSON)}})
 	}
@@ -125,8 +130,10 @@ func (a *Activities) publishEvents(ctx context.Context, in NegotiationPublishInp
 			a.Sink.Record(ctx, audit.Event{CorrelationID: in.NegotiationID, Actor: protocol.SchedulerID, Type: "negotiation.undeliverable",
 				AgentID: to, Details: map[string]any{"seq": ev.Seq, "kind": ev.Kind, "error": err.Error()}})
 		default:
-			// A retry sends the batch again: what was admitted is a duplicate, so each
-			// recipient still gets every event once and in order.
+			// A retry sends the batch again, and what was admitted is then a duplicate. A
+			// batch fails as a whole on a store error; a member fails alone only on its own
+			// row (a duplicate, handled above), so a recipient does not get a later event
+			// before an earlier one that failed.
 			failed = cmp.Or(failed, fmt.Errorf("send %s event %d of negotiation %s to %s: %w", ev.Kind, ev.Seq, in.NegotiationID, to, err))
 		}
 	}

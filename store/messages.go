@@ -277,8 +277,11 @@ type MessagePlane interface {
 	// PostgreSQL one transaction and one commit): a fan-out to many recipients costs one
 	// write. Each member is decided as if admitted alone after the members before it — their
 	// rows count against a shared recipient's capacity, their idempotency entries and
-	// message_ids are known — and fails only itself: results[i] is reqs[i]'s seq or error,
-	// one per request, and no member is reported admitted before it is durable.
+	// message_ids are known — and a member's own refusal (ErrBufferFull,
+	// ErrDuplicateMessage, a *DedupError) refuses only it: results[i] is reqs[i]'s seq or
+	// error, one per request, and no member is reported admitted before it is durable. Any
+	// other failure (the store unreachable) fails every member and admits none, so that
+	// members to one recipient are never admitted with a gap.
 	AdmitBatch(ctx context.Context, reqs []AdmitRequest) []AdmitResult
 
 	// Claim hands out up to req.Limit deliverable rows of req.AgentID and leases them for

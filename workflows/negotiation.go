@@ -234,6 +234,12 @@ type negotiationRun struct {
 	artifacts  []activities.NegotiationArtifact
 	publishing bool
 	publishErr error
+	// inflight are the events of the publisher's activity while it runs. holding is set
+	// while flush publishes by local activity: the publisher takes nothing new meanwhile.
+	// flushAhead is whether this run's flush runs ahead of the publisher (see flush).
+	inflight   []activities.NegotiationEvent
+	holding    bool
+	flushAhead tristate
 	// dirty is set by every handler; the main loop wakes on it.
 	dirty bool
 	// fresh lists versions whose engine evaluation is still to be asked.
@@ -817,38 +823,76 @@ func (w *negotiationRun) publisher(ctx workflow.Context) {
 	})
 	var acts *activities.Activities
 	for {
-		if err := workflow.Await(ctx, func() bool { return len(w.pending) > 0 || len(w.artifacts) > 0 }); err != nil {
+		// holding is only ever set in runs that take versionNegotiationFlushAhead, so earlier
+		// runs wait on the same condition as they did.
+		if err := workflow.Await(ctx, func() bool { return !w.holding && (len(w.pending) > 0 || len(w.artifacts) > 0) }); err != nil {
 			return
 		}
 		in := activities.NegotiationPublishInput{NegotiationID: w.in.NegotiationID, Recipients: w.recipients(), Events: w.pending, Artifacts: w.artifacts}
-		w.pending, w.artifacts, w.publishing = nil, nil, true
+		w.inflight, w.pending, w.artifacts, w.publishing = w.pending, nil, nil, true
 		if err := workflow.ExecuteActivity(actx, acts.PublishNegotiation, in).Get(ctx, nil); err != nil {
 			w.publishErr = err
 		}
-		w.publishing = false
+		w.inflight, w.publishing = nil, false
 	}
 }
 
-// flush waits until everything queued so far is published. What the publisher has not
-// taken yet is published here, by a local activity: at the end of a negotiation (the decide
-// or abort event) or before a human is asked nothing else waits on this workflow task, and
-// the decision then reaches the participants without an activity's dispatch round trip.
+// flush publishes everything queued so far, by a local activity: at the end of a negotiation
+// (the decide or abort event) or before a human is asked nothing else waits on this workflow
+// task, and the decision then reaches the participants without an activity's dispatch round
+// trip. It returns once the publisher's activity, if one runs, has finished too.
 func (w *negotiationRun) flush(ctx workflow.Context) error {
+	ahead := w.flushAhead.decide(ctx, versionNegotiationFlushAhead)
+	if !ahead {
+		// Runs recorded before versionNegotiationFlushAhead wait for the publisher first.
+		if err := workflow.Await(ctx, func() bool { return w.publishErr != nil || !w.publishing }); err != nil {
+			return err
+		}
+	}
+	if w.publishErr != nil {
+		return w.publishErr
+	}
+	if len(w.pending) > 0 || len(w.artifacts) > 0 {
+		in := activities.NegotiationPublishInput{NegotiationID: w.in.NegotiationID, Recipients: w.recipients(), Events: w.pending, Artifacts: w.artifacts}
+		if ahead {
+			// The decision must not wait for the publisher's activity (its dispatch, its
+			// writes, then a workflow task) before it is even sent. The events that activity
+			// carries go again, first: each recipient's admissions are ordered and their
+			// message_ids idempotent, so whichever write comes second finds them admitted,
+			// and every stream still gets each event once, in seq order. They are audited
+			// by that activity only (Resent).
+			in.Events = append(slices.Clone(w.inflight), w.pending...)
+			in.Resent = len(w.inflight)
+			// The publisher takes nothing new until the local activity has sent it.
+			w.holding = true
+			defer func() { w.holding = false }()
+		}
+		w.pending, w.artifacts = nil, nil
+		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			StartToCloseTimeout: 30 * time.Second,
+			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 500 * time.Millisecond, MaximumInterval: 30 * time.Second},
+		})
+		var acts *activities.Activities
+		if err := workflow.ExecuteLocalActivity(lctx, acts.PublishNegotiation, in).Get(ctx, nil); err != nil || !ahead {
+			return err
+		}
+	}
+	if !ahead {
+		return nil
+	}
+	// The artifacts of an activity still running are stored once it has finished; the run
+	// does not end, nor ask a human, before.
 	if err := workflow.Await(ctx, func() bool { return w.publishErr != nil || !w.publishing }); err != nil {
 		return err
 	}
-	if w.publishErr != nil || len(w.pending) == 0 && len(w.artifacts) == 0 {
-		return w.publishErr
-	}
-	in := activities.NegotiationPublishInput{NegotiationID: w.in.NegotiationID, Recipients: w.recipients(), Events: w.pending, Artifacts: w.artifacts}
-	w.pending, w.artifacts = nil, nil
-	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 30 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 500 * time.Millisecond, MaximumInterval: 30 * time.Second},
-	})
-	var acts *activities.Activities
-	return workflow.ExecuteLocalActivity(lctx, acts.PublishNegotiation, in).Get(ctx, nil)
+	return w.publishErr
 }
+
+// versionNegotiationFlushAhead marks runs whose flush publishes by local activity at once,
+// resending the events of the publisher's activity in flight, instead of waiting for that
+// activity first (see flush): earlier histories record the wait, and a publisher that took the
+// events queued meanwhile into an activity of its own.
+const versionNegotiationFlushAhead = "negotiation-flush-ahead"
 
 // NegotiationStartOptions are the start options of negotiation/<negotiation_id> on
 // taskQueue: a negotiation_id is used once.

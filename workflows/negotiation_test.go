@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -39,6 +40,9 @@ type negHarness struct {
 	turn      func(in workflows.TaskInput, p debate.TurnParams) string
 	hitl      func(inv hitl.Invocation) hitl.Outcome
 	invs      []hitl.Invocation
+	// pubs are the publications in the order they ran; slowPublisher delays the regular ones.
+	pubs          []activities.NegotiationPublishInput
+	slowPublisher time.Duration
 }
 
 func newNegHarness(t *testing.T) *negHarness {
@@ -47,13 +51,20 @@ func newNegHarness(t *testing.T) *negHarness {
 	h := &negHarness{t: t, env: suite.NewTestWorkflowEnvironment(), engine: 0.9}
 	h.env.SetStartTime(time.Date(2025, 1, 1, 8, 0, 0, 0, time.UTC))
 	var acts *activities.Activities
-	h.env.OnActivity(acts.PublishNegotiation, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.NegotiationPublishInput) error {
+	publish := func(_ context.Context, in activities.NegotiationPublishInput) error {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		h.events = append(h.events, in.Events...)
+		// The first Resent events are another publication's, which records them itself.
+		h.events = append(h.events, in.Events[in.Resent:]...)
 		h.artifacts = append(h.artifacts, in.Artifacts...)
+		h.pubs = append(h.pubs, in)
 		return nil
-	})
+	}
+	// With slowPublisher set, the publisher's regular activities take that long (test time);
+	// local activities never wait.
+	slow := mock.MatchedBy(func(ctx context.Context) bool { return h.slowPublisher > 0 && !activity.GetInfo(ctx).IsLocalActivity })
+	h.env.OnActivity(acts.PublishNegotiation, slow, mock.Anything).AfterFn(func() time.Duration { return h.slowPublisher }).Return(publish)
+	h.env.OnActivity(acts.PublishNegotiation, mock.Anything, mock.Anything).Return(publish)
 	h.env.OnActivity(acts.EvaluateNegotiationDrafts, mock.Anything, mock.Anything).Return(func(_ context.Context, _ activities.DebateEvaluationInput) (activities.DebateEvaluation, error) {
 		return activities.DebateEvaluation{Confidence: h.engine, Notes: "mock"}, nil
 	})
@@ -286,4 +297,40 @@ func TestNegotiationDebateTurnScopes(t *testing.T) {
 	require.NoError(t, err)
 	v := inference.Decide(as, inference.DefaultThreshold, nil, inference.UnavailableSerialize)
 	assert.True(t, v.Parallel, "%s: %s", as.Rule, v.Reason)
+}
+
+// TestNegotiationDecisionDoesNotWaitForThePublisher: the evaluation that decides comes while
+// the publisher's activity carrying the proposal is still running. The decision is published
+// by local activity at once, resending that activity's events first (Resent) so that each
+// stream still gets every event in order, and the run ends only once the activity finished.
+func TestNegotiationDecisionDoesNotWaitForThePublisher(t *testing.T) {
+	h := newNegHarness(t)
+	h.slowPublisher = 30 * time.Second
+	var errs []error
+	p := basePolicy()
+	p.Scoring.LlmWeight = 0
+	// open and policy go at the start and are published at 30s; the proposal at 31s goes
+	// into the publisher's next activity, still running when b's evaluation decides at 32s.
+	h.update(31*time.Second, workflows.NegotiationDraftUpdate, workflows.NegotiationDraft{From: "a", ContentType: "application/json", Payload: []byte(`{"x":1}`)}, &errs)
+	h.update(32*time.Second, workflows.NegotiationEvaluateUpdate, workflows.NegotiationEvaluation{From: "b", Confidence: 0.95}, &errs)
+	h.env.ExecuteWorkflow(workflows.Negotiation, negInput(p))
+	st := h.result()
+	assert.Empty(t, errs)
+	assert.Equal(t, workflows.NegotiationDecided, st.Status)
+	assert.Equal(t, "consensus", st.Decision.GetDecidedBy())
+	// Each event is recorded once (by the publication that did not resend it); the local
+	// activity's completed before the proposal's activity did.
+	assert.Equal(t, []string{"open", "policy", "evaluate", "decide", "propose"}, h.kinds())
+	require.Len(t, h.pubs, 3)
+	// The local activity ran before the proposal's activity completed; it resent the proposal.
+	flush := h.pubs[1]
+	assert.Equal(t, 1, flush.Resent)
+	var kinds []string
+	for _, ev := range flush.Events {
+		kinds = append(kinds, ev.Kind)
+	}
+	assert.Equal(t, []string{"propose", "evaluate", "decide"}, kinds)
+	assert.Equal(t, []int{3, 4, 5}, []int{flush.Events[0].Seq, flush.Events[1].Seq, flush.Events[2].Seq})
+	// The run ended once that activity completed, 30s after the proposal.
+	assert.Equal(t, "propose", h.pubs[2].Events[0].Kind)
 }

@@ -196,6 +196,13 @@ func (c *groupCommitter) flusher() {
 // commit runs members as one transaction and answers each of them, splitting the group
 // around a failing member as the package comment describes.
 func (c *groupCommitter) commit(members []*groupMember) {
+	c.commitSplitting(members, func(error) bool { return true })
+}
+
+// commitSplitting is commit, splitting around a failing member only when split says its
+// error may be that member's own; any other error fails every member, and the group then
+// changed nothing.
+func (c *groupCommitter) commitSplitting(members []*groupMember, split func(error) bool) {
 	if len(members) == 0 {
 		return
 	}
@@ -207,15 +214,16 @@ func (c *groupCommitter) commit(members []*groupMember) {
 		for _, m := range members {
 			m.done <- nil
 		}
-	case len(members) == 1 || failed < 0:
-		// The member's own error, or the commit's: answered as a lone statement's would be.
+	case len(members) == 1 || failed < 0 || !split(err):
+		// The member's own error, the commit's, or one that is not a member's: answered as a
+		// lone statement's would be.
 		for _, m := range members {
 			m.done <- err
 		}
 	default:
-		c.commit(members[:failed])
-		c.commit(members[failed : failed+1])
-		c.commit(members[failed+1:])
+		c.commitSplitting(members[:failed], split)
+		c.commitSplitting(members[failed:failed+1], split)
+		c.commitSplitting(members[failed+1:], split)
 	}
 }
 

@@ -218,8 +218,12 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 }
 
 // AdmitBatch implements store.MessagePlane: the members form one group of their own (one
-// transaction, one commit), run in the caller's goroutine, and are split around a failing
-// member as any group is (group.go).
+// transaction, one commit), run in the caller's goroutine. A member's own refusal (a full
+// buffer, the idempotency cache, a message_id known without a key) is an outcome within the
+// transaction; a message_id known under a key fails the statement, and the group is split
+// around it as any group is (group.go). Any other error fails the whole batch, which then
+// admitted nothing: a fan-out never leaves a recipient with a later member admitted and an
+// earlier one lost.
 func (m *messagePlane) AdmitBatch(ctx context.Context, reqs []store.AdmitRequest) []store.AdmitResult {
 	out := make([]store.AdmitResult, len(reqs))
 	members := make([]*groupMember, 0, len(reqs))
@@ -240,7 +244,7 @@ func (m *messagePlane) AdmitBatch(ctx context.Context, reqs []store.AdmitRequest
 		}
 		return out
 	}
-	m.s().groups.commit(members)
+	m.s().groups.commitSplitting(members, isDuplicateMessage)
 	j := 0
 	for i := range out {
 		if outcomes[i] != nil {
