@@ -127,8 +127,9 @@ func (c *groupCommitter) close() {
 }
 
 // do runs m in a group and returns its outcome once the group committed. A caller whose
-// context ends first is answered at once, and its write may still commit (as a statement
-// cut off mid-flight may); m must then not be read again.
+// context ends first is answered with its error at once, and its write may still commit (as
+// a statement cut off mid-flight may): m's read may then still write the variables it scans
+// into, so a caller reads them only after a nil error.
 func (c *groupCommitter) do(ctx context.Context, m *groupMember) error {
 	m.done = make(chan error, 1)
 	select {
@@ -138,9 +139,12 @@ func (c *groupCommitter) do(ctx context.Context, m *groupMember) error {
 	case <-c.stop:
 		return errStoreClosed
 	}
-	// The answer is awaited even after ctx ends: m's read may still be writing into the
-	// caller's variables until it arrives (groups are bounded by groupStatementTimeout).
-	return <-m.done
+	select {
+	case err := <-m.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // flusher sends groups until close.
@@ -196,17 +200,17 @@ func (c *groupCommitter) flusher() {
 // commit runs members as one transaction and answers each of them, splitting the group
 // around a failing member as the package comment describes.
 func (c *groupCommitter) commit(members []*groupMember) {
-	c.commitSplitting(members, func(error) bool { return true })
+	c.commitSplitting(c.ctx, members, func(error) bool { return true })
 }
 
 // commitSplitting is commit, splitting around a failing member only when split says its
 // error may be that member's own; any other error fails every member, and the group then
 // changed nothing.
-func (c *groupCommitter) commitSplitting(members []*groupMember, split func(error) bool) {
+func (c *groupCommitter) commitSplitting(ctx context.Context, members []*groupMember, split func(error) bool) {
 	if len(members) == 0 {
 		return
 	}
-	failed, err := c.exec(members)
+	failed, err := c.exec(ctx, members)
 	switch {
 	case err == nil:
 		c.groups.Add(1)
@@ -221,16 +225,17 @@ func (c *groupCommitter) commitSplitting(members []*groupMember, split func(erro
 			m.done <- err
 		}
 	default:
-		c.commitSplitting(members[:failed], split)
-		c.commitSplitting(members[failed:failed+1], split)
-		c.commitSplitting(members[failed+1:], split)
+		c.commitSplitting(ctx, members[:failed], split)
+		c.commitSplitting(ctx, members[failed:failed+1], split)
+		c.commitSplitting(ctx, members[failed+1:], split)
 	}
 }
 
-// exec sends members as one batch and reads their results. It returns the index of the member
-// whose read failed with that error, or -1 with the commit's error (nil: committed).
-func (c *groupCommitter) exec(members []*groupMember) (int, error) {
-	ctx, cancel := context.WithTimeout(c.ctx, groupStatementTimeout)
+// exec sends members as one batch, bounded by ctx and groupStatementTimeout, and reads their
+// results. It returns the index of the member whose read failed with that error, or -1 with
+// the commit's error (nil: committed).
+func (c *groupCommitter) exec(ctx context.Context, members []*groupMember) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, groupStatementTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
 	var recipients []string

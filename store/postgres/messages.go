@@ -244,7 +244,8 @@ func (m *messagePlane) AdmitBatch(ctx context.Context, reqs []store.AdmitRequest
 		}
 		return out
 	}
-	m.s().groups.commitSplitting(members, isDuplicateMessage)
+	// The caller's context bounds the batch; the store's closing does not cut it short.
+	m.s().groups.commitSplitting(ctx, members, isDuplicateMessage)
 	j := 0
 	for i := range out {
 		if outcomes[i] != nil {
