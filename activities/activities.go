@@ -149,18 +149,20 @@ func (a *Activities) NotifyRegistryEvent(ctx context.Context, in RegistryEventIn
 	if err != nil {
 		return fmt.Errorf("encode registry event: %w", err)
 	}
+	// One write for the whole broadcast (Router.NotifyAll), not one commit per agent.
+	var notices []router.Announcement
 	for _, rec := range agents {
-		to := rec.Descriptor.GetAgentId()
-		if to == in.AgentID {
-			continue
+		if to := rec.Descriptor.GetAgentId(); to != in.AgentID {
+			notices = append(notices, router.Announcement{AgentID: to, Envelope: &commonpb.Envelope{
+				MessageId: uuid.NewString(), CorrelationId: in.EventID,
+				MessageType: commonpb.MessageType_NOTIFICATION, ContentType: "application/json",
+				ContentLength: uint64(len(payload)), Payload: payload,
+			}})
 		}
-		env := &commonpb.Envelope{
-			MessageId: uuid.NewString(), CorrelationId: in.EventID,
-			MessageType: commonpb.MessageType_NOTIFICATION, ContentType: "application/json",
-			ContentLength: uint64(len(payload)), Payload: payload,
-		}
-		if err := a.Router.Notify(ctx, to, env); err != nil {
-			return fmt.Errorf("notify %s: %w", to, err)
+	}
+	for i, err := range a.Router.NotifyAll(ctx, notices) {
+		if err != nil {
+			return fmt.Errorf("notify %s: %w", notices[i].AgentID, err)
 		}
 	}
 	a.Sink.Record(ctx, audit.Event{
