@@ -227,27 +227,13 @@ func (sc *schedulerService) submitFast(ctx context.Context, in workflows.TaskInp
 	return ans, nil
 }
 
-// enqueue queues an admitted task at its agent's lifecycle: by AgentTaskEnqueueUpdate, which
-// reaches the lifecycle one persistence write sooner than a signal, and by
-// AgentTaskEnqueueSignal when the update fails — a lifecycle that refuses it (a worker from
-// before it), or one that has not answered within workflows.EnqueueUpdateWait. The signal after an update that did land is a repeated
-// enqueue, which the lifecycle ignores. Its error is the signal's: no running lifecycle.
+// enqueue queues an admitted task at its agent's lifecycle by AgentTaskEnqueueSignal. Not by
+// the update of the same name: a lifecycle whose worker dies after taking an update can
+// dispatch differently when its workflow task is retried, which reuses a CONTROL message_id
+// for another task (see the task workflow's enqueue). Its error is the signal's: no running
+// lifecycle.
 func (sc *schedulerService) enqueue(ctx context.Context, in workflows.TaskInput) error {
-	tc, wid, q := sc.s.temporal, workflows.AgentWorkflowID(in.AgentID), workflows.QueuedTaskOf(in)
-	// The update id makes a retried update one update, not two. The wait is bounded: a
-	// lifecycle whose worker just died answers only once its workflow task timed out.
-	uctx, cancel := context.WithTimeout(ctx, workflows.EnqueueUpdateWait)
-	_, err := update[none](uctx, tc, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.AgentTaskEnqueueUpdate,
-		UpdateID: workflows.EnqueueUpdateID(in.TaskID), Args: []any{q}})
-	cancel()
-	if err == nil {
-		return nil
-	}
-	if ctx.Err() != nil {
-		return err
-	}
-	sc.s.log.Debug("task enqueue update failed; sending the signal", "task_id", in.TaskID, "error", err)
-	return tc.SignalWorkflow(ctx, wid, "", workflows.AgentTaskEnqueueSignal, q)
+	return sc.s.temporal.SignalWorkflow(ctx, workflows.AgentWorkflowID(in.AgentID), "", workflows.AgentTaskEnqueueSignal, workflows.QueuedTaskOf(in))
 }
 
 // closedAdmission answers SubmitTask when the task-admission update failed with updateErr.

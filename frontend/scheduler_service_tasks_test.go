@@ -12,7 +12,6 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/mocks"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -84,49 +83,23 @@ func TestNeedsWorktreeOf(t *testing.T) {
 	}
 }
 
-// TestEnqueueFallsBackToTheSignal: SubmitTask queues a task by AgentTaskEnqueueUpdate (id
-// enqueue/<task_id>) and sends nothing more when it completes; when the lifecycle refuses the
-// update, or it has not completed within the bound, the task goes by AgentTaskEnqueueSignal
-// instead, and that signal's failure is enqueue's answer.
-func TestEnqueueFallsBackToTheSignal(t *testing.T) {
+// TestEnqueueSendsTheSignal: SubmitTask queues a task by AgentTaskEnqueueSignal alone — never
+// by the update, whose retried workflow task could dispatch another task under a RUN's
+// message_id — and the signal's failure is enqueue's answer.
+func TestEnqueueSendsTheSignal(t *testing.T) {
 	in := workflows.TaskInput{TaskID: "t1", AgentID: "a", Priority: 3}
 	wid, q := workflows.AgentWorkflowID("a"), workflows.QueuedTaskOf(in)
-	isUpdate := mock.MatchedBy(func(o client.UpdateWorkflowOptions) bool {
-		return o.WorkflowID == wid && o.UpdateName == workflows.AgentTaskEnqueueUpdate && o.UpdateID == workflows.EnqueueUpdateID("t1")
-	})
-	for _, tc := range []struct {
-		name      string
-		updateErr error // from UpdateWorkflow
-		getErr    error // from the handle's Get
-		signal    bool
-		signalErr error
-	}{
-		{name: "update completes"},
-		{name: "update refused", getErr: errors.New("unknown update agent-task-enqueue"), signal: true},
-		{name: "update not sent", updateErr: context.DeadlineExceeded, signal: true},
-		{name: "no lifecycle", updateErr: errors.New("workflow not found"), signal: true, signalErr: errors.New("workflow not found")},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := &mocks.Client{}
-			h := &mocks.WorkflowUpdateHandle{}
-			if tc.updateErr != nil {
-				c.On("UpdateWorkflow", mock.Anything, isUpdate).Return(nil, tc.updateErr).Once()
-			} else {
-				c.On("UpdateWorkflow", mock.Anything, isUpdate).Return(h, nil).Once()
-				h.On("Get", mock.Anything, mock.Anything).Return(tc.getErr).Once()
-			}
-			if tc.signal {
-				c.On("SignalWorkflow", mock.Anything, wid, "", workflows.AgentTaskEnqueueSignal, q).Return(tc.signalErr).Once()
-			}
-			sc := &schedulerService{s: &Server{temporal: c, log: slog.New(slog.DiscardHandler)}}
-			err := sc.enqueue(t.Context(), in)
-			if tc.signalErr != nil {
-				require.ErrorIs(t, err, tc.signalErr)
-			} else {
-				require.NoError(t, err)
-			}
-			c.AssertExpectations(t)
-			h.AssertExpectations(t)
-		})
+	for _, signalErr := range []error{nil, errors.New("workflow not found")} {
+		c := &mocks.Client{}
+		c.On("SignalWorkflow", mock.Anything, wid, "", workflows.AgentTaskEnqueueSignal, q).Return(signalErr).Once()
+		sc := &schedulerService{s: &Server{temporal: c, log: slog.New(slog.DiscardHandler)}}
+		err := sc.enqueue(t.Context(), in)
+		if signalErr != nil {
+			require.ErrorIs(t, err, signalErr)
+		} else {
+			require.NoError(t, err)
+		}
+		c.AssertExpectations(t)
+		c.AssertNotCalled(t, "UpdateWorkflow", mock.Anything, mock.Anything)
 	}
 }

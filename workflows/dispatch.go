@@ -24,12 +24,11 @@ import (
 const (
 	// AgentTaskEnqueueSignal carries a QueuedTask from an admitted task's workflow.
 	AgentTaskEnqueueSignal = "agent-task-enqueue"
-	// AgentTaskEnqueueUpdate carries the same QueuedTask as an update, which SubmitTask
-	// sends: Temporal hands an update to the worker before writing anything to history (a
-	// speculative workflow task), where a signal is first persisted and then dispatched, so
-	// the agent's lifecycle hears of the task — and preempts for it — one persistence write
-	// sooner. A lifecycle that refuses it (a run from before task dispatch, or a worker from
-	// before this update) is sent the signal instead.
+	// AgentTaskEnqueueUpdate carries the same QueuedTask as an update. Nothing sends it any
+	// more: the lifecycle still takes it for runs that were sent it. An update reaches a
+	// worker before it is in the history, so a lifecycle workflow task retried after its
+	// worker died can take its inputs in another order and dispatch another task under a
+	// CONTROL message_id already used (see the task workflow's enqueue); the signal cannot.
 	AgentTaskEnqueueUpdate = "agent-task-enqueue"
 	// AgentPreemptSignal carries a PreemptionRequest (SchedulerService.RequestPreemption).
 	AgentPreemptSignal = "agent-preempt"
@@ -100,16 +99,6 @@ func (t *tristate) decide(ctx workflow.Context, changeID string) bool {
 // versionTaskEventsLocal marks runs that report task events by local activity (see event).
 const versionTaskEventsLocal = "task-events-local-activity"
 
-// EnqueueUpdateWait bounds the wait for AgentTaskEnqueueUpdate, after which the task is
-// queued by AgentTaskEnqueueSignal instead. An update completes only once a worker runs the
-// agent's lifecycle — which it does within milliseconds, unless the worker that held it just
-// died, when the lifecycle waits for its workflow task to time out (seconds) — while a signal
-// is durable as soon as the server has it. A task that went both ways is queued once.
-const EnqueueUpdateWait = 2 * time.Second
-
-// EnqueueUpdateID is the id of the AgentTaskEnqueueUpdate that queues taskID, whoever sends
-// it: Temporal applies an update id once per run, so a retried send is not a second update.
-func EnqueueUpdateID(taskID string) string { return "enqueue/" + taskID }
 
 // QueuedTask is the payload of AgentTaskEnqueueSignal and an entry of the agent's queue.
 type QueuedTask struct {

@@ -313,10 +313,19 @@ func (t *taskRun) run(ctx workflow.Context) (TaskStatus, error) {
 }
 
 // enqueue queues the admitted task at its agent's lifecycle. A TaskRevisionLean run sends
-// AgentTaskEnqueueUpdate from a local activity within the workflow task that admitted the
+// AgentTaskEnqueueSignal from a local activity within the workflow task that admitted the
 // task (an external signal's completion is an event that costs the task one more workflow
-// task for nothing it needs), and the signal when the update fails or has not completed
-// within EnqueueUpdateWait — the lifecycle's worker may just have died.
+// task for nothing it needs).
+//
+// Not AgentTaskEnqueueUpdate, which runs used to send first: an update reaches the lifecycle
+// before it is in its history, so when the lifecycle's worker dies in a workflow task that
+// took an update and dispatched its task, the retried workflow task can take its inputs in
+// another order (the update again, or this signal sent after it timed out) and dispatch another
+// task as the same CONTROL message — whose derived message_id (ControlMessageID: the run and a
+// count) the router then takes for a repeat of the RUN already sent. One task ran twice and
+// another never, with the first one's result (the DAG worker-kill scenario). A signal is in
+// the history before any workflow task sees it, so a retried task repeats the same decisions.
+// The lifecycle still takes the update, for runs that recorded sending it.
 func (t *taskRun) enqueue(ctx, lctx workflow.Context) error {
 	if t.in.Revision < TaskRevisionLean {
 		return workflow.SignalExternalWorkflow(ctx, AgentWorkflowID(t.in.AgentID), "", AgentTaskEnqueueSignal, QueuedTaskOf(t.in)).Get(ctx, nil)
@@ -329,8 +338,7 @@ func (t *taskRun) enqueue(ctx, lctx workflow.Context) error {
 	}
 	var acts *activities.Activities
 	return workflow.ExecuteLocalActivity(lctx, acts.SignalWorkflow, activities.SignalInput{
-		WorkflowID: AgentWorkflowID(t.in.AgentID), Signal: AgentTaskEnqueueSignal, Update: AgentTaskEnqueueUpdate,
-		UpdateID: EnqueueUpdateID(t.in.TaskID), UpdateWait: EnqueueUpdateWait, Arg: arg, MustExist: true}).Get(ctx, nil)
+		WorkflowID: AgentWorkflowID(t.in.AgentID), Signal: AgentTaskEnqueueSignal, Arg: arg, MustExist: true}).Get(ctx, nil)
 }
 
 // awaitQueued waits for the word of SubmitTask's fast path (TaskAdmittedSignal) or, should

@@ -55,7 +55,7 @@ func newHeldTaskHarness(t *testing.T, binding func(call int) activities.AgentWor
 	h.env.OnActivity(acts.SignalWorkflow, mock.Anything, mock.Anything).
 		Return(func(_ context.Context, in activities.SignalInput) error {
 			require.Equal(t, activities.SignalInput{WorkflowID: workflows.AgentWorkflowID("coder-1"), Signal: workflows.AgentTaskEnqueueSignal,
-				Update: workflows.AgentTaskEnqueueUpdate, UpdateID: workflows.EnqueueUpdateID("t1"), UpdateWait: workflows.EnqueueUpdateWait, Arg: in.Arg, MustExist: true}, in, "the admitted task queues itself at its agent")
+				Arg: in.Arg, MustExist: true}, in, "the admitted task queues itself at its agent, by the signal")
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.enqueued = true
