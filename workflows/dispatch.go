@@ -99,7 +99,6 @@ func (t *tristate) decide(ctx workflow.Context, changeID string) bool {
 // versionTaskEventsLocal marks runs that report task events by local activity (see event).
 const versionTaskEventsLocal = "task-events-local-activity"
 
-
 // QueuedTask is the payload of AgentTaskEnqueueSignal and an entry of the agent's queue.
 type QueuedTask struct {
 	// TaskID names the task.
