@@ -43,6 +43,8 @@ type Config struct {
 	DatabaseURL string
 	// GroupCommitWindow is how long PostgreSQL's group commit lingers for more writes.
 	GroupCommitWindow time.Duration
+	// GroupCommitFlushers is how many PostgreSQL group commits may be in flight at once.
+	GroupCommitFlushers int
 	// BufferCapacity is the per-agent inbound buffer (§13).
 	BufferCapacity int
 	// MaxPayloadBytes is the payload limit (§5.4).

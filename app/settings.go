@@ -16,6 +16,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/store/postgres"
 )
 
 // Setting is one setting of a sw4rm process, declared once in the settings table: its flag,
@@ -190,6 +191,9 @@ var settings = []Setting{
 		Doc: "how long the message plane's group commit waits for more concurrent writes before it sends a group (PostgreSQL only); " +
 			"0 sends as soon as a connection is free, so groups form from the writes that arrived meanwhile (docs/messaging.md)",
 		bind: nonNegativeDuration(func(c *Config) *time.Duration { return &c.GroupCommitWindow }, 0)},
+	{Flag: "group-commit-flushers", Env: "SW4RM_GROUP_COMMIT_FLUSHERS", Help: "how many PostgreSQL group commits may be in flight at once",
+		Doc:  "how many of the message plane's group commits may be in flight at once, each on a connection of its own (PostgreSQL only); more make smaller groups and overlap more commits, worth it when PostgreSQL has cores to spare (docs/messaging.md)",
+		bind: positiveInt(func(c *Config) *int { return &c.GroupCommitFlushers }, postgres.DefaultGroupCommitFlushers)},
 	{Flag: "buffer-capacity", Env: "SW4RM_BUFFER_CAPACITY", Help: "inbound buffer capacity per agent, §13",
 		bind: positiveInt(func(c *Config) *int { return &c.BufferCapacity }, router.DefaultBufferCapacity)},
 	{Flag: "max-payload-bytes", Env: "SW4RM_MAX_PAYLOAD_BYTES", Help: "largest payload admitted, §5.4",

@@ -13,6 +13,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/router"
+	"github.com/sw4rm/sw4rm-temporal/store/postgres"
 )
 
 // TestEveryFieldIsOneSetting: each Config field but ToolExecutors is the target of exactly
@@ -59,6 +60,7 @@ func TestDefaults(t *testing.T) {
 		DLQRetention: router.DefaultDLQRetention, PrivilegedRate: router.DefaultPrivilegedRate, PrivilegedBurst: router.DefaultPrivilegedBurst,
 		LaneWeights: router.DefaultLaneWeights, ConflictThreshold: 0.7, PreemptTimeout: 10 * time.Minute, TerminateGrace: 3 * time.Second,
 		Auth: auth.Off, AuthClockSkew: frontend.DefaultClockSkew, KeyOverlap: frontend.DefaultKeyOverlap,
+		GroupCommitFlushers: postgres.DefaultGroupCommitFlushers,
 	}
 	assert.Equal(t, want, DefaultConfig())
 }

@@ -105,7 +105,7 @@ func OpenStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 	if cfg.DatabaseURL == "" {
 		return memory.New(), nil
 	}
-	return postgres.Open(ctx, cfg.DatabaseURL, log, postgres.WithGroupCommit(postgres.GroupCommitOptions{Window: cfg.GroupCommitWindow}))
+	return postgres.Open(ctx, cfg.DatabaseURL, log, postgres.WithGroupCommit(postgres.GroupCommitOptions{Window: cfg.GroupCommitWindow, Flushers: cfg.GroupCommitFlushers}))
 }
 
 // prepared is what a process starts with once everything that needs no connection is read

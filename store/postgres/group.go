@@ -40,8 +40,11 @@ import (
 // locks (an idempotency entry, a message's row) are rarely shared by concurrent writes; should
 // PostgreSQL find a deadlock, the group fails and its members run again as described above.
 const (
-	// groupFlushers is how many groups may be in flight at once.
-	groupFlushers = 2
+	// DefaultGroupCommitFlushers is the default number of groups in flight at once: on the
+	// 2-core machine one flusher made the largest groups and the most messages per second
+	// (3.5 writes per commit, 742–749 messages/s, against 2.1 and 590–721 with two and
+	// 1.35 and 496–560 with four), for a send → deliver median 0.1 ms longer than with two.
+	DefaultGroupCommitFlushers = 1
 	// groupStatementTimeout bounds one group, so a connection that went away fails the
 	// waiting members rather than holding them.
 	groupStatementTimeout = 30 * time.Second
@@ -79,6 +82,10 @@ type GroupCommitOptions struct {
 	Window time.Duration
 	// Max bounds the members of one group; zero means DefaultGroupCommitMax.
 	Max int
+	// Flushers is how many groups may be in flight at once, each on a connection of its
+	// own; zero means DefaultGroupCommitFlushers. More flushers overlap more commits and
+	// make smaller groups: worth it when PostgreSQL has cores to spare.
+	Flushers int
 }
 
 // groupCommitter owns the flushers.
@@ -107,10 +114,13 @@ func startGroupCommitter(pool *pgxpool.Pool, logger *slog.Logger, opts GroupComm
 	if opts.Max <= 0 {
 		opts.Max = DefaultGroupCommitMax
 	}
+	if opts.Flushers <= 0 {
+		opts.Flushers = DefaultGroupCommitFlushers
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &groupCommitter{pool: pool, logger: logger, opts: opts,
 		members: make(chan *groupMember), stop: make(chan struct{}), ctx: ctx, cancel: cancel}
-	for range groupFlushers {
+	for range opts.Flushers {
 		c.wg.Add(1)
 		go c.flusher()
 	}
