@@ -1,14 +1,12 @@
 package router
 
 import (
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -21,8 +19,7 @@ import (
 func TestNotifyAll(t *testing.T) {
 	st := memory.New()
 	t.Cleanup(st.Close)
-	sweepFixture(t, st, time.Minute) // registers p and c
-	r := New(st, Config{AckTimeout: time.Minute}, audit.New(slog.New(slog.DiscardHandler), nil))
+	r := sweepFixture(t, st, time.Minute) // registers p and c
 	event := func(id string) *commonpb.Envelope {
 		return &commonpb.Envelope{MessageId: id, ProducerId: "someone", CorrelationId: "neg-1", MessageType: commonpb.MessageType_NEGOTIATION,
 			ContentType: "application/json", Payload: []byte(`{}`), ContentLength: 2}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/metrics"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
@@ -398,7 +399,7 @@ func BenchmarkRouterThroughput(b *testing.B) {
 				// Transactions per message, from SendMessage to the producer's FULFILLED.
 				b.ReportMetric(float64(count()-before)/float64(b.N), "xacts/msg")
 			}
-			if gs, ok := sys.app.Store().(interface{ GroupCommitStats() (int64, int64) }); ok {
+			if gs, ok := sys.app.Store().(metrics.GroupCommitter); ok {
 				// The mean group size, warm-up included.
 				if groups, members := gs.GroupCommitStats(); groups > 0 {
 					b.ReportMetric(float64(members)/float64(groups), "writes/commit")

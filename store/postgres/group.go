@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,9 +15,9 @@ import (
 // confirmation with its transition and follow-up ACK), artifacts — are each one statement, or
 // two, that used to commit on their own: one network round trip, one transaction and one WAL
 // flush each. Writers running at the same time now share them. A write is a groupMember: the
-// statements it queues and a read of their results. groupFlushers goroutines each take the
-// members waiting at that moment (up to GroupCommitMax of them, after lingering for
-// GroupCommitWindow when one is set) and send them all as one pgx batch: one round trip, and
+// statements it queues and a read of their results. GroupCommitOptions.Flushers goroutines
+// each take the members waiting at that moment (up to Max of them, after lingering for
+// Window when one is set) and send them all as one pgx batch: one round trip, and
 // PostgreSQL runs everything up to the batch's single Sync as one implicit transaction, so
 // the whole group commits — and flushes the WAL — once. No member is answered before that
 // commit, so a write is acknowledged only once it is durable, as before.
@@ -54,7 +53,8 @@ const (
 
 // lockRecipientsSQL takes the transaction-scoped recipient locks of a group's
 // capacity-limited admissions in one statement and in one order, the same in every process
-// (see Admit for what the lock protects). Parameter: $1 the recipients' agent_ids.
+// (see Admit for what the lock protects). Parameters: $1 recipientLockClass, $2 the
+// recipients' agent_ids.
 const lockRecipientsSQL = `
 SELECT count(pg_advisory_xact_lock($1::int, h))
 FROM (SELECT DISTINCT hashtext(r) AS h FROM unnest($2::text[]) AS r ORDER BY h) AS s`
@@ -90,9 +90,8 @@ type GroupCommitOptions struct {
 
 // groupCommitter owns the flushers.
 type groupCommitter struct {
-	pool   *pgxpool.Pool
-	logger *slog.Logger
-	opts   GroupCommitOptions
+	pool *pgxpool.Pool
+	opts GroupCommitOptions
 	// members is unbuffered, so once every flusher has returned no send can succeed and no
 	// member is left without an answer.
 	members chan *groupMember
@@ -110,7 +109,7 @@ type groupCommitter struct {
 var errStoreClosed = errors.New("postgres: store closed")
 
 // startGroupCommitter starts the flushers.
-func startGroupCommitter(pool *pgxpool.Pool, logger *slog.Logger, opts GroupCommitOptions) *groupCommitter {
+func startGroupCommitter(pool *pgxpool.Pool, opts GroupCommitOptions) *groupCommitter {
 	if opts.Max <= 0 {
 		opts.Max = DefaultGroupCommitMax
 	}
@@ -118,7 +117,7 @@ func startGroupCommitter(pool *pgxpool.Pool, logger *slog.Logger, opts GroupComm
 		opts.Flushers = DefaultGroupCommitFlushers
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &groupCommitter{pool: pool, logger: logger, opts: opts,
+	c := &groupCommitter{pool: pool, opts: opts,
 		members: make(chan *groupMember), stop: make(chan struct{}), ctx: ctx, cancel: cancel}
 	for range opts.Flushers {
 		c.wg.Add(1)

@@ -142,7 +142,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 	s.stopListener = cancel
 	go s.listen(loopCtx, conn)
 	s.nonces = startNonceBatcher(pool, logger)
-	s.groups = startGroupCommitter(pool, logger, o.groupCommit)
+	s.groups = startGroupCommitter(pool, o.groupCommit)
 	return s, nil
 }
 
