@@ -23,11 +23,8 @@ BIN              := bin/sw4rm
 # workflow's next task to matching) polls at most 20 times a second by default, which puts up
 # to 50 ms between a signal and the workflow seeing it. A scheduler that must preempt within
 # 50 ms raises that bound (docs/benchmarks.md, "Temporal's transfer queue"); the tests start
-# their dev server with the same flag. Eager activity execution lets a workflow task that
-# schedules an activity on its own task queue get that activity back in its completion's
-# answer, instead of through matching (the negotiation's publisher; docs/benchmarks.md).
-TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS=1000 \
-	--dynamic-config-value system.enableActivityEagerExecution=true
+# their dev server with the same flag.
+TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS=1000
 
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
 export SW4RM_MCP_SERVERS_DIR := $(MCP_SERVERS_DIR)

@@ -87,12 +87,10 @@ func TestMain(m *testing.M) {
 }
 
 // devServerArgs are the dev server's extra flags, as `make dev` passes them: the transfer
-// queue's poll bound, eager activity execution, and sw4rm's search attributes registered up
-// front, so that the many systems the tests start only list them (sw4rm adds missing ones
-// itself otherwise).
+// queue's poll bound, and sw4rm's search attributes registered up front, so that the many
+// systems the tests start only list them (sw4rm adds missing ones itself otherwise).
 func devServerArgs() []string {
-	return append([]string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
-		"--dynamic-config-value", "system.enableActivityEagerExecution=true"}, workflows.SearchAttributeFlags()...)
+	return append([]string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"}, workflows.SearchAttributeFlags()...)
 }
 
 // devServerLog is where the Temporal dev server's output goes: nowhere unless

@@ -49,11 +49,10 @@ func startTemporal(t testing.TB, dir string) *temporalServer {
 }
 
 // devServerArgs are the flags `make dev` and the end-to-end harness give the dev server:
-// the transfer queue's poll bound (without it a signal waits up to 50 ms for its workflow),
-// eager activity execution and sw4rm's search attributes.
+// the transfer queue's poll bound (without it a signal waits up to 50 ms for its workflow)
+// and sw4rm's search attributes.
 func devServerArgs() []string {
-	return append([]string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
-		"--dynamic-config-value", "system.enableActivityEagerExecution=true"}, workflows.SearchAttributeFlags()...)
+	return append([]string{"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"}, workflows.SearchAttributeFlags()...)
 }
 
 // start runs the dev server and waits until its default namespace answers.
