@@ -582,16 +582,12 @@ func (r *Router) Stream(ctx context.Context, agentID string, resumeAfter *int64,
 	}
 	stream := r.streams.Add(1)
 	defer r.confirms.forget(stream)
-	ticker := time.NewTicker(pollInterval)
-	defer ticker.Stop()
-	for {
-		batch, err := msgs.Claim(ctx, store.ClaimRequest{AgentID: agentID, Limit: claimBatch, Lease: r.cfg.Lease, Weights: r.cfg.LaneWeights})
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("claim deliveries: %w", err)
-		}
+	// Attached only after the release, which would otherwise hand a row over and then make
+	// it claimable again: rows admitted from now on while nothing else is deliverable come
+	// straight to this stream, leased, with no claim and no wake-up.
+	inbox, detach := msgs.Attach(agentID, r.cfg.Lease)
+	defer detach()
+	deliver := func(batch []store.Delivery) error {
 		r.observeDispatch(ctx, agentID, batch)
 		for _, d := range batch {
 			if followsDelivery(d.Envelope) {
@@ -605,14 +601,43 @@ func (r *Router) Stream(ctx context.Context, agentID string, resumeAfter *int64,
 				return err
 			}
 		}
+		return nil
+	}
+	ticker := time.NewTicker(pollInterval)
+	defer ticker.Stop()
+	for {
+		// Rows handed over before the claim precede what it finds, which came later.
+		if err := deliver(inbox.Take()); err != nil {
+			return err
+		}
+		batch, err := msgs.Claim(ctx, store.ClaimRequest{AgentID: agentID, Limit: claimBatch, Lease: r.cfg.Lease, Weights: r.cfg.LaneWeights})
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("claim deliveries: %w", err)
+		}
+		if err := deliver(batch); err != nil {
+			return err
+		}
 		if len(batch) == claimBatch {
 			continue // more may be waiting
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-wake:
-		case <-ticker.C:
+		// Wait for a wake-up or the poll, delivering whatever is handed over meanwhile: a
+		// handed row was admitted when nothing else was deliverable, so it needs no claim.
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-inbox.Ready():
+				if err := deliver(inbox.Take()); err != nil {
+					return err
+				}
+			case <-wake:
+				waiting = false
+			case <-ticker.C:
+				waiting = false
+			}
 		}
 	}
 }

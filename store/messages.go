@@ -402,6 +402,17 @@ type MessagePlane interface {
 	// whenever a row may have become deliverable for agentID — also when it was admitted by
 	// another process sharing the store — and a func that ends the subscription.
 	Subscribe(ctx context.Context, agentID string) (<-chan struct{}, func())
+
+	// Attach makes the returned inbox the taker of agentID's new rows in this process — the
+	// router attaches the stream it serves agentID on, in place of any attached before — until
+	// the returned func detaches it. While it is attached, a row admitted through this store
+	// (Admit, AdmitBatch, a step's follow-up) that finds none of agentID's other rows
+	// deliverable is stored leased for the inbox's lease with Attempts 1, wakes no subscriber,
+	// and is put into the inbox once durable; a row that finds others deliverable is stored
+	// as before, for Claim, so a lane's rows are never handed out of order. A handed row is
+	// then like a claimed one: redelivered when its lease runs out, released by ReleaseLeases.
+	// Detaching makes the rows put but never taken deliverable again.
+	Attach(agentID string, lease time.Duration) (*Inbox, func())
 }
 
 // PositionExpiredError reports a resume offset older than the retained stream (§5.5).

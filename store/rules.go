@@ -36,6 +36,18 @@ func LaneRank(c commonpb.CommunicationClass) int {
 	}
 }
 
+// LaneClass maps a lane back to its communication class; an unknown lane is STANDARD.
+func LaneClass(lane int) commonpb.CommunicationClass {
+	switch lane {
+	case LanePrivileged:
+		return commonpb.CommunicationClass_PRIVILEGED
+	case LaneBulk:
+		return commonpb.CommunicationClass_BULK
+	default:
+		return commonpb.CommunicationClass_STANDARD
+	}
+}
+
 // InLaneOrder returns the weights in lane order, a zero or negative weight counting as 1 so no
 // lane starves, and capped so a sum cannot overflow.
 func (w LaneWeights) InLaneOrder() [3]int {

@@ -101,7 +101,7 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 	if req.Track {
 		s.sent[id] = struct{}{}
 	}
-	s.addDelivery(row, id, req.Lane, req.Capacity > 0, t)
+	d := s.addDelivery(row, id, req.Lane, req.Capacity > 0, t)
 	if dedup != nil {
 		if entry == nil {
 			s.idem[idemKey{dedup.ProducerID, dedup.Key}] = &store.IdempotencyEntry{
@@ -127,7 +127,7 @@ func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64
 	if req.Audit != nil {
 		s.appendAdmissionLocked(*req.Audit, auditDetails, id, row.seq, t)
 	}
-	s.hub.Wake(req.RecipientID)
+	s.announce(d, t)
 	return row.seq, nil
 }
 
@@ -150,7 +150,7 @@ func (m *messagePlane) Claim(ctx context.Context, req store.ClaimRequest) ([]sto
 		d := s.deliveries[seq]
 		// A row whose lease is still running belongs to the stream that claimed it; a row
 		// whose TTL ran out is never delivered (Expire settles it).
-		if (!d.leasedUntil.IsZero() && d.leasedUntil.After(t)) || (!d.expiresAt.IsZero() && !d.expiresAt.After(t)) {
+		if !d.deliverable(t) {
 			continue
 		}
 		if q := &lanes[d.lane-1]; len(*q) < req.Limit {
@@ -552,15 +552,69 @@ func (s *Store) enqueueControl(req *store.AdmitRequest, envBytes []byte, t time.
 	row := newMessageRow(req, envBytes, t)
 	row.seq = s.seq
 	s.messages[id] = row
-	s.addDelivery(row, id, req.Lane, false, t)
-	s.hub.Wake(req.RecipientID)
+	s.announce(s.addDelivery(row, id, req.Lane, false, t), t)
 	return row.seq
+}
+
+// announce makes a row just added known to its agent's stream: handed straight to the inbox
+// attached for the agent when none of the agent's other rows is deliverable (Attach), else
+// by waking the subscribers to claim it. The caller holds s.mu.
+func (s *Store) announce(d *deliveryRow, t time.Time) {
+	in := s.hub.Inbox(d.agentID)
+	if in != nil && !s.othersDeliverable(d, t) {
+		d.leasedUntil = t.Add(in.Lease)
+		d.attempts = 1
+		if del, err := d.toDelivery(); err == nil && in.Put(del) {
+			return
+		}
+		d.leasedUntil, d.attempts = time.Time{}, 0
+	}
+	s.hub.Wake(d.agentID)
+}
+
+// othersDeliverable reports whether a row of d's agent other than d could be claimed at t.
+// The caller holds s.mu.
+func (s *Store) othersDeliverable(d *deliveryRow, t time.Time) bool {
+	for _, seq := range s.pending[d.agentID] {
+		if o := s.deliveries[seq]; seq != d.seq && o.deliverable(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// deliverable reports whether a claim at t could hand the row out: not leased (or its lease
+// ran out) and within its TTL.
+func (d *deliveryRow) deliverable(t time.Time) bool {
+	return (d.leasedUntil.IsZero() || !d.leasedUntil.After(t)) && (d.expiresAt.IsZero() || d.expiresAt.After(t))
+}
+
+// Attach implements store.MessagePlane.
+func (m *messagePlane) Attach(agentID string, lease time.Duration) (*store.Inbox, func()) {
+	s := m.s()
+	in := store.NewInbox(lease)
+	detach := s.hub.Attach(agentID, in)
+	return in, func() {
+		left := detach()
+		if len(left) == 0 {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, l := range left {
+			if d := s.deliveries[l.Seq]; d != nil && d.confirmedAt.IsZero() && !d.leasedUntil.IsZero() {
+				d.leasedUntil = time.Time{}
+				d.attempts = max(d.attempts-1, 0)
+			}
+		}
+		s.hub.Wake(agentID)
+	}
 }
 
 // addDelivery puts the delivery row of a message just stored as row (with its seq) into its
 // recipient's buffer; counted says it takes a slot of the buffer's capacity (data, not
 // control traffic). The caller holds s.mu.
-func (s *Store) addDelivery(row *messageRow, id string, lane commonpb.CommunicationClass, counted bool, t time.Time) {
+func (s *Store) addDelivery(row *messageRow, id string, lane commonpb.CommunicationClass, counted bool, t time.Time) *deliveryRow {
 	d := &deliveryRow{
 		seq:        row.seq,
 		agentID:    row.recipient,
@@ -577,6 +631,7 @@ func (s *Store) addDelivery(row *messageRow, id string, lane commonpb.Communicat
 	}
 	// Seqs only grow, so appending keeps the buffer sorted.
 	s.pending[row.recipient] = append(s.pending[row.recipient], d.seq)
+	return d
 }
 
 // Subscribe implements store.MessagePlane. The subscription also ends when ctx is done; the
@@ -596,6 +651,7 @@ func (d *deliveryRow) toDelivery() (store.Delivery, error) {
 		Envelope:   env,
 		EnqueuedAt: d.enqueuedAt,
 		Attempts:   d.attempts,
+		Lane:       store.LaneClass(int(d.lane)),
 	}, nil
 }
 

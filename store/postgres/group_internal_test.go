@@ -7,6 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
 // sleeper is a group member whose statement takes d.
@@ -71,4 +74,25 @@ func TestGroupFailureOutsideAMemberFailsTheBatch(t *testing.T) {
 	require.NoError(t, <-members[2].done)
 	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT count(*) FROM artifacts`).Scan(&n))
 	require.Equal(t, 2, n)
+}
+
+// TestHandOverToADetachedStreamReleasesTheRow: an admission prepared while its recipient's
+// stream was attached, which commits after the stream detached, leaves its row leased to no
+// one; handOver finds the inbox closed and makes the row claimable at once, instead of after
+// the lease.
+func TestHandOverToADetachedStreamReleasesTheRow(t *testing.T) {
+	s := openInternal(t)
+	mp := s.Messages().(*messagePlane)
+	in, detach := mp.Attach("bob", time.Hour)
+	member, outcome, err := mp.admission(store.AdmitRequest{Envelope: &commonpb.Envelope{MessageId: "m1", ProducerId: "alice"}, RecipientID: "bob"})
+	require.NoError(t, err)
+	detach() // the stream ends while the admission is on its way
+	seq, err := outcome(s.groups.do(t.Context(), member))
+	require.NoError(t, err)
+	require.Empty(t, in.Take())
+	ds, err := mp.Claim(t.Context(), store.ClaimRequest{AgentID: "bob", Limit: 10, Lease: time.Hour})
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, seq, ds[0].Seq)
+	require.Equal(t, 1, ds[0].Attempts, "the hand-over that reached no stream is not counted")
 }

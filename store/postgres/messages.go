@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,7 +49,7 @@ func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
 //	$1 message_id  $2 tracked  $3 producer_id  $4 recipient_id  $5 correlation_id
 //	$6 message_type  $7 envelope  $8 lane  $9 expires_at  $10 capacity (0: none)
 //	$11 dedup producer  $12 dedup key ('' : no idempotency)  $13 window (µs)
-//	$14 buffer-full note  $15 notify channel
+//	$14 buffer-full note  $15 notify channel  $26 hand-over lease (µs; 0: none)
 //
 // full_ counts the buffer's data rows (at most capacity of them, through
 // deliveries_capacity_idx): rows admitted without a capacity, the router's control traffic,
@@ -64,6 +65,12 @@ func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
 // correlation_id, $22 actor, $23 type, empty for none, $24 agent_id, $25 details, a JSON object
 // that gains the row's seq) only then too; the final SELECT notifies listeners (delivered at
 // commit) and reports.
+//
+// hand decides whether the row is handed straight to a stream attached in this process
+// (store.MessagePlane.Attach): only when the caller asked ($26 > 0) and none of the
+// recipient's other rows is deliverable, so a handed row never overtakes one a claim would
+// give first. del then stores it leased, with its first attempt counted, and the final
+// SELECT notifies nobody: no claim could take it.
 //
 // A message_id already known is a duplicate, and a duplicate must change nothing. With an
 // idempotency key, msg has no ON CONFLICT clause, so inserting a known id fails the whole
@@ -156,10 +163,15 @@ msg AS (
 	WHERE $2 OR d.decision = 'admit'` + conflict + `
 	RETURNING state
 ),
+hand AS (
+	SELECT CASE WHEN $26::bigint > 0 AND NOT EXISTS (` + deliverableOf("$4") + `)
+		THEN now() + $26::bigint * interval '1 microsecond' END AS until
+),
 del AS (
-	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at, counted)
-	SELECT $4, $1, $7, $8, $9, $10::int > 0 FROM msg WHERE msg.state = {SENT}
-	RETURNING seq
+	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at, counted, leased_until, attempts)
+	SELECT $4, $1, $7, $8, $9, $10::int > 0, hand.until, CASE WHEN hand.until IS NULL THEN 0 ELSE 1 END
+	FROM msg, hand WHERE msg.state = {SENT}
+	RETURNING seq, leased_until IS NOT NULL AS handed, enqueued_at
 ),
 ho AS (
 	INSERT INTO outbox (id, kind, workflow_id, payload, lease_until)
@@ -177,13 +189,20 @@ au AS (
 SELECT d.decision,
 	-- Whether the message_id is known (see admitStatement).
 	` + known + `,
-	(SELECT seq FROM del),
-	(SELECT pg_notify($15, $4)::text FROM del),
+	(SELECT seq FROM del), (SELECT handed FROM del), (SELECT enqueued_at FROM del),
+	(SELECT pg_notify($15, $4)::text FROM del WHERE NOT del.handed),
 	COALESCE(d.producer_id, ''), COALESCE(d.key, ''), COALESCE(d.status, ''),
 	COALESCE(d.original_message_id, ''), COALESCE(d.latest_message_id, ''), COALESCE(d.attempts, 0),
 	COALESCE(d.terminal_state, 0), COALESCE(d.error_code, 0), COALESCE(d.result, ''),
 	d.cached_at, d.created_at, d.updated_at
 FROM dec AS d`)
+}
+
+// deliverableOf selects the rows of the agent named by the parameter that a claim could hand
+// out now (see claimSQL), through deliveries_pending_idx.
+func deliverableOf(agent string) string {
+	return `SELECT 1 FROM deliveries WHERE agent_id = ` + agent + ` AND confirmed_at IS NULL
+		AND (leased_until IS NULL OR leased_until <= now()) AND (expires_at IS NULL OR expires_at > now())`
 }
 
 var (
@@ -210,7 +229,7 @@ var (
 // deadlock one another on them; Advance, Expire and RecordLateAck take entry locks but never a
 // recipient lock. Two recipients whose ids share a hash merely serialize.
 func (m *messagePlane) Admit(ctx context.Context, req store.AdmitRequest) (int64, error) {
-	member, outcome, err := admission(req)
+	member, outcome, err := m.admission(req)
 	if err != nil {
 		return 0, err
 	}
@@ -229,7 +248,7 @@ func (m *messagePlane) AdmitBatch(ctx context.Context, reqs []store.AdmitRequest
 	members := make([]*groupMember, 0, len(reqs))
 	outcomes := make([]func(error) (int64, error), len(reqs))
 	for i, req := range reqs {
-		member, outcome, err := admission(req)
+		member, outcome, err := m.admission(req)
 		if err != nil {
 			out[i].Err = err
 			continue
@@ -257,8 +276,9 @@ func (m *messagePlane) AdmitBatch(ctx context.Context, reqs []store.AdmitRequest
 }
 
 // admission prepares req as a group member running admitSQL, and the function that turns the
-// member's outcome into Admit's result.
-func admission(req store.AdmitRequest) (*groupMember, func(error) (int64, error), error) {
+// member's outcome into Admit's result — which, for a row handed over, first puts it into the
+// inbox attached for its recipient when the admission was prepared (Attach).
+func (m *messagePlane) admission(req store.AdmitRequest) (*groupMember, func(error) (int64, error), error) {
 	env := req.Envelope
 	if env == nil || env.GetMessageId() == "" {
 		return nil, nil, errors.New("postgres: admit: envelope with a message_id is required")
@@ -283,15 +303,19 @@ func admission(req store.AdmitRequest) (*groupMember, func(error) (int64, error)
 		dedupProducer, dedupKey, window.Microseconds(), store.BufferFullNote(req.RecipientID, capacity), NotifyChannel,
 		hIDs, hKinds, hWorkflows, hPayloads, store.OutboxLease.Seconds()}
 	args = append(args, auditColumnsOf(req.Audit)...)
+	inbox := m.s().hub.Inbox(req.RecipientID)
+	args = append(args, handLease(inbox))
 
 	var (
-		decision string
-		existed  bool
-		seq      *int64
-		notified *string
-		es       entryScan
+		decision   string
+		existed    bool
+		seq        *int64
+		handed     *bool
+		enqueuedAt *time.Time
+		notified   *string
+		es         entryScan
 	)
-	dest := append([]any{&decision, &existed, &seq, &notified}, es.dest()...)
+	dest := append([]any{&decision, &existed, &seq, &handed, &enqueuedAt, &notified}, es.dest()...)
 	sql := admitNoKeySQL
 	if dedupKey != "" {
 		sql = admitSQL
@@ -316,6 +340,10 @@ func admission(req store.AdmitRequest) (*groupMember, func(error) (int64, error)
 				return 0, fmt.Errorf("postgres: admit %q: no delivery row", id)
 			}
 			// Subscribers in this process are woken by the notification too (see Subscribe).
+			if handed != nil && *handed {
+				m.handOver(inbox, store.Delivery{Seq: *seq, AgentID: req.RecipientID, Envelope: env,
+					EnqueuedAt: utc(*enqueuedAt), Attempts: 1, Lane: store.LaneClass(store.LaneRank(req.Lane))})
+			}
 			return *seq, nil
 		case "full":
 			return 0, fmt.Errorf("postgres: admit %q to %q: %w", id, req.RecipientID, store.ErrBufferFull)
@@ -428,6 +456,7 @@ func (m *messagePlane) Claim(ctx context.Context, req store.ClaimRequest) ([]sto
 		if err := row.Scan(&c.d.Seq, &c.d.AgentID, &envBytes, &c.d.EnqueuedAt, &c.d.Attempts, &c.rnd, &c.lane); err != nil {
 			return c, err
 		}
+		c.d.Lane = store.LaneClass(int(c.lane))
 		var err error
 		c.d, err = finishDelivery(c.d, envBytes)
 		return c, err
@@ -711,6 +740,7 @@ func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal st
 //	$9 follow-up message_id ('': none)  $10 producer_id  $11 recipient_id  $12 correlation_id
 //	$13 message_type  $14 envelope  $15 lane  $16 expires_at  $17 notify channel
 //	$18 outbox entry id ('': none)  $19 kind  $20 workflow_id  $21 payload  $22 lease in seconds
+//	$23 the follow-up's hand-over lease (µs; 0: none; see admitStatement's hand)
 func stepSQL(entSQL string) string {
 	return enumSQL(`
 WITH
@@ -746,10 +776,15 @@ fmsg AS (
 	SELECT $9, false, $10, $11, $12, $13, {SENT}, 0, '', $14, $16, '', '' FROM upd WHERE $9 <> ''
 	RETURNING message_id
 ),
+fhand AS (
+	SELECT CASE WHEN $23::bigint > 0 AND NOT EXISTS (` + deliverableOf("$11") + `)
+		THEN now() + $23::bigint * interval '1 microsecond' END AS until
+),
 fdel AS (
-	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at)
-	SELECT $11, $9, $14, $15, $16 FROM fmsg
-	RETURNING seq
+	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at, leased_until, attempts)
+	SELECT $11, $9, $14, $15, $16, fhand.until, CASE WHEN fhand.until IS NULL THEN 0 ELSE 1 END
+	FROM fmsg, fhand
+	RETURNING seq, leased_until IS NOT NULL AS handed, enqueued_at
 ),
 ho AS (
 	INSERT INTO outbox (id, kind, workflow_id, payload, lease_until)
@@ -757,7 +792,8 @@ ho AS (
 	ON CONFLICT (id) DO NOTHING
 )
 SELECT EXISTS (SELECT 1 FROM lk), c.seq IS NOT NULL, u.message_id IS NOT NULL,
-	(SELECT seq FROM fdel), (SELECT pg_notify($17, $11)::text FROM fdel),
+	(SELECT seq FROM fdel), (SELECT handed FROM fdel), (SELECT enqueued_at FROM fdel),
+	(SELECT pg_notify($17, $11)::text FROM fdel WHERE NOT fdel.handed),
 	COALESCE(c.seq, 0), COALESCE(c.agent_id, ''), COALESCE(c.envelope, ''::bytea),
 	COALESCE(c.enqueued_at, now()), COALESCE(c.attempts, 0),
 	` + nullableColumns("u") + `
@@ -830,17 +866,23 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 		out      stepOutcome
 		followID = f.Envelope.GetMessageId()
 		fseq     *int64
+		fhanded  *bool
+		fat      *time.Time
 		notified *string
 		d        store.Delivery
 		envBytes []byte
 		ms       messageScan
 	)
-	dest := append([]any{&out.unchanged, &out.confirmed, &out.applied, &fseq, &notified,
+	var inbox *store.Inbox
+	if followID != "" {
+		inbox = m.s().hub.Inbox(f.RecipientID)
+	}
+	dest := append([]any{&out.unchanged, &out.confirmed, &out.applied, &fseq, &fhanded, &fat, &notified,
 		&d.Seq, &d.AgentID, &envBytes, &d.EnqueuedAt, &d.Attempts}, ms.dest()...)
 	args := []any{messageID, to, code, note, int32(from), step != nil, seq, agentID,
 		followID, f.Envelope.GetProducerId(), f.RecipientID, f.Envelope.GetCorrelationId(), int32(f.Envelope.GetMessageType()),
 		env, int16(store.LaneRank(f.Lane)), nullTime(f.ExpiresAt), NotifyChannel,
-		h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), store.OutboxLease.Seconds()}
+		h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), store.OutboxLease.Seconds(), handLease(inbox)}
 	// The step commits in a group with other writers' (group.go).
 	err := m.s().groups.do(ctx, &groupMember{
 		queue: func(b *pgx.Batch) { b.Queue(sql, args...) },
@@ -864,6 +906,10 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 	}
 	if fseq != nil {
 		out.followSeq = *fseq
+		if fhanded != nil && *fhanded {
+			m.handOver(inbox, store.Delivery{Seq: *fseq, AgentID: f.RecipientID, Envelope: f.Envelope,
+				EnqueuedAt: utc(*fat), Attempts: 1, Lane: store.LaneClass(store.LaneRank(f.Lane))})
+		}
 	}
 	return out, nil
 }
@@ -1014,6 +1060,65 @@ func (m *messagePlane) ConfirmAndAdvance(ctx context.Context, req store.ConfirmR
 			res.StepResult = store.StepResult{Record: out.rec, Applied: true, FollowUpSeq: out.followSeq}
 		}
 		return res, nil
+	}
+}
+
+// Attach implements store.MessagePlane. Rows are handed over by the statement that admits them
+// (admitStatement's hand, stepSQL's fhand), and only to an inbox attached when that statement
+// was prepared; one detached before the commit refuses the row (Inbox.Put), which is then
+// released as the rows never taken are.
+func (m *messagePlane) Attach(agentID string, lease time.Duration) (*store.Inbox, func()) {
+	in := store.NewInbox(lease)
+	detach := m.s().hub.Attach(agentID, in)
+	return in, func() {
+		if left := detach(); len(left) > 0 {
+			m.releaseHanded(left...)
+		}
+	}
+}
+
+// handLease is the hand-over lease, in µs, that an admission to in's agent asks for: 0 (none)
+// when nothing is attached.
+func handLease(in *store.Inbox) int64 {
+	if in == nil {
+		return 0
+	}
+	return max(in.Lease.Microseconds(), 1)
+}
+
+// handOver puts a row its statement handed over, now durable, into in; a detached inbox
+// refuses it, and the row is released for a claim.
+func (m *messagePlane) handOver(in *store.Inbox, d store.Delivery) {
+	// The stream owns what it is handed: the caller goes on with the envelope it admitted.
+	d.Envelope = proto.Clone(d.Envelope).(*commonpb.Envelope)
+	if !in.Put(d) {
+		m.releaseHanded(d)
+	}
+}
+
+// releaseHandedSQL makes rows handed over but never delivered deliverable again, undoing the
+// attempt their hand-over counted, and wakes their agents' streams (at commit).
+var releaseHandedSQL = `
+WITH rel AS (
+	UPDATE deliveries SET leased_until = NULL, attempts = greatest(attempts - 1, 0)
+	WHERE seq = ANY($1::bigint[]) AND confirmed_at IS NULL AND leased_until IS NOT NULL
+	RETURNING agent_id
+)
+SELECT count(pg_notify($2, a.agent_id)) FROM (SELECT DISTINCT agent_id FROM rel) AS a`
+
+// releaseHanded releases rows handed to an inbox that no stream will read. It is best
+// effort: should it fail, the rows are delivered when their lease runs out, or at once to
+// the agent's next stream (ReleaseLeases).
+func (m *messagePlane) releaseHanded(ds ...store.Delivery) {
+	seqs := make([]int64, len(ds))
+	for i, d := range ds {
+		seqs[i] = d.Seq
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := m.s().pool.Exec(ctx, releaseHandedSQL, seqs, NotifyChannel); err != nil {
+		slog.Default().Warn("postgres: release rows handed to a detached stream; they wait for their lease",
+			"seqs", seqs, "error", err)
 	}
 }
 

@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("PendingResponses", func(t *testing.T) { runPendingResponses(t, newStore) })
 	t.Run("Steps", func(t *testing.T) { runSteps(t, newStore) })
 	t.Run("Subscribe", func(t *testing.T) { runSubscribe(t, newStore) })
+	t.Run("HandOver", func(t *testing.T) { runHandOver(t, newStore) })
 	t.Run("Copies", func(t *testing.T) { runCopies(t, newStore) })
 	t.Run("Registry", func(t *testing.T) { runRegistry(t, newStore) })
 	t.Run("Audit", func(t *testing.T) { runAudit(t, newStore) })

@@ -6,18 +6,54 @@ package hub
 import (
 	"context"
 	"sync"
+
+	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
-// Hub holds the live subscriptions of one store. The zero value is not usable; call New.
+// Hub holds the live subscriptions of one store, and the inboxes attached to it
+// (store.MessagePlane.Attach). The zero value is not usable; call New.
 type Hub struct {
-	mu     sync.Mutex
-	subs   map[string]map[chan struct{}]struct{}
-	closed bool
+	mu      sync.Mutex
+	subs    map[string]map[chan struct{}]struct{}
+	inboxes map[string]*store.Inbox
+	closed  bool
 }
 
 // New returns an empty hub.
 func New() *Hub {
-	return &Hub{subs: make(map[string]map[chan struct{}]struct{})}
+	return &Hub{subs: make(map[string]map[chan struct{}]struct{}), inboxes: make(map[string]*store.Inbox)}
+}
+
+// Attach makes in the inbox of agentID's new rows in this process, in place of any attached
+// before (a stream that reconnected takes over from its predecessor). The returned func
+// detaches it, once, and closes it; it returns the rows put but never taken, which the caller
+// must make deliverable again. After Close, Attach attaches nothing.
+func (h *Hub) Attach(agentID string, in *store.Inbox) func() []store.Delivery {
+	h.mu.Lock()
+	if !h.closed {
+		h.inboxes[agentID] = in
+	}
+	h.mu.Unlock()
+	var once sync.Once
+	var left []store.Delivery
+	return func() []store.Delivery {
+		once.Do(func() {
+			h.mu.Lock()
+			if h.inboxes[agentID] == in {
+				delete(h.inboxes, agentID)
+			}
+			h.mu.Unlock()
+			left = in.Close()
+		})
+		return left
+	}
+}
+
+// Inbox returns the inbox attached for agentID, or nil.
+func (h *Hub) Inbox(agentID string) *store.Inbox {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inboxes[agentID]
 }
 
 // Subscribe registers a subscription for agentID. The returned channel has a buffer of one and
@@ -98,6 +134,7 @@ func (h *Hub) Close() {
 	defer h.mu.Unlock()
 	h.closed = true
 	clear(h.subs)
+	clear(h.inboxes)
 }
 
 // notify performs the non-blocking send: a full buffer already holds a pending wake-up, which
