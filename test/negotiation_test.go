@@ -141,6 +141,18 @@ func TestNegotiationContract(t *testing.T) {
 			v1 := []byte(`{"api":"orders","price":120,"limits":{"rps":100,"burst":200,"regions":["eu","us"],"sla":"99.9"}}`)
 			require.NoError(t, a.nc.Propose(ctx, id, "application/json", v1))
 			assert.Len(t, negotiationOf(t, sys, id).Versions, 1, "the refused draft consumed no round")
+			// An outsider is refused as one before anything else, so it learns nothing of the
+			// negotiation's progress (no "already has a proposal", no turn).
+			for name, call := range map[string]func() error{
+				"Propose":  func() error { return c.nc.Propose(ctx, id, "application/json", v1) },
+				"Counter":  func() error { return c.nc.Counter(ctx, id, "application/json", v1) },
+				"Evaluate": func() error { return c.nc.Evaluate(ctx, id, 0.5, "peeking") },
+			} {
+				err := call()
+				assert.Equal(t, codes.PermissionDenied, status.Code(err), "outsider's %s: %v", name, err)
+				assert.NotContains(t, err.Error(), "proposal", "outsider's %s", name)
+				assert.NotContains(t, err.Error(), "turn", "outsider's %s", name)
+			}
 			err = a.nc.Counter(ctx, id, "application/json", v1)
 			assert.Equal(t, codes.FailedPrecondition, status.Code(err), "out of turn: %v", err)
 			err = b.nc.Evaluate(ctx, id, 1.5, "too sure")

@@ -328,6 +328,9 @@ func (w *negotiationRun) handlers(ctx workflow.Context) error {
 			return w.addVersion(ctx, d), nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, d NegotiationDraft) error {
+			if err := w.outsider(d.From); err != nil {
+				return err
+			}
 			if err := closed(); err != nil {
 				return err
 			}
@@ -357,14 +360,14 @@ func (w *negotiationRun) handlers(ctx workflow.Context) error {
 			return v.N, nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, e NegotiationEvaluation) error {
+			if err := w.outsider(e.From); err != nil {
+				return err
+			}
 			if err := closed(); err != nil {
 				return err
 			}
 			if w.st.Mode != NegotiationModeContract {
 				return refuse(NegotiationErrPrecondition, "negotiation %s is a debate: its participants answer their turn tasks instead", w.in.NegotiationID)
-			}
-			if !slices.Contains(w.in.Participants, e.From) {
-				return refuse(NegotiationErrPermission, "%s is not a participant of negotiation %s", e.From, w.in.NegotiationID)
 			}
 			if len(w.st.Versions) == 0 {
 				return refuse(NegotiationErrPrecondition, "negotiation %s has no proposal to evaluate yet", w.in.NegotiationID)
@@ -414,6 +417,16 @@ func (w *negotiationRun) handlers(ctx workflow.Context) error {
 			return nil
 		}},
 	)
+}
+
+// outsider refuses a caller who is not a participant, before any other check of a draft or an
+// evaluation: a refusal must not tell an outsider how far the negotiation has got (closed,
+// a proposal already made, whose turn it is).
+func (w *negotiationRun) outsider(from string) error {
+	if !slices.Contains(w.in.Participants, from) {
+		return refuse(NegotiationErrPermission, "%s is not a participant of negotiation %s", from, w.in.NegotiationID)
+	}
+	return nil
 }
 
 // refuse is a validator's refusal; its type travels to the frontend.
