@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -143,9 +144,13 @@ func newConfig(t testing.TB, kind string) app.Config {
 	if kind == "postgres" {
 		cfg.DatabaseURL = pgtest.NewDatabase(t)
 	}
-	// make bench GROUP_COMMIT_WINDOW=… compares group-commit windows.
+	// SW4RM_GROUP_COMMIT_WINDOW=… and SW4RM_GROUP_COMMIT_FLUSHERS=… in the environment of
+	// make bench compare group-commit settings.
 	if w, err := time.ParseDuration(os.Getenv("SW4RM_GROUP_COMMIT_WINDOW")); err == nil {
 		cfg.GroupCommitWindow = w
+	}
+	if n, err := strconv.Atoi(os.Getenv("SW4RM_GROUP_COMMIT_FLUSHERS")); err == nil && n > 0 {
+		cfg.GroupCommitFlushers = n
 	}
 	return cfg
 }
