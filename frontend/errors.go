@@ -82,6 +82,7 @@ var toolCodeOf = map[tool.Code]codes.Code{
 	tool.CodeWallTimeout:       codes.DeadlineExceeded,
 	tool.CodeValidation:        codes.InvalidArgument,
 	tool.CodePermissionDenied:  codes.PermissionDenied,
+	tool.CodeWorktreeNotBound:  codes.FailedPrecondition,
 	tool.CodeCPUBudgetExceeded: codes.ResourceExhausted,
 	tool.CodeCancelled:         codes.Aborted,
 	tool.CodeNotFound:          codes.NotFound,

@@ -136,7 +136,7 @@ func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c calle
 		if who == "" {
 			who = "the caller (name the agent in " + wire.AgentIDKey + ")"
 		}
-		return prepared{}, tool.Errorf(tool.CodePermissionDenied, "tool %s needs a worktree and %s is not bound to one (§16: WorktreeService.Bind first)", req.GetToolName(), who)
+		return prepared{}, tool.Errorf(tool.CodeWorktreeNotBound, "tool %s needs a worktree and %s is not bound to one (§16: WorktreeService.Bind first)", req.GetToolName(), who)
 	}
 	replyTo, corr := "", ""
 	envelope, err := tool.ParseReply(wire.ToolReplyKey, firstMD(ctx, wire.ToolReplyKey), wire.AgentIDKey, c.agent)

@@ -91,7 +91,7 @@ func TestToolSDK(t *testing.T) {
 			assert.Equal(t, "there", out["hi"])
 
 			_, err = c.Do(ctx, tsdk.Call{ProviderID: tools.BuiltinProviderID, ToolName: "fs.read", Args: map[string]any{"path": "x"}})
-			assert.Equal(t, "PERMISSION_DENIED", tsdk.CodeOf(err), "no worktree: %v", err)
+			assert.Equal(t, "WORKTREE_NOT_BOUND", tsdk.CodeOf(err), "no worktree (§16): %v", err)
 
 			st, err := c.Stream(ctx, tsdk.Call{ProviderID: tools.BuiltinProviderID, ToolName: "sleep", Args: map[string]any{"ms": 1500, "tick_ms": 100}})
 			require.NoError(t, err)

@@ -289,7 +289,7 @@ func recvErr(c toolpb.ToolServiceClient, callID string) (*toolpb.ToolFrame, erro
 // stores: a PRIVILEGED call waits in HITL with reason TOOL_PRIVILEGE_ESCALATION and runs
 // once an operator approves it, or is PERMISSION_DENIED when one denies it; a pre-approved
 // tool runs at once; retries asked for a non-idempotent tool are dropped with a note; and a
-// tool that needs a worktree is refused to an unbound caller.
+// tool that needs a worktree is refused WORKTREE_NOT_BOUND to an unbound caller (§16).
 func TestToolPolicyOverGRPC(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
@@ -351,8 +351,9 @@ func TestToolPolicyOverGRPC(t *testing.T) {
 			var trailer metadata.MD
 			_, err = tc.Call(metadata.AppendToOutgoingContext(ctx, wire.AgentIDKey, uniq(t, "unbound")),
 				&toolpb.ToolCall{ProviderId: "fake", ToolName: "in_worktree", Args: []byte(`{}`)}, grpc.Trailer(&trailer))
-			require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
-			assert.Equal(t, []string{"PERMISSION_DENIED"}, trailer.Get(wire.ToolErrorCodeTrailer))
+			// §16: "Tools with needs_worktree=true MUST fail with error code worktree_not_bound".
+			require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+			assert.Equal(t, []string{"WORKTREE_NOT_BOUND"}, trailer.Get(wire.ToolErrorCodeTrailer))
 			assert.Contains(t, status.Convert(err).Message(), "not bound")
 		})
 	}

@@ -21,9 +21,13 @@ const (
 	// CodeValidation: the call is malformed — unknown policy value, arguments that do not
 	// satisfy the input schema, a bad call_id (§18.3).
 	CodeValidation Code = "VALIDATION_ERROR"
-	// CodePermissionDenied: the caller may not run the tool, an approval was refused, or the
-	// tool needs a worktree the caller is not bound to (§18.3, §18.4, §16).
+	// CodePermissionDenied: the caller may not run the tool, or an approval was refused
+	// (§18.3, §18.4).
 	CodePermissionDenied Code = "PERMISSION_DENIED"
+	// CodeWorktreeNotBound: the tool needs a worktree (needs_worktree, or the policy's
+	// worktree_required) and the calling agent is bound to none (§16: "MUST fail with error
+	// code worktree_not_bound").
+	CodeWorktreeNotBound Code = "WORKTREE_NOT_BOUND"
 	// CodeWallTimeout: the whole execution, retries included, ran past budget_wall_ms
 	// (§18.5.1).
 	CodeWallTimeout Code = "WALL_TIMEOUT"
@@ -50,7 +54,7 @@ const (
 
 // codes lists every Code, in declaration order.
 var codes = []Code{
-	CodeToolTimeout, CodeValidation, CodePermissionDenied, CodeWallTimeout,
+	CodeToolTimeout, CodeValidation, CodePermissionDenied, CodeWorktreeNotBound, CodeWallTimeout,
 	CodeCPUBudgetExceeded, CodeCancelled, CodeNotFound, CodeAlreadyCompleted,
 	CodeToolFailed, CodeInterrupted, CodeInternal,
 }

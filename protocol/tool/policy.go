@@ -109,7 +109,7 @@ type Policy struct {
 	Network NetworkPolicy
 	// Privilege is the privilege level (§18.5.3).
 	Privilege PrivilegeLevel
-	// WorktreeRequired: the call is refused (PERMISSION_DENIED) unless the calling agent is
+	// WorktreeRequired: the call is refused (WORKTREE_NOT_BOUND) unless the calling agent is
 	// bound to a worktree (§16) — asked by the policy or by the descriptor's needs_worktree.
 	WorktreeRequired bool
 	// MaxRetries is how many times a failed attempt is tried again; always 0 for a

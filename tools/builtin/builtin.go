@@ -171,7 +171,7 @@ func (p *Provider) Call(ctx context.Context, req tools.Request, emit tools.Emit)
 		return tools.Result{}, tool.Errorf(tool.CodeValidation, "tool %q takes JSON arguments, not %q", req.ToolName, req.ContentType)
 	}
 	if (p.descs[req.ToolName].GetNeedsWorktree() || req.Policy.WorktreeRequired) && req.Worktree == "" {
-		return tools.Result{}, tool.Errorf(tool.CodePermissionDenied, "tool %q: the caller is not bound to a worktree (§16)", req.ToolName)
+		return tools.Result{}, tool.Errorf(tool.CodeWorktreeNotBound, "tool %q: the caller is not bound to a worktree (§16)", req.ToolName)
 	}
 	if err := ctx.Err(); err != nil {
 		return tools.Result{}, ctxError(ctx, req.ToolName)

@@ -186,12 +186,12 @@ func TestCallRefusals(t *testing.T) {
 
 	for _, name := range []string{ToolFSRead, ToolFSWrite, ToolFSList, ToolProcessRun} {
 		_, err = p.Call(ctx, request(name, "", `{}`), nil)
-		wantCode(t, err, tool.CodePermissionDenied, "not bound to a worktree (§16)")
+		wantCode(t, err, tool.CodeWorktreeNotBound, "not bound to a worktree (§16)")
 	}
 	req = request(ToolEcho, "", `{}`)
 	req.Policy.WorktreeRequired = true
 	_, err = p.Call(ctx, req, nil)
-	wantCode(t, err, tool.CodePermissionDenied, "not bound to a worktree (§16)")
+	wantCode(t, err, tool.CodeWorktreeNotBound, "not bound to a worktree (§16)")
 
 	_, err = p.Call(ctx, request(ToolFSRead, wt, `{"path":`), nil)
 	wantCode(t, err, tool.CodeValidation, "do not decode")
