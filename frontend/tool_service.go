@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
@@ -182,6 +183,29 @@ func asToolError(err error) *tool.Error {
 	return tool.Errorf(tool.CodeInternal, "%v", err)
 }
 
+// withProvider returns req with the provider_id it left empty: the one provider that offers
+// its tool (tool.ResolveProvider refuses none or several), so a client calling by name alone
+// gets the call it meant, recorded under that provider.
+func (t *toolService) withProvider(ctx context.Context, req *toolpb.ToolCall) (*toolpb.ToolCall, error) {
+	all, err := t.s.store.ToolProviders().ListTools(ctx, "")
+	if err != nil {
+		return nil, toolStatus(req.GetCallId(), tool.Errorf(tool.CodeInternal, "listing the tool providers: %v", err))
+	}
+	var offering []string
+	for _, rec := range all {
+		if rec.Descriptor.GetToolName() == req.GetToolName() {
+			offering = append(offering, rec.ProviderID)
+		}
+	}
+	id, err := tool.ResolveProvider(req.GetToolName(), offering)
+	if err != nil {
+		return nil, toolStatus(req.GetCallId(), asToolError(err))
+	}
+	named := proto.CloneOf(req)
+	named.ProviderId = id
+	return named, nil
+}
+
 // begin validates and records a call and starts its workflow; a call_id already recorded
 // for the same owner joins that call (the workflow is started again if a crash lost the
 // start: the start is idempotent).
@@ -189,6 +213,11 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 	c, err := callerOf(ctx)
 	if err != nil {
 		return "", err
+	}
+	if req.GetProviderId() == "" && req.GetToolName() != "" {
+		if req, err = t.withProvider(ctx, req); err != nil {
+			return "", err
+		}
 	}
 	fresh := ""
 	if req.GetCallId() == "" {

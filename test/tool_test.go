@@ -111,6 +111,38 @@ func summaryOf(t *testing.T, f *toolpb.ToolFrame) tool.Summary {
 	return s
 }
 
+// TestToolCallByNameAlone: on both stores, a call that names only its tool, as the published
+// SDKs call, runs on the one provider that offers it and is recorded under it; a name two
+// providers offer (the test's "fake" and the built-in provider both have "echo") is refused
+// VALIDATION_ERROR naming both, and a name nobody offers NOT_FOUND.
+func TestToolCallByNameAlone(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys, _ := toolSystem(t, kind)
+			ctx := context.Background()
+			tc := toolpb.NewToolServiceClient(dialSigned(t, sys, "caller").Conn())
+
+			f, err := tc.Call(ctx, &toolpb.ToolCall{ToolName: "ticks", Args: []byte(`{"count":1,"tick_ms":1}`)})
+			require.NoError(t, err)
+			assert.Equal(t, "ok", summaryOf(t, f).Status)
+			rec, err := sys.app.Store().ToolCalls().GetCall(ctx, f.GetCallId())
+			require.NoError(t, err)
+			assert.Equal(t, "fake", rec.ProviderID, "recorded under the provider that ran it")
+
+			var trailer metadata.MD
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ToolName: "echo", Args: []byte(`{}`)}, grpc.Trailer(&trailer))
+			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(wire.ToolErrorCodeTrailer))
+			assert.Contains(t, status.Convert(err).Message(), tools.BuiltinProviderID+", fake")
+
+			_, err = tc.Call(ctx, &toolpb.ToolCall{ToolName: "no.such.tool", Args: []byte(`{}`)}, grpc.Trailer(&trailer))
+			require.Equal(t, codes.NotFound, status.Code(err), "%v", err)
+			assert.Equal(t, []string{"NOT_FOUND"}, trailer.Get(wire.ToolErrorCodeTrailer))
+		})
+	}
+}
+
 // TestToolCallOverGRPC covers ToolService (§18.2, §18.3, §18.6) over gRPC on both stores:
 // a call answers its final frame; a streamed call's frames arrive in order and end with the
 // final frame; a stream resumed with sw4rm-resume-after continues after the given frame; a

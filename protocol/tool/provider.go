@@ -2,7 +2,9 @@ package tool
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Provider kinds: how a tool provider came to be known (§18.1).
@@ -39,4 +41,21 @@ func ValidateProviderID(id string) error {
 		return Errorf(CodeValidation, "provider_id %s must be 1-128 characters of letters, digits and . _ : @ - starting with a letter or digit", strconv.Quote(q))
 	}
 	return nil
+}
+
+// ResolveProvider names the provider of a call that gave only a tool name (the published
+// SDKs call tools by name alone): offering lists the providers that offer the tool. One of
+// them is the provider; none is NOT_FOUND; several is VALIDATION_ERROR naming them, since
+// picking one would run the caller's arguments on a provider it did not choose.
+func ResolveProvider(toolName string, offering []string) (string, error) {
+	switch len(offering) {
+	case 0:
+		return "", Errorf(CodeNotFound, "no provider offers tool %s (ConnectorService.DescribeTools lists what is offered)", strconv.Quote(toolName))
+	case 1:
+		return offering[0], nil
+	}
+	sorted := slices.Clone(offering)
+	slices.Sort(sorted)
+	return "", Errorf(CodeValidation, "tool %s is offered by %d providers (%s): name one in provider_id",
+		strconv.Quote(toolName), len(sorted), strings.Join(sorted, ", "))
 }
