@@ -199,10 +199,25 @@ func (h *handoffService) RejectHandoff(ctx context.Context, req *handoffpb.Hando
 // update sends a validated update to handoff/<id> and waits for its answer. A refusal — by
 // the validator, or because the workflow has ended — is FailedPrecondition "handoff X is not
 // <relation> Y (state S)".
+//
+// An answer (accept or reject) from the agent the store lists the handoff as offered to waits
+// up to offerCatchUp for the workflow to make that offer: GetPendingHandoffs reads the store,
+// where RequestHandoff records a named target at once, while the workflow — started through
+// the outbox — makes the offer a moment later. What a client can read, it can act on.
 func (h *handoffService) update(ctx context.Context, id, agent, relation, name string, arg any) (workflows.HandoffState, error) {
+	answer := name == workflows.HandoffAcceptUpdate || name == workflows.HandoffRejectUpdate
+	catchUp := time.Now().Add(offerCatchUp)
 	st, err := update[workflows.HandoffState](ctx, h.s.temporal, client.UpdateWorkflowOptions{
 		WorkflowID: workflows.HandoffWorkflowID(id), UpdateName: name, Args: []any{arg},
 	})
+	for answer && (classify(err) == temporalRefused || classify(err) == temporalNotFound) && time.Now().Before(catchUp) && h.listedFor(ctx, id, agent) {
+		if !sleepCtx(ctx, offerCatchUpPoll) {
+			break
+		}
+		st, err = update[workflows.HandoffState](ctx, h.s.temporal, client.UpdateWorkflowOptions{
+			WorkflowID: workflows.HandoffWorkflowID(id), UpdateName: name, Args: []any{arg},
+		})
+	}
 	switch classify(err) {
 	case temporalRefused, temporalClosing:
 	case temporalNotFound:
@@ -222,6 +237,20 @@ func (h *handoffService) update(ctx context.Context, id, agent, relation, name s
 		state = rec.Status.String()
 	}
 	return st, precondition(commonpb.ErrorCode_VALIDATION_ERROR, "handoff %s is not %s %s (state %s)", id, relation, agent, state)
+}
+
+// offerCatchUp bounds how long an answer waits for the offer GetPendingHandoffs already
+// lists (see update); offerCatchUpPoll is how often it asks again meanwhile.
+const (
+	offerCatchUp     = 5 * time.Second
+	offerCatchUpPoll = 50 * time.Millisecond
+)
+
+// listedFor reports whether GetPendingHandoffs lists handoff id for agent: PENDING, with agent
+// as its target.
+func (h *handoffService) listedFor(ctx context.Context, id, agent string) bool {
+	rec, err := h.s.store.Handoffs().GetHandoff(ctx, id)
+	return err == nil && rec.Status == handoffpb.HandoffStatus_PENDING && rec.Target == agent
 }
 
 // GetPendingHandoffs lists the handoffs offered to an agent and waiting for its answer, with

@@ -101,6 +101,37 @@ func waitHandoff(t *testing.T, sys *system, request string, status handoffpb.Han
 // stream and through GetPendingHandoffs (with the context), accepted, completed; the
 // originator is told each step, is fenced from the correlation afterwards, and cannot take the
 // context back (ping-pong); the run is listed by its search attributes.
+// TestHandoffAcceptedAsSoonAsListed: on both stores, a handoff GetPendingHandoffs lists can
+// be accepted at once, as the published SDKs do — the request records its named target before
+// the handoff's workflow has made the offer, and the answer waits for the offer instead of
+// being refused "not offered to" (it was, for about one handoff in five on the memory store).
+func TestHandoffAcceptedAsSoonAsListed(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			a, b := dialCapable(t, sys, "a", "triage"), dialCapable(t, sys, "b", "billing")
+			for range 20 {
+				req := handoffReq(t, a.ID(), b.ID())
+				_, err := a.hc.RequestHandoff(ctx, req)
+				require.NoError(t, err)
+				pending, err := b.hc.GetPendingHandoffs(ctx, &handoffpb.GetPendingHandoffsRequest{AgentId: b.ID()})
+				require.NoError(t, err)
+				var listed bool
+				for _, p := range pending.GetPendingRequests() {
+					listed = listed || p.GetRequestId() == req.GetRequestId()
+				}
+				require.True(t, listed, "the request lists its named target at once")
+				accept(t, b, req.GetRequestId())
+				res, err := b.hc.CompleteHandoff(ctx, &handoffpb.CompleteHandoffRequest{RequestId: req.GetRequestId(), Status: handoffpb.HandoffStatus_COMPLETED})
+				require.NoError(t, err)
+				require.True(t, res.GetSuccess(), res.GetMessage())
+			}
+		})
+	}
+}
+
 func TestHandoffAcceptComplete(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
