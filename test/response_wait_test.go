@@ -189,3 +189,55 @@ func untilState(ctx context.Context, sys *system, agentID string, state commonpb
 		}
 	}
 }
+
+// TestRefusedRequestLeavesNoWait (004 item 7): on both stores, a response-required request
+// refused buffer_full is not waited on — its sender's lifecycle never enters WAITING, and no
+// pending response is kept for it — so a task whose request was refused goes on at once.
+func TestRefusedRequestLeavesNoWait(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			a := dialAgent(t, sys, "requester")
+			b := dialAgent(t, sys, "busy") // never reads: its buffer fills
+			c := dialAgent(t, sys, "filler")
+			for range sys.cfg.BufferCapacity {
+				_, err := c.Send(ctx, sdk.Message{To: b.ID(), Payload: []byte(`{"fill":1}`)})
+				require.NoError(t, err)
+			}
+			taskID := uniq(t, "task")
+			refused := make(chan error, 1)
+			handler := func(ctx context.Context, _ *sdk.TaskRun) ([]byte, error) {
+				_, err := a.Send(ctx, sdk.Message{To: b.ID(), Payload: []byte(`{"q":"status?"}`), ResponseTimeout: time.Minute})
+				refused <- err
+				return []byte("went on without an answer"), nil
+			}
+			serveCtx, stop := context.WithCancel(ctx)
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				_ = a.Serve(serveCtx, handler, &sdk.ServeOptions{Logf: t.Logf})
+			}()
+			t.Cleanup(func() { stop(); <-served })
+			waitState(t, sys, a.ID(), commonpb.AgentState_RUNNABLE)
+
+			sc := schedulerpb.NewSchedulerServiceClient(a.Conn())
+			require.True(t, submit(t, sc, a.ID(), taskID, 0, "repo:app path:src/**").GetAccepted())
+			select {
+			case err := <-refused:
+				require.Equal(t, commonpb.ErrorCode_BUFFER_FULL, sdk.CodeOf(err), "%v", err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the task never sent its request")
+			}
+			assert.Equal(t, "went on without an answer", waitTask(t, sys, taskID, workflows.TaskCompleted).Result)
+			waitState(t, sys, a.ID(), commonpb.AgentState_RUNNABLE)
+			want := []string{"RUNNABLE", "SCHEDULED", "RUNNING", "COMPLETED", "RUNNABLE"}
+			assert.Eventually(t, func() bool { return slices.Equal(want, agentTransitions(t, sys, a.ID())) }, 10*time.Second, 50*time.Millisecond)
+			assert.Equal(t, want, agentTransitions(t, sys, a.ID()), "the refused request never made the lifecycle wait")
+			pending, err := sys.app.Store().Messages().PendingResponses(ctx, a.ID())
+			require.NoError(t, err)
+			assert.Empty(t, pending, "no response is awaited for a refused request")
+		})
+	}
+}
