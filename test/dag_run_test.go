@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -281,6 +282,47 @@ func TestDAGRunEventByMessage(t *testing.T) {
 				return err == nil && len(evs) == 1
 			}, 30*time.Second, 100*time.Millisecond, "an event for a closed run is audited as unclaimed")
 			assert.Equal(t, map[string]int{"prepare": 1, "release": 1}, p.runs)
+		})
+	}
+}
+
+// TestDAGFanOutRaisesNoHITL (#29 item 1): on both stores, twenty sibling nodes on twenty
+// agents run in parallel with the default node scope and complete without a single HITL
+// invocation — siblings of one run are independent, so admission must not score their scopes
+// as a conflict (they once shared words of a free-text scope and each waited for an operator).
+func TestDAGFanOutRaisesNoHITL(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			id := uniq(t, "fanout")
+			p := &pipelineAgents{runs: map[string]int{}}
+			nodes := map[string]*workflowpb.WorkflowNode{
+				"root": {NodeId: "root", AgentId: p.serve(t, sys, "root", id), TriggerType: workflowpb.TriggerType_DEPENDENCY},
+			}
+			for i := range 20 {
+				nid := fmt.Sprintf("leaf%02d", i)
+				nodes[nid] = &workflowpb.WorkflowNode{NodeId: nid, AgentId: p.serve(t, sys, nid, id), Dependencies: []string{"root"},
+					TriggerType: workflowpb.TriggerType_DEPENDENCY}
+			}
+			wc := workflowpb.NewWorkflowServiceClient(dialBenchT(t, sys))
+			_, err := wc.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{Definition: &workflowpb.WorkflowDefinition{WorkflowId: id, Nodes: nodes}})
+			require.NoError(t, err)
+			_, err = wc.StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: id})
+			require.NoError(t, err)
+			st := waitRun(t, wc, id, workflows.DAGCompleted)
+			for nid := range nodes {
+				assert.Equal(t, workflowpb.NodeStatus_COMPLETED, st.GetNodeStates()[nid].GetStatus(), nid)
+				assert.Equal(t, 1, p.count(nid), nid)
+			}
+			hitl, err := sys.app.Store().HITL().ListInvocations(ctx, store.HITLFilter{})
+			require.NoError(t, err)
+			raised := make([]string, len(hitl))
+			for i, h := range hitl {
+				raised[i] = h.ReasonType + " for " + h.CorrelationID
+			}
+			assert.Empty(t, raised, "no sibling waited on a human")
 		})
 	}
 }
