@@ -258,6 +258,10 @@ type negotiationRun struct {
 	// turnScopes is whether this run gives debate turns their disjoint resource scopes
 	// (DebateTurnScope); runs recorded before that change keep the free-text scope.
 	turnScopes tristate
+	// engineLoss is whether this run shortens a debate when the reasoning engine is
+	// unreachable (versionDebateEngineLoss); engineLost is why it did, "" until then.
+	engineLoss tristate
+	engineLost string
 }
 
 func (w *negotiationRun) run(ctx workflow.Context) (NegotiationState, error) {

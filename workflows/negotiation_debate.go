@@ -59,6 +59,11 @@ func DebateTurnScope(negotiationID, agent string) string {
 // other turns of the round (shared words, rule free_text_shared).
 const versionDebateTurnScopes = "debate-turn-scopes"
 
+// versionDebateEngineLoss marks runs that shorten a debate whose transcript the reasoning
+// engine could not summarize (§20) instead of failing the negotiation; the marker is taken
+// only when a summary fails, where earlier runs failed.
+const versionDebateEngineLoss = "debate-engine-unreachable"
+
 // runDebate runs ADR-011's debate: rounds of turns, every participant once per round in
 // parallel, each turn a scheduler task carrying the transcript of the earlier rounds (or a
 // summary of it past Options.SummaryThreshold bytes); the final round asks for FINAL_VERDICT;
@@ -92,6 +97,10 @@ func (w *negotiationRun) runDebate(ctx workflow.Context) error {
 			stop = debate.StopTimeout
 			break
 		}
+		if w.engineLost != "" {
+			stop = debate.StopEngineUnreachable // the round just run was asked to be final
+			break
+		}
 		if !final && r >= 2 && debate.Converged(transcript[:len(transcript)-len(turns)], turns) {
 			stop, total = debate.StopConverged, r+1
 		}
@@ -114,6 +123,10 @@ func (w *negotiationRun) runDebate(ctx workflow.Context) error {
 	}
 	rationale := fmt.Sprintf("%s of %d participants, %d round(s), stop %s; majority %q; %s strategy: weighted mean %.2f of %d verdicts",
 		mode, len(w.in.Participants), res.RoundsRun, stop, majority, strategy, agg.GetWeightedMean(), agg.GetVoteCount())
+	if w.engineLost != "" {
+		rationale += fmt.Sprintf("; shortened to %d of %d rounds because the reasoning engine was unreachable (§20): %s",
+			res.RoundsRun, opts.Rounds, w.engineLost)
+	}
 	return w.decide(ctx, "policy", "application/json", b, score, stop, rationale)
 }
 
@@ -136,11 +149,21 @@ func (w *negotiationRun) debateRound(ctx workflow.Context, r, total int, final b
 		for _, t := range transcript {
 			size += len(t.Text)
 		}
-		if th := w.in.Debate.SummaryThreshold; th > 0 && size > th {
-			summary, err := w.summarize(ctx, transcript)
-			if err != nil {
-				return nil, false, err
-			}
+		th := w.in.Debate.SummaryThreshold
+		summary, err := "", error(nil)
+		if th > 0 && size > th {
+			summary, err = w.summarize(ctx, transcript)
+		}
+		switch {
+		case err != nil && !w.engineLoss.decide(ctx, versionDebateEngineLoss):
+			return nil, false, err // runs recorded before the change failed here
+		case err != nil:
+			// §20: with the engine unreachable the debate is shortened — this round, with
+			// the earlier ones verbatim, is the last — and the result says why.
+			w.engineLost = err.Error()
+			params.Transcript, params.Rounds, params.Final = transcript, r, true
+			params.Instruction = debate.Instruction(r, r, true)
+		case summary != "":
 			// The summary stands for the earlier rounds; the last round stays verbatim.
 			params.Summary = summary
 			for _, t := range transcript {
@@ -148,7 +171,7 @@ func (w *negotiationRun) debateRound(ctx workflow.Context, r, total int, final b
 					params.Transcript = append(params.Transcript, t)
 				}
 			}
-		} else {
+		default:
 			params.Transcript = transcript
 		}
 	}

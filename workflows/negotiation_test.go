@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -36,10 +37,12 @@ type negHarness struct {
 	events    []activities.NegotiationEvent
 	artifacts []activities.NegotiationArtifact
 	summaries int
-	engine    float64
-	turn      func(in workflows.TaskInput, p debate.TurnParams) string
-	hitl      func(inv hitl.Invocation) hitl.Outcome
-	invs      []hitl.Invocation
+	// summarizeErr, when set, is what SummarizeTranscript fails with (the engine unreachable).
+	summarizeErr error
+	engine       float64
+	turn         func(in workflows.TaskInput, p debate.TurnParams) string
+	hitl         func(inv hitl.Invocation) hitl.Outcome
+	invs         []hitl.Invocation
 	// pubs are the publications in the order they ran; slowPublisher delays the regular ones.
 	pubs          []activities.NegotiationPublishInput
 	slowPublisher time.Duration
@@ -72,6 +75,9 @@ func newNegHarness(t *testing.T) *negHarness {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.summaries++
+		if h.summarizeErr != nil {
+			return "", h.summarizeErr
+		}
 		return fmt.Sprintf("summary of %d turns", len(in.Turns)), nil
 	})
 	h.env.RegisterWorkflow(workflows.TaskWorkflow)
@@ -250,6 +256,44 @@ func TestNegotiationDebateSummarizes(t *testing.T) {
 	assert.True(t, seen[3][0].Final)
 	assert.True(t, strings.Contains(seen[3][0].Instruction, debate.VerdictMarker))
 	assert.Positive(t, h.summaries)
+}
+
+// TestNegotiationDebateShortenedWhenEngineUnreachable (§20): when the reasoning engine cannot
+// summarize the transcript, the debate does not fail — the round that needed the summary gets
+// the earlier rounds verbatim and is the last (asked for FINAL_VERDICT), and the result says
+// why it stopped early.
+func TestNegotiationDebateShortenedWhenEngineUnreachable(t *testing.T) {
+	h := newNegHarness(t)
+	h.summarizeErr = temporal.NewNonRetryableApplicationError("reasoning engine unreachable: connection refused", "unavailable", nil)
+	var mu sync.Mutex
+	seen := map[int][]debate.TurnParams{}
+	h.turn = func(in workflows.TaskInput, p debate.TurnParams) string {
+		mu.Lock()
+		seen[p.Round] = append(seen[p.Round], p)
+		mu.Unlock()
+		text := fmt.Sprintf("Round %d from %s: %s", p.Round, in.AgentID, strings.Repeat("a new and distinct argument ", 4))
+		if p.Final {
+			text += "\nFINAL_VERDICT: approve score=8 confidence=0.9"
+		}
+		return text
+	}
+	in := negInput(basePolicy())
+	in.Participants = []string{"a", "b", "c"}
+	in.Mode = workflows.NegotiationModeDebate
+	in.Debate = debate.Options{Rounds: 5, SummaryThreshold: 200}
+	h.env.ExecuteWorkflow(workflows.Negotiation, in)
+	st := h.result()
+	var res debate.Result
+	require.NoError(t, json.Unmarshal(st.Result, &res))
+	assert.Equal(t, debate.StopEngineUnreachable, res.StopReason)
+	assert.Equal(t, 2, res.RoundsRun, "round 2 needed the summary and was made the last")
+	assert.Equal(t, "approve", res.Majority, "the shortened round's verdicts decide")
+	require.Len(t, seen[2], 3)
+	assert.True(t, seen[2][0].Final)
+	assert.Empty(t, seen[2][0].Summary)
+	assert.Len(t, seen[2][0].Transcript, 3, "the earlier round verbatim")
+	assert.Empty(t, seen[3], "no round after the shortened one")
+	assert.Contains(t, st.Decision.GetRationale(), "reasoning engine was unreachable (§20)")
 }
 
 // TestNegotiationDebateTaskIDs: turn task ids are valid and distinct per round and agent.

@@ -54,6 +54,10 @@ const (
 	StopTimeout = "timeout"
 	// StopAborted: the debate was aborted.
 	StopAborted = "aborted"
+	// StopEngineUnreachable: the reasoning engine could not summarize the transcript, and
+	// the debate ended with that round (§20: "shorten debates" when the Inference Engine is
+	// unreachable).
+	StopEngineUnreachable = "engine_unreachable"
 )
 
 // ErrInvalidOptions is wrapped by ParseOptions' refusals; the frontend answers it with
