@@ -108,6 +108,21 @@ func (h *negHarness) kinds() []string {
 	return ks
 }
 
+// debateOfThree runs a debate of a, b and c with opts to its end and returns the final state
+// and the decided debate.Result.
+func (h *negHarness) debateOfThree(opts debate.Options) (workflows.NegotiationState, debate.Result) {
+	h.t.Helper()
+	in := negInput(basePolicy())
+	in.Participants = []string{"a", "b", "c"}
+	in.Mode = workflows.NegotiationModeDebate
+	in.Debate = opts
+	h.env.ExecuteWorkflow(workflows.Negotiation, in)
+	st := h.result()
+	var res debate.Result
+	require.NoError(h.t, json.Unmarshal(st.Result, &res))
+	return st, res
+}
+
 // input is a contract negotiation between a and b under p, with ten minutes in all.
 func negInput(p *policypb.NegotiationPolicy) workflows.NegotiationInput {
 	return workflows.NegotiationInput{NegotiationID: "n1", Topic: "t", Participants: []string{"a", "b"}, Intensity: commonpb.DebateIntensity_MEDIUM,
@@ -233,14 +248,7 @@ func TestNegotiationDebateSummarizes(t *testing.T) {
 		}
 		return text
 	}
-	in := negInput(basePolicy())
-	in.Participants = []string{"a", "b", "c"}
-	in.Mode = workflows.NegotiationModeDebate
-	in.Debate = debate.Options{Rounds: 3, SummaryThreshold: 200}
-	h.env.ExecuteWorkflow(workflows.Negotiation, in)
-	st := h.result()
-	var res debate.Result
-	require.NoError(t, json.Unmarshal(st.Result, &res))
+	_, res := h.debateOfThree(debate.Options{Rounds: 3, SummaryThreshold: 200})
 	assert.Equal(t, 3, res.RoundsRun)
 	assert.Equal(t, debate.StopRounds, res.StopReason)
 	assert.Equal(t, "approve", res.Majority)
@@ -277,14 +285,7 @@ func TestNegotiationDebateShortenedWhenEngineUnreachable(t *testing.T) {
 		}
 		return text
 	}
-	in := negInput(basePolicy())
-	in.Participants = []string{"a", "b", "c"}
-	in.Mode = workflows.NegotiationModeDebate
-	in.Debate = debate.Options{Rounds: 5, SummaryThreshold: 200}
-	h.env.ExecuteWorkflow(workflows.Negotiation, in)
-	st := h.result()
-	var res debate.Result
-	require.NoError(t, json.Unmarshal(st.Result, &res))
+	st, res := h.debateOfThree(debate.Options{Rounds: 5, SummaryThreshold: 200})
 	assert.Equal(t, debate.StopEngineUnreachable, res.StopReason)
 	assert.Equal(t, 2, res.RoundsRun, "round 2 needed the summary and was made the last")
 	assert.Equal(t, "approve", res.Majority, "the shortened round's verdicts decide")
