@@ -5,7 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -50,4 +55,46 @@ func (a *Activities) StoreDAGOutput(ctx context.Context, in DAGOutputInput) (str
 // DAGOutputRef is the reference a DAG run's state keeps in place of a stored output.
 func DAGOutputRef(workflowID, nodeID string, attempt int) string {
 	return "artifact:" + DAGNegotiationID(workflowID) + "/" + ArtifactDAGNodeOutput + "/" + DAGArtifactVersion(nodeID, attempt)
+}
+
+// DAGTransition is one node's change of status in a DAG run (§17.7 node status transitions).
+type DAGTransition struct {
+	// NodeID is the node; From and To its status before and after, by NodeStatus name.
+	NodeID, From, To string
+	// At is when the run made the change (workflow time).
+	At time.Time
+	// TaskID is the attempt's task, for RUNNING and what ends it.
+	TaskID string `json:",omitempty"`
+	// Reason says why: the error of a FAILED node, the SKIPPED dependency or the skip_if
+	// that bypassed a node, a retry or a resume.
+	Reason string `json:",omitempty"`
+}
+
+// DAGTransitionsInput asks RecordDAGTransitions to audit the transitions of one step.
+type DAGTransitionsInput struct {
+	// WorkflowID names the definition the run executes.
+	WorkflowID string
+	// Transitions are in the order the run made them.
+	Transitions []DAGTransition
+}
+
+// RecordDAGTransitions writes each transition to the audit log as "dag.node.<status>"
+// (§19: every state transition, with its time, correlation id and actor), on the run's
+// correlation id. The run batches one step's transitions into one call, a local activity,
+// so a wide fan-out costs one call per step, not one per node. The sink queues the rows and
+// never drops them, so the call does not wait for the store.
+func (a *Activities) RecordDAGTransitions(ctx context.Context, in DAGTransitionsInput) error {
+	corr := dag.RunCorrelationPrefix + in.WorkflowID
+	for _, t := range in.Transitions {
+		details := map[string]any{"workflow_id": in.WorkflowID, "node_id": t.NodeID, "from": t.From, "to": t.To,
+			"at": t.At.UTC().Format(time.RFC3339Nano)}
+		if t.TaskID != "" {
+			details["task_id"] = t.TaskID
+		}
+		if t.Reason != "" {
+			details["reason"] = t.Reason
+		}
+		a.Sink.Record(ctx, audit.Event{CorrelationID: corr, Actor: protocol.SchedulerID, Type: "dag.node." + strings.ToLower(t.To), Details: details})
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"go.temporal.io/api/serviceerror"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -144,6 +146,7 @@ func toStatus(ctx context.Context, err error) *status.Status {
 		unavailable *unavailableError
 		pre         *preconditionError
 		tf          *toolFailure
+		cyc         *dag.CycleError
 	)
 	switch {
 	case errors.As(err, &unavailable):
@@ -160,6 +163,17 @@ func toStatus(ctx context.Context, err error) *status.Status {
 		}
 		st := status.New(c, tf.err.Error())
 		if d, derr := st.WithDetails(tf.err.Proto(tf.callID)); derr == nil {
+			st = d
+		}
+		return st
+	case errors.As(err, &cyc):
+		// §17.7's code is not an ErrorCode value: the message starts with it, the
+		// sw4rm-workflow-error-code trailer carries it, and an ErrorInfo detail carries it
+		// with the cycle's nodes for clients that read structured details.
+		st := status.New(codes.InvalidArgument, cyc.Error())
+		info := &errdetails.ErrorInfo{Reason: strings.ToUpper(dag.CodeCycleDetected), Domain: "sw4rm",
+			Metadata: map[string]string{"error_code": dag.CodeCycleDetected, "cycle": strings.Join(cyc.Nodes, ",")}}
+		if d, derr := st.WithDetails(info); derr == nil {
 			st = d
 		}
 		return st
@@ -198,12 +212,18 @@ func toStatus(ctx context.Context, err error) *status.Status {
 func failed(what string, err error) error { return fmt.Errorf("%s: %w", what, err) }
 
 // trailerOf is the trailer of a failed call: its error_code and, for a tool call, the
-// exact §18.3 code.
+// exact §18.3 code; for a cyclic workflow definition, §17.7's workflow_cycle_detected.
 func trailerOf(st *status.Status, err error) metadata.MD {
 	md := metadata.Pairs(wire.ErrorCodeTrailer, errorCodeOfStatus(st).String())
-	var tf *toolFailure
-	if errors.As(err, &tf) {
+	var (
+		tf  *toolFailure
+		cyc *dag.CycleError
+	)
+	switch {
+	case errors.As(err, &tf):
 		md.Set(wire.ToolErrorCodeTrailer, string(tf.err.Code))
+	case errors.As(err, &cyc):
+		md.Set(wire.WorkflowErrorCodeTrailer, dag.CodeCycleDetected)
 	}
 	return md
 }

@@ -9,9 +9,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
@@ -64,15 +62,8 @@ func marshalDefinition(def *workflowpb.WorkflowDefinition) ([]byte, error) {
 func (w *workflowService) CreateWorkflow(ctx context.Context, req *workflowpb.CreateWorkflowRequest) (*workflowpb.CreateWorkflowResponse, error) {
 	def := req.GetDefinition()
 	res, err := dag.ValidateCreate(def)
-	var cyc *dag.CycleError
-	if errors.As(err, &cyc) {
-		// Its text starts with workflow_cycle_detected, which is not one of the ErrorCode
-		// values, so the trailer falls back to the status code's: VALIDATION_ERROR. It is
-		// the one status the frontend types by hand: its text is the spec's (§17.7).
-		return nil, status.Error(codes.InvalidArgument, cyc.Error())
-	}
 	if err != nil {
-		return nil, err // a *protocol.Error (validation_error)
+		return nil, err // a *dag.CycleError (workflow_cycle_detected) or a *protocol.Error (validation_error)
 	}
 	warnings, err := w.lateBinding(ctx, def, slices.Clone(res.Warnings))
 	if err != nil {

@@ -57,7 +57,7 @@ func (w *workflowService) StartWorkflow(ctx context.Context, req *workflowpb.Sta
 	if err != nil {
 		return nil, failed("definition lookup", err)
 	}
-	in := workflows.DAGRunInput{WorkflowID: id, Version: rec.Version, Definition: rec.Definition, Data: data, Metadata: req.GetMetadata()}
+	in := workflows.DAGRunInput{WorkflowID: id, Version: rec.Version, Definition: rec.Definition, Data: data, Metadata: req.GetMetadata(), Revision: workflows.DAGRevisionCurrent}
 	err = start(ctx, w.s.temporal, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
 	if classify(err) == temporalAlreadyStarted {
 		return nil, protocol.Errorf(commonpb.ErrorCode_ALREADY_IN_PROGRESS, "workflow %q has an open run (%s); resume it, or wait until it completes", id, workflows.DAGWorkflowID(id))
@@ -168,7 +168,7 @@ func (w *workflowService) resumeClosed(ctx context.Context, id string, resume wo
 	if err != nil {
 		return failed("definition lookup", err)
 	}
-	in := workflows.DAGRunInput{WorkflowID: id, Version: prior.Version, Definition: rec.Definition, Metadata: prior.Metadata, Prior: &prior, Resume: &resume}
+	in := workflows.DAGRunInput{WorkflowID: id, Version: prior.Version, Definition: rec.Definition, Metadata: prior.Metadata, Prior: &prior, Resume: &resume, Revision: workflows.DAGRevisionCurrent}
 	err = start(ctx, w.s.temporal, workflows.DAGStartOptions(id, w.s.cfg.TaskQueue), workflows.DAGRun, in)
 	if classify(err) == temporalAlreadyStarted {
 		// Another resume started it first: this one goes to the open run.

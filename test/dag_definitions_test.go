@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -91,6 +92,18 @@ func TestDAGDefinitions(t *testing.T) {
 			}
 			assert.NotContains(t, msg, "start")
 			assert.Equal(t, []string{"VALIDATION_ERROR"}, trailer.Get(wire.ErrorCodeTrailer))
+			// §17.7's own code, which ErrorCode lacks, in a trailer and a structured detail.
+			assert.Equal(t, []string{"workflow_cycle_detected"}, trailer.Get(wire.WorkflowErrorCodeTrailer))
+			var info *errdetails.ErrorInfo
+			for _, d := range status.Convert(err).Details() {
+				if i, ok := d.(*errdetails.ErrorInfo); ok {
+					info = i
+				}
+			}
+			require.NotNil(t, info, "an ErrorInfo detail")
+			assert.Equal(t, "WORKFLOW_CYCLE_DETECTED", info.GetReason())
+			assert.Equal(t, "workflow_cycle_detected", info.GetMetadata()["error_code"])
+			assert.Equal(t, "code,review,plan,code", info.GetMetadata()["cycle"])
 			_, err = sys.app.Store().Definitions().GetDefinition(ctx, cycID, 0)
 			require.ErrorIs(t, err, store.ErrNotFound)
 

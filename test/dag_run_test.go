@@ -246,7 +246,7 @@ func TestDAGRunEventByMessage(t *testing.T) {
 			assert.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, rej.Code)
 			time.Sleep(time.Second)
 			st := waitRun(t, wc, id, workflows.DAGRunning)
-			assert.Equal(t, workflowpb.NodeStatus_PENDING, st.GetNodeStates()["release"].GetStatus(), "another event does not release the node")
+			assert.Equal(t, workflowpb.NodeStatus_READY, st.GetNodeStates()["release"].GetStatus(), "another event does not release the node: it stays READY")
 			assert.Zero(t, p.count("release"))
 
 			// Temporal goes away; the approval is admitted all the same and waits in the outbox.
@@ -323,6 +323,73 @@ func TestDAGFanOutRaisesNoHITL(t *testing.T) {
 				raised[i] = h.ReasonType + " for " + h.CorrelationID
 			}
 			assert.Empty(t, raised, "no sibling waited on a human")
+		})
+	}
+}
+
+// TestDAGSkippedDependencyIsNotRun: on both stores, a node runs only once every dependency is
+// COMPLETED (§17.7). A node whose dependency was SKIPPED is SKIPPED in turn and never reaches
+// its agent, unless its metadata after_skipped is "run"; the run completes. Every node
+// transition, with why a node was skipped, is in the audit log on the run's correlation id
+// (§19).
+func TestDAGSkippedDependencyIsNotRun(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			id := uniq(t, "skips")
+			p := &pipelineAgents{runs: map[string]int{}}
+			ag := p.serve(t, sys, "worker", id)
+			node := func(nid string, deps ...string) *workflowpb.WorkflowNode {
+				return &workflowpb.WorkflowNode{NodeId: nid, AgentId: ag, Dependencies: deps, TriggerType: workflowpb.TriggerType_DEPENDENCY,
+					Metadata: map[string]string{}}
+			}
+			nodes := map[string]*workflowpb.WorkflowNode{
+				"fetch": node("fetch"), "lint": node("lint", "fetch"), "fix": node("fix", "lint"),
+				"report": node("report", "lint"), "build": node("build", "fetch"),
+			}
+			nodes["lint"].Metadata["skip_if"] = "/skip_lint"
+			nodes["report"].Metadata["after_skipped"] = "run"
+			wc := workflowpb.NewWorkflowServiceClient(dialBenchT(t, sys))
+			_, err := wc.CreateWorkflow(ctx, &workflowpb.CreateWorkflowRequest{Definition: &workflowpb.WorkflowDefinition{WorkflowId: id, Nodes: nodes}})
+			require.NoError(t, err)
+			_, err = wc.StartWorkflow(ctx, &workflowpb.StartWorkflowRequest{WorkflowId: id, WorkflowData: `{"skip_lint": true}`})
+			require.NoError(t, err)
+			st := waitRun(t, wc, id, workflows.DAGCompleted)
+			want := map[string]workflowpb.NodeStatus{"fetch": workflowpb.NodeStatus_COMPLETED, "lint": workflowpb.NodeStatus_SKIPPED,
+				"fix": workflowpb.NodeStatus_SKIPPED, "report": workflowpb.NodeStatus_COMPLETED, "build": workflowpb.NodeStatus_COMPLETED}
+			for nid, s := range want {
+				assert.Equal(t, s, st.GetNodeStates()[nid].GetStatus(), nid)
+			}
+			assert.Zero(t, p.count("fix"), "a node whose dependency was SKIPPED never runs")
+			assert.Equal(t, 1, p.count("report"), "after_skipped run lets it run")
+
+			var seen map[string][]string
+			var fixReason string
+			require.Eventually(t, func() bool { // audit rows are written asynchronously
+				evs, err := sys.app.Store().Audit().List(ctx, store.AuditFilter{CorrelationID: "dag/" + id, TypePrefix: "dag.node."})
+				if err != nil {
+					return false
+				}
+				seen = map[string][]string{}
+				for _, e := range evs {
+					var d struct {
+						NodeID string `json:"node_id"`
+						Reason string `json:"reason"`
+					}
+					_ = json.Unmarshal(e.Details, &d)
+					seen[d.NodeID] = append(seen[d.NodeID], strings.TrimPrefix(e.Type, "dag.node."))
+					if d.NodeID == "fix" {
+						fixReason = d.Reason
+					}
+				}
+				return len(seen["report"]) == 3 && len(seen["build"]) == 3 && len(seen["fix"]) == 1
+			}, 10*time.Second, 20*time.Millisecond, "transitions audited: %v", seen)
+			assert.Equal(t, []string{"ready", "running", "completed"}, seen["fetch"])
+			assert.Equal(t, []string{"skipped"}, seen["lint"])
+			assert.Equal(t, []string{"skipped"}, seen["fix"])
+			assert.Contains(t, fixReason, "dependency lint was SKIPPED")
 		})
 	}
 }

@@ -133,7 +133,26 @@ type DAGRunInput struct {
 	// ContinueAsNewAfter continues the run as new after this many node attempts finished in
 	// one execution (0: only when Temporal suggests it or history passes DAGHistoryLimit).
 	ContinueAsNewAfter int `json:",omitempty"`
+	// Revision is the revision of the run's rules, chosen by whoever starts it
+	// (DAGRevisionCurrent) and kept across continue-as-new. It is part of the input, so a
+	// recorded history replays the rules it ran by without a version marker; runs recorded
+	// before it existed decode it as zero.
+	Revision int `json:",omitempty"`
 }
+
+// Revisions of a DAG run's rules (DAGRunInput.Revision).
+const (
+	// DAGRevisionSpecDependencies follows §17.7 to the letter: a dependency is satisfied
+	// only when COMPLETED, and a node with a SKIPPED dependency is SKIPPED in turn unless its
+	// metadata after_skipped is "run"; a node whose dependencies are satisfied is READY until
+	// it is dispatched (for MANUAL, EVENT and SCHEDULE nodes, until their trigger); and every
+	// node transition is written to the audit log (§19, RecordDAGTransitions). Before it, a
+	// SKIPPED dependency counted as satisfied, waiting nodes stayed PENDING and transitions
+	// were only logged.
+	DAGRevisionSpecDependencies = 1
+	// DAGRevisionCurrent is the revision new runs take.
+	DAGRevisionCurrent = DAGRevisionSpecDependencies
+)
 
 // DAGRunState is the answer of DAGStateQuery and of the updates, and the run's result.
 type DAGRunState struct {
@@ -285,6 +304,42 @@ type dagRun struct {
 	stateSet string
 	// events is the DAGEventSignal channel.
 	events workflow.ReceiveChannel
+	// transitions are the node transitions not audited yet (DAGRevisionSpecDependencies).
+	transitions []activities.DAGTransition
+}
+
+// spec reports whether the run follows DAGRevisionSpecDependencies.
+func (r *dagRun) spec() bool { return r.in.Revision >= DAGRevisionSpecDependencies }
+
+// set moves node i to status to, and keeps the transition for the audit log when the run's
+// revision audits them. Times and the other fields are the caller's to set.
+func (r *dagRun) set(ctx workflow.Context, i int, to workflowpb.NodeStatus, reason string) {
+	ns := &r.nodes[i]
+	from := ns.Status
+	ns.Status = to
+	if !r.spec() {
+		return
+	}
+	r.transitions = append(r.transitions, activities.DAGTransition{NodeID: r.order[i], From: from.String(), To: to.String(),
+		At: workflow.Now(ctx), TaskID: ns.TaskID, Reason: reason})
+}
+
+// audit writes the transitions kept since the last call, in one local activity. A failure
+// is logged and the run goes on: the audit must never hold a DAG back.
+func (r *dagRun) audit(ctx workflow.Context) {
+	if len(r.transitions) == 0 {
+		return
+	}
+	in := activities.DAGTransitionsInput{WorkflowID: r.st.WorkflowID, Transitions: r.transitions}
+	r.transitions = nil
+	var acts *activities.Activities
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumInterval: 5 * time.Second, MaximumAttempts: 5},
+	})
+	if err := workflow.ExecuteLocalActivity(lctx, acts.RecordDAGTransitions, in).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Error("DAG transitions not audited", "workflow_id", r.st.WorkflowID, "transitions", len(in.Transitions), "error", err)
+	}
 }
 
 func (r *dagRun) run(ctx workflow.Context) (DAGRunState, error) {
@@ -305,7 +360,14 @@ func (r *dagRun) run(ctx workflow.Context) (DAGRunState, error) {
 		r.resume(ctx, *res)
 	}
 	for {
+		if r.spec() {
+			// Cleared before the step, not after: the step and the audit may block on a
+			// local activity, and a child finishing meanwhile sets dirty again — clearing it
+			// after them would lose that wake-up. Revision zero keeps its recorded order.
+			r.dirty = false
+		}
 		r.step(ctx)
+		r.audit(ctx)
 		if err := r.setState(ctx); err != nil {
 			return r.snapshot(), err
 		}
@@ -329,7 +391,9 @@ func (r *dagRun) run(ctx workflow.Context) (DAGRunState, error) {
 			next.Prior, next.Resume, next.Data = &prior, nil, ""
 			return prior, workflow.NewContinueAsNewError(ctx, DAGRun, next)
 		}
-		r.dirty = false
+		if !r.spec() {
+			r.dirty = false
+		}
 		if err := workflow.Await(ctx, func() bool { return r.dirty }); err != nil {
 			return r.snapshot(), err
 		}
@@ -376,9 +440,10 @@ func (r *dagRun) load(ctx workflow.Context) error {
 			if !ok {
 				continue // a node new in this definition version
 			}
-			if ns.Status == workflowpb.NodeStatus_RUNNING || ns.Status == workflowpb.NodeStatus_READY {
+			if ns.Status == workflowpb.NodeStatus_RUNNING {
 				// Never the case after continue-as-new (it waits for children); a state read
-				// from a run that was terminated mid-node runs the node again.
+				// from a run that was terminated mid-node runs the node again. A READY node
+				// (one waiting for its trigger) stays READY.
 				ns.Status = workflowpb.NodeStatus_PENDING
 			}
 			r.nodes[i] = ns
@@ -432,7 +497,7 @@ func (r *dagRun) handlers(ctx workflow.Context) error {
 	return nil
 }
 
-// validateTrigger refuses a trigger of anything but a PENDING MANUAL node whose
+// validateTrigger refuses a trigger of anything but a PENDING or READY MANUAL node whose
 // dependencies are done and which was not triggered yet.
 func (r *dagRun) validateTrigger(t DAGTrigger) error {
 	i, ok := r.pos[t.NodeID]
@@ -443,8 +508,8 @@ func (r *dagRun) validateTrigger(t DAGTrigger) error {
 	switch {
 	case node.GetTriggerType() != workflowpb.TriggerType_MANUAL:
 		return fmt.Errorf("validation_error: node %s has trigger %s, not MANUAL", t.NodeID, node.GetTriggerType())
-	case ns.Status != workflowpb.NodeStatus_PENDING:
-		return fmt.Errorf("failed_precondition: node %s is %s, not PENDING", t.NodeID, ns.Status)
+	case ns.Status != workflowpb.NodeStatus_PENDING && ns.Status != workflowpb.NodeStatus_READY:
+		return fmt.Errorf("failed_precondition: node %s is %s, not PENDING or READY", t.NodeID, ns.Status)
 	case ns.Released:
 		return fmt.Errorf("failed_precondition: node %s was already triggered", t.NodeID)
 	case !r.depsDone(i):
@@ -501,7 +566,9 @@ func (r *dagRun) resume(ctx workflow.Context, u DAGResume) {
 	}
 	for _, j := range r.descendants(i) {
 		ns := &r.nodes[j]
-		*ns = DAGNodeState{Status: workflowpb.NodeStatus_PENDING, Attempts: ns.Attempts, TaskID: ns.TaskID, Released: j == i}
+		from := ns.Status
+		*ns = DAGNodeState{Status: from, Attempts: ns.Attempts, TaskID: ns.TaskID, Released: j == i}
+		r.set(ctx, j, workflowpb.NodeStatus_PENDING, "resumed from node "+u.NodeID)
 	}
 	r.st.Status, r.st.CompletedAt = DAGRunning, time.Time{}
 	r.dirty = true
@@ -527,7 +594,7 @@ func (r *dagRun) event(ctx workflow.Context, ev DAGEvent) {
 	for i, id := range r.order {
 		node := r.def.GetNodes()[id]
 		if node.GetTriggerType() == workflowpb.TriggerType_EVENT && node.GetMetadata()[dag.MetaEvent] == ev.Name &&
-			r.nodes[i].Status == workflowpb.NodeStatus_PENDING && !r.nodes[i].Released {
+			(r.nodes[i].Status == workflowpb.NodeStatus_PENDING || r.nodes[i].Status == workflowpb.NodeStatus_READY) && !r.nodes[i].Released {
 			r.nodes[i].Released = true
 			n++
 		}
@@ -536,14 +603,38 @@ func (r *dagRun) event(ctx workflow.Context, ev DAGEvent) {
 	workflow.GetLogger(ctx).Info("DAG event", "workflow_id", r.st.WorkflowID, "event", ev.Name, "released", n, "message_id", ev.MessageID, "by", ev.By)
 }
 
-// depsDone reports whether every dependency of node i is COMPLETED or SKIPPED.
+// depsDone reports whether node i's dependencies let it run: every one COMPLETED, or
+// SKIPPED where a SKIPPED dependency counts as satisfied (see skippedBy).
 func (r *dagRun) depsDone(i int) bool {
+	after := !r.spec() || dag.RunsAfterSkipped(r.def.GetNodes()[r.order[i]])
 	for _, d := range r.deps[i] {
-		if s := r.nodes[d].Status; s != workflowpb.NodeStatus_COMPLETED && s != workflowpb.NodeStatus_SKIPPED {
+		switch r.nodes[d].Status {
+		case workflowpb.NodeStatus_COMPLETED:
+		case workflowpb.NodeStatus_SKIPPED:
+			if !after {
+				return false
+			}
+		default:
 			return false
 		}
 	}
 	return true
+}
+
+// skippedBy is the first SKIPPED dependency of node i, in dependency order, when that
+// bypasses node i: under DAGRevisionSpecDependencies a node MUST NOT run until every
+// dependency is COMPLETED (§17.7), which a SKIPPED one never will be, unless the node's
+// metadata after_skipped is "run". Empty otherwise.
+func (r *dagRun) skippedBy(i int) string {
+	if !r.spec() || dag.RunsAfterSkipped(r.def.GetNodes()[r.order[i]]) {
+		return ""
+	}
+	for _, d := range r.deps[i] {
+		if r.nodes[d].Status == workflowpb.NodeStatus_SKIPPED {
+			return r.order[d]
+		}
+	}
+	return ""
 }
 
 // step applies the finished children in topological order, then skips or dispatches every
@@ -564,18 +655,35 @@ func (r *dagRun) step(ctx workflow.Context) {
 	now := workflow.Now(ctx)
 	for i, id := range r.order {
 		ns := &r.nodes[i]
-		if ns.Status != workflowpb.NodeStatus_PENDING || !r.depsDone(i) {
+		switch ns.Status {
+		case workflowpb.NodeStatus_PENDING:
+			if by := r.skippedBy(i); by != "" {
+				ns.StartedAt, ns.CompletedAt = now, now
+				r.set(ctx, i, workflowpb.NodeStatus_SKIPPED, "dependency "+by+" was SKIPPED (§17.7: a node runs only once every dependency is COMPLETED; metadata after_skipped \"run\" lets it run)")
+				continue
+			}
+			if !r.depsDone(i) {
+				continue
+			}
+		case workflowpb.NodeStatus_READY:
+		default:
 			continue
 		}
 		node := r.def.GetNodes()[id]
+		// Checked again at every step until the node is dispatched: its condition is read
+		// when the node's turn comes, which a trigger may delay past later outputs.
 		skip, err := dag.Skip(node, []byte(r.st.Data))
 		if err != nil {
-			r.fail(ns, now, "skip_if: "+err.Error())
+			r.fail(ctx, i, now, "skip_if: "+err.Error())
 			continue
 		}
 		if skip {
-			ns.Status, ns.StartedAt, ns.CompletedAt = workflowpb.NodeStatus_SKIPPED, now, now
+			ns.StartedAt, ns.CompletedAt = now, now
+			r.set(ctx, i, workflowpb.NodeStatus_SKIPPED, "skip_if "+node.GetMetadata()[dag.MetaSkipIf]+" is true")
 			continue
+		}
+		if ns.Status == workflowpb.NodeStatus_PENDING && r.spec() {
+			r.set(ctx, i, workflowpb.NodeStatus_READY, "")
 		}
 		if !r.released(ctx, i, node, now) || r.draining {
 			continue
@@ -623,7 +731,7 @@ func (r *dagRun) released(ctx workflow.Context, i int, node *workflowpb.Workflow
 		if ns.DueAt.IsZero() {
 			sched, err := dag.ParseSchedule(node)
 			if err != nil {
-				r.fail(ns, now, "schedule: "+err.Error())
+				r.fail(ctx, i, now, "schedule: "+err.Error())
 				return false
 			}
 			ns.DueAt = sched.Next(now)
@@ -652,9 +760,11 @@ func (r *dagRun) released(ctx workflow.Context, i int, node *workflowpb.Workflow
 	return true
 }
 
-// fail marks a node FAILED.
-func (r *dagRun) fail(ns *DAGNodeState, now time.Time, reason string) {
-	ns.Status, ns.Error, ns.CompletedAt = workflowpb.NodeStatus_FAILED, reason, now
+// fail marks node i FAILED.
+func (r *dagRun) fail(ctx workflow.Context, i int, now time.Time, reason string) {
+	ns := &r.nodes[i]
+	ns.Error, ns.CompletedAt = reason, now
+	r.set(ctx, i, workflowpb.NodeStatus_FAILED, reason)
 }
 
 // DAGNodeScope is the scope of a node's task when its metadata names none: the resource
@@ -677,7 +787,7 @@ func (r *dagRun) dispatch(ctx workflow.Context, i int, node *workflowpb.Workflow
 	if p, ok := md["priority"]; ok {
 		var err error
 		if priority, err = strconv.ParseInt(p, 10, 32); err != nil || priority < int64(protocol.MinPriority) || priority > int64(protocol.MaxPriority) {
-			r.fail(ns, now, fmt.Sprintf("validation_error: metadata priority %q is not an integer in %d .. %d (§7.1)", p, protocol.MinPriority, protocol.MaxPriority))
+			r.fail(ctx, i, now, fmt.Sprintf("validation_error: metadata priority %q is not an integer in %d .. %d (§7.1)", p, protocol.MinPriority, protocol.MaxPriority))
 			return
 		}
 	}
@@ -687,13 +797,14 @@ func (r *dagRun) dispatch(ctx workflow.Context, i int, node *workflowpb.Workflow
 	}
 	params, err := dag.Input(node, []byte(r.st.Data))
 	if err != nil {
-		r.fail(ns, now, "input_mapping: "+err.Error())
+		r.fail(ctx, i, now, "input_mapping: "+err.Error())
 		return
 	}
 	ns.Attempts++
 	ns.Tries++
 	taskID := DAGTaskID(r.st.WorkflowID, id, ns.Attempts)
-	ns.Status, ns.StartedAt, ns.CompletedAt, ns.TaskID = workflowpb.NodeStatus_RUNNING, now, time.Time{}, taskID
+	ns.StartedAt, ns.CompletedAt, ns.TaskID = now, time.Time{}, taskID
+	r.set(ctx, i, workflowpb.NodeStatus_RUNNING, "")
 	in := TaskInput{TaskID: taskID, AgentID: node.GetAgentId(), Priority: int32(priority), Params: params,
 		ContentType: "application/json", Scope: scope, SubmittedAt: now, Revision: TaskRevisionCurrent}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
@@ -756,18 +867,19 @@ func (r *dagRun) finish(ctx workflow.Context, d dagDone) {
 			}
 		}
 		r.st.Data = string(data)
-		ns.Status, ns.CompletedAt, ns.Output, ns.Error = workflowpb.NodeStatus_COMPLETED, now, stored, ""
+		ns.CompletedAt, ns.Output, ns.Error = now, stored, ""
+		r.set(ctx, d.pos, workflowpb.NodeStatus_COMPLETED, "")
 		return
 	}
 	retries, _ := strconv.Atoi(node.GetMetadata()["retries"])
 	ns.Error = reason
 	if ns.Tries <= retries {
 		// Re-run with the next attempt's task id; the trigger that released it still holds.
-		ns.Status = workflowpb.NodeStatus_PENDING
+		r.set(ctx, d.pos, workflowpb.NodeStatus_PENDING, fmt.Sprintf("retry %d of %d: %s", ns.Tries, retries, reason))
 		workflow.GetLogger(ctx).Info("DAG node retried", "workflow_id", r.st.WorkflowID, "node_id", id, "tries", ns.Tries, "reason", reason)
 		return
 	}
-	r.fail(ns, now, reason)
+	r.fail(ctx, d.pos, now, reason)
 	workflow.GetLogger(ctx).Warn("DAG node failed", "workflow_id", r.st.WorkflowID, "node_id", id, "reason", reason)
 }
 

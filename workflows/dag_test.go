@@ -57,6 +57,8 @@ type dagHarness struct {
 	starts map[string]int
 	inputs map[string][]workflows.TaskInput
 	log    []dagEvent
+	// audited are the transitions RecordDAGTransitions was given, in order.
+	audited []activities.DAGTransition
 	// behave answers a node's task; nil completes it with result "{}".
 	behave func(ctx workflow.Context, node string, in workflows.TaskInput) (workflows.TaskStatus, error)
 }
@@ -75,6 +77,13 @@ func (h *dagHarness) reset() {
 	h.env = suite.NewTestWorkflowEnvironment()
 	h.env.SetStartTime(time.Date(2025, 1, 1, 8, 0, 0, 0, time.UTC))
 	h.env.RegisterWorkflow(workflows.TaskWorkflow)
+	var acts *activities.Activities
+	h.env.OnActivity(acts.RecordDAGTransitions, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.DAGTransitionsInput) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.audited = append(h.audited, in.Transitions...)
+		return nil
+	}).Maybe()
 	h.env.OnWorkflow(workflows.TaskWorkflow, mock.Anything, mock.Anything).Return(
 		func(ctx workflow.Context, in workflows.TaskInput) (workflows.TaskStatus, error) {
 			// Task ids are dag-wf-<node>-<attempt>.
@@ -416,6 +425,8 @@ func TestDAGRetriesFromMetadata(t *testing.T) {
 	assert.Equal(t, []string{"dag-wf-flaky-1", "dag-wf-flaky-2", "dag-wf-flaky-3"}, ids)
 }
 
+// TestDAGSkipIfLetsDependentsRun: runs recorded before DAGRevisionSpecDependencies (revision
+// zero) counted a SKIPPED dependency as satisfied, and still do when they replay.
 func TestDAGSkipIfLetsDependentsRun(t *testing.T) {
 	h := newDAGHarness(t)
 	a := dagNode("a")
@@ -798,4 +809,88 @@ func TestDAGStartOptions(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, workflows.DAGRunning, v)
 	assert.Contains(t, workflows.SearchAttributeFlags(), "SW4RMDAGState=Keyword")
+}
+
+// TestDAGSkippedDependencySkipsDependents: under DAGRevisionSpecDependencies a node runs only
+// once every dependency is COMPLETED (§17.7). A node with a SKIPPED dependency is SKIPPED in
+// turn, naming the dependency, and so are its own dependents; a node whose metadata
+// after_skipped is "run" runs all the same; nodes off the skipped branch are untouched.
+func TestDAGSkippedDependencySkipsDependents(t *testing.T) {
+	h := newDAGHarness(t)
+	a := dagNode("a")
+	b := dagNode("b", "a")
+	b.Metadata["skip_if"] = "/flags/skip_b"
+	c := dagNode("c", "b")
+	d := dagNode("d", "c")
+	r := dagNode("r", "b")
+	r.Metadata["after_skipped"] = "run"
+	e := dagNode("e", "a")
+
+	st := h.run(workflows.DAGRunInput{WorkflowID: "wf", Definition: dagDef(t, a, b, c, d, r, e), Data: `{"flags": {"skip_b": true}}`,
+		Revision: workflows.DAGRevisionCurrent})
+
+	assert.Equal(t, workflows.DAGCompleted, st.Status)
+	for _, id := range []string{"b", "c", "d"} {
+		assert.Equal(t, workflowpb.NodeStatus_SKIPPED, st.Nodes[id].Status, id)
+		assert.Zero(t, h.starts[id], id)
+	}
+	assert.Equal(t, workflowpb.NodeStatus_COMPLETED, st.Nodes["r"].Status)
+	assert.Equal(t, 1, h.starts["r"])
+	assert.Equal(t, 1, h.starts["e"])
+
+	// Every transition reached the audit, with why each node was skipped.
+	byNode := map[string][]string{}
+	reasons := map[string]string{}
+	for _, tr := range h.audited {
+		byNode[tr.NodeID] = append(byNode[tr.NodeID], tr.From+">"+tr.To)
+		if tr.To == "SKIPPED" {
+			reasons[tr.NodeID] = tr.Reason
+		}
+	}
+	assert.Equal(t, []string{"PENDING>READY", "READY>RUNNING", "RUNNING>COMPLETED"}, byNode["a"])
+	assert.Equal(t, []string{"PENDING>SKIPPED"}, byNode["b"])
+	assert.Equal(t, []string{"PENDING>SKIPPED"}, byNode["c"])
+	assert.Equal(t, []string{"PENDING>READY", "READY>RUNNING", "RUNNING>COMPLETED"}, byNode["r"])
+	assert.Contains(t, reasons["b"], "skip_if /flags/skip_b")
+	assert.Contains(t, reasons["c"], "dependency b was SKIPPED")
+	assert.Contains(t, reasons["d"], "dependency c was SKIPPED")
+}
+
+// TestDAGManualNodeIsReadyUntilTriggered: under DAGRevisionSpecDependencies a MANUAL node
+// whose dependencies are COMPLETED is READY (§17.7: eligible for execution) until its
+// trigger, then RUNNING; a failed node's transition carries its error.
+func TestDAGManualNodeIsReadyUntilTriggered(t *testing.T) {
+	h := newDAGHarness(t)
+	a := dagNode("a")
+	m := dagNode("m", "a")
+	m.TriggerType = workflowpb.TriggerType_MANUAL
+	f := dagNode("f", "m")
+	h.behave = func(ctx workflow.Context, node string, _ workflows.TaskInput) (workflows.TaskStatus, error) {
+		if node == "f" {
+			return workflows.TaskStatus{State: workflows.TaskFailed, Reason: "broken"}, nil
+		}
+		return workflows.TaskStatus{State: workflows.TaskCompleted, Result: "{}"}, workflow.Sleep(ctx, time.Minute)
+	}
+	var before workflows.DAGRunState
+	var trig *dagUpdate
+	h.env.RegisterDelayedCallback(func() {
+		before = h.state()
+		trig = h.update(workflows.DAGTriggerUpdate, workflows.DAGTrigger{NodeID: "m", By: "ops"})
+	}, time.Hour)
+	h.env.ExecuteWorkflow(workflows.DAGRun, workflows.DAGRunInput{WorkflowID: "wf", Definition: dagDef(t, a, m, f), Revision: workflows.DAGRevisionCurrent})
+	require.True(t, h.env.IsWorkflowCompleted())
+
+	assert.Equal(t, workflowpb.NodeStatus_READY, before.Nodes["m"].Status)
+	require.NotNil(t, trig)
+	require.NoError(t, trig.rejected)
+	require.NoError(t, trig.err)
+	var failed activities.DAGTransition
+	for _, tr := range h.audited {
+		if tr.NodeID == "f" && tr.To == "FAILED" {
+			failed = tr
+		}
+	}
+	assert.Equal(t, "RUNNING", failed.From)
+	assert.Contains(t, failed.Reason, "broken")
+	assert.Equal(t, "dag-wf-f-1", failed.TaskID)
 }

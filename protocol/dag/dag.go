@@ -17,8 +17,8 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 )
 
-// Metadata keys this package reads. Node metadata: MetaSchedule, MetaSkipIf, MetaEvent
-// (event.go). Definition metadata: MetaLateBinding.
+// Metadata keys this package reads. Node metadata: MetaSchedule, MetaSkipIf, MetaAfterSkipped,
+// MetaEvent (event.go). Definition metadata: MetaLateBinding.
 const (
 	// MetaSchedule is the node metadata key holding the cron expression of a SCHEDULE node
 	// (standard five fields or a descriptor such as "@hourly"; see ParseSchedule).
@@ -26,6 +26,9 @@ const (
 	// MetaSkipIf is the node metadata key holding a reference into workflow_data; when the
 	// value there is JSON true the node is SKIPPED instead of run (see Skip).
 	MetaSkipIf = "skip_if"
+	// MetaAfterSkipped is the node metadata key saying what a SKIPPED dependency means for
+	// the node: AfterSkippedSkip (the default) or AfterSkippedRun (see AfterSkipped).
+	MetaAfterSkipped = "after_skipped"
 	// MetaLateBinding is the definition metadata key that, set to "true", lets a definition
 	// name agents that are not registered yet; by default CreateWorkflow refuses them.
 	MetaLateBinding = "late_binding"
@@ -46,6 +49,9 @@ type Result struct {
 	// one sentence per node, sorted by node id.
 	Warnings []string
 }
+
+// CodeCycleDetected is the error_code §17.7 gives the refusal of a cyclic definition.
+const CodeCycleDetected = "workflow_cycle_detected"
 
 // CycleError is the refusal of a definition whose dependencies form a cycle (§17.7: error
 // code workflow_cycle_detected, naming the nodes involved).
@@ -331,6 +337,10 @@ func checkNode(key string, n *workflowpb.WorkflowNode, at map[string]int32) *pro
 		}
 	case hasSched:
 		return refuse("node %q has metadata %q but trigger_type %s; only SCHEDULE nodes are started by a schedule", id, MetaSchedule, triggerName(trig))
+	}
+	if a, ok := n.GetMetadata()[MetaAfterSkipped]; ok && a != AfterSkippedSkip && a != AfterSkippedRun {
+		return refuse("node %q: metadata %s=%q must be %q (the default: a SKIPPED dependency skips the node, §17.7) or %q (a SKIPPED dependency counts as satisfied)",
+			id, MetaAfterSkipped, short(a), AfterSkippedSkip, AfterSkippedRun)
 	}
 	if s, ok := n.GetMetadata()[MetaSkipIf]; ok {
 		if s == "" {

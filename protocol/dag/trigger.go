@@ -12,9 +12,28 @@ import (
 // Triggers (§17.7 "Trigger Types"): DEPENDENCY (the default, also for an unspecified
 // trigger_type) runs a node once all its dependencies are satisfied; MANUAL and EVENT wait,
 // in addition, for an outside trigger; SCHEDULE waits, in addition, for the next time its
-// cron expression names (metadata "schedule"). Conditions: metadata "skip_if" makes a node
-// SKIPPED instead of run; a SKIPPED dependency counts as satisfied, so its dependents run
-// (they find absent whatever the skipped node would have written; see Input).
+// cron expression names (metadata "schedule"). A dependency is satisfied when it is
+// COMPLETED (§17.7: a node MUST NOT run until all its dependencies are COMPLETED).
+// Conditions: metadata "skip_if" makes a node SKIPPED instead of run; a node with a SKIPPED
+// dependency is SKIPPED in turn, unless its metadata "after_skipped" is "run" — then the
+// SKIPPED dependency counts as satisfied, and the node finds absent whatever the skipped node
+// would have written (see Input).
+
+// The values of metadata "after_skipped" (MetaAfterSkipped).
+const (
+	// AfterSkippedSkip, the default, skips a node one of whose dependencies was SKIPPED: it
+	// can never have all of them COMPLETED, so it is bypassed with them.
+	AfterSkippedSkip = "skip"
+	// AfterSkippedRun lets a SKIPPED dependency count as satisfied, so the node runs once its
+	// other dependencies are COMPLETED (or SKIPPED).
+	AfterSkippedRun = "run"
+)
+
+// RunsAfterSkipped reports whether a SKIPPED dependency counts as satisfied for node: its
+// metadata "after_skipped" is "run".
+func RunsAfterSkipped(node *workflowpb.WorkflowNode) bool {
+	return node.GetMetadata()[MetaAfterSkipped] == AfterSkippedRun
+}
 
 // ParseSchedule returns the schedule of a SCHEDULE node, from its metadata "schedule": a
 // standard cron expression of five fields (minute hour day-of-month month day-of-week), a

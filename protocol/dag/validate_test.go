@@ -121,6 +121,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"schedule malformed", wf(meta(with(n("a"), func(x *workflowpb.WorkflowNode) { x.TriggerType = workflowpb.TriggerType_SCHEDULE }), MetaSchedule, "every tuesday")), `node "a": metadata schedule="every tuesday" is not a cron expression`},
 		{"schedule on a DEPENDENCY node", wf(meta(n("a"), MetaSchedule, "@daily")), `node "a" has metadata "schedule" but trigger_type DEPENDENCY (unspecified)`},
 		{"skip_if empty", wf(meta(n("a"), MetaSkipIf, "")), `node "a": metadata skip_if is empty`},
+		{"after_skipped unknown", wf(n("a"), meta(n("b", "a"), MetaAfterSkipped, "true")), `node "b": metadata after_skipped="true" must be "skip"`},
 		{"skip_if bad escape", wf(meta(n("a"), MetaSkipIf, "/a~2")), `"~" must be followed by 0 or 1`},
 		{"input name empty", wf(with(n("a"), func(x *workflowpb.WorkflowNode) { x.InputMapping = map[string]string{"": "/x"} })), `node "a": input_mapping has an empty input name`},
 		{"input pointer bad", wf(with(n("a"), func(x *workflowpb.WorkflowNode) { x.InputMapping = map[string]string{"in": "/x~"} })), `node "a": input_mapping "in"`},

@@ -18,6 +18,10 @@ const (
 	// ToolErrorCodeTrailer is a failed tool call's exact §18.3 error_code (the ToolError detail
 	// carries it too); ErrorCodeTrailer carries the nearest common ErrorCode.
 	ToolErrorCodeTrailer = "sw4rm-tool-error-code"
+	// WorkflowErrorCodeTrailer is a workflow refusal's exact §17.7 error_code where the spec
+	// names one that ErrorCode lacks: "workflow_cycle_detected" (ErrorCodeTrailer carries
+	// VALIDATION_ERROR beside it, and an ErrorInfo detail lists the cycle's nodes).
+	WorkflowErrorCodeTrailer = "sw4rm-workflow-error-code"
 )
 
 // Signed calls (§23, docs/signing.md): the request metadata of an agent's signed call.

@@ -147,6 +147,16 @@ func (nb *NodeBuilder) Meta(key, value string) *NodeBuilder {
 	return nb
 }
 
+// SkipIf skips the node when the value at pointer in workflow_data is JSON true when its
+// turn comes (metadata "skip_if").
+func (nb *NodeBuilder) SkipIf(pointer string) *NodeBuilder { return nb.Meta(pdag.MetaSkipIf, pointer) }
+
+// RunAfterSkipped lets a SKIPPED dependency count as satisfied for the node (metadata
+// "after_skipped": "run"); by default such a node is SKIPPED too (§17.7).
+func (nb *NodeBuilder) RunAfterSkipped() *NodeBuilder {
+	return nb.Meta(pdag.MetaAfterSkipped, pdag.AfterSkippedRun)
+}
+
 // Node adds the next node to the definition (see Builder.Node).
 func (nb *NodeBuilder) Node(id, agentID string) *NodeBuilder { return nb.b.Node(id, agentID) }
 

@@ -25,7 +25,8 @@ func TestBuilderProducesTheDefinition(t *testing.T) {
 	def, err := New("release").Meta("owner", "ci").LateBinding().
 		Node("build", "builder").Output("artifact", "/build/artifact").Meta("priority", "5").
 		Node("test", "tester").After("build").Input("artifact", "/build/artifact").
-		Node("deploy", "deployer").After("test").Trigger(workflowpb.TriggerType_MANUAL).
+		Node("deploy", "deployer").After("test").Trigger(workflowpb.TriggerType_MANUAL).SkipIf("/dry_run").
+		Node("notify", "notifier").After("deploy").RunAfterSkipped().
 		Build()
 	require.NoError(t, err)
 	want := &workflowpb.WorkflowDefinition{
@@ -36,7 +37,10 @@ func TestBuilderProducesTheDefinition(t *testing.T) {
 				OutputMapping: map[string]string{"artifact": "/build/artifact"}, Metadata: map[string]string{"priority": "5"}},
 			"test": {NodeId: "test", AgentId: "tester", TriggerType: workflowpb.TriggerType_DEPENDENCY, Dependencies: []string{"build"},
 				InputMapping: map[string]string{"artifact": "/build/artifact"}},
-			"deploy": {NodeId: "deploy", AgentId: "deployer", TriggerType: workflowpb.TriggerType_MANUAL, Dependencies: []string{"test"}},
+			"deploy": {NodeId: "deploy", AgentId: "deployer", TriggerType: workflowpb.TriggerType_MANUAL, Dependencies: []string{"test"},
+				Metadata: map[string]string{pdag.MetaSkipIf: "/dry_run"}},
+			"notify": {NodeId: "notify", AgentId: "notifier", TriggerType: workflowpb.TriggerType_DEPENDENCY, Dependencies: []string{"deploy"},
+				Metadata: map[string]string{pdag.MetaAfterSkipped: pdag.AfterSkippedRun}},
 		},
 	}
 	require.True(t, proto.Equal(want, def), "got %v", def)
