@@ -58,15 +58,17 @@ func HandoffMessageID(requestID, kind string, n int) string {
 type RouteHandoffInput struct {
 	// RequestID and Correlation name the handoff; fences are looked up on Correlation.
 	RequestID, Correlation string
-	// Capabilities are the capabilities_required.
+	// Capabilities are the capabilities_required; a REDIRECT's target (Only) must declare
+	// them too.
 	Capabilities []string `json:",omitempty"`
 	// ContentType is the context snapshot's content type; the target must accept it.
 	ContentType string
 	// Exclude are agents never chosen: the originator and the agents that refused.
 	Exclude []string `json:",omitempty"`
 	// Only, when set, checks this one agent (a REDIRECT's redirect_to_agent_id) instead of
-	// ranking them all: it must be registered, not excluded, not fenced on the correlation and
-	// accept the content type — what a named to_agent must satisfy.
+	// ranking them all: it must be registered, not excluded, declare every one of
+	// Capabilities, accept the content type and not be fenced on the correlation — what a
+	// named to_agent must satisfy.
 	Only string `json:",omitempty"`
 }
 
@@ -136,14 +138,22 @@ func (a *Activities) RouteHandoff(ctx context.Context, in RouteHandoffInput) (Ha
 	return HandoffRoute{Agent: ranked[0].AgentID, Reason: reason}, nil
 }
 
-// checkRedirect is RouteHandoff for a REDIRECT: the one agent named, if it qualifies.
+// checkRedirect is RouteHandoff for a REDIRECT: the one agent named, if it qualifies. An
+// agent without the capabilities_required is not offered the work (§17.6: capabilities the
+// receiving agent MUST possess), however sure the redirecting agent is.
 func (a *Activities) checkRedirect(ctx context.Context, in RouteHandoffInput, recs []store.AgentRecord) (HandoffRoute, error) {
 	i := slices.IndexFunc(recs, func(r store.AgentRecord) bool { return r.Descriptor.GetAgentId() == in.Only })
+	var missing []string
+	if i >= 0 {
+		missing = protocol.MissingCapabilities(recs[i].Descriptor.GetCapabilities(), in.Capabilities)
+	}
 	switch {
 	case slices.Contains(in.Exclude, in.Only):
 		return HandoffRoute{Reason: fmt.Sprintf("redirect to %s refused: it is the originator or already refused", in.Only)}, nil
 	case i < 0:
 		return HandoffRoute{Reason: fmt.Sprintf("redirect to %s refused: not registered", in.Only)}, nil
+	case len(missing) > 0:
+		return HandoffRoute{Reason: fmt.Sprintf("redirect to %s refused: it lacks capabilities_required %v (§17.6)", in.Only, missing)}, nil
 	case !protocol.AcceptsContentType(recs[i].Descriptor.GetModalitiesSupported(), in.ContentType):
 		return HandoffRoute{Reason: fmt.Sprintf("redirect to %s refused: it does not accept %s (004 item 8)", in.Only, in.ContentType)}, nil
 	}
@@ -244,6 +254,12 @@ type NotifyHandoffInput struct {
 	State handoffpb.HandoffStatus
 	// Reason explains the event (rejection, expiry, cancellation).
 	Reason string `json:",omitempty"`
+	// Code is the error_code a handoff that ended REJECTED returns to the originator:
+	// REDIRECT for a redirect not followed, VALIDATION_ERROR for a redirect loop or a blank
+	// redirect target; unset otherwise.
+	Code commonpb.ErrorCode `json:",omitempty"`
+	// RedirectTo is the agent a REDIRECT not followed named, for the originator to ask.
+	RedirectTo string `json:",omitempty"`
 	// GracePeriod is a cancellation's grace period.
 	GracePeriod time.Duration `json:",omitempty"`
 }
@@ -265,6 +281,13 @@ type HandoffEvent struct {
 	AcceptedBy string `json:"accepted_by,omitempty"`
 	// Reason explains a rejection, expiry or cancellation.
 	Reason string `json:"reason,omitempty"`
+	// RejectionCode is the error_code's name a REJECTED handoff returns to its originator,
+	// as HandoffResponse.rejection_code would carry it: "REDIRECT" when a redirect was not
+	// followed, "VALIDATION_ERROR" for a redirect loop or a blank redirect target.
+	RejectionCode string `json:"rejection_code,omitempty"`
+	// RedirectToAgentID is the agent a REDIRECT not followed named, as
+	// HandoffResponse.redirect_to_agent_id would carry it: the originator may ask it itself.
+	RedirectToAgentID string `json:"redirect_to_agent_id,omitempty"`
 	// GracePeriodMs is a cancellation's grace period: the target stops within it.
 	GracePeriodMs int64 `json:"grace_period_ms,omitempty"`
 }
@@ -272,8 +295,12 @@ type HandoffEvent struct {
 // NotifyHandoff sends one agent a NOTIFICATION about a handoff (HandoffEvent). A retry
 // re-sends the same message_id, which the router admits once.
 func (a *Activities) NotifyHandoff(ctx context.Context, in NotifyHandoffInput) error {
-	payload, err := json.Marshal(HandoffEvent{Event: in.Event, RequestID: in.RequestID, State: in.State.String(), FromAgent: in.From,
-		ToAgent: in.Target, AcceptedBy: in.AcceptedBy, Reason: in.Reason, GracePeriodMs: in.GracePeriod.Milliseconds()})
+	ev := HandoffEvent{Event: in.Event, RequestID: in.RequestID, State: in.State.String(), FromAgent: in.From,
+		ToAgent: in.Target, AcceptedBy: in.AcceptedBy, Reason: in.Reason, RedirectToAgentID: in.RedirectTo, GracePeriodMs: in.GracePeriod.Milliseconds()}
+	if in.Code != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
+		ev.RejectionCode = in.Code.String()
+	}
+	payload, err := json.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("encode handoff event: %w", err)
 	}

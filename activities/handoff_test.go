@@ -129,17 +129,21 @@ func TestRouteHandoffChecksARedirect(t *testing.T) {
 	a, _, _ := handoffActivities(t)
 	ctx := context.Background()
 	require.NoError(t, a.FenceHandoff(ctx, FenceHandoffInput{Correlation: "corr-1", AgentID: "d", RequestID: "h-0", NewOwner: "a"}))
-	check := func(only string) HandoffRoute {
-		r, err := a.RouteHandoff(ctx, RouteHandoffInput{RequestID: "h-1", Correlation: "corr-1", ContentType: "application/json", Exclude: []string{"a", "b"}, Only: only})
+	check := func(only string, caps ...string) HandoffRoute {
+		r, err := a.RouteHandoff(ctx, RouteHandoffInput{RequestID: "h-1", Correlation: "corr-1", Capabilities: caps, ContentType: "application/json",
+			Exclude: []string{"a", "b"}, Only: only})
 		require.NoError(t, err)
 		return r
 	}
-	assert.Equal(t, "e", check("e").Agent, "a redirect is the target's choice: capabilities are not checked")
-	for only, why := range map[string]string{"d": "fenced on correlation corr-1 since handoff h-0", "zz": "not registered", "b": "already refused", "img": "does not accept application/json"} {
-		r := check(only)
+	assert.Equal(t, "e", check("e").Agent, "no capabilities_required: any registered agent qualifies")
+	assert.Equal(t, "c", check("c", "billing", "refunds").Agent)
+	for only, why := range map[string]string{"d": "fenced on correlation corr-1 since handoff h-0", "zz": "not registered", "b": "already refused",
+		"img": "does not accept application/json", "e": "it lacks capabilities_required [billing] (§17.6)"} {
+		r := check(only, "billing")
 		assert.Empty(t, r.Agent, only)
 		assert.Contains(t, r.Reason, why, only)
 	}
+	assert.Contains(t, check("d", "billing", "refunds").Reason, "lacks capabilities_required [refunds]", "only the missing ones are named")
 }
 
 func TestOfferHandoffRecordsAndNotifiesOnce(t *testing.T) {
@@ -180,6 +184,14 @@ func TestNotifyRecordAndFenceHandoff(t *testing.T) {
 	var ev HandoffEvent
 	require.NoError(t, json.Unmarshal(msgs[0].GetPayload(), &ev))
 	assert.Equal(t, HandoffEvent{Event: "handoff_cancelled", RequestID: "h-1", State: "ACCEPTED", FromAgent: "a", ToAgent: "b", Reason: "cancelled: stop", GracePeriodMs: 2000}, ev)
+
+	// A REDIRECT not followed reaches the originator as HandoffResponse would carry it.
+	require.NoError(t, a.NotifyHandoff(ctx, NotifyHandoffInput{RequestID: "h-1", Correlation: "corr-1", To: "c", Event: HandoffEventRejected, N: 4, From: "a",
+		Target: "b", State: handoffpb.HandoffStatus_REJECTED, Reason: "not followed", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "d"}))
+	var rej map[string]any
+	require.NoError(t, json.Unmarshal(messagesFor(t, st, "c")[0].GetPayload(), &rej))
+	assert.Equal(t, "REDIRECT", rej["rejection_code"])
+	assert.Equal(t, "d", rej["redirect_to_agent_id"])
 
 	require.NoError(t, a.RecordHandoff(ctx, RecordHandoffInput{RequestID: "h-1", Correlation: "corr-1", From: "a", Status: handoffpb.HandoffStatus_ACCEPTED, Target: "b", AcceptedBy: "b"}))
 	assert.Equal(t, []string{"h-1 ACCEPTED b b "}, h.updates)

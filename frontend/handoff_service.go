@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -62,16 +63,18 @@ func (h *handoffService) RequestHandoff(ctx context.Context, req *handoffpb.Hand
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, failed("handoff lookup", err)
 	}
-	if err := h.mayHandOff(ctx, corr, ct, req.GetFromAgent(), req.GetToAgent()); err != nil {
+	if err := h.mayHandOff(ctx, corr, ct, req); err != nil {
 		return nil, err
 	}
 	return h.create(ctx, req, corr, ct)
 }
 
-// mayHandOff checks the parties of a new handoff of correlation corr: a registered
-// originator that still owns the context, and a named target that is registered, accepts
-// the context's content type and did not hand this context away itself (§17.6).
-func (h *handoffService) mayHandOff(ctx context.Context, corr, ct, from, to string) error {
+// mayHandOff checks the parties of a new handoff req of correlation corr: a registered
+// originator that still owns the context, and a named target that is registered, declares
+// every capability in capabilities_required, accepts the context's content type and did not
+// hand this context away itself (§17.6).
+func (h *handoffService) mayHandOff(ctx context.Context, corr, ct string, req *handoffpb.HandoffRequest) error {
+	from, to := req.GetFromAgent(), req.GetToAgent()
 	if err := h.s.registered(ctx, from, "from_agent %q is not a registered agent; register it first"); err != nil {
 		return err
 	}
@@ -90,6 +93,16 @@ func (h *handoffService) mayHandOff(ctx context.Context, corr, ct, from, to stri
 	}
 	if err != nil {
 		return failed("registry lookup", err)
+	}
+	// §17.6: capabilities_required are those "the receiving agent MUST possess", so a named
+	// target without them is never offered the work. The request itself is well formed —
+	// it is the target's registration that falls short, and the same request succeeds once
+	// the agent registers the capabilities — so this is validation_error with
+	// FailedPrecondition (errors.go: a refusal the state of a resource caused), not
+	// InvalidArgument.
+	if missing := protocol.MissingCapabilities(rec.Descriptor.GetCapabilities(), req.GetCapabilitiesRequired()); len(missing) > 0 {
+		return precondition(commonpb.ErrorCode_VALIDATION_ERROR, "to_agent %q lacks capabilities_required %v: it declares %v (§17.6: capabilities the receiving agent MUST possess); name a capable agent, or leave to_agent empty to route on the capabilities",
+			to, missing, rec.Descriptor.GetCapabilities())
 	}
 	if !protocol.AcceptsContentType(rec.Descriptor.GetModalitiesSupported(), ct) {
 		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "context content type %q is not among the modalities agent %q declared %v (004 item 8)",
@@ -179,15 +192,18 @@ func (h *handoffService) AcceptHandoff(ctx context.Context, req *handoffpb.Hando
 
 // RejectHandoff declines the offered handoff (§17.6): rejection_code OVERLOADED (with
 // retry_after_ms) has the workflow offer it again after a backoff, REDIRECT with
-// redirect_to_agent_id offers it to that agent, anything else moves on to the next capable
-// agent or ends the handoff REJECTED (docs/handoff.md).
+// redirect_to_agent_id offers it to that agent when spillover routing allows and the agent
+// qualifies (a blank one or a loop ends the handoff), anything else moves on to the next
+// capable agent or ends the handoff REJECTED (docs/handoff.md).
 func (h *handoffService) RejectHandoff(ctx context.Context, req *handoffpb.HandoffResponse) (*commonpb.Empty, error) {
 	agent, err := answering(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	// A blank redirect_to_agent_id reaches the workflow as "", which ends the handoff
+	// (protocol.ValidateRedirect).
 	ans := workflows.HandoffAnswer{Agent: agent, Reason: req.GetRejectionReason(), Code: req.GetRejectionCode(),
-		RetryAfterMs: req.GetRetryAfterMs(), RedirectTo: req.GetRedirectToAgentId()}
+		RetryAfterMs: req.GetRetryAfterMs(), RedirectTo: strings.TrimSpace(req.GetRedirectToAgentId())}
 	st, err := h.update(ctx, req.GetRequestId(), agent, "offered to", workflows.HandoffRejectUpdate, ans)
 	if err != nil {
 		return nil, err

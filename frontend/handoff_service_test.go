@@ -269,9 +269,14 @@ func TestRequestHandoffRefusals(t *testing.T) {
 			r.Budget = &handoffpb.BudgetEnvelope{CurrentDepth: 2, MaxDelegationDepth: 2}
 			return r
 		}(), nil, codes.InvalidArgument, "delegation depth 2 reaches max 2"},
-		"unknown from":          {handoffReq("h1", "x", "b"), nil, codes.NotFound, "no_route: from_agent"},
-		"unknown to":            {handoffReq("h1", "a", "x"), nil, codes.NotFound, "no_route: to_agent"},
-		"modality":              {handoffReq("h1", "a", "img"), nil, codes.InvalidArgument, "modalities"},
+		"unknown from": {handoffReq("h1", "x", "b"), nil, codes.NotFound, "no_route: from_agent"},
+		"unknown to":   {handoffReq("h1", "a", "x"), nil, codes.NotFound, "no_route: to_agent"},
+		"modality":     {handoffReq("h1", "a", "img"), nil, codes.InvalidArgument, "modalities"},
+		"lacks capabilities": {func() *handoffpb.HandoffRequest {
+			r := handoffReq("h1", "a", "b")
+			r.CapabilitiesRequired = []string{"billing", "refunds"}
+			return r
+		}(), nil, codes.FailedPrecondition, `validation_error: to_agent "b" lacks capabilities_required [billing refunds]`},
 		"bad content type":      {handoffReq("h1", "a", "b"), []string{wire.ContextContentTypeKey, "image/png"}, codes.InvalidArgument, "content type"},
 		"fenced originator":     {handoffReq("h1", "a", "b"), []string{wire.CorrelationIDKey, "c1"}, codes.PermissionDenied, "permission_denied: fenced: correlation c1 was handed to b by handoff h0"},
 		"ping-pong":             {handoffReq("h1", "b", "a"), []string{wire.CorrelationIDKey, "c1"}, codes.PermissionDenied, "no ping-pong"},
@@ -323,8 +328,9 @@ func TestAnswerRefusedIsFailedPrecondition(t *testing.T) {
 	assert.Equal(t, []string{"ACCEPTED"}, hs.md.Get(wire.HandoffStateHeader))
 
 	ctx, _ = callCtx(t, auth.Principal{Agent: "b"})
-	_, err = h.svc.RejectHandoff(ctx, &handoffpb.HandoffResponse{RequestId: "h1", AcceptingAgent: "b", RejectionCode: commonpb.ErrorCode_REDIRECT})
-	assert.Equal(t, codes.InvalidArgument, toStatus(ctx, err).Code(), "REDIRECT needs a target")
+	_, err = h.svc.RejectHandoff(ctx, &handoffpb.HandoffResponse{RequestId: "h1", AcceptingAgent: "b", RejectionCode: commonpb.ErrorCode_REDIRECT,
+		RedirectToAgentId: "no such id!"})
+	assert.Equal(t, codes.InvalidArgument, toStatus(ctx, err).Code(), "a garbled REDIRECT target goes back to the target (a blank one ends the handoff)")
 }
 
 // TestCancelDelegation: only the originator (or an operator) cancels a correlation's open

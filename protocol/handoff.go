@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -25,8 +26,15 @@ const (
 	// names none (004 item 8).
 	DefaultHandoffContentType = "application/json"
 	// DefaultHandoffMaxRedirects bounds the REDIRECTs a handoff follows when its policy sets
-	// no max_redirects (proto3 cannot tell "unset" from 0, and 0 would make REDIRECT useless).
-	DefaultHandoffMaxRedirects = 3
+	// no max_redirects. 0 cannot mean "none": proto3 cannot tell an unset max_redirects from
+	// 0, and an originator that wants no redirect followed turns spillover routing off
+	// (FollowsRedirects). Two hops — a gateway to its peer, the peer to the agent that owns
+	// the work — cover what REDIRECT is for; every hop is a whole offer round inside the one
+	// acceptance timeout, so a longer default chain mostly spends the originator's timeout
+	// on agents that are not taking the work; and 2 is the bound the published SDKs apply
+	// when max_redirects is 0, so a delegation is bounded alike whether an SDK or this
+	// server follows its redirects. (Handoffs started before this bound was chosen keep 3.)
+	DefaultHandoffMaxRedirects = 2
 )
 
 // HandoffContentTypes are the context snapshot content types 004 item 8 admits.
@@ -118,8 +126,8 @@ func ValidateHandoffRequestLimits(req *handoffpb.HandoffRequest, contentType str
 
 // HandoffPolicy is the SwarmDelegationPolicy of a handoff in Go units: how an OVERLOADED
 // target is retried, whether a rejection spills over to the next candidate, and how many
-// REDIRECTs are followed. Zero fields take defaults (see NextOverloadBackoff, OverloadRetries
-// and MaxRedirectsOf).
+// REDIRECTs are followed. Zero fields take defaults (see NextOverloadBackoff, OverloadRetries,
+// MaxRedirectsOf and FollowsRedirects).
 type HandoffPolicy struct {
 	// MaxRetriesOnOverloaded is how often an OVERLOADED target is offered the handoff again.
 	MaxRetriesOnOverloaded uint32
@@ -129,8 +137,9 @@ type HandoffPolicy struct {
 	Multiplier float64
 	// MaxBackoff caps the wait.
 	MaxBackoff time.Duration
-	// AllowSpillover lets a rejected handoff with a named to_agent go to the next capable
-	// agent; a routed handoff (no to_agent) always does.
+	// AllowSpillover is allow_spillover_routing: it lets a rejected handoff with a named
+	// to_agent go to the next capable agent (a routed handoff, with no to_agent, always
+	// does), and a REDIRECT be followed (see FollowsRedirects).
 	AllowSpillover bool
 	// MaxRedirects bounds the REDIRECTs followed.
 	MaxRedirects uint32
@@ -185,6 +194,50 @@ func MaxRedirectsOf(p HandoffPolicy) int {
 		return DefaultHandoffMaxRedirects
 	}
 	return int(p.MaxRedirects)
+}
+
+// FollowsRedirects reports whether a handoff follows a REDIRECT answer to the agent it
+// names. allow_spillover_routing decides (the published SDKs read it as permission to
+// redirect to an equivalent peer): with it off the REDIRECT goes back to the originator, who
+// decides whether to ask that agent. A request with no policy, or an entirely empty one, takes the
+// server's defaults, which follow up to DefaultHandoffMaxRedirects — as OverloadRetries
+// gives an empty policy its default retries.
+func FollowsRedirects(p HandoffPolicy) bool {
+	return p.AllowSpillover || p == (HandoffPolicy{})
+}
+
+// ValidateRedirect checks the target of a REDIRECT before anything else about it (the
+// redirect bound included): to, trimmed of spaces, must name an agent, and not one the chain
+// has already visited — the originator from or an agent in offered, the agents offered the
+// handoff so far in order. A blank target or a loop is validation_error: the chain cannot go
+// anywhere useful, so the handoff ends at once instead of waiting out its timeout.
+func ValidateRedirect(to, from string, offered []string) *Error {
+	to = strings.TrimSpace(to)
+	if to == "" {
+		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "REDIRECT needs a non-empty redirect_to_agent_id")
+	}
+	if to != from && !slices.Contains(offered, to) {
+		return nil
+	}
+	chain := append([]string{from}, offered...)
+	why := "it was already offered this handoff"
+	if to == from {
+		why = "it is the originator"
+	}
+	return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "redirect loop %s → %s: %s", strings.Join(chain[slices.Index(chain, to):], " → "), to, why)
+}
+
+// MissingCapabilities lists the entries of need that have lacks, in need's order: the
+// capabilities_required an agent does not declare (§17.6: capabilities the receiving agent
+// MUST possess).
+func MissingCapabilities(have, need []string) []string {
+	var missing []string
+	for _, n := range need {
+		if !slices.Contains(have, n) {
+			missing = append(missing, n)
+		}
+	}
+	return missing
 }
 
 // NextOverloadBackoff is the wait before retry number retry (from 0) of an OVERLOADED
@@ -272,14 +325,7 @@ func RankCandidates(agents []HandoffCandidate, need []string, contentType string
 }
 
 // hasAll reports whether have contains every entry of need.
-func hasAll(have, need []string) bool {
-	for _, n := range need {
-		if !slices.Contains(have, n) {
-			return false
-		}
-	}
-	return true
-}
+func hasAll(have, need []string) bool { return len(MissingCapabilities(have, need)) == 0 }
 
 // handoffTransitions is the handoff lifecycle (§17.6, 000 §3.11.2): PENDING is answered by
 // acceptance, rejection or the timeout; an accepted handoff completes. ACCEPTED → EXPIRED is
@@ -322,7 +368,10 @@ func ValidateHandoffCall(req *handoffpb.HandoffRequest, contentType, correlation
 }
 
 // ValidateHandoffResponse checks an AcceptHandoff or RejectHandoff: a request_id, an
-// accepting_agent, and for a REDIRECT rejection the agent to redirect to.
+// accepting_agent, and for a REDIRECT rejection an agent ID to redirect to, or none at all.
+// A blank redirect_to_agent_id is not refused here: the rejection stands and the handoff
+// ends at once with validation_error (ValidateRedirect), where a garbled ID is sent back to
+// the target to correct.
 func ValidateHandoffResponse(req *handoffpb.HandoffResponse) *Error {
 	if req.GetRequestId() == "" {
 		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "request_id is required")
@@ -330,9 +379,9 @@ func ValidateHandoffResponse(req *handoffpb.HandoffResponse) *Error {
 	if perr := ValidateAgentID(req.GetAcceptingAgent()); perr != nil {
 		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "accepting_agent: %s", perr.Msg)
 	}
-	if req.GetRejectionCode() == commonpb.ErrorCode_REDIRECT {
+	if req.GetRejectionCode() == commonpb.ErrorCode_REDIRECT && strings.TrimSpace(req.GetRedirectToAgentId()) != "" {
 		if perr := ValidateAgentID(req.GetRedirectToAgentId()); perr != nil {
-			return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "rejection_code REDIRECT needs redirect_to_agent_id: %s", perr.Msg)
+			return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "rejection_code REDIRECT: redirect_to_agent_id: %s", perr.Msg)
 		}
 	}
 	return nil

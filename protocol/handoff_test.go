@@ -160,7 +160,7 @@ func TestHandoffPolicyDefaults(t *testing.T) {
 	assert.Equal(t, 3, protocol.OverloadRetries(protocol.HandoffPolicy{}))
 	assert.Equal(t, 0, protocol.OverloadRetries(protocol.HandoffPolicy{AllowSpillover: true}), "a policy that names no retries wants none")
 	assert.Equal(t, 5, protocol.OverloadRetries(protocol.HandoffPolicy{MaxRetriesOnOverloaded: 5}))
-	assert.Equal(t, 3, protocol.MaxRedirectsOf(protocol.HandoffPolicy{}))
+	assert.Equal(t, 2, protocol.MaxRedirectsOf(protocol.HandoffPolicy{}), "the published SDKs' bound")
 	assert.Equal(t, 1, protocol.MaxRedirectsOf(protocol.HandoffPolicy{MaxRedirects: 1}))
 
 	p := protocol.HandoffPolicyFromProto(&handoffpb.SwarmDelegationPolicy{MaxRetriesOnOverloaded: 2, InitialBackoffMs: 250, BackoffMultiplier: 1.5,
@@ -204,9 +204,46 @@ func TestValidateHandoffResponse(t *testing.T) {
 	assert.Contains(t, protocol.ValidateHandoffResponse(&handoffpb.HandoffResponse{AcceptingAgent: "billing"}).Msg, "request_id is required")
 	assert.Contains(t, protocol.ValidateHandoffResponse(&handoffpb.HandoffResponse{RequestId: "h-1"}).Msg, "accepting_agent")
 	redirect := &handoffpb.HandoffResponse{RequestId: "h-1", AcceptingAgent: "billing", RejectionCode: commonpb.ErrorCode_REDIRECT}
-	assert.Contains(t, protocol.ValidateHandoffResponse(redirect).Msg, "needs redirect_to_agent_id")
+	assert.Nil(t, protocol.ValidateHandoffResponse(redirect), "a blank target is the workflow's to refuse: the handoff ends")
+	redirect.RedirectToAgentId = "  "
+	assert.Nil(t, protocol.ValidateHandoffResponse(redirect))
+	redirect.RedirectToAgentId = "not an id!"
+	assert.Contains(t, protocol.ValidateHandoffResponse(redirect).Msg, "redirect_to_agent_id", "a garbled target goes back to the target")
 	redirect.RedirectToAgentId = "sales"
 	assert.Nil(t, protocol.ValidateHandoffResponse(redirect))
+}
+
+// TestValidateRedirect: a REDIRECT's target is checked before the bound — blank, or back
+// to the originator or an agent already offered (a loop), is validation_error.
+func TestValidateRedirect(t *testing.T) {
+	offered := []string{"b", "c"}
+	assert.Nil(t, protocol.ValidateRedirect("d", "a", offered))
+	for to, want := range map[string]string{
+		"":    "non-empty redirect_to_agent_id",
+		"   ": "non-empty redirect_to_agent_id",
+		"b":   "redirect loop b → c → b: it was already offered this handoff",
+		"c":   "redirect loop c → c",
+		"a":   "redirect loop a → b → c → a: it is the originator",
+	} {
+		perr := protocol.ValidateRedirect(to, "a", offered)
+		require.NotNil(t, perr, "%q", to)
+		assert.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, perr.Code, "%q", to)
+		assert.Contains(t, perr.Msg, want, "%q", to)
+	}
+}
+
+// TestFollowsRedirects: allow_spillover_routing decides; no policy at all takes the
+// server's default, which follows.
+func TestFollowsRedirects(t *testing.T) {
+	assert.True(t, protocol.FollowsRedirects(protocol.HandoffPolicy{}))
+	assert.True(t, protocol.FollowsRedirects(protocol.HandoffPolicy{AllowSpillover: true, MaxRedirects: 4}))
+	assert.False(t, protocol.FollowsRedirects(protocol.HandoffPolicy{MaxRedirects: 5}), "a policy without spillover returns the REDIRECT")
+}
+
+func TestMissingCapabilities(t *testing.T) {
+	assert.Empty(t, protocol.MissingCapabilities([]string{"billing", "refunds"}, []string{"refunds"}))
+	assert.Empty(t, protocol.MissingCapabilities(nil, nil))
+	assert.Equal(t, []string{"tax", "law"}, protocol.MissingCapabilities([]string{"billing"}, []string{"tax", "billing", "law"}))
 }
 
 func TestValidateCompleteHandoff(t *testing.T) {

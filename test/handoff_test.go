@@ -18,17 +18,21 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
+	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // handoffEvent is the JSON of the handoff NOTIFICATIONs agents receive (docs/handoff.md).
 type handoffEvent struct {
-	Event     string `json:"event"`
-	RequestID string `json:"request_id"`
-	FromAgent string `json:"from_agent"`
-	Agent     string `json:"agent"`
-	Reason    string `json:"reason"`
+	Event         string `json:"event"`
+	RequestID     string `json:"request_id"`
+	FromAgent     string `json:"from_agent"`
+	Agent         string `json:"agent"`
+	Reason        string `json:"reason"`
+	RejectionCode string `json:"rejection_code"`
+	RedirectTo    string `json:"redirect_to_agent_id"`
 }
 
 // handoffNote matches the NOTIFICATION of event for request.
@@ -204,7 +208,7 @@ func TestHandoffRouting(t *testing.T) {
 			cap1, cap2 := "tax-"+uniq(t, "c"), "law-"+uniq(t, "c")
 			a := dialCapable(t, sys, "a", "triage")
 			only := dialCapable(t, sys, "only", cap1)
-			_ = dialCapable(t, sys, "other", "unrelated")
+			other := dialCapable(t, sys, "other", "unrelated")
 			x, y := dialCapable(t, sys, "x", cap2), dialCapable(t, sys, "y", cap2)
 
 			t.Run("capability routing picks the only capable agent", func(t *testing.T) {
@@ -272,17 +276,19 @@ func TestHandoffRouting(t *testing.T) {
 					a.in.next(t, true, handoffNote("handoff_rejected", req.GetRequestId()))
 					return st
 				}
-				// max_redirects 1: x → y is followed, y → only is one too many.
+				// No policy: the default bound of 2 — x → y and y → only are followed, only → other
+				// is one too many.
 				capped := handoffReq(t, a.ID(), x.ID())
-				capped.DelegationPolicy = &handoffpb.SwarmDelegationPolicy{MaxRedirects: 1}
 				_, err := a.hc.RequestHandoff(ctx, capped)
 				require.NoError(t, err)
 				redirect(x, capped, y.ID())
 				redirect(y, capped, only.ID())
+				redirect(only, capped, other.ID())
 				st := ended(capped)
-				assert.Equal(t, 1, st.Redirects)
+				assert.Equal(t, 2, st.Redirects)
+				assert.Contains(t, st.EndReason, "the 2 redirects allowed are used")
 				for _, o := range st.Offers {
-					assert.NotEqual(t, only.ID(), o.Agent, "the redirect past the cap is not followed")
+					assert.NotEqual(t, other.ID(), o.Agent, "the redirect past the cap is not followed")
 				}
 				// A loop: x → y → x; x already declined, so the second redirect ends it.
 				loop := handoffReq(t, a.ID(), x.ID())
@@ -292,6 +298,7 @@ func TestHandoffRouting(t *testing.T) {
 				redirect(y, loop, x.ID())
 				st = ended(loop)
 				assert.Equal(t, 1, st.Redirects)
+				assert.Contains(t, st.EndReason, "redirect loop")
 			})
 			t.Run("timeout expires the handoff", func(t *testing.T) {
 				req := handoffReq(t, a.ID(), only.ID())
@@ -337,6 +344,129 @@ func TestHandoffRouting(t *testing.T) {
 				unknown := handoffReq(t, a.ID(), uniq(t, "nobody"))
 				_, err = a.hc.RequestHandoff(ctx, unknown)
 				assert.Equal(t, codes.NotFound, status.Code(err), "an unregistered target: %v", err)
+			})
+		})
+	}
+}
+
+// TestHandoffCapabilitiesAndRedirects: on both stores, the receiving agent must have the
+// capabilities_required (§17.6) and a REDIRECT is followed only where it can lead somewhere —
+// a named to_agent without them is refused at the RPC with validation_error; a REDIRECT to
+// an agent without them is not followed (rerouted by capability under spillover routing,
+// otherwise the handoff ends with the reason); with spillover routing off a REDIRECT goes
+// back to the originator, with its target; a redirect loop and a blank redirect target end
+// the handoff at once with validation_error instead of running out its timeout.
+func TestHandoffCapabilitiesAndRedirects(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			skill := "audit-" + uniq(t, "c")
+			a := dialCapable(t, sys, "a", "triage")
+			x, y := dialCapable(t, sys, "x", skill), dialCapable(t, sys, "y", skill)
+			other := dialCapable(t, sys, "other", "unrelated")
+			spill := &handoffpb.SwarmDelegationPolicy{AllowSpilloverRouting: true, MaxRedirects: 4}
+
+			request := func(t *testing.T, req *handoffpb.HandoffRequest) {
+				t.Helper()
+				_, err := a.hc.RequestHandoff(ctx, req)
+				require.NoError(t, err)
+			}
+			redirect := func(t *testing.T, ag *capableAgent, req *handoffpb.HandoffRequest, to string) metadata.MD {
+				t.Helper()
+				ag.in.next(t, true, handoffNote("handoff_offered", req.GetRequestId()))
+				var hdr metadata.MD
+				_, err := ag.hc.RejectHandoff(ctx, &handoffpb.HandoffResponse{RequestId: req.GetRequestId(), AcceptingAgent: ag.ID(),
+					RejectionCode: commonpb.ErrorCode_REDIRECT, RedirectToAgentId: to, RejectionReason: "not mine"}, grpc.Header(&hdr))
+				require.NoError(t, err)
+				return hdr
+			}
+			// rejected waits for the originator's handoff_rejected and returns it with the state.
+			rejected := func(t *testing.T, req *handoffpb.HandoffRequest) (handoffEvent, workflows.HandoffState) {
+				t.Helper()
+				d := a.in.next(t, true, handoffNote("handoff_rejected", req.GetRequestId()))
+				var ev handoffEvent
+				require.NoError(t, d.DecodeJSON(&ev))
+				st := waitEnded(t, sys, req.GetRequestId())
+				require.Equal(t, handoffpb.HandoffStatus_REJECTED, st.Status, "%+v", st)
+				return ev, st
+			}
+			offered := func(st workflows.HandoffState) []string {
+				var out []string
+				for _, o := range st.Offers {
+					out = append(out, o.Agent)
+				}
+				return out
+			}
+
+			t.Run("a named to_agent without the capabilities is refused", func(t *testing.T) {
+				req := handoffReq(t, a.ID(), other.ID(), skill)
+				var tr metadata.MD
+				_, err := a.hc.RequestHandoff(ctx, req, grpc.Trailer(&tr))
+				require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
+				assert.Contains(t, status.Convert(err).Message(), "validation_error: ")
+				assert.Contains(t, status.Convert(err).Message(), "lacks capabilities_required ["+skill+"]")
+				assert.Equal(t, []string{"VALIDATION_ERROR"}, tr.Get(wire.ErrorCodeTrailer))
+				_, err = sys.app.Store().Handoffs().GetHandoff(ctx, req.GetRequestId())
+				require.ErrorIs(t, err, store.ErrNotFound, "nothing was stored, no one was offered it")
+
+				ok := handoffReq(t, a.ID(), x.ID(), skill)
+				request(t, ok)
+				x.in.next(t, true, handoffNote("handoff_offered", ok.GetRequestId()))
+			})
+			t.Run("a redirect to an agent without the capabilities is rerouted by them", func(t *testing.T) {
+				req := handoffReq(t, a.ID(), x.ID(), skill)
+				req.DelegationPolicy = spill
+				request(t, req)
+				redirect(t, x, req, other.ID())
+				y.in.next(t, true, handoffNote("handoff_offered", req.GetRequestId()))
+				accept(t, y, req.GetRequestId())
+				st := waitHandoff(t, sys, req.GetRequestId(), handoffpb.HandoffStatus_ACCEPTED)
+				assert.Equal(t, []string{x.ID(), y.ID()}, offered(st), "%s lacks %s: never offered it", other.ID(), skill)
+				assert.Zero(t, st.Redirects)
+			})
+			t.Run("or the handoff ends with the reason", func(t *testing.T) {
+				req := handoffReq(t, a.ID(), x.ID(), skill)
+				request(t, req)
+				redirect(t, x, req, other.ID())
+				ev, st := rejected(t, req)
+				assert.Contains(t, ev.Reason, "lacks capabilities_required ["+skill+"]")
+				assert.Equal(t, []string{x.ID()}, offered(st))
+			})
+			t.Run("spillover routing off returns the REDIRECT to the originator", func(t *testing.T) {
+				req := handoffReq(t, a.ID(), x.ID(), skill)
+				req.DelegationPolicy = &handoffpb.SwarmDelegationPolicy{MaxRedirects: 5}
+				request(t, req)
+				hdr := redirect(t, x, req, y.ID())
+				ev, st := rejected(t, req)
+				assert.Equal(t, "REDIRECT", ev.RejectionCode)
+				assert.Equal(t, y.ID(), ev.RedirectTo, "the originator learns whom to ask")
+				assert.Contains(t, ev.Reason, "spillover routing is off")
+				assert.Equal(t, []string{x.ID()}, offered(st), "the redirect is not followed")
+				assert.Equal(t, []string{"REJECTED"}, hdr.Get(wire.HandoffStateHeader))
+			})
+			t.Run("a redirect loop is refused at once", func(t *testing.T) {
+				req := handoffReq(t, a.ID(), x.ID(), skill)
+				req.DelegationPolicy = spill
+				request(t, req)
+				redirect(t, x, req, y.ID())
+				redirect(t, y, req, x.ID())
+				ev, st := rejected(t, req)
+				assert.Equal(t, "VALIDATION_ERROR", ev.RejectionCode)
+				assert.Contains(t, ev.Reason, "validation_error: redirect loop "+x.ID()+" → "+y.ID()+" → "+x.ID())
+				assert.Equal(t, []string{x.ID(), y.ID()}, offered(st))
+			})
+			t.Run("a blank redirect target ends the handoff", func(t *testing.T) {
+				req := handoffReq(t, a.ID(), x.ID(), skill)
+				req.DelegationPolicy = spill
+				request(t, req)
+				hdr := redirect(t, x, req, "  ")
+				assert.Equal(t, []string{"REJECTED"}, hdr.Get(wire.HandoffStateHeader), "the rejection stands and ends the handoff")
+				ev, st := rejected(t, req)
+				assert.Equal(t, "VALIDATION_ERROR", ev.RejectionCode)
+				assert.Contains(t, ev.Reason, "non-empty redirect_to_agent_id")
+				assert.Equal(t, []string{x.ID()}, offered(st), "nobody else is asked")
 			})
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/api/enums/v1"
@@ -42,6 +43,18 @@ const (
 	// HandoffStateQuery returns the HandoffState.
 	HandoffStateQuery = "state"
 )
+
+// versionHandoffRedirectEdges is the workflow.GetVersion change ID of the REDIRECT edges,
+// asked when a run first handles a REDIRECT: runs that take it check the target first (a
+// blank one or a loop ends the handoff at once, validation_error), follow only with spillover
+// routing on (protocol.FollowsRedirects; otherwise the REDIRECT goes back to the
+// originator), bound the chain by protocol.DefaultHandoffMaxRedirects, and follow only to an
+// agent with the capabilities_required. Runs recorded before keep the old rules.
+const versionHandoffRedirectEdges = "handoff-redirect-edges"
+
+// legacyHandoffMaxRedirects is the default redirect bound of runs recorded before
+// versionHandoffRedirectEdges.
+const legacyHandoffMaxRedirects = 3
 
 // HandoffUpdateRefused is the error type of a refused accept, reject or complete update: the
 // handoff is not in the state the call needs, or the caller is not the agent it needs. The
@@ -180,6 +193,12 @@ type HandoffState struct {
 	Status handoffpb.HandoffStatus
 	// EndReason says why a handoff ended other than COMPLETED.
 	EndReason string `json:",omitempty"`
+	// EndCode is the error_code a REJECTED handoff returns to the originator: REDIRECT when
+	// the last answer was a REDIRECT not followed, VALIDATION_ERROR for a redirect loop or a
+	// blank redirect target.
+	EndCode commonpb.ErrorCode `json:",omitempty"`
+	// RedirectTo is the agent named by a REDIRECT that was not followed.
+	RedirectTo string `json:",omitempty"`
 	// Offers are the offers made, in order.
 	Offers []HandoffOffer `json:",omitempty"`
 	// Refused are the agents that rejected the handoff (or could not be redirected to).
@@ -201,11 +220,14 @@ type HandoffResult = HandoffState
 // named target, or to the least loaded capable agent (RouteHandoff), and waits for an answer
 // until the request's timeout. Acceptance waits for completion, which fences the originator
 // off the correlation (§17.6: it MUST NOT continue work on the transferred context). An
-// OVERLOADED rejection is retried after a durable backoff, a REDIRECT is followed up to
-// max_redirects, other rejections go to the next candidate when routing or spillover allows
-// and end the handoff REJECTED otherwise; the timeout or running out of candidates ends it
-// EXPIRED, and so does CancelDelegation. The originator is told every outcome. Every
-// transition updates the search attributes and is recorded in the store and the audit log.
+// OVERLOADED rejection is retried after a durable backoff; a REDIRECT to a blank target or
+// back along the chain ends the handoff at once (validation_error), one with spillover
+// routing off is returned to the originator, and one to a capable agent is followed up to
+// max_redirects; other rejections (and redirects not followed) go to the next candidate when
+// routing or spillover allows and end the handoff REJECTED otherwise; the timeout or running
+// out of candidates ends it EXPIRED, and so does CancelDelegation. The originator is told
+// every outcome. Every transition updates the search attributes and is recorded in the store
+// and the audit log.
 func HandoffWorkflow(ctx workflow.Context, in HandoffInput) (HandoffResult, error) {
 	w := &handoffRun{in: in, policy: in.Policy}
 	res, err := w.run(ctx)
@@ -241,6 +263,9 @@ type handoffRun struct {
 	notes int
 	// agentsSet is the last value of SW4RMHandoffAgents upserted.
 	agentsSet []string
+	// redirectEdges is whether this run takes versionHandoffRedirectEdges, decided at its
+	// first REDIRECT.
+	redirectEdges tristate
 	// acts is nil: its method values name the activities, checked at compile time.
 	acts *activities.Activities
 }
@@ -474,23 +499,37 @@ func (w *handoffRun) rejected(ctx workflow.Context, a HandoffAnswer) (next, why 
 	target := w.st.Target
 	w.st.UpdatedAt = workflow.Now(ctx)
 	reason := fmt.Sprintf("rejected by %s: %s", target, rejection(a))
+	// returned is the REDIRECT handed back to the originator if the handoff ends here.
+	var returned string
 	switch {
 	case a.Code == commonpb.ErrorCode_OVERLOADED && w.st.OverloadRetries < protocol.OverloadRetries(w.policy):
 		return w.overloaded(ctx, a, reason)
+	case a.Code == commonpb.ErrorCode_REDIRECT && w.redirectEdges.decide(ctx, versionHandoffRedirectEdges):
+		to, refusal, code, err := w.checkRedirect(ctx, a)
+		switch {
+		case err != nil:
+			return "", "", true, err
+		case to != "":
+			return w.follow(ctx, a, to, reason)
+		case code != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED:
+			// A blank target, a loop or spillover routing off: nothing is left to try.
+			w.st.Refused = append(w.st.Refused, target)
+			w.st.EndCode = code
+			if code == commonpb.ErrorCode_REDIRECT {
+				w.st.RedirectTo = strings.TrimSpace(a.RedirectTo)
+			}
+			_, err := w.end(ctx, handoffpb.HandoffStatus_REJECTED, reason+"; "+refusal, "")
+			return "", "", true, err
+		}
+		reason += "; " + refusal
+		returned = strings.TrimSpace(a.RedirectTo)
 	case a.Code == commonpb.ErrorCode_REDIRECT && a.RedirectTo != "":
 		to, refusal, err := w.redirect(ctx, a)
 		if err != nil {
 			return "", "", true, err
 		}
 		if to != "" {
-			w.st.Refused = append(w.st.Refused, target)
-			w.st.Redirects++
-			why := fmt.Sprintf("redirected by %s (%d of %d): %s", target, w.st.Redirects, protocol.MaxRedirectsOf(w.policy), a.Reason)
-			if err := w.record(ctx, reason+"; following the redirect to "+to); err != nil {
-				return "", "", true, err
-			}
-			w.markApplied()
-			return to, why, false, nil
+			return w.follow(ctx, a, to, reason)
 		}
 		reason += "; " + refusal
 	case a.Code == commonpb.ErrorCode_OVERLOADED:
@@ -498,6 +537,9 @@ func (w *handoffRun) rejected(ctx workflow.Context, a HandoffAnswer) (next, why 
 	}
 	w.st.Refused = append(w.st.Refused, target)
 	if w.in.To != "" && !w.policy.AllowSpillover {
+		if returned != "" {
+			w.st.EndCode, w.st.RedirectTo = commonpb.ErrorCode_REDIRECT, returned
+		}
 		_, err := w.end(ctx, handoffpb.HandoffStatus_REJECTED, reason, "")
 		return "", "", true, err
 	}
@@ -547,11 +589,73 @@ func (w *handoffRun) overloaded(ctx workflow.Context, a HandoffAnswer, reason st
 	return target, fmt.Sprintf("retry %d after OVERLOADED", retry), false, nil
 }
 
-// redirect checks a REDIRECT's target: within max_redirects, not the originator, not an
-// agent that refused, registered and not fenced on the correlation (RouteHandoff with Only).
-// It returns the agent, or why the redirect is refused.
+// follow records a REDIRECT being followed to agent to and returns it as the next target.
+func (w *handoffRun) follow(ctx workflow.Context, a HandoffAnswer, to, reason string) (string, string, bool, error) {
+	target := w.st.Target
+	w.st.Refused = append(w.st.Refused, target)
+	w.st.Redirects++
+	why := fmt.Sprintf("redirected by %s (%d of %d): %s", target, w.st.Redirects, w.maxRedirects(), a.Reason)
+	if err := w.record(ctx, reason+"; following the redirect to "+to); err != nil {
+		return "", "", true, err
+	}
+	w.markApplied()
+	return to, why, false, nil
+}
+
+// maxRedirects is the redirect bound of this run: the policy's max_redirects, else the
+// default of the rules it runs under.
+func (w *handoffRun) maxRedirects() int {
+	if w.policy.MaxRedirects == 0 && w.redirectEdges != yes {
+		return legacyHandoffMaxRedirects
+	}
+	return protocol.MaxRedirectsOf(w.policy)
+}
+
+// offeredAgents are the agents offered the handoff so far, each once, in order.
+func (w *handoffRun) offeredAgents() []string {
+	var out []string
+	for _, o := range w.st.Offers {
+		if !slices.Contains(out, o.Agent) {
+			out = append(out, o.Agent)
+		}
+	}
+	return out
+}
+
+// checkRedirect decides a REDIRECT (versionHandoffRedirectEdges), in this order, so that a
+// target no one could follow is named as such whatever the bound: a blank target or a loop
+// back to the originator or an agent already offered is refused with VALIDATION_ERROR;
+// spillover routing off returns the REDIRECT to the originator (code REDIRECT); then the
+// bound, and RouteHandoff with Only: registered, not fenced, accepting the content type and
+// declaring the capabilities_required (§17.6). It returns the agent to follow; or why not,
+// with the code that ends the handoff at once, or no code when the refusal is a rejection
+// like any other (the next candidate, if routing allows).
+func (w *handoffRun) checkRedirect(ctx workflow.Context, a HandoffAnswer) (string, string, commonpb.ErrorCode, error) {
+	to := strings.TrimSpace(a.RedirectTo)
+	if perr := protocol.ValidateRedirect(to, w.in.From, w.offeredAgents()); perr != nil {
+		return "", perr.Error(), perr.Code, nil
+	}
+	if !protocol.FollowsRedirects(w.policy) {
+		return "", fmt.Sprintf("redirect to %s not followed: spillover routing is off (allow_spillover_routing), so the REDIRECT goes back to the originator", to),
+			commonpb.ErrorCode_REDIRECT, nil
+	}
+	if limit := w.maxRedirects(); w.st.Redirects >= limit {
+		return "", fmt.Sprintf("redirect to %s refused: the %d redirects allowed are used", to, limit), 0, nil
+	}
+	var route activities.HandoffRoute
+	if err := w.exec(ctx, w.acts.RouteHandoff, activities.RouteHandoffInput{RequestID: w.in.RequestID, Correlation: w.in.Correlation,
+		Capabilities: w.in.Capabilities, ContentType: w.in.ContextContentType, Exclude: append(w.excluded(), w.st.Target), Only: to}, &route); err != nil {
+		return "", "", 0, err
+	}
+	return route.Agent, route.Reason, 0, nil
+}
+
+// redirect checks a REDIRECT's target in runs recorded before versionHandoffRedirectEdges:
+// within max_redirects, not the originator, not an agent that refused, registered and not
+// fenced on the correlation (RouteHandoff with Only). It returns the agent, or why the
+// redirect is refused.
 func (w *handoffRun) redirect(ctx workflow.Context, a HandoffAnswer) (string, string, error) {
-	switch limit := protocol.MaxRedirectsOf(w.policy); {
+	switch limit := w.maxRedirects(); {
 	case w.st.Redirects >= limit:
 		return "", fmt.Sprintf("redirect to %s refused: the %d redirects allowed are used", a.RedirectTo, limit), nil
 	case a.RedirectTo == w.in.From:
@@ -636,7 +740,7 @@ func (w *handoffRun) notify(ctx workflow.Context, to, event, reason string, grac
 	w.notes++
 	return w.exec(ctx, w.acts.NotifyHandoff, activities.NotifyHandoffInput{RequestID: w.in.RequestID, Correlation: w.in.Correlation,
 		To: to, Event: event, N: w.notes, From: w.in.From, Target: w.st.Target, AcceptedBy: w.st.AcceptedBy, State: w.st.Status,
-		Reason: reason, GracePeriod: grace}, nil)
+		Reason: reason, Code: w.st.EndCode, RedirectTo: w.st.RedirectTo, GracePeriod: grace}, nil)
 }
 
 // upsert sets SW4RMHandoffState and, when it grew, SW4RMHandoffAgents.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -29,12 +30,14 @@ type handoffHarness struct {
 	mu         sync.Mutex
 	candidates []string
 	fenced     []string
-	routes     []activities.RouteHandoffInput
-	offers     []activities.OfferHandoffInput
-	notes      []activities.NotifyHandoffInput
-	records    []activities.RecordHandoffInput
-	fences     []activities.FenceHandoffInput
-	timers     []time.Duration
+	// incapable are agents a redirect check with capabilities refuses as lacking them.
+	incapable []string
+	routes    []activities.RouteHandoffInput
+	offers    []activities.OfferHandoffInput
+	notes     []activities.NotifyHandoffInput
+	records   []activities.RecordHandoffInput
+	fences    []activities.FenceHandoffInput
+	timers    []time.Duration
 }
 
 func newHandoffHarness(t *testing.T, candidates ...string) *handoffHarness {
@@ -49,6 +52,9 @@ func newHandoffHarness(t *testing.T, candidates ...string) *handoffHarness {
 		if in.Only != "" {
 			if slices.Contains(h.fenced, in.Only) {
 				return activities.HandoffRoute{Reason: "redirect to " + in.Only + " refused: fenced"}, nil
+			}
+			if len(in.Capabilities) > 0 && slices.Contains(h.incapable, in.Only) {
+				return activities.HandoffRoute{Reason: "redirect to " + in.Only + " refused: it lacks capabilities_required"}, nil
 			}
 			return activities.HandoffRoute{Agent: in.Only, Reason: "redirect"}, nil
 		}
@@ -311,40 +317,62 @@ func TestHandoffRedirectFollowed(t *testing.T) {
 }
 
 func TestHandoffRedirectLoopCapped(t *testing.T) {
-	t.Run("max_redirects", func(t *testing.T) {
-		h := newHandoffHarness(t)
+	t.Run("max_redirects, then the next candidate", func(t *testing.T) {
+		h := newHandoffHarness(t, "z")
 		in := handoffInput("b")
-		in.Policy = protocol.HandoffPolicy{MaxRedirects: 2}
+		in.Policy = protocol.HandoffPolicy{AllowSpillover: true, MaxRedirects: 2}
 		h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "c"})
 		h.reject(2*time.Second, workflows.HandoffAnswer{Agent: "c", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "d"})
 		h.reject(3*time.Second, workflows.HandoffAnswer{Agent: "d", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "e"})
+		h.accept(4*time.Second, "z")
+		h.complete(5*time.Second, "z")
 		res := h.run(in)
-		assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
-		assert.Equal(t, []string{"b", "c", "d"}, h.offered())
+		assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+		assert.Equal(t, []string{"b", "c", "d", "z"}, h.offered(), "past the bound the redirect is a rejection: spillover routes on")
 		assert.Equal(t, 2, res.Redirects)
-		assert.Contains(t, res.EndReason, "rejected by d")
-		assert.Contains(t, res.EndReason, "the 2 redirects allowed are used")
+		assert.Contains(t, h.records[2].Note, "the 2 redirects allowed are used")
 	})
-	t.Run("default of 3", func(t *testing.T) {
-		h := newHandoffHarness(t)
-		for i, to := range []string{"c", "d", "e", "f"} {
+	t.Run("default of 2, the REDIRECT returned", func(t *testing.T) {
+		h := newHandoffHarness(t, "z")
+		for i, to := range []string{"c", "d", "e"} {
 			from := string(rune('b' + i))
 			h.reject(time.Duration(i+1)*time.Second, workflows.HandoffAnswer{Agent: from, Code: commonpb.ErrorCode_REDIRECT, RedirectTo: to})
 		}
 		res := h.run(handoffInput("b"))
-		assert.Equal(t, []string{"b", "c", "d", "e"}, h.offered())
-		assert.Equal(t, 3, res.Redirects)
+		assert.Equal(t, []string{"b", "c", "d"}, h.offered())
+		assert.Equal(t, 2, res.Redirects)
 		assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+		assert.Contains(t, res.EndReason, "the 2 redirects allowed are used")
+		assert.Equal(t, commonpb.ErrorCode_REDIRECT, res.EndCode, "the last REDIRECT goes back to the originator")
+		assert.Equal(t, "e", res.RedirectTo)
+		require.Equal(t, []string{"a:handoff_rejected"}, h.told())
+		assert.Equal(t, commonpb.ErrorCode_REDIRECT, h.notes[0].Code)
+		assert.Equal(t, "e", h.notes[0].RedirectTo)
 	})
-	t.Run("ping-pong", func(t *testing.T) {
-		h := newHandoffHarness(t)
-		h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "c"})
-		h.reject(2*time.Second, workflows.HandoffAnswer{Agent: "c", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "b"})
-		res := h.run(handoffInput("b"))
-		assert.Equal(t, []string{"b", "c"}, h.offered())
-		assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
-		assert.Contains(t, res.EndReason, "redirect to b refused: it already refused")
-	})
+}
+
+// TestHandoffRedirectLoopEndsAtOnce: a REDIRECT back along the chain is refused
+// validation_error and ends the handoff at once, even when spillover routing could go on
+// to another candidate (it went on, and could run out the timeout, before).
+func TestHandoffRedirectLoopEndsAtOnce(t *testing.T) {
+	h := newHandoffHarness(t, "z")
+	in := handoffInput("b")
+	in.Policy = protocol.HandoffPolicy{AllowSpillover: true, MaxRedirects: 4}
+	h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "c"})
+	last := h.reject(2*time.Second, workflows.HandoffAnswer{Agent: "c", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "b"})
+	res := h.run(in)
+
+	requireAccepted(t, last)
+	assert.Equal(t, handoffpb.HandoffStatus_REJECTED, last.state.Status, "the rejecting target learns the handoff ended")
+	assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+	assert.Equal(t, []string{"b", "c"}, h.offered(), "nobody else is asked")
+	assert.Contains(t, res.EndReason, "validation_error: redirect loop b → c → b")
+	assert.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, res.EndCode)
+	assert.Empty(t, res.RedirectTo)
+	assert.Equal(t, 1, res.Redirects)
+	require.Len(t, h.routes, 1, "only the first redirect's target was checked")
+	assert.Equal(t, []string{"a:handoff_rejected"}, h.told())
+	assert.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, h.notes[0].Code)
 }
 
 func TestHandoffRedirectToOriginatorRefused(t *testing.T) {
@@ -352,10 +380,113 @@ func TestHandoffRedirectToOriginatorRefused(t *testing.T) {
 	h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "a"})
 	res := h.run(handoffInput("b"))
 	assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
-	assert.Contains(t, res.EndReason, "redirect to a refused: it is the originator")
+	assert.Contains(t, res.EndReason, "redirect loop a → b → a: it is the originator")
+	assert.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, res.EndCode)
 	assert.Equal(t, []string{"b"}, h.offered())
 	assert.Empty(t, h.routes)
 	assert.Zero(t, res.Redirects)
+}
+
+// TestHandoffBlankRedirectEndsAtOnce: a REDIRECT naming nobody ends the handoff at once with
+// validation_error, before the bound is looked at — not a rejection that waits for the next
+// candidate or the timeout.
+func TestHandoffBlankRedirectEndsAtOnce(t *testing.T) {
+	h := newHandoffHarness(t, "z")
+	in := handoffInput("b")
+	in.Policy = protocol.HandoffPolicy{AllowSpillover: true, MaxRedirects: 1}
+	h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "c"})
+	h.reject(2*time.Second, workflows.HandoffAnswer{Agent: "c", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "  ", Reason: "ask a peer"})
+	res := h.run(in)
+
+	assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+	assert.Equal(t, []string{"b", "c"}, h.offered())
+	assert.Contains(t, res.EndReason, "validation_error: REDIRECT needs a non-empty redirect_to_agent_id")
+	assert.NotContains(t, res.EndReason, "redirects allowed", "the target is checked before the bound")
+	assert.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, res.EndCode)
+	assert.Equal(t, []string{"a:handoff_rejected"}, h.told())
+}
+
+// TestHandoffRedirectWithoutSpilloverReturnsToOriginator: with allow_spillover_routing off,
+// a REDIRECT is not followed: the handoff ends REJECTED and the originator is told the
+// REDIRECT and its target, to ask that agent itself or not.
+func TestHandoffRedirectWithoutSpilloverReturnsToOriginator(t *testing.T) {
+	for name, to := range map[string]string{"named": "b", "routed": ""} {
+		t.Run(name, func(t *testing.T) {
+			h := newHandoffHarness(t, "b", "z")
+			in := handoffInput(to)
+			in.Policy = protocol.HandoffPolicy{MaxRedirects: 5}
+			rej := h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "c", Reason: "c owns refunds"})
+			res := h.run(in)
+
+			requireAccepted(t, rej)
+			assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+			assert.Equal(t, []string{"b"}, h.offered(), "c is not offered it, nor the next candidate")
+			assert.Contains(t, res.EndReason, "redirect to c not followed: spillover routing is off")
+			assert.Equal(t, commonpb.ErrorCode_REDIRECT, res.EndCode)
+			assert.Equal(t, "c", res.RedirectTo)
+			assert.Zero(t, res.Redirects)
+			for _, r := range h.routes {
+				assert.Empty(t, r.Only, "the redirect's target is not even checked")
+			}
+			require.Equal(t, []string{"a:handoff_rejected"}, h.told())
+			assert.Equal(t, commonpb.ErrorCode_REDIRECT, h.notes[0].Code)
+			assert.Equal(t, "c", h.notes[0].RedirectTo)
+		})
+	}
+}
+
+// TestHandoffRedirectToIncapableAgent: a REDIRECT's target must have the
+// capabilities_required (§17.6); one without them is not offered the work — the handoff goes
+// to the next capable agent when routing allows, and ends REJECTED with the reason otherwise.
+func TestHandoffRedirectToIncapableAgent(t *testing.T) {
+	t.Run("rerouted by capability", func(t *testing.T) {
+		h := newHandoffHarness(t, "z")
+		h.incapable = []string{"x"}
+		in := handoffInput("b")
+		in.Policy = protocol.HandoffPolicy{AllowSpillover: true}
+		h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "x"})
+		h.accept(2*time.Second, "z")
+		h.complete(3*time.Second, "z")
+		res := h.run(in)
+		assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+		assert.Equal(t, []string{"b", "z"}, h.offered())
+		require.Len(t, h.routes, 2)
+		assert.Equal(t, "x", h.routes[0].Only)
+		assert.Equal(t, []string{"billing"}, h.routes[0].Capabilities, "the redirect's target is checked for the capabilities")
+		assert.Equal(t, []string{"billing"}, h.routes[1].Capabilities, "and the next candidate chosen by them")
+		assert.Zero(t, res.Redirects)
+	})
+	t.Run("ends REJECTED without routing", func(t *testing.T) {
+		h := newHandoffHarness(t, "z")
+		h.incapable = []string{"x"}
+		h.reject(time.Second, workflows.HandoffAnswer{Agent: "b", Code: commonpb.ErrorCode_REDIRECT, RedirectTo: "x"})
+		res := h.run(handoffInput("b"))
+		assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+		assert.Equal(t, []string{"b"}, h.offered())
+		assert.Contains(t, res.EndReason, "redirect to x refused: it lacks capabilities_required")
+	})
+}
+
+// TestHandoffRedirectLegacyRules: a run recorded before the redirect edges (GetVersion
+// answers DefaultVersion) keeps its rules on replay: a REDIRECT is followed without
+// spillover, up to 3 by default, and a loop is a plain rejection.
+func TestHandoffRedirectLegacyRules(t *testing.T) {
+	h := newHandoffHarness(t, "z")
+	h.env.OnGetVersion("handoff-redirect-edges", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	h.incapable = []string{"c"}
+	for i, to := range []string{"c", "d", "e", "f"} {
+		from := string(rune('b' + i))
+		h.reject(time.Duration(i+1)*time.Second, workflows.HandoffAnswer{Agent: from, Code: commonpb.ErrorCode_REDIRECT, RedirectTo: to})
+	}
+	res := h.run(handoffInput("b"))
+	assert.Equal(t, []string{"b", "c", "d", "e"}, h.offered())
+	assert.Equal(t, 3, res.Redirects)
+	assert.Equal(t, handoffpb.HandoffStatus_REJECTED, res.Status)
+	assert.Contains(t, res.EndReason, "the 3 redirects allowed are used")
+	assert.Zero(t, res.EndCode)
+	for _, r := range h.routes {
+		assert.Empty(t, r.Capabilities)
+	}
 }
 
 func TestHandoffRedirectToFencedAgentIsARejection(t *testing.T) {
