@@ -111,6 +111,7 @@ var methodRules = map[string]rule{
 	hitladminpb.HitlAdminService_Decide_FullMethodName:          {who: operator},
 	hitladminpb.HitlAdminService_History_FullMethodName:         {who: operator},
 	dlqadminpb.DlqAdminService_ListDeadLetters_FullMethodName:   {who: operator},
+	dlqadminpb.DlqAdminService_GetDeadLetter_FullMethodName:     {who: operator},
 	dlqadminpb.DlqAdminService_Requeue_FullMethodName:           {who: operator},
 	dlqadminpb.DlqAdminService_Export_FullMethodName:            {who: operator},
 

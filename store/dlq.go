@@ -22,16 +22,33 @@ const (
 	DLQTTLExpired = pdlq.ClassTTLExpired
 )
 
-// DLQAttempt is one attempt in a dead letter's history.
+// MaxDLQAttempts bounds a dead letter's attempt history (§21.1: "attempt history with
+// timestamps and reasons"; "retention policies to bound storage"). A longer history keeps
+// its first DLQAttemptsHead attempts — how the operation began — and its most recent
+// MaxDLQAttempts-DLQAttemptsHead — how it ended — and DLQEntry.AttemptsDropped counts the
+// attempts left out between them (BoundAttempts).
+const MaxDLQAttempts = 20
+
+// DLQAttemptsHead is how many of the first attempts a bounded history keeps.
+const DLQAttemptsHead = 5
+
+// DLQAttempt is one attempt in a dead letter's history: one message_id of the logical
+// operation (§11.3), admitted or refused.
 type DLQAttempt struct {
 	// MessageID is the attempt's message_id.
 	MessageID string `json:"message_id"`
-	// At is when it was admitted or rejected.
+	// At is when it was admitted or refused.
 	At time.Time `json:"at"`
-	// State is its final lifecycle state's enum name.
+	// State is the lifecycle state's enum name (without ENVELOPE_STATE_) it was in when the
+	// entry was written: its final one, unless it was still in flight.
 	State string `json:"state"`
+	// ErrorCode is the error code's enum name that went with State (ACK_TIMEOUT,
+	// ALREADY_IN_PROGRESS...); empty for none.
+	ErrorCode string `json:"error_code,omitempty"`
 	// Reason says how it ended.
 	Reason string `json:"reason"`
+	// UpdatedAt is when it reached State; zero when unknown.
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
 // DLQEntry is one dead letter with the diagnostic context §21.1 requires.
@@ -50,8 +67,12 @@ type DLQEntry struct {
 	Class string
 	// Reason explains the failure.
 	Reason string
-	// Attempts is the attempt history with timestamps and reasons.
+	// Attempts is the attempt history with timestamps and reasons, oldest first, at most
+	// MaxDLQAttempts of them (see BoundAttempts).
 	Attempts []DLQAttempt
+	// AttemptsDropped counts the attempts a bounded history left out between its first and
+	// its most recent ones; the operation had len(Attempts)+AttemptsDropped attempts.
+	AttemptsDropped int
 	// Envelope is the whole envelope (the secure reference to the payload).
 	Envelope *commonpb.Envelope
 	// PayloadSize and ContentType describe the payload.
@@ -60,7 +81,8 @@ type DLQEntry struct {
 	ContentType string
 	// PayloadExcerpt is the payload's first bytes (at most 256).
 	PayloadExcerpt []byte
-	// FirstSeenAt is when the first attempt was admitted; FailedAt when it finally failed.
+	// FirstSeenAt is when the operation's first attempt was admitted (or refused); FailedAt
+	// when it finally failed.
 	FirstSeenAt, FailedAt time.Time
 	// RequeuedAt and RequeuedAs are set once an operator requeued it.
 	RequeuedAt time.Time
@@ -79,7 +101,8 @@ var ErrAlreadyRequeued = errors.New("store: dead letter already requeued")
 // DLQ is the dead-letter queue (§21.1).
 type DLQ interface {
 	// PutDeadLetter stores an entry and returns it with ID set. A second entry for the same
-	// MessageID returns the existing one unchanged (a sweep retried).
+	// MessageID returns the existing one unchanged (a sweep retried). Attempts are kept in the
+	// order given, bounded by BoundAttempts: what it leaves out is added to AttemptsDropped.
 	PutDeadLetter(ctx context.Context, e DLQEntry) (DLQEntry, error)
 	// GetDeadLetter returns one entry, or ErrNotFound.
 	GetDeadLetter(ctx context.Context, id int64) (DLQEntry, error)

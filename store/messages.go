@@ -39,6 +39,20 @@ type MessageRecord struct {
 	UpdatedAt time.Time
 }
 
+// Operation names one logical operation of a producer (§11.3): its attempts are the messages
+// that carry its producer_id, correlation_id and idempotency_token, each with a message_id
+// of its own.
+type Operation struct {
+	// ProducerID, CorrelationID and IdempotencyToken are the attempts' envelope fields.
+	ProducerID, CorrelationID, IdempotencyToken string
+}
+
+// Valid reports whether every field is set: a message without an idempotency token is an
+// operation of its own, which OperationAttempts does not look for.
+func (op Operation) Valid() bool {
+	return op.ProducerID != "" && op.CorrelationID != "" && op.IdempotencyToken != ""
+}
+
 // AdmitRequest asks the message plane to admit one envelope into a recipient's inbound buffer.
 type AdmitRequest struct {
 	// Envelope is the envelope to store and deliver; its message_id must be set.
@@ -316,6 +330,15 @@ type MessagePlane interface {
 
 	// GetMessage returns a tracked message's record, or ErrNotFound.
 	GetMessage(ctx context.Context, messageID string) (MessageRecord, error)
+
+	// OperationAttempts returns the records of every tracked message of op — admitted, or
+	// refused and recorded REJECTED (ALREADY_IN_PROGRESS, DUPLICATE_DETECTED, BUFFER_FULL) —
+	// oldest first (CreatedAt, then message_id in byte order). A message belongs to op when
+	// its producer_id, correlation_id and envelope's idempotency_token are op's, however it
+	// was admitted: through the idempotency cache, or around it (the router's request retries,
+	// an operator's requeue). An op with any field empty has none. The router reads it for a
+	// dead letter's attempt history (§21.1).
+	OperationAttempts(ctx context.Context, op Operation) ([]MessageRecord, error)
 
 	// Advance applies a lifecycle transition if legal(current, t.To) holds. It returns the
 	// record after the call and whether the transition was applied; an illegal or no-op

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -127,10 +128,14 @@ func PlanStep(plan PlanFunc, rec MessageRecord) (*Step, error) {
 }
 
 // CheckDeadLetter refuses a dead-letter entry that PostgreSQL's constraints would refuse, with
-// the same message in both stores: a message_id and one of the four classes (§21.1).
+// the same message in both stores: a message_id, one of the four classes (§21.1) and no
+// negative AttemptsDropped.
 func CheckDeadLetter(e DLQEntry) error {
 	if e.MessageID == "" {
 		return errors.New("message_id is required")
+	}
+	if e.AttemptsDropped < 0 {
+		return fmt.Errorf("message %q: attempts_dropped %d is negative", e.MessageID, e.AttemptsDropped)
 	}
 	switch e.Class {
 	case DLQRetriesExhausted, DLQTerminalError, DLQPolicyViolation, DLQTTLExpired:
@@ -138,4 +143,19 @@ func CheckDeadLetter(e DLQEntry) error {
 		return fmt.Errorf("message %q: unknown class %q", e.MessageID, e.Class)
 	}
 	return nil
+}
+
+// BoundAttempts bounds an attempt history to MaxDLQAttempts: a longer one keeps its first
+// DLQAttemptsHead attempts and its last MaxDLQAttempts-DLQAttemptsHead, and dropped counts
+// the attempts left out between them. kept shares no memory with attempts. Both stores
+// bound what PutDeadLetter stores with it.
+func BoundAttempts(attempts []DLQAttempt) (kept []DLQAttempt, dropped int) {
+	if len(attempts) <= MaxDLQAttempts {
+		return slices.Clone(attempts), 0
+	}
+	tail := MaxDLQAttempts - DLQAttemptsHead
+	kept = make([]DLQAttempt, 0, MaxDLQAttempts)
+	kept = append(kept, attempts[:DLQAttemptsHead]...)
+	kept = append(kept, attempts[len(attempts)-tail:]...)
+	return kept, len(attempts) - MaxDLQAttempts
 }

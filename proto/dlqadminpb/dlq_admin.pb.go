@@ -138,17 +138,26 @@ func (x *DeadLetterFilter) GetLimit() uint32 {
 	return 0
 }
 
-// DeadLetterAttempt is one attempt in a dead letter's history.
+// DeadLetterAttempt is one attempt in a dead letter's history: one message_id of the
+// logical operation (the same producer, correlation_id and idempotency_token), admitted or
+// refused at admission.
 type DeadLetterAttempt struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The attempt's message_id.
 	MessageId string `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
-	// When it was admitted or rejected.
+	// When it was admitted or refused.
 	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
-	// Its final lifecycle state, by enum name.
+	// Its lifecycle state when the entry was written, by sw4rm.common.EnvelopeState enum name
+	// without the ENVELOPE_STATE_ prefix (TIMED_OUT, FAILED, REJECTED...): its final one
+	// unless it was still in flight.
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// How it ended.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The error code that went with the state, by sw4rm.common.ErrorCode enum name
+	// (ACK_TIMEOUT, ALREADY_IN_PROGRESS...); empty for none.
+	ErrorCode string `protobuf:"bytes,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// When it reached the state; unset when unknown.
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -211,6 +220,20 @@ func (x *DeadLetterAttempt) GetReason() string {
 	return ""
 }
 
+func (x *DeadLetterAttempt) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *DeadLetterAttempt) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
 // DeadLetter is one dead letter as operators see it (§21.1 diagnostic context). The whole
 // envelope is kept by the server for requeues; Export includes its headers.
 type DeadLetter struct {
@@ -233,7 +256,9 @@ type DeadLetter struct {
 	ErrorClass string `protobuf:"bytes,8,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"`
 	// Why it failed.
 	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
-	// The attempt history, oldest first.
+	// The attempt history of the operation, oldest first, at most 20 attempts: a longer one
+	// keeps its first 5 and its last 15, and attempts_dropped counts those left out between
+	// them.
 	Attempts []*DeadLetterAttempt `protobuf:"bytes,10,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	// The payload's size in bytes.
 	PayloadSize uint64 `protobuf:"varint,11,opt,name=payload_size,json=payloadSize,proto3" json:"payload_size,omitempty"`
@@ -241,16 +266,19 @@ type DeadLetter struct {
 	ContentType string `protobuf:"bytes,12,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// The payload's first bytes (at most 256).
 	PayloadExcerpt []byte `protobuf:"bytes,13,opt,name=payload_excerpt,json=payloadExcerpt,proto3" json:"payload_excerpt,omitempty"`
-	// When the first attempt was admitted.
+	// When the operation's first attempt was admitted (or refused).
 	FirstSeenAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=first_seen_at,json=firstSeenAt,proto3" json:"first_seen_at,omitempty"`
 	// When it finally failed.
 	FailedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=failed_at,json=failedAt,proto3" json:"failed_at,omitempty"`
 	// When an operator requeued it; unset while not requeued.
 	RequeuedAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=requeued_at,json=requeuedAt,proto3" json:"requeued_at,omitempty"`
 	// The message_id of the requeued attempt.
-	RequeuedAs    string `protobuf:"bytes,17,opt,name=requeued_as,json=requeuedAs,proto3" json:"requeued_as,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RequeuedAs string `protobuf:"bytes,17,opt,name=requeued_as,json=requeuedAs,proto3" json:"requeued_as,omitempty"`
+	// How many attempts the bounded history left out between its first and its most recent
+	// ones: the operation had len(attempts) + attempts_dropped attempts.
+	AttemptsDropped uint32 `protobuf:"varint,18,opt,name=attempts_dropped,json=attemptsDropped,proto3" json:"attempts_dropped,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DeadLetter) Reset() {
@@ -402,6 +430,13 @@ func (x *DeadLetter) GetRequeuedAs() string {
 	return ""
 }
 
+func (x *DeadLetter) GetAttemptsDropped() uint32 {
+	if x != nil {
+		return x.AttemptsDropped
+	}
+	return 0
+}
+
 // ListDeadLettersRequest filters the listing.
 type ListDeadLettersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -494,6 +529,98 @@ func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
 	return nil
 }
 
+// GetDeadLetterRequest names one dead letter.
+type GetDeadLetterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entry's id (positive).
+	Id            int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDeadLetterRequest) Reset() {
+	*x = GetDeadLetterRequest{}
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDeadLetterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDeadLetterRequest) ProtoMessage() {}
+
+func (x *GetDeadLetterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDeadLetterRequest.ProtoReflect.Descriptor instead.
+func (*GetDeadLetterRequest) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetDeadLetterRequest) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+// GetDeadLetterResponse is the dead letter.
+type GetDeadLetterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dead letter.
+	DeadLetter    *DeadLetter `protobuf:"bytes,1,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDeadLetterResponse) Reset() {
+	*x = GetDeadLetterResponse{}
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDeadLetterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDeadLetterResponse) ProtoMessage() {}
+
+func (x *GetDeadLetterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDeadLetterResponse.ProtoReflect.Descriptor instead.
+func (*GetDeadLetterResponse) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetDeadLetterResponse) GetDeadLetter() *DeadLetter {
+	if x != nil {
+		return x.DeadLetter
+	}
+	return nil
+}
+
 // RequeueRequest names the dead letters to requeue.
 type RequeueRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -505,7 +632,7 @@ type RequeueRequest struct {
 
 func (x *RequeueRequest) Reset() {
 	*x = RequeueRequest{}
-	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[5]
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +644,7 @@ func (x *RequeueRequest) String() string {
 func (*RequeueRequest) ProtoMessage() {}
 
 func (x *RequeueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[5]
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +657,7 @@ func (x *RequeueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueRequest.ProtoReflect.Descriptor instead.
 func (*RequeueRequest) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{5}
+	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RequeueRequest) GetIds() []int64 {
@@ -558,7 +685,7 @@ type RequeueResult struct {
 
 func (x *RequeueResult) Reset() {
 	*x = RequeueResult{}
-	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[6]
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +697,7 @@ func (x *RequeueResult) String() string {
 func (*RequeueResult) ProtoMessage() {}
 
 func (x *RequeueResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[6]
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +710,7 @@ func (x *RequeueResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueResult.ProtoReflect.Descriptor instead.
 func (*RequeueResult) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{6}
+	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RequeueResult) GetId() int64 {
@@ -625,7 +752,7 @@ type RequeueResponse struct {
 
 func (x *RequeueResponse) Reset() {
 	*x = RequeueResponse{}
-	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[7]
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +764,7 @@ func (x *RequeueResponse) String() string {
 func (*RequeueResponse) ProtoMessage() {}
 
 func (x *RequeueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[7]
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +777,7 @@ func (x *RequeueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueResponse.ProtoReflect.Descriptor instead.
 func (*RequeueResponse) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{7}
+	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RequeueResponse) GetResults() []*RequeueResult {
@@ -674,7 +801,7 @@ type ExportRequest struct {
 
 func (x *ExportRequest) Reset() {
 	*x = ExportRequest{}
-	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[8]
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +813,7 @@ func (x *ExportRequest) String() string {
 func (*ExportRequest) ProtoMessage() {}
 
 func (x *ExportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[8]
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +826,7 @@ func (x *ExportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
 func (*ExportRequest) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{8}
+	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExportRequest) GetFilter() *DeadLetterFilter {
@@ -720,7 +847,7 @@ func (x *ExportRequest) GetIds() []int64 {
 type ExportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The bundle as a JSON document (format "sw4rm.dlq.bundle/v1"): the selection, and for each
-	// entry its diagnostic context, attempt history, payload excerpt, envelope headers (without
+	// entry its diagnostic context, attempt history (and attempts_dropped), payload excerpt, envelope headers (without
 	// the payload) and the audit events of its messages and correlation id.
 	Bundle []byte `protobuf:"bytes,1,opt,name=bundle,proto3" json:"bundle,omitempty"`
 	// How many entries the bundle holds.
@@ -731,7 +858,7 @@ type ExportResponse struct {
 
 func (x *ExportResponse) Reset() {
 	*x = ExportResponse{}
-	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[9]
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +870,7 @@ func (x *ExportResponse) String() string {
 func (*ExportResponse) ProtoMessage() {}
 
 func (x *ExportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[9]
+	mi := &file_sw4rmext_dlq_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +883,7 @@ func (x *ExportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportResponse.ProtoReflect.Descriptor instead.
 func (*ExportResponse) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{9}
+	return file_sw4rmext_dlq_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExportResponse) GetBundle() []byte {
@@ -788,13 +915,17 @@ const file_sw4rmext_dlq_admin_proto_rawDesc = "" +
 	"\x05route\x18\x05 \x01(\tR\x05route\x12\x1a\n" +
 	"\bproducer\x18\x06 \x01(\tR\bproducer\x12)\n" +
 	"\x10include_requeued\x18\a \x01(\bR\x0fincludeRequeued\x12\x14\n" +
-	"\x05limit\x18\b \x01(\rR\x05limit\"\x8c\x01\n" +
+	"\x05limit\x18\b \x01(\rR\x05limit\"\xe6\x01\n" +
 	"\x11DeadLetterAttempt\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xa4\x05\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x05 \x01(\tR\terrorCode\x129\n" +
+	"\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xcf\x05\n" +
 	"\n" +
 	"DeadLetter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1d\n" +
@@ -820,11 +951,17 @@ const file_sw4rmext_dlq_admin_proto_rawDesc = "" +
 	"\vrequeued_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"requeuedAt\x12\x1f\n" +
 	"\vrequeued_as\x18\x11 \x01(\tR\n" +
-	"requeuedAs\"S\n" +
+	"requeuedAs\x12)\n" +
+	"\x10attempts_dropped\x18\x12 \x01(\rR\x0fattemptsDropped\"S\n" +
 	"\x16ListDeadLettersRequest\x129\n" +
 	"\x06filter\x18\x01 \x01(\v2!.sw4rmext.dlq.v1.DeadLetterFilterR\x06filter\"Y\n" +
 	"\x17ListDeadLettersResponse\x12>\n" +
-	"\fdead_letters\x18\x01 \x03(\v2\x1b.sw4rmext.dlq.v1.DeadLetterR\vdeadLetters\"\"\n" +
+	"\fdead_letters\x18\x01 \x03(\v2\x1b.sw4rmext.dlq.v1.DeadLetterR\vdeadLetters\"&\n" +
+	"\x14GetDeadLetterRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\"U\n" +
+	"\x15GetDeadLetterResponse\x12<\n" +
+	"\vdead_letter\x18\x01 \x01(\v2\x1b.sw4rmext.dlq.v1.DeadLetterR\n" +
+	"deadLetter\"\"\n" +
 	"\x0eRequeueRequest\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\x03R\x03ids\"h\n" +
 	"\rRequeueResult\x12\x0e\n" +
@@ -840,9 +977,10 @@ const file_sw4rmext_dlq_admin_proto_rawDesc = "" +
 	"\x03ids\x18\x02 \x03(\x03R\x03ids\">\n" +
 	"\x0eExportResponse\x12\x16\n" +
 	"\x06bundle\x18\x01 \x01(\fR\x06bundle\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\rR\x05count2\x90\x02\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count2\xf0\x02\n" +
 	"\x0fDlqAdminService\x12d\n" +
-	"\x0fListDeadLetters\x12'.sw4rmext.dlq.v1.ListDeadLettersRequest\x1a(.sw4rmext.dlq.v1.ListDeadLettersResponse\x12L\n" +
+	"\x0fListDeadLetters\x12'.sw4rmext.dlq.v1.ListDeadLettersRequest\x1a(.sw4rmext.dlq.v1.ListDeadLettersResponse\x12^\n" +
+	"\rGetDeadLetter\x12%.sw4rmext.dlq.v1.GetDeadLetterRequest\x1a&.sw4rmext.dlq.v1.GetDeadLetterResponse\x12L\n" +
 	"\aRequeue\x12\x1f.sw4rmext.dlq.v1.RequeueRequest\x1a .sw4rmext.dlq.v1.RequeueResponse\x12I\n" +
 	"\x06Export\x12\x1e.sw4rmext.dlq.v1.ExportRequest\x1a\x1f.sw4rmext.dlq.v1.ExportResponseB=Z;github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb;dlqadminpbb\x06proto3"
 
@@ -858,43 +996,49 @@ func file_sw4rmext_dlq_admin_proto_rawDescGZIP() []byte {
 	return file_sw4rmext_dlq_admin_proto_rawDescData
 }
 
-var file_sw4rmext_dlq_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_sw4rmext_dlq_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_sw4rmext_dlq_admin_proto_goTypes = []any{
 	(*DeadLetterFilter)(nil),        // 0: sw4rmext.dlq.v1.DeadLetterFilter
 	(*DeadLetterAttempt)(nil),       // 1: sw4rmext.dlq.v1.DeadLetterAttempt
 	(*DeadLetter)(nil),              // 2: sw4rmext.dlq.v1.DeadLetter
 	(*ListDeadLettersRequest)(nil),  // 3: sw4rmext.dlq.v1.ListDeadLettersRequest
 	(*ListDeadLettersResponse)(nil), // 4: sw4rmext.dlq.v1.ListDeadLettersResponse
-	(*RequeueRequest)(nil),          // 5: sw4rmext.dlq.v1.RequeueRequest
-	(*RequeueResult)(nil),           // 6: sw4rmext.dlq.v1.RequeueResult
-	(*RequeueResponse)(nil),         // 7: sw4rmext.dlq.v1.RequeueResponse
-	(*ExportRequest)(nil),           // 8: sw4rmext.dlq.v1.ExportRequest
-	(*ExportResponse)(nil),          // 9: sw4rmext.dlq.v1.ExportResponse
-	(*timestamppb.Timestamp)(nil),   // 10: google.protobuf.Timestamp
+	(*GetDeadLetterRequest)(nil),    // 5: sw4rmext.dlq.v1.GetDeadLetterRequest
+	(*GetDeadLetterResponse)(nil),   // 6: sw4rmext.dlq.v1.GetDeadLetterResponse
+	(*RequeueRequest)(nil),          // 7: sw4rmext.dlq.v1.RequeueRequest
+	(*RequeueResult)(nil),           // 8: sw4rmext.dlq.v1.RequeueResult
+	(*RequeueResponse)(nil),         // 9: sw4rmext.dlq.v1.RequeueResponse
+	(*ExportRequest)(nil),           // 10: sw4rmext.dlq.v1.ExportRequest
+	(*ExportResponse)(nil),          // 11: sw4rmext.dlq.v1.ExportResponse
+	(*timestamppb.Timestamp)(nil),   // 12: google.protobuf.Timestamp
 }
 var file_sw4rmext_dlq_admin_proto_depIdxs = []int32{
-	10, // 0: sw4rmext.dlq.v1.DeadLetterFilter.since:type_name -> google.protobuf.Timestamp
-	10, // 1: sw4rmext.dlq.v1.DeadLetterFilter.until:type_name -> google.protobuf.Timestamp
-	10, // 2: sw4rmext.dlq.v1.DeadLetterAttempt.at:type_name -> google.protobuf.Timestamp
-	1,  // 3: sw4rmext.dlq.v1.DeadLetter.attempts:type_name -> sw4rmext.dlq.v1.DeadLetterAttempt
-	10, // 4: sw4rmext.dlq.v1.DeadLetter.first_seen_at:type_name -> google.protobuf.Timestamp
-	10, // 5: sw4rmext.dlq.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
-	10, // 6: sw4rmext.dlq.v1.DeadLetter.requeued_at:type_name -> google.protobuf.Timestamp
-	0,  // 7: sw4rmext.dlq.v1.ListDeadLettersRequest.filter:type_name -> sw4rmext.dlq.v1.DeadLetterFilter
-	2,  // 8: sw4rmext.dlq.v1.ListDeadLettersResponse.dead_letters:type_name -> sw4rmext.dlq.v1.DeadLetter
-	6,  // 9: sw4rmext.dlq.v1.RequeueResponse.results:type_name -> sw4rmext.dlq.v1.RequeueResult
-	0,  // 10: sw4rmext.dlq.v1.ExportRequest.filter:type_name -> sw4rmext.dlq.v1.DeadLetterFilter
-	3,  // 11: sw4rmext.dlq.v1.DlqAdminService.ListDeadLetters:input_type -> sw4rmext.dlq.v1.ListDeadLettersRequest
-	5,  // 12: sw4rmext.dlq.v1.DlqAdminService.Requeue:input_type -> sw4rmext.dlq.v1.RequeueRequest
-	8,  // 13: sw4rmext.dlq.v1.DlqAdminService.Export:input_type -> sw4rmext.dlq.v1.ExportRequest
-	4,  // 14: sw4rmext.dlq.v1.DlqAdminService.ListDeadLetters:output_type -> sw4rmext.dlq.v1.ListDeadLettersResponse
-	7,  // 15: sw4rmext.dlq.v1.DlqAdminService.Requeue:output_type -> sw4rmext.dlq.v1.RequeueResponse
-	9,  // 16: sw4rmext.dlq.v1.DlqAdminService.Export:output_type -> sw4rmext.dlq.v1.ExportResponse
-	14, // [14:17] is the sub-list for method output_type
-	11, // [11:14] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	12, // 0: sw4rmext.dlq.v1.DeadLetterFilter.since:type_name -> google.protobuf.Timestamp
+	12, // 1: sw4rmext.dlq.v1.DeadLetterFilter.until:type_name -> google.protobuf.Timestamp
+	12, // 2: sw4rmext.dlq.v1.DeadLetterAttempt.at:type_name -> google.protobuf.Timestamp
+	12, // 3: sw4rmext.dlq.v1.DeadLetterAttempt.updated_at:type_name -> google.protobuf.Timestamp
+	1,  // 4: sw4rmext.dlq.v1.DeadLetter.attempts:type_name -> sw4rmext.dlq.v1.DeadLetterAttempt
+	12, // 5: sw4rmext.dlq.v1.DeadLetter.first_seen_at:type_name -> google.protobuf.Timestamp
+	12, // 6: sw4rmext.dlq.v1.DeadLetter.failed_at:type_name -> google.protobuf.Timestamp
+	12, // 7: sw4rmext.dlq.v1.DeadLetter.requeued_at:type_name -> google.protobuf.Timestamp
+	0,  // 8: sw4rmext.dlq.v1.ListDeadLettersRequest.filter:type_name -> sw4rmext.dlq.v1.DeadLetterFilter
+	2,  // 9: sw4rmext.dlq.v1.ListDeadLettersResponse.dead_letters:type_name -> sw4rmext.dlq.v1.DeadLetter
+	2,  // 10: sw4rmext.dlq.v1.GetDeadLetterResponse.dead_letter:type_name -> sw4rmext.dlq.v1.DeadLetter
+	8,  // 11: sw4rmext.dlq.v1.RequeueResponse.results:type_name -> sw4rmext.dlq.v1.RequeueResult
+	0,  // 12: sw4rmext.dlq.v1.ExportRequest.filter:type_name -> sw4rmext.dlq.v1.DeadLetterFilter
+	3,  // 13: sw4rmext.dlq.v1.DlqAdminService.ListDeadLetters:input_type -> sw4rmext.dlq.v1.ListDeadLettersRequest
+	5,  // 14: sw4rmext.dlq.v1.DlqAdminService.GetDeadLetter:input_type -> sw4rmext.dlq.v1.GetDeadLetterRequest
+	7,  // 15: sw4rmext.dlq.v1.DlqAdminService.Requeue:input_type -> sw4rmext.dlq.v1.RequeueRequest
+	10, // 16: sw4rmext.dlq.v1.DlqAdminService.Export:input_type -> sw4rmext.dlq.v1.ExportRequest
+	4,  // 17: sw4rmext.dlq.v1.DlqAdminService.ListDeadLetters:output_type -> sw4rmext.dlq.v1.ListDeadLettersResponse
+	6,  // 18: sw4rmext.dlq.v1.DlqAdminService.GetDeadLetter:output_type -> sw4rmext.dlq.v1.GetDeadLetterResponse
+	9,  // 19: sw4rmext.dlq.v1.DlqAdminService.Requeue:output_type -> sw4rmext.dlq.v1.RequeueResponse
+	11, // 20: sw4rmext.dlq.v1.DlqAdminService.Export:output_type -> sw4rmext.dlq.v1.ExportResponse
+	17, // [17:21] is the sub-list for method output_type
+	13, // [13:17] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_sw4rmext_dlq_admin_proto_init() }
@@ -908,7 +1052,7 @@ func file_sw4rmext_dlq_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sw4rmext_dlq_admin_proto_rawDesc), len(file_sw4rmext_dlq_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

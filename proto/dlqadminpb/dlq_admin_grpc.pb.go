@@ -26,6 +26,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	DlqAdminService_ListDeadLetters_FullMethodName = "/sw4rmext.dlq.v1.DlqAdminService/ListDeadLetters"
+	DlqAdminService_GetDeadLetter_FullMethodName   = "/sw4rmext.dlq.v1.DlqAdminService/GetDeadLetter"
 	DlqAdminService_Requeue_FullMethodName         = "/sw4rmext.dlq.v1.DlqAdminService/Requeue"
 	DlqAdminService_Export_FullMethodName          = "/sw4rmext.dlq.v1.DlqAdminService/Export"
 )
@@ -39,6 +40,8 @@ type DlqAdminServiceClient interface {
 	// ListDeadLetters returns the dead letters that match a filter, not yet requeued ones by
 	// default, oldest first.
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
+	// GetDeadLetter returns one dead letter, requeued or not, with its whole attempt history.
+	GetDeadLetter(ctx context.Context, in *GetDeadLetterRequest, opts ...grpc.CallOption) (*GetDeadLetterResponse, error)
 	// Requeue re-admits selected dead letters as new attempts, each at most once, and reports
 	// the outcome per entry.
 	Requeue(ctx context.Context, in *RequeueRequest, opts ...grpc.CallOption) (*RequeueResponse, error)
@@ -59,6 +62,16 @@ func (c *dlqAdminServiceClient) ListDeadLetters(ctx context.Context, in *ListDea
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListDeadLettersResponse)
 	err := c.cc.Invoke(ctx, DlqAdminService_ListDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *dlqAdminServiceClient) GetDeadLetter(ctx context.Context, in *GetDeadLetterRequest, opts ...grpc.CallOption) (*GetDeadLetterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDeadLetterResponse)
+	err := c.cc.Invoke(ctx, DlqAdminService_GetDeadLetter_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +107,8 @@ type DlqAdminServiceServer interface {
 	// ListDeadLetters returns the dead letters that match a filter, not yet requeued ones by
 	// default, oldest first.
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
+	// GetDeadLetter returns one dead letter, requeued or not, with its whole attempt history.
+	GetDeadLetter(context.Context, *GetDeadLetterRequest) (*GetDeadLetterResponse, error)
 	// Requeue re-admits selected dead letters as new attempts, each at most once, and reports
 	// the outcome per entry.
 	Requeue(context.Context, *RequeueRequest) (*RequeueResponse, error)
@@ -112,6 +127,9 @@ type UnimplementedDlqAdminServiceServer struct{}
 
 func (UnimplementedDlqAdminServiceServer) ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListDeadLetters not implemented")
+}
+func (UnimplementedDlqAdminServiceServer) GetDeadLetter(context.Context, *GetDeadLetterRequest) (*GetDeadLetterResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetDeadLetter not implemented")
 }
 func (UnimplementedDlqAdminServiceServer) Requeue(context.Context, *RequeueRequest) (*RequeueResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Requeue not implemented")
@@ -154,6 +172,24 @@ func _DlqAdminService_ListDeadLetters_Handler(srv interface{}, ctx context.Conte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(DlqAdminServiceServer).ListDeadLetters(ctx, req.(*ListDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DlqAdminService_GetDeadLetter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDeadLetterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DlqAdminServiceServer).GetDeadLetter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DlqAdminService_GetDeadLetter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DlqAdminServiceServer).GetDeadLetter(ctx, req.(*GetDeadLetterRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -204,6 +240,10 @@ var DlqAdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDeadLetters",
 			Handler:    _DlqAdminService_ListDeadLetters_Handler,
+		},
+		{
+			MethodName: "GetDeadLetter",
+			Handler:    _DlqAdminService_GetDeadLetter_Handler,
 		},
 		{
 			MethodName: "Requeue",

@@ -46,6 +46,10 @@ type Filter struct {
 	RecipientID string
 	// ProducerID matches exactly when set.
 	ProducerID string
+	// CorrelationID and IdempotencyToken, when set, match exactly: with ProducerID they
+	// select the dead letters of one logical operation (§11.3), whose attempt histories the
+	// router merges into the next one's. Operators' filters do not set them (ParseFilter).
+	CorrelationID, IdempotencyToken string
 	// IncludeRequeued includes entries already requeued.
 	IncludeRequeued bool
 	// Limit caps the result (oldest first, newest Limit kept); 0 means the store's default,
@@ -131,6 +135,14 @@ func ValidateRequeue(req *dlqadminpb.RequeueRequest) ([]int64, *protocol.Error) 
 		return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "name at least one dead letter id (sw4rm dlq list shows them)")
 	}
 	return ids, checkCount(ids)
+}
+
+// ValidateGet checks a GetDeadLetter request and returns its id.
+func ValidateGet(req *dlqadminpb.GetDeadLetterRequest) (int64, *protocol.Error) {
+	if req.GetId() <= 0 {
+		return 0, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "id must be a dead letter id, a positive integer (sw4rm dlq list shows them), got %d", req.GetId())
+	}
+	return req.GetId(), nil
 }
 
 // ValidateExport checks an Export request: it selects by ids (returned distinct, in order)

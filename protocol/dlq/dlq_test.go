@@ -43,6 +43,17 @@ func TestValidateRequeue(t *testing.T) {
 	assert.Equal(t, "validation_error: at most 1000 ids per call, got 1001", perr.Error())
 }
 
+func TestValidateGet(t *testing.T) {
+	id, perr := ValidateGet(&dlqadminpb.GetDeadLetterRequest{Id: 7})
+	require.Nil(t, perr)
+	assert.Equal(t, int64(7), id)
+	for _, bad := range []int64{0, -1} {
+		_, perr = ValidateGet(&dlqadminpb.GetDeadLetterRequest{Id: bad})
+		require.NotNil(t, perr, "id %d", bad)
+		assert.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, perr.Code)
+	}
+}
+
 func TestValidateExport(t *testing.T) {
 	_, _, perr := ValidateExport(&dlqadminpb.ExportRequest{Ids: []int64{1}, Filter: &dlqadminpb.DeadLetterFilter{Route: "a"}})
 	assert.Equal(t, "validation_error: select dead letters either by id or by filter, not both", perr.Error())

@@ -41,7 +41,8 @@ func newDLQState() *dlqState {
 // PutDeadLetter implements store.DLQ. The store assigns ID and records the entry as not
 // requeued whatever ID, RequeuedAt and RequeuedAs say; a zero FailedAt means now, a zero
 // FirstSeenAt stays zero. MessageID is required and Class must be one of the store.DLQ*
-// classes. A PayloadExcerpt longer than 256 bytes is cut to its first 256.
+// classes. A PayloadExcerpt longer than 256 bytes is cut to its first 256; Attempts are
+// bounded by store.BoundAttempts.
 func (d *dlqState) PutDeadLetter(ctx context.Context, e store.DLQEntry) (store.DLQEntry, error) {
 	if err := ctx.Err(); err != nil {
 		return store.DLQEntry{}, err
@@ -55,8 +56,12 @@ func (d *dlqState) PutDeadLetter(ctx context.Context, e store.DLQEntry) (store.D
 	if len(row.PayloadExcerpt) > maxDLQExcerpt {
 		row.PayloadExcerpt = row.PayloadExcerpt[:maxDLQExcerpt:maxDLQExcerpt]
 	}
+	var dropped int
+	row.Attempts, dropped = store.BoundAttempts(row.Attempts)
+	row.AttemptsDropped += dropped
 	for i := range row.Attempts {
 		row.Attempts[i].At = normTime(row.Attempts[i].At)
+		row.Attempts[i].UpdatedAt = normTime(row.Attempts[i].UpdatedAt)
 	}
 	row.FirstSeenAt = normTime(row.FirstSeenAt)
 	row.FailedAt = normTime(row.FailedAt)
@@ -170,6 +175,8 @@ func dlqMatches(row *store.DLQEntry, f store.DLQFilter) bool {
 		f.ErrorCode != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED && row.ErrorCode != f.ErrorCode,
 		f.RecipientID != "" && row.RecipientID != f.RecipientID,
 		f.ProducerID != "" && row.ProducerID != f.ProducerID,
+		f.CorrelationID != "" && row.CorrelationID != f.CorrelationID,
+		f.IdempotencyToken != "" && row.IdempotencyToken != f.IdempotencyToken,
 		!f.IncludeRequeued && !row.RequeuedAt.IsZero():
 		return false
 	}

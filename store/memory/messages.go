@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -308,6 +309,40 @@ func (m *messagePlane) GetMessage(ctx context.Context, messageID string) (store.
 		return store.MessageRecord{}, fmt.Errorf("memory: message %q: %w", messageID, store.ErrNotFound)
 	}
 	return row.toRecord(messageID)
+}
+
+// OperationAttempts implements store.MessagePlane. It walks every message under the store's
+// lock: a dead letter is rare, and the memory store serves one process in development.
+func (m *messagePlane) OperationAttempts(ctx context.Context, op store.Operation) ([]store.MessageRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !op.Valid() {
+		return nil, nil
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.MessageRecord
+	for id, row := range s.messages {
+		if !row.tracked || row.producer != op.ProducerID || row.corrID != op.CorrelationID {
+			continue
+		}
+		rec, err := row.toRecord(id)
+		if err != nil {
+			return nil, fmt.Errorf("memory: attempts of %s/%s: %w", op.ProducerID, op.IdempotencyToken, err)
+		}
+		if rec.Envelope.GetIdempotencyToken() == op.IdempotencyToken {
+			out = append(out, rec)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.MessageRecord) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.MessageID, b.MessageID)
+	})
+	return out, nil
 }
 
 // Advance implements store.MessagePlane.

@@ -31,13 +31,14 @@ func (s *Store) DLQ() store.DLQ { return (*dlq)(s) }
 
 // dlqColumns reads attempts as text, so the JSON is decoded here, not by pgx.
 const dlqColumns = `id, message_id, producer_id, recipient_id, correlation_id, idempotency_token,
-	error_code, class, reason, attempts::text AS attempts, envelope, payload_size, content_type,
-	payload_excerpt, first_seen_at, failed_at, requeued_at, requeued_as`
+	error_code, class, reason, attempts::text AS attempts, attempts_dropped, envelope, payload_size,
+	content_type, payload_excerpt, first_seen_at, failed_at, requeued_at, requeued_as`
 
 // PutDeadLetter implements store.DLQ. The store assigns ID and records the entry as not
 // requeued whatever ID, RequeuedAt and RequeuedAs say; a zero FailedAt means the database
 // clock's now, a zero FirstSeenAt stays zero. MessageID is required and Class must be one of
-// the store.DLQ* classes. A PayloadExcerpt longer than 256 bytes is cut to its first 256.
+// the store.DLQ* classes. A PayloadExcerpt longer than 256 bytes is cut to its first 256;
+// Attempts are bounded by store.BoundAttempts.
 func (d *dlq) PutDeadLetter(ctx context.Context, e store.DLQEntry) (store.DLQEntry, error) {
 	if err := store.CheckDeadLetter(e); err != nil {
 		return store.DLQEntry{}, fmt.Errorf("postgres: put dead letter: %w", err)
@@ -51,7 +52,8 @@ func (d *dlq) PutDeadLetter(ctx context.Context, e store.DLQEntry) (store.DLQEnt
 		// An empty envelope is still an envelope: store empty bytes, not NULL.
 		envBytes = append([]byte{}, b...)
 	}
-	attempts, err := marshalAttempts(e.Attempts)
+	kept, dropped := store.BoundAttempts(e.Attempts)
+	attempts, err := marshalAttempts(kept)
 	if err != nil {
 		return store.DLQEntry{}, fmt.Errorf("postgres: put dead letter %q: %w", e.MessageID, err)
 	}
@@ -63,14 +65,14 @@ func (d *dlq) PutDeadLetter(ctx context.Context, e store.DLQEntry) (store.DLQEnt
 	// in the same statement: concurrent puts of one message_id all get the same entry.
 	rows, err := d.s().pool.Query(ctx, `
 		INSERT INTO dead_letters (message_id, producer_id, recipient_id, correlation_id,
-			idempotency_token, error_code, class, reason, attempts, envelope, payload_size,
-			content_type, payload_excerpt, first_seen_at, failed_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, COALESCE($15, now()))
+			idempotency_token, error_code, class, reason, attempts, attempts_dropped, envelope,
+			payload_size, content_type, payload_excerpt, first_seen_at, failed_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $16, $10, $11, $12, $13, $14, COALESCE($15, now()))
 		ON CONFLICT ON CONSTRAINT dead_letters_message_id_key DO UPDATE SET message_id = dead_letters.message_id
 		RETURNING `+dlqColumns,
 		e.MessageID, e.ProducerID, e.RecipientID, e.CorrelationID, e.IdempotencyToken, int32(e.ErrorCode),
 		e.Class, e.Reason, attempts, envBytes, int64(e.PayloadSize), e.ContentType, nullBytes(excerpt),
-		nullTime(e.FirstSeenAt), nullTime(e.FailedAt))
+		nullTime(e.FirstSeenAt), nullTime(e.FailedAt), e.AttemptsDropped+dropped)
 	if err != nil {
 		return store.DLQEntry{}, fmt.Errorf("postgres: put dead letter %q: %w", e.MessageID, err)
 	}
@@ -114,6 +116,12 @@ func (d *dlq) ListDeadLetters(ctx context.Context, f store.DLQFilter) ([]store.D
 	}
 	if f.ProducerID != "" {
 		q.add("producer_id = ?", f.ProducerID)
+	}
+	if f.CorrelationID != "" {
+		q.add("correlation_id = ?", f.CorrelationID)
+	}
+	if f.IdempotencyToken != "" {
+		q.add("idempotency_token = ?", f.IdempotencyToken)
 	}
 	if !f.IncludeRequeued {
 		q.addConst("requeued_at IS NULL")
@@ -190,7 +198,7 @@ func scanDeadLetter(row pgx.CollectableRow) (store.DLQEntry, error) {
 		firstSeenAt, failedAt, requeuedAt *time.Time
 	)
 	if err := row.Scan(&e.ID, &e.MessageID, &e.ProducerID, &e.RecipientID, &e.CorrelationID, &e.IdempotencyToken,
-		&errCode, &e.Class, &e.Reason, &attempts, &envBytes, &payloadSize, &e.ContentType,
+		&errCode, &e.Class, &e.Reason, &attempts, &e.AttemptsDropped, &envBytes, &payloadSize, &e.ContentType,
 		&excerpt, &firstSeenAt, &failedAt, &requeuedAt, &e.RequeuedAs); err != nil {
 		return store.DLQEntry{}, err
 	}
@@ -205,6 +213,7 @@ func scanDeadLetter(row pgx.CollectableRow) (store.DLQEntry, error) {
 		}
 		for i := range e.Attempts {
 			e.Attempts[i].At = utc(e.Attempts[i].At)
+			e.Attempts[i].UpdatedAt = utc(e.Attempts[i].UpdatedAt)
 		}
 	}
 	if envBytes != nil {
@@ -237,6 +246,9 @@ func marshalAttempts(attempts []store.DLQAttempt) (*string, error) {
 	for i, a := range attempts {
 		if !a.At.IsZero() {
 			a.At = a.At.UTC().Truncate(time.Microsecond)
+		}
+		if !a.UpdatedAt.IsZero() {
+			a.UpdatedAt = a.UpdatedAt.UTC().Truncate(time.Microsecond)
 		}
 		norm[i] = a
 	}

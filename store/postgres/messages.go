@@ -651,6 +651,39 @@ func (m *messagePlane) GetMessage(ctx context.Context, messageID string) (store.
 	return rec, nil
 }
 
+// OperationAttempts implements store.MessagePlane. It reads through messages_correlation_idx
+// (a correlation_id is required of every message, §5.2) and keeps in SQL only the rows whose
+// envelope bytes contain the token, which the token field of a matching envelope does; the
+// decoded envelope then decides, since the bytes may also occur elsewhere in an envelope.
+// Messages admitted around the idempotency cache have no dedup_key, so the envelope is the
+// one place every attempt carries the token.
+func (m *messagePlane) OperationAttempts(ctx context.Context, op store.Operation) ([]store.MessageRecord, error) {
+	if !op.Valid() {
+		return nil, nil
+	}
+	rows, err := m.s().pool.Query(ctx, `SELECT `+messageColumns+` FROM messages
+		WHERE correlation_id = $1 AND producer_id = $2 AND tracked AND position($3::bytea IN envelope) > 0
+		ORDER BY created_at, message_id COLLATE "C"`,
+		op.CorrelationID, op.ProducerID, []byte(op.IdempotencyToken))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: attempts of %s/%s: %w", op.ProducerID, op.IdempotencyToken, err)
+	}
+	recs, err := pgx.CollectRows(rows, scanMessage)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: attempts of %s/%s: %w", op.ProducerID, op.IdempotencyToken, err)
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if r.Envelope.GetIdempotencyToken() == op.IdempotencyToken {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
 // getMessage reads a tracked message, or returns store.ErrNotFound.
 func (m *messagePlane) getMessage(ctx context.Context, messageID string) (store.MessageRecord, error) {
 	rows, err := m.s().pool.Query(ctx, `SELECT `+messageColumns+` FROM messages WHERE message_id = $1 AND tracked`, messageID)

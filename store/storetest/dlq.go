@@ -31,17 +31,19 @@ func deadLetter(messageID string, failedAt time.Time) store.DLQEntry {
 		Class:            store.DLQRetriesExhausted,
 		Reason:           "no ACK after 3 attempts",
 		Attempts: []store.DLQAttempt{
-			{MessageID: messageID + "-a1", At: failedAt.Add(-time.Minute), State: "TIMED_OUT", Reason: "ack_timeout"},
+			{MessageID: messageID + "-a1", At: failedAt.Add(-time.Minute), State: "TIMED_OUT", ErrorCode: "ACK_TIMEOUT",
+				Reason: "ack_timeout", UpdatedAt: failedAt.Add(-50 * time.Second)},
 			{MessageID: messageID, At: failedAt.Add(-30 * time.Second), State: "TIMED_OUT", Reason: "ack_timeout"},
 		},
-		Envelope:       env,
-		PayloadSize:    len(env.GetPayload()),
-		ContentType:    env.GetContentType(),
-		PayloadExcerpt: bytes.Clone(env.GetPayload()),
-		FirstSeenAt:    failedAt.Add(-time.Minute),
-		FailedAt:       failedAt,
-		RequeuedAt:     failedAt.Add(time.Hour),
-		RequeuedAs:     "should-be-ignored",
+		AttemptsDropped: 1,
+		Envelope:        env,
+		PayloadSize:     len(env.GetPayload()),
+		ContentType:     env.GetContentType(),
+		PayloadExcerpt:  bytes.Clone(env.GetPayload()),
+		FirstSeenAt:     failedAt.Add(-time.Minute),
+		FailedAt:        failedAt,
+		RequeuedAt:      failedAt.Add(time.Hour),
+		RequeuedAs:      "should-be-ignored",
 	}
 }
 
@@ -78,9 +80,16 @@ func requireDeadLetter(t *testing.T, want, got store.DLQEntry) {
 		g := got.Attempts[i]
 		require.Equal(t, a.MessageID, g.MessageID, "attempt %d", i)
 		require.Equal(t, a.State, g.State, "attempt %d", i)
+		require.Equal(t, a.ErrorCode, g.ErrorCode, "attempt %d", i)
 		require.Equal(t, a.Reason, g.Reason, "attempt %d", i)
 		requireSameTime(t, a.At.Truncate(time.Microsecond), g.At, fmt.Sprintf("attempt %d at", i))
+		if a.UpdatedAt.IsZero() {
+			require.True(t, g.UpdatedAt.IsZero(), "attempt %d updated_at %v", i, g.UpdatedAt)
+		} else {
+			requireSameTime(t, a.UpdatedAt.Truncate(time.Microsecond), g.UpdatedAt, fmt.Sprintf("attempt %d updated_at", i))
+		}
 	}
+	require.Equal(t, want.AttemptsDropped, got.AttemptsDropped)
 	if want.Envelope == nil {
 		require.Nil(t, got.Envelope)
 	} else {
@@ -107,6 +116,7 @@ func runDLQ(t *testing.T, newStore func(t *testing.T) store.Store) {
 	runDLQRequeue(t, newStore)
 	runDLQPurge(t, newStore)
 	runDLQCopies(t, newStore)
+	runDLQAttemptHistory(t, newStore)
 }
 
 // runDLQPut checks that a dead letter reads back whole, that invalid ones are refused and that
@@ -149,6 +159,7 @@ func runDLQPut(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Empty(t, got.ProducerID)
 		require.Empty(t, got.RecipientID)
 		require.Nil(t, got.Attempts)
+		require.Zero(t, got.AttemptsDropped)
 		require.Nil(t, got.Envelope)
 		require.Nil(t, got.PayloadExcerpt)
 		require.Zero(t, got.PayloadSize)
@@ -591,5 +602,165 @@ func runDLQCopies(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		mutate(&dup)
 		requireUnchanged("after changing a duplicate put's result")
+	})
+}
+
+// runDLQAttemptHistory checks what a dead letter's attempt history is made of (§21.1): the
+// bound on what is stored, the dead letters of one operation and the records of its
+// attempts (MessagePlane.OperationAttempts), from which the router assembles it.
+func runDLQAttemptHistory(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("AttemptHistoryIsBounded", func(t *testing.T) {
+		q := newStore(t).DLQ()
+		ctx := t.Context()
+		base := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+		history := func(n int) []store.DLQAttempt {
+			out := make([]store.DLQAttempt, n)
+			for i := range out {
+				out[i] = store.DLQAttempt{MessageID: fmt.Sprintf("a%02d", i), At: base.Add(time.Duration(i) * time.Second),
+					State: "TIMED_OUT", ErrorCode: "ACK_TIMEOUT", Reason: fmt.Sprintf("attempt %d", i)}
+			}
+			return out
+		}
+
+		// 30 attempts keep the first 5 and the last 15; the 10 between them are counted,
+		// on top of what the caller had dropped already.
+		long := deadLetter("m1", base.Add(time.Minute))
+		long.Attempts = history(30)
+		long.AttemptsDropped = 2
+		want := long
+		want.Attempts = append(history(30)[:store.DLQAttemptsHead:store.DLQAttemptsHead], history(30)[15:]...)
+		want.AttemptsDropped = 12
+		require.Len(t, want.Attempts, store.MaxDLQAttempts)
+		put, err := q.PutDeadLetter(ctx, long)
+		require.NoError(t, err)
+		requireDeadLetter(t, want, put)
+		got, err := q.GetDeadLetter(ctx, put.ID)
+		require.NoError(t, err)
+		requireDeadLetter(t, want, got)
+		list, err := q.ListDeadLetters(ctx, store.DLQFilter{ProducerID: long.ProducerID})
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		requireDeadLetter(t, want, list[0])
+		require.Len(t, long.Attempts, 30, "the caller's history is untouched")
+		require.Equal(t, "a05", long.Attempts[5].MessageID)
+
+		// A history at the bound is kept whole.
+		full := deadLetter("m2", base.Add(time.Minute))
+		full.Attempts = history(store.MaxDLQAttempts)
+		full.AttemptsDropped = 0
+		put, err = q.PutDeadLetter(ctx, full)
+		require.NoError(t, err)
+		got, err = q.GetDeadLetter(ctx, put.ID)
+		require.NoError(t, err)
+		requireDeadLetter(t, full, got)
+
+		bad := deadLetter("m3", base)
+		bad.AttemptsDropped = -1
+		_, err = q.PutDeadLetter(ctx, bad)
+		require.Error(t, err, "a negative count is refused")
+	})
+
+	t.Run("ListByOperation", func(t *testing.T) {
+		q := newStore(t).DLQ()
+		ctx := t.Context()
+		base := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+		seed := []struct{ id, producer, corr, token string }{
+			{"d0", "alice", "c1", "op"},
+			{"d1", "alice", "c1", "other"},
+			{"d2", "alice", "c2", "op"},
+			{"d3", "bob", "c1", "op"},
+			{"d4", "alice", "c1", "op"},
+		}
+		for i, x := range seed {
+			e := deadLetter(x.id, base.Add(time.Duration(i)*time.Second))
+			e.ProducerID, e.CorrelationID, e.IdempotencyToken = x.producer, x.corr, x.token
+			put, err := q.PutDeadLetter(ctx, e)
+			require.NoError(t, err)
+			if x.id == "d4" {
+				require.NoError(t, q.MarkRequeued(ctx, put.ID, "d4-r", time.Time{}))
+			}
+		}
+		list := func(f store.DLQFilter) []string {
+			t.Helper()
+			es, err := q.ListDeadLetters(ctx, f)
+			require.NoError(t, err)
+			return dlqMessageIDs(es)
+		}
+		op := store.DLQFilter{ProducerID: "alice", CorrelationID: "c1", IdempotencyToken: "op", IncludeRequeued: true}
+		require.Equal(t, []string{"d0", "d4"}, list(op))
+		op.IncludeRequeued = false
+		require.Equal(t, []string{"d0"}, list(op))
+		require.Equal(t, []string{"d0", "d2", "d3"}, list(store.DLQFilter{IdempotencyToken: "op"}))
+		require.Equal(t, []string{"d0", "d1", "d3"}, list(store.DLQFilter{CorrelationID: "c1"}))
+		require.Empty(t, list(store.DLQFilter{CorrelationID: "c1", IdempotencyToken: "nothing"}))
+	})
+
+	t.Run("OperationAttempts", func(t *testing.T) {
+		mp := newStore(t).Messages()
+		ctx := t.Context()
+		env := func(id, producer, corr, token string) *commonpb.Envelope {
+			e := Envelope(id)
+			e.ProducerId, e.CorrelationId, e.IdempotencyToken = producer, corr, token
+			return e
+		}
+		admit := func(e *commonpb.Envelope, track bool, dedupKey string) error {
+			req := store.AdmitRequest{Envelope: e, RecipientID: "bob", Track: track}
+			if dedupKey != "" {
+				req.Dedup = &store.Dedup{ProducerID: e.GetProducerId(), Key: dedupKey}
+			}
+			_, err := mp.Admit(ctx, req)
+			return err
+		}
+		// The operation's attempts, in the order they come (ids sort the same way, so a tie
+		// of creation times orders them alike): the first through the idempotency cache, one
+		// refused by it while the first is in progress, one around it (a requeue).
+		require.NoError(t, admit(env("op-1", "alice", "c1", "tok"), true, "t:tok"))
+		_, err := mp.Admit(ctx, store.AdmitRequest{Envelope: env("op-2", "alice", "c1", "tok"), RecipientID: "bob", Track: true,
+			Dedup: &store.Dedup{ProducerID: "alice", Key: "t:tok"}})
+		_ = requireDedupError(t, err, true)
+		advance(t, mp, "op-1", stTimedOut, commonpb.ErrorCode_ACK_TIMEOUT, "no ACK")
+		require.NoError(t, admit(env("op-3", "alice", "c1", "tok"), true, ""))
+		// Not the operation's: another token, correlation or producer, no token, untracked,
+		// and a payload that holds the token's bytes.
+		require.NoError(t, admit(env("x-token", "alice", "c1", "tok2"), true, "t:tok2"))
+		require.NoError(t, admit(env("x-corr", "alice", "c2", "tok"), true, ""))
+		require.NoError(t, admit(env("x-producer", "carol", "c1", "tok"), true, ""))
+		require.NoError(t, admit(env("x-none", "alice", "c1", ""), true, ""))
+		require.NoError(t, admit(env("x-untracked", "alice", "c1", "tok"), false, ""))
+		lookalike := env("x-payload", "alice", "c1", "")
+		lookalike.Payload = []byte(`{"token":"tok"}`)
+		lookalike.ContentLength = uint64(len(lookalike.Payload))
+		require.NoError(t, admit(lookalike, true, ""))
+
+		recs, err := mp.OperationAttempts(ctx, store.Operation{ProducerID: "alice", CorrelationID: "c1", IdempotencyToken: "tok"})
+		require.NoError(t, err)
+		ids := make([]string, len(recs))
+		for i, r := range recs {
+			ids[i] = r.MessageID
+			require.Equal(t, "tok", r.Envelope.GetIdempotencyToken())
+			requireRecent(t, r.CreatedAt)
+			require.Equal(t, time.UTC, r.CreatedAt.Location())
+			if i > 0 {
+				require.False(t, r.CreatedAt.Before(recs[i-1].CreatedAt), "oldest first")
+			}
+		}
+		require.Equal(t, []string{"op-1", "op-2", "op-3"}, ids)
+		require.Equal(t, stTimedOut, recs[0].State)
+		require.Equal(t, commonpb.ErrorCode_ACK_TIMEOUT, recs[0].ErrorCode)
+		require.Equal(t, "no ACK", recs[0].Note)
+		require.Equal(t, stRejected, recs[1].State)
+		require.Equal(t, commonpb.ErrorCode_ALREADY_IN_PROGRESS, recs[1].ErrorCode)
+		require.Equal(t, stSent, recs[2].State)
+
+		for _, op := range []store.Operation{
+			{ProducerID: "alice", CorrelationID: "c1"},
+			{ProducerID: "alice", IdempotencyToken: "tok"},
+			{CorrelationID: "c1", IdempotencyToken: "tok"},
+			{ProducerID: "alice", CorrelationID: "c1", IdempotencyToken: "nothing"},
+		} {
+			recs, err := mp.OperationAttempts(ctx, op)
+			require.NoError(t, err)
+			require.Empty(t, recs, "%+v has no attempts", op)
+		}
 	})
 }
