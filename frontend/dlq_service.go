@@ -77,6 +77,25 @@ func (d *dlqAdminService) ListDeadLetters(ctx context.Context, req *dlqadminpb.L
 	return out, nil
 }
 
+// GetDeadLetter returns one dead letter, requeued or not, with its attempt history.
+func (d *dlqAdminService) GetDeadLetter(ctx context.Context, req *dlqadminpb.GetDeadLetterRequest) (*dlqadminpb.GetDeadLetterResponse, error) {
+	if _, err := d.authenticate(ctx); err != nil {
+		return nil, err
+	}
+	id, perr := pdlq.ValidateGet(req)
+	if perr != nil {
+		return nil, perr
+	}
+	e, err := d.s.store.DLQ().GetDeadLetter(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "unknown dead letter %d", id)
+	}
+	if err != nil {
+		return nil, dlqUnavailable(err)
+	}
+	return &dlqadminpb.GetDeadLetterResponse{DeadLetter: deadLetterPB(e)}, nil
+}
+
 // dlqUnavailable is the status of a store failure: nothing was refused, so a retry is safe.
 func dlqUnavailable(err error) error {
 	return status.Errorf(codes.Unavailable, "internal_error: %v", err)
@@ -291,11 +310,12 @@ func deadLetterPB(e store.DLQEntry) *dlqadminpb.DeadLetter {
 		IdempotencyToken: e.IdempotencyToken, ErrorCode: e.ErrorCode.String(), ErrorClass: e.Class, Reason: e.Reason,
 		PayloadSize: uint64(max(e.PayloadSize, 0)), ContentType: e.ContentType, PayloadExcerpt: e.PayloadExcerpt,
 		FirstSeenAt: dlqTimestamp(e.FirstSeenAt), FailedAt: dlqTimestamp(e.FailedAt), RequeuedAt: dlqTimestamp(e.RequeuedAt),
-		RequeuedAs: e.RequeuedAs,
+		RequeuedAs: e.RequeuedAs, AttemptsDropped: uint32(max(e.AttemptsDropped, 0)),
 	}
 	for _, a := range e.Attempts {
 		out.Attempts = append(out.Attempts, &dlqadminpb.DeadLetterAttempt{
 			MessageId: a.MessageID, At: dlqTimestamp(a.At), State: a.State, Reason: a.Reason,
+			ErrorCode: a.ErrorCode, UpdatedAt: dlqTimestamp(a.UpdatedAt),
 		})
 	}
 	return out
@@ -371,8 +391,10 @@ type dlqBundleEntry struct {
 	RequeuedAt       *time.Time         `json:"requeued_at,omitempty"`
 	RequeuedAs       string             `json:"requeued_as,omitempty"`
 	Attempts         []store.DLQAttempt `json:"attempts"`
-	PayloadSize      int                `json:"payload_size"`
-	ContentType      string             `json:"content_type"`
+	// AttemptsDropped counts the attempts the bounded history left out (store.BoundAttempts).
+	AttemptsDropped int    `json:"attempts_dropped"`
+	PayloadSize     int    `json:"payload_size"`
+	ContentType     string `json:"content_type"`
 	// PayloadExcerpt is base64 (JSON's encoding of bytes); PayloadExcerptText repeats it as
 	// text when it is valid UTF-8.
 	PayloadExcerpt     []byte `json:"payload_excerpt"`
@@ -403,7 +425,7 @@ func (d *dlqAdminService) bundleEntry(ctx context.Context, e store.DLQEntry) (dl
 		ID: e.ID, MessageID: e.MessageID, ProducerID: e.ProducerID, Route: e.RecipientID, CorrelationID: e.CorrelationID,
 		IdempotencyToken: e.IdempotencyToken, ErrorClass: e.Class, ErrorCode: e.ErrorCode.String(), ErrorCodeNumber: int32(e.ErrorCode),
 		Reason: e.Reason, FirstSeenAt: dlqTime(e.FirstSeenAt), FailedAt: e.FailedAt.UTC(), RequeuedAt: dlqTime(e.RequeuedAt),
-		RequeuedAs: e.RequeuedAs, Attempts: e.Attempts, PayloadSize: e.PayloadSize, ContentType: e.ContentType,
+		RequeuedAs: e.RequeuedAs, Attempts: e.Attempts, AttemptsDropped: e.AttemptsDropped, PayloadSize: e.PayloadSize, ContentType: e.ContentType,
 		PayloadExcerpt: e.PayloadExcerpt, Audit: []dlqBundleEvent{},
 	}
 	if be.Attempts == nil {

@@ -138,6 +138,8 @@ func TestDLQAdminAuthentication(t *testing.T) {
 			requireCode(t, codes.Unauthenticated, err)
 			_, err = d.Export(ctx, &dlqadminpb.ExportRequest{})
 			requireCode(t, codes.Unauthenticated, err)
+			_, err = d.GetDeadLetter(ctx, &dlqadminpb.GetDeadLetterRequest{Id: 1})
+			requireCode(t, codes.Unauthenticated, err)
 		})
 	}
 	require.Empty(t, r.calls, "nothing was requeued")
@@ -193,6 +195,48 @@ func TestDLQAdminList(t *testing.T) {
 	resp, err = d.ListDeadLetters(operatorCtx(t, dlqTestToken), &dlqadminpb.ListDeadLettersRequest{Filter: &dlqadminpb.DeadLetterFilter{Limit: 1}})
 	require.NoError(t, err)
 	require.Nil(t, resp.GetDeadLetters()[0].GetRequeuedAt())
+}
+
+// TestDLQAdminGet: GetDeadLetter returns one entry, requeued or not, with its bounded attempt
+// history — each attempt's error code and state time, and the count of attempts left out —
+// and refuses an id that is not positive or names nothing.
+func TestDLQAdminGet(t *testing.T) {
+	d, st, _ := newDLQTestService(t)
+	ctx := operatorCtx(t, dlqTestToken)
+	base := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	var attempts []store.DLQAttempt
+	for i := range 25 {
+		attempts = append(attempts, store.DLQAttempt{MessageID: fmt.Sprintf("m%02d", i), At: base.Add(time.Duration(i) * time.Second),
+			State: "REJECTED", ErrorCode: "ALREADY_IN_PROGRESS", Reason: "in progress", UpdatedAt: base.Add(time.Duration(i) * time.Second)})
+	}
+	attempts[24].State, attempts[24].ErrorCode, attempts[24].UpdatedAt = "TIMED_OUT", "ACK_TIMEOUT", base.Add(time.Minute)
+	e, err := st.DLQ().PutDeadLetter(t.Context(), store.DLQEntry{MessageID: "m24", ProducerID: "alice", Class: store.DLQRetriesExhausted,
+		ErrorCode: commonpb.ErrorCode_ACK_TIMEOUT, Attempts: attempts, FirstSeenAt: base, FailedAt: base.Add(time.Minute)})
+	require.NoError(t, err)
+	require.NoError(t, st.DLQ().MarkRequeued(t.Context(), e.ID, "m-r", base.Add(time.Hour)))
+
+	resp, err := d.GetDeadLetter(ctx, &dlqadminpb.GetDeadLetterRequest{Id: e.ID})
+	require.NoError(t, err)
+	got := resp.GetDeadLetter()
+	require.Equal(t, e.ID, got.GetId())
+	require.Equal(t, "m-r", got.GetRequeuedAs(), "a requeued entry is returned too")
+	require.Len(t, got.GetAttempts(), store.MaxDLQAttempts)
+	require.Equal(t, uint32(5), got.GetAttemptsDropped())
+	require.Equal(t, "m04", got.GetAttempts()[4].GetMessageId())
+	require.Equal(t, "m10", got.GetAttempts()[5].GetMessageId())
+	last := got.GetAttempts()[store.MaxDLQAttempts-1]
+	require.Equal(t, "m24", last.GetMessageId())
+	require.Equal(t, "TIMED_OUT", last.GetState())
+	require.Equal(t, "ACK_TIMEOUT", last.GetErrorCode())
+	require.True(t, base.Add(time.Minute).Equal(last.GetUpdatedAt().AsTime()))
+	require.Equal(t, "ALREADY_IN_PROGRESS", got.GetAttempts()[0].GetErrorCode())
+
+	_, err = d.GetDeadLetter(ctx, &dlqadminpb.GetDeadLetterRequest{})
+	requireCode(t, codes.InvalidArgument, err)
+	_, err = d.GetDeadLetter(ctx, &dlqadminpb.GetDeadLetterRequest{Id: -3})
+	requireCode(t, codes.InvalidArgument, err)
+	_, err = d.GetDeadLetter(ctx, &dlqadminpb.GetDeadLetterRequest{Id: e.ID + 1})
+	requireCode(t, codes.NotFound, err)
 }
 
 func TestDLQAdminInvalidFilters(t *testing.T) {
@@ -354,6 +398,7 @@ func TestDLQAdminExport(t *testing.T) {
 			ErrorCode          string             `json:"error_code"`
 			Reason             string             `json:"reason"`
 			Attempts           []store.DLQAttempt `json:"attempts"`
+			AttemptsDropped    *int               `json:"attempts_dropped"`
 			PayloadSize        int                `json:"payload_size"`
 			ContentType        string             `json:"content_type"`
 			PayloadExcerpt     []byte             `json:"payload_excerpt"`
@@ -393,6 +438,8 @@ func TestDLQAdminExport(t *testing.T) {
 	require.Equal(t, "reason d0", e.Reason)
 	require.Len(t, e.Attempts, 2)
 	require.Equal(t, "d0-a0", e.Attempts[0].MessageID)
+	require.NotNil(t, e.AttemptsDropped, "the bundle says how many attempts the history left out")
+	require.Zero(t, *e.AttemptsDropped)
 	require.Equal(t, 20, e.PayloadSize)
 	require.Equal(t, "application/json", e.ContentType)
 	require.Equal(t, []byte(`{"secret":`), e.PayloadExcerpt)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,7 +44,8 @@ type deadLetterInput struct {
 	firstSeen time.Time
 }
 
-// deadLetter stores a dead letter with the diagnostic context of §21.1.
+// deadLetter stores a dead letter with the diagnostic context of §21.1, its attempt history
+// that of the whole operation (attemptHistory).
 func (r *Router) deadLetter(ctx context.Context, in deadLetterInput) error {
 	env := in.env
 	if env == nil {
@@ -62,12 +66,21 @@ func (r *Router) deadLetter(ctx context.Context, in deadLetterInput) error {
 	if len(excerpt) > excerptBytes {
 		excerpt = excerpt[:excerptBytes]
 	}
+	attempts, err := r.attemptHistory(ctx, env, store.DLQAttempt{MessageID: id, At: first, State: trimState(in.state),
+		ErrorCode: codeName(in.code), Reason: in.reason, UpdatedAt: now})
+	if err != nil {
+		return fmt.Errorf("dead-letter %s: %w", id, err)
+	}
+	// §21.1's creation time is the operation's: its first attempt's, which the bounded
+	// history keeps.
+	if at := attempts[0].At; !at.IsZero() && at.Before(first) {
+		first = at
+	}
 	entry, err := r.st.DLQ().PutDeadLetter(ctx, store.DLQEntry{
 		MessageID: id, ProducerID: env.GetProducerId(), RecipientID: in.route, CorrelationID: env.GetCorrelationId(),
 		IdempotencyToken: env.GetIdempotencyToken(), ErrorCode: in.code, Class: in.class, Reason: in.reason,
-		Attempts: []store.DLQAttempt{{MessageID: id, At: first, State: trimState(in.state), Reason: in.reason}},
-		Envelope: env, PayloadSize: len(env.GetPayload()), ContentType: env.GetContentType(), PayloadExcerpt: excerpt,
-		FirstSeenAt: first, FailedAt: now,
+		Attempts: attempts, Envelope: env, PayloadSize: len(env.GetPayload()), ContentType: env.GetContentType(),
+		PayloadExcerpt: excerpt, FirstSeenAt: first, FailedAt: now,
 	})
 	if err != nil {
 		return fmt.Errorf("dead-letter %s: %w", id, err)
@@ -75,6 +88,60 @@ func (r *Router) deadLetter(ctx context.Context, in deadLetterInput) error {
 	r.sink.Record(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: protocol.SchedulerID, Type: "dlq.added",
 		AgentID: in.route, MessageID: id, Details: map[string]any{"dlq_id": entry.ID, "class": in.class, "error_code": in.code.String(), "reason": in.reason}})
 	return nil
+}
+
+// attemptHistory returns the attempt history of the operation final belongs to (§21.1:
+// "attempt history with timestamps and reasons"), oldest first, final included: every
+// attempt with final's producer, correlation_id and idempotency token (§11.3, the three-ID
+// model) — the producer's retries after a timeout, the attempts the idempotency cache
+// refused while one was in progress, the router's retries of a request (004 §1), an
+// operator's requeues of an earlier dead letter and its retries. Two sources make it up:
+// the message records (store.MessagePlane.OperationAttempts), and the attempts of the
+// operation's earlier dead letters, which alone know the attempts admission refused without
+// recording them (a validation error, no_route). A record tells an attempt's state as it is
+// now, so it wins over an earlier dead letter's copy, and final, as this failure sees it,
+// over both. A message without a token is an operation of its own: final alone. The store
+// bounds what it keeps (store.BoundAttempts).
+func (r *Router) attemptHistory(ctx context.Context, env *commonpb.Envelope, final store.DLQAttempt) ([]store.DLQAttempt, error) {
+	op := store.Operation{ProducerID: env.GetProducerId(), CorrelationID: env.GetCorrelationId(), IdempotencyToken: env.GetIdempotencyToken()}
+	if !op.Valid() {
+		return []store.DLQAttempt{final}, nil
+	}
+	earlier, err := r.st.DLQ().ListDeadLetters(ctx, store.DLQFilter{ProducerID: op.ProducerID, CorrelationID: op.CorrelationID,
+		IdempotencyToken: op.IdempotencyToken, IncludeRequeued: true})
+	if err != nil {
+		return nil, fmt.Errorf("earlier dead letters of the operation: %w", err)
+	}
+	recs, err := r.st.Messages().OperationAttempts(ctx, op)
+	if err != nil {
+		return nil, fmt.Errorf("attempts of the operation: %w", err)
+	}
+	byID := map[string]store.DLQAttempt{}
+	for _, e := range earlier {
+		for _, a := range e.Attempts {
+			byID[a.MessageID] = a
+		}
+	}
+	for _, rec := range recs {
+		byID[rec.MessageID] = store.DLQAttempt{MessageID: rec.MessageID, At: rec.CreatedAt, State: trimState(rec.State),
+			ErrorCode: codeName(rec.ErrorCode), Reason: rec.Note, UpdatedAt: rec.UpdatedAt}
+	}
+	byID[final.MessageID] = final
+	out := slices.SortedFunc(maps.Values(byID), func(a, b store.DLQAttempt) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.MessageID, b.MessageID)
+	})
+	return out, nil
+}
+
+// codeName is an error code's enum name, "" for none.
+func codeName(c commonpb.ErrorCode) string {
+	if c == commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
+		return ""
+	}
+	return c.String()
 }
 
 // Requeue sends a dead letter again: a new attempt with a new message_id, the same

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -38,4 +39,109 @@ func TestRequeueRevalidates(t *testing.T) {
 	after, err := st.DLQ().GetDeadLetter(t.Context(), e.ID)
 	require.NoError(t, err)
 	require.Empty(t, after.RequeuedAs, "the entry stays requeueable")
+}
+
+// deadLetterOf waits for the dead letter of messageID and returns it.
+func deadLetterOf(t *testing.T, r *Router, st store.Store, messageID string) store.DLQEntry {
+	t.Helper()
+	var found store.DLQEntry
+	require.Eventually(t, func() bool {
+		require.NoError(t, r.SweepOnce(t.Context()))
+		es, err := st.DLQ().ListDeadLetters(t.Context(), store.DLQFilter{IncludeRequeued: true})
+		require.NoError(t, err)
+		for _, e := range es {
+			if e.MessageID == messageID {
+				found = e
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 20*time.Millisecond, "no dead letter for %s", messageID)
+	return found
+}
+
+func attemptIDs(as []store.DLQAttempt) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.MessageID
+	}
+	return out
+}
+
+// TestDeadLetterHistoryFollowsARequeue: a message refused at admission (no_route: its
+// recipient is not registered) is dead-lettered without a message record; the operator
+// requeues it once the recipient is there, and the requeued attempt times out. The second
+// dead letter's history holds both attempts (§21.1), the refused one found only in the first
+// dead letter, and its first-seen time is the operation's.
+func TestDeadLetterHistoryFollowsARequeue(t *testing.T) {
+	st := memory.New()
+	t.Cleanup(st.Close)
+	r := sweepFixture(t, st, 50*time.Millisecond)
+	r.cfg.MaxRetries = 1 // the requeue (retry_count 1) uses the budget up
+	env := &commonpb.Envelope{MessageId: uuid.NewString(), ProducerId: "p", CorrelationId: uuid.NewString(), SequenceNumber: 1,
+		IdempotencyToken: "p:charge:1", MessageType: commonpb.MessageType_DATA, ContentType: "application/json",
+		Payload: []byte(`{}`), ContentLength: 2}
+	perr, err := r.Send(t.Context(), env, "d")
+	require.NoError(t, err)
+	require.Equal(t, commonpb.ErrorCode_NO_ROUTE, perr.Code)
+	first := deadLetterOf(t, r, st, env.GetMessageId())
+	require.Equal(t, []string{env.GetMessageId()}, attemptIDs(first.Attempts))
+	require.Equal(t, "REJECTED", first.Attempts[0].State)
+	require.Equal(t, "NO_ROUTE", first.Attempts[0].ErrorCode)
+
+	require.NoError(t, st.Registry().PutAgent(t.Context(), store.AgentRecord{
+		Descriptor: &registrypb.AgentDescriptor{AgentId: "d", Name: "d"}, State: commonpb.AgentState_RUNNABLE}))
+	r.ForgetAgent("d")
+	requeued, err := r.Requeue(t.Context(), first.ID)
+	require.NoError(t, err)
+	second := deadLetterOf(t, r, st, requeued)
+	require.Equal(t, store.DLQRetriesExhausted, second.Class)
+	require.Equal(t, []string{env.GetMessageId(), requeued}, attemptIDs(second.Attempts))
+	require.Equal(t, first.Attempts[0], second.Attempts[0])
+	last := second.Attempts[1]
+	require.Equal(t, "TIMED_OUT", last.State)
+	require.Equal(t, "ACK_TIMEOUT", last.ErrorCode)
+	require.Contains(t, last.Reason, "retry budget")
+	require.False(t, last.UpdatedAt.Before(last.At))
+	require.Zero(t, second.AttemptsDropped)
+	require.True(t, second.FirstSeenAt.Equal(first.Attempts[0].At), "first seen %v, first attempt %v", second.FirstSeenAt, first.Attempts[0].At)
+}
+
+// TestDeadLetterHistoryHoldsRequestRetries: a response-required request that is never
+// answered is retried by the router with new message_ids (004 §1) and then dead-lettered;
+// the dead letter lists every attempt, oldest first, the last FAILED with ack_timeout.
+func TestDeadLetterHistoryHoldsRequestRetries(t *testing.T) {
+	st := memory.New()
+	t.Cleanup(st.Close)
+	r := sweepFixture(t, st, time.Minute)
+	env := &commonpb.Envelope{MessageId: uuid.NewString(), ProducerId: "p", CorrelationId: uuid.NewString(), SequenceNumber: 1,
+		MessageType: commonpb.MessageType_DATA, ContentType: "application/json; sw4rm-response-timeout-ms=30; sw4rm-max-attempts=3",
+		Payload: []byte(`{}`), ContentLength: 2}
+	perr, err := r.Send(t.Context(), env, "c")
+	require.NoError(t, err)
+	require.Nil(t, perr)
+
+	var entry store.DLQEntry
+	require.Eventually(t, func() bool {
+		require.NoError(t, r.SweepOnce(t.Context()))
+		es, err := st.DLQ().ListDeadLetters(t.Context(), store.DLQFilter{ProducerID: "p"})
+		require.NoError(t, err)
+		if len(es) == 0 {
+			return false
+		}
+		entry = es[0]
+		return true
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Len(t, entry.Attempts, 3, "%+v", entry.Attempts)
+	require.Equal(t, env.GetMessageId(), entry.Attempts[0].MessageID, "the original request comes first")
+	require.Equal(t, entry.MessageID, entry.Attempts[2].MessageID, "the dead-lettered attempt comes last")
+	for i, a := range entry.Attempts {
+		rec, err := st.Messages().GetMessage(t.Context(), a.MessageID)
+		require.NoError(t, err)
+		require.Equal(t, uint32(i), rec.Envelope.GetRetryCount(), "attempt %d", i)
+		require.True(t, a.At.Equal(rec.CreatedAt), "attempt %d at", i)
+	}
+	require.Equal(t, "FAILED", entry.Attempts[2].State)
+	require.Equal(t, "ACK_TIMEOUT", entry.Attempts[2].ErrorCode)
+	require.True(t, entry.FirstSeenAt.Equal(entry.Attempts[0].At))
 }

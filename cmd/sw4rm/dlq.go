@@ -4,23 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
+	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
 // dlqMaxBundleBytes is how large an exported bundle the CLI accepts (gRPC's default is 4 MiB).
 const dlqMaxBundleBytes = 512 << 20
 
-// newDLQCmd builds `sw4rm dlq list|requeue|export`: thin clients of the DlqAdminService
+// newDLQCmd builds `sw4rm dlq list|show|requeue|export`: thin clients of the DlqAdminService
 // extension (§21.1), authenticated with an operator token.
 func newDLQCmd() *cobra.Command {
 	var of operatorFlags
@@ -38,7 +41,7 @@ func newDLQCmd() *cobra.Command {
 		return dlqadminpb.NewDlqAdminServiceClient(conn), ctx, func() { _ = conn.Close() }, nil
 	}
 
-	cmd.AddCommand(newDLQListCmd(client), newDLQRequeueCmd(client), newDLQExportCmd(client))
+	cmd.AddCommand(newDLQListCmd(client), newDLQShowCmd(client), newDLQRequeueCmd(client), newDLQExportCmd(client))
 	return cmd
 }
 
@@ -74,7 +77,7 @@ func newDLQListCmd(client dlqAdminDialer) *cobra.Command {
 					reason = fmt.Sprintf("%s [requeued as %s]", reason, e.GetRequeuedAs())
 				}
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", e.GetId(), e.GetFailedAt().AsTime().UTC().Format(time.RFC3339),
-					e.GetErrorClass(), e.GetErrorCode(), dash(e.GetProducerId()), dash(e.GetRoute()), len(e.GetAttempts()),
+					e.GetErrorClass(), e.GetErrorCode(), dash(e.GetProducerId()), dash(e.GetRoute()), dlqAttemptCount(e),
 					e.GetPayloadSize(), dash(reason))
 			}
 			return tw.Flush()
@@ -83,6 +86,107 @@ func newDLQListCmd(client dlqAdminDialer) *cobra.Command {
 	lf.register(list)
 	list.Flags().BoolVar(&lf.all, "all", false, "include dead letters that were already requeued")
 	return list
+}
+
+// newDLQShowCmd builds `sw4rm dlq show`.
+func newDLQShowCmd(client dlqAdminDialer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show <id>",
+		Short: "Show one dead letter: its diagnostic context and the attempt history of its operation",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := dlqParseIDs(args)
+			if err != nil {
+				return err
+			}
+			c, ctx, done, err := client(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := c.GetDeadLetter(ctx, &dlqadminpb.GetDeadLetterRequest{Id: ids[0]})
+			if err != nil {
+				return err
+			}
+			return dlqShow(cmd.OutOrStdout(), resp.GetDeadLetter())
+		},
+	}
+}
+
+// dlqTime formats the times of `sw4rm dlq show` to the millisecond: attempts a sweep apart
+// fall within one second.
+const dlqTime = "2006-01-02T15:04:05.000Z07:00"
+
+// dlqShow prints a dead letter: its fields, then its attempt history numbered by each
+// attempt's place in the operation, with a line where a bounded history left attempts out.
+func dlqShow(w io.Writer, e *dlqadminpb.DeadLetter) error {
+	when := func(ts *timestamppb.Timestamp) string {
+		if ts == nil {
+			return "-"
+		}
+		return ts.AsTime().UTC().Format(dlqTime)
+	}
+	requeued := "-"
+	if e.GetRequeuedAt() != nil {
+		requeued = when(e.GetRequeuedAt()) + " as " + e.GetRequeuedAs()
+	}
+	excerpt := "-"
+	if x := e.GetPayloadExcerpt(); len(x) > 0 && utf8.Valid(x) {
+		excerpt = dlqOneLine(string(x))
+	} else if len(x) > 0 {
+		excerpt = fmt.Sprintf("(%d bytes, not text; sw4rm dlq export --id %d has them)", len(x), e.GetId())
+	}
+	total := dlqAttemptCount(e)
+	attempts := fmt.Sprint(total)
+	if n := e.GetAttemptsDropped(); n > 0 {
+		attempts = fmt.Sprintf("%d (%d shown: the first %d and the last %d)", total, len(e.GetAttempts()),
+			min(store.DLQAttemptsHead, len(e.GetAttempts())), len(e.GetAttempts())-min(store.DLQAttemptsHead, len(e.GetAttempts())))
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, f := range [][2]string{
+		{"ID", fmt.Sprint(e.GetId())},
+		{"MESSAGE", e.GetMessageId()},
+		{"CLASS", e.GetErrorClass()},
+		{"CODE", dash(e.GetErrorCode())},
+		{"REASON", dash(dlqOneLine(e.GetReason()))},
+		{"PRODUCER", dash(e.GetProducerId())},
+		{"ROUTE", dash(e.GetRoute())},
+		{"CORRELATION", dash(e.GetCorrelationId())},
+		{"TOKEN", dash(e.GetIdempotencyToken())},
+		{"FIRST SEEN", when(e.GetFirstSeenAt())},
+		{"FAILED", when(e.GetFailedAt())},
+		{"REQUEUED", requeued},
+		{"PAYLOAD", fmt.Sprintf("%d bytes, %s", e.GetPayloadSize(), dash(e.GetContentType()))},
+		{"EXCERPT", excerpt},
+		{"ATTEMPTS", attempts},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", f[0], f[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tAT\tSTATE\tCODE\tSINCE\tMESSAGE\tREASON")
+	dropped := int(e.GetAttemptsDropped())
+	for i, a := range e.GetAttempts() {
+		n := i + 1
+		if dropped > 0 && i >= store.DLQAttemptsHead {
+			if i == store.DLQAttemptsHead {
+				fmt.Fprintf(tw, "…\t(%d attempts not kept)\t\t\t\t\t\n", dropped)
+			}
+			n += dropped
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n, when(a.GetAt()), dash(a.GetState()), dash(a.GetErrorCode()),
+			when(a.GetUpdatedAt()), a.GetMessageId(), dash(dlqOneLine(a.GetReason())))
+	}
+	return tw.Flush()
+}
+
+// dlqAttemptCount is how many attempts an entry's operation had, those its bounded history
+// left out included.
+func dlqAttemptCount(e *dlqadminpb.DeadLetter) int {
+	return len(e.GetAttempts()) + int(e.GetAttemptsDropped())
 }
 
 // newDLQRequeueCmd builds `sw4rm dlq requeue`.
