@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -36,6 +37,9 @@ func (r *routerService) SendMessage(ctx context.Context, req *routerpb.SendMessa
 		recipient = v[0]
 	}
 	perr, err := r.s.router.Send(ctx, req.GetMsg(), recipient)
+	if err == nil && perr == nil {
+		r.learnAckEnums(req.GetMsg())
+	}
 	if err != nil {
 		r.s.log.Error("send failed", "message_id", req.GetMsg().GetMessageId(), "error", err)
 		return nil, failed("store the message", err)
@@ -65,13 +69,64 @@ func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.
 	if perr != nil {
 		return perr
 	}
+	dialect, perr := r.ackDialect(md, agentID)
+	if perr != nil {
+		return perr
+	}
 	if rec.State == commonpb.AgentState_INITIALIZING {
 		r.s.signalReady(ctx, agentID, "stream")
 	}
 	err = r.s.router.Stream(ctx, agentID, resumeAfter, func(d store.Delivery) error {
-		return stream.Send(&routerpb.StreamItem{Msg: d.Envelope, Seq: d.Seq})
+		return stream.Send(&routerpb.StreamItem{Msg: protocol.AckIn(d.Envelope, dialect()), Seq: d.Seq})
 	})
 	return streamStatus(ctx, err)
+}
+
+// learnAckEnums remembers the dialect of an ACK an agent sent, for its streams on this
+// frontend.
+func (r *routerService) learnAckEnums(env *commonpb.Envelope) {
+	if env.GetMessageType() != commonpb.MessageType_ACKNOWLEDGEMENT {
+		return
+	}
+	if e, ok := protocol.AckEnumsOf(env.GetPayload()); ok {
+		if old, loaded := r.s.ackEnums.Load(env.GetProducerId()); !loaded || old != e {
+			r.s.ackEnums.Store(env.GetProducerId(), e)
+		}
+	}
+}
+
+// numbersClients are the gRPC libraries of the published SDKs that write ACK enums as
+// numbers and compare them as numbers (wire contract): grpc-js for the JS SDK, grpcio for the
+// Python SDK. Their user-agent starts with these.
+var numbersClients = []string{"grpc-node-js/", "grpc-python/"}
+
+// ackDialect is how the ACKs on agentID's stream are written, decided per delivery: the
+// stream's sw4rm-ack-enums metadata when set; else the dialect of the last ACK the agent
+// sent through this frontend; else numbers for the published JS and Python SDKs' gRPC
+// libraries (a producer that never acknowledges still compares numbers); else names. A bad
+// metadata value is refused.
+func (r *routerService) ackDialect(md metadata.MD, agentID string) (func() protocol.AckEnums, *protocol.Error) {
+	if v := md.Get(wire.AckEnumsKey); len(v) > 0 {
+		e, perr := protocol.ParseAckEnums(v[0])
+		if perr != nil {
+			return nil, perr
+		}
+		return func() protocol.AckEnums { return e }, nil
+	}
+	fallback := protocol.AckEnumNames
+	for _, ua := range md.Get("user-agent") {
+		for _, c := range numbersClients {
+			if strings.Contains(ua, c) {
+				fallback = protocol.AckEnumNumbers
+			}
+		}
+	}
+	return func() protocol.AckEnums {
+		if e, ok := r.s.ackEnums.Load(agentID); ok {
+			return e.(protocol.AckEnums)
+		}
+		return fallback
+	}, nil
 }
 
 // streamContext ends a stream a little before its deadline, so that its status is written:

@@ -1,6 +1,8 @@
 // Package frontend is SW4RM's gRPC frontend: one file per canonical service, translating
 // envelopes and lifecycle calls onto the router, the store and Temporal workflows. It is
-// stateless, so any number of frontends can share one store and one Temporal namespace.
+// stateless, so any number of frontends can share one store and one Temporal namespace; the
+// one thing it remembers, the ACK dialect each agent last wrote (docs/messaging.md), is a hint
+// re-learned after a restart.
 package frontend
 
 import (
@@ -9,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -107,6 +110,9 @@ type Server struct {
 	cfg      Config
 	// relay makes the in-line attempt of the outbox entries the services write (see bridge.RegisterOutboxHandlers).
 	relay *outbox.Relay
+	// ackEnums is the ACK dialect (protocol.AckEnums) each agent wrote its last ACK in
+	// through this frontend, by agent_id: its streams answer in the same dialect.
+	ackEnums sync.Map
 }
 
 // New builds the frontend; relay delivers the outbox entries its services write to the store.

@@ -6,6 +6,8 @@ import (
 	"mime"
 	"strconv"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 )
 
@@ -202,4 +204,88 @@ func NewAckEnvelope(in AckEnvelopeInput) *commonpb.Envelope {
 		ContentLength: uint64(len(payload)),
 		Payload:       payload,
 	}
+}
+
+// AckEnums is how an ACK payload writes ack_stage and error_code: as enum names, as the
+// RFC's example does (§13) and the server does by default, or as enum numbers, as the
+// published JS and Python SDKs write them and compare them (wire contract). The server
+// answers an agent in its dialect (docs/messaging.md "ACK dialects").
+type AckEnums int
+
+const (
+	// AckEnumNames writes {"ack_stage":"RECEIVED","error_code":"BUFFER_FULL"}.
+	AckEnumNames AckEnums = iota
+	// AckEnumNumbers writes {"ack_stage":1,"error_code":1}.
+	AckEnumNumbers
+)
+
+// String is the dialect's metadata value: "names" or "numbers".
+func (e AckEnums) String() string {
+	if e == AckEnumNumbers {
+		return "numbers"
+	}
+	return "names"
+}
+
+// ParseAckEnums reads the value of the sw4rm-ack-enums metadata: "names" or "numbers".
+func ParseAckEnums(v string) (AckEnums, *Error) {
+	switch v {
+	case "names":
+		return AckEnumNames, nil
+	case "numbers":
+		return AckEnumNumbers, nil
+	}
+	return AckEnumNames, Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "ACK dialect %q must be \"names\" or \"numbers\"", truncate(v))
+}
+
+// AckEnumsOf reports the dialect an ACK payload is written in, judged by its ack_stage; ok
+// is false when the payload does not say (it is not the ACK object, or has no ack_stage).
+func AckEnumsOf(payload []byte) (AckEnums, bool) {
+	var j struct {
+		AckStage enumJSON `json:"ack_stage"`
+	}
+	if json.Unmarshal(payload, &j) != nil || j.AckStage.absent() {
+		return AckEnumNames, false
+	}
+	if j.AckStage.isNumber {
+		return AckEnumNumbers, true
+	}
+	return AckEnumNames, true
+}
+
+// ackNumbersJSON is the wire form with the enums as numbers; error_code is always present,
+// 0 when unset, as the published SDKs write it.
+type ackNumbersJSON struct {
+	AckForMessageID string `json:"ack_for_message_id"`
+	AckStage        int32  `json:"ack_stage"`
+	ErrorCode       int32  `json:"error_code"`
+	Note            string `json:"note,omitempty"`
+}
+
+// AckIn returns env written in dialect enums: for an ACKNOWLEDGEMENT envelope whose payload
+// is a valid ACK in the other dialect, a copy with the payload rewritten (and its
+// content_length); env itself otherwise, never modified. Rewriting is safe: envelopes are
+// not signed (signatures cover calls, docs/signing.md), and the stored row keeps the
+// payload as written.
+func AckIn(env *commonpb.Envelope, enums AckEnums) *commonpb.Envelope {
+	if env.GetMessageType() != commonpb.MessageType_ACKNOWLEDGEMENT {
+		return env
+	}
+	if have, ok := AckEnumsOf(env.GetPayload()); !ok || have == enums {
+		return env
+	}
+	ack, perr := ParseAck(env)
+	if perr != nil {
+		return env
+	}
+	var payload []byte
+	if enums == AckEnumNumbers {
+		payload, _ = json.Marshal(ackNumbersJSON{AckForMessageID: ack.AckForMessageID, AckStage: int32(ack.Stage),
+			ErrorCode: int32(ack.ErrorCode), Note: ack.Note}) // cannot fail: strings and integers
+	} else {
+		payload, _ = json.Marshal(ack) // cannot fail: only strings
+	}
+	out := proto.Clone(env).(*commonpb.Envelope)
+	out.Payload, out.ContentLength = payload, uint64(len(payload))
+	return out
 }

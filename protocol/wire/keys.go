@@ -55,6 +55,11 @@ const (
 	// unconfirmed delivery up to it is confirmed; on ToolService.CallStream it is the last
 	// frame_no received of a call already made, the same call_id (§18.2).
 	ResumeAfterKey = "sw4rm-resume-after"
+	// AckEnumsKey is the StreamIncoming request metadata choosing how the ACKs delivered on
+	// the stream write ack_stage and error_code: "names" or "numbers" (protocol.AckEnums).
+	// Without it the server answers in the dialect of the agent's own ACKs, else in numbers
+	// to the gRPC libraries of the published JS and Python SDKs, else in names.
+	AckEnumsKey = "sw4rm-ack-enums"
 	// ResponseTimeoutParam is the content_type parameter marking a request that requires a
 	// response within this many milliseconds (004 draft §1).
 	ResponseTimeoutParam = "sw4rm-response-timeout-ms"
