@@ -77,6 +77,13 @@ const (
 	ActivityCompleted ActivityStatus = "completed"
 	// ActivityFailed: the task failed; the entry is in the history.
 	ActivityFailed ActivityStatus = "failed"
+	// ActivityCancelled: the task's workflow was cancelled; the entry is in the history. Only
+	// the scheduler's reconciliation (§10) records it.
+	ActivityCancelled ActivityStatus = "cancelled"
+	// ActivityUnknown: nothing is known of how the task ended (its workflow is gone, §10
+	// "unknown states"); the entry is in the history. Only the scheduler's reconciliation
+	// records it.
+	ActivityUnknown ActivityStatus = "unknown"
 )
 
 // ActivityEntry is one activity record (§10): what an agent is doing, on which repository,
@@ -96,8 +103,8 @@ type ActivityEntry struct {
 	// JobKey is the task's job identity (§9.2 job uniqueness); empty for entries that were
 	// not created by the scheduler.
 	JobKey string
-	// Status is ActivityActive for active entries and ActivityCompleted or ActivityFailed for
-	// history entries. Put ignores it.
+	// Status is ActivityActive for active entries and ActivityCompleted, ActivityFailed,
+	// ActivityCancelled or ActivityUnknown for history entries. Put ignores it.
 	Status ActivityStatus
 	// WaitingOn is what the task waits for while its agent is WAITING (a message_id or
 	// correlation_id, 004 §6); empty when not waiting.
@@ -191,10 +198,11 @@ type ActivityBuffer interface {
 	// for e.AgentID.
 	Put(ctx context.Context, e ActivityEntry, lim ActivityLimits) (ActivityUsage, error)
 	// Complete moves the agent's active entry for the task to the history with the status
-	// (ActivityCompleted or ActivityFailed, else ErrInvalidActivity) and CompletedAt now, and
-	// returns it as stored in the history. The agent keeps its ActivityHistoryPerAgent most
-	// recently completed entries; older ones are evicted. ErrNotFound when there is no such
-	// active entry.
+	// (ActivityCompleted, ActivityFailed, ActivityCancelled or ActivityUnknown, else
+	// ErrInvalidActivity) and CompletedAt now, and returns it as stored in the history. The
+	// agent keeps its ActivityHistoryPerAgent most recently completed entries; older ones are
+	// evicted. ErrNotFound when there is no such active entry: of concurrent Completes of one
+	// entry exactly one succeeds, which is what lets several reconcilers sweep at once.
 	Complete(ctx context.Context, agentID, taskID string, status ActivityStatus) (ActivityEntry, error)
 	// SetWaitingOn records what the active entry waits for (004 §6) and returns the entry:
 	// WaitingSince becomes now, unless WaitingOn already had this value (then it is kept); an
@@ -203,8 +211,8 @@ type ActivityBuffer interface {
 	// List returns the active entries that match the filter, ordered by CreatedAt (then by
 	// creation order), the first Limit of them.
 	List(ctx context.Context, f ActivityFilter) ([]ActivityEntry, error)
-	// History returns the history entries (completed or failed, the short history of §10)
-	// that match the filter, most recently completed first, the first Limit of them.
+	// History returns the history entries (of ended tasks, the short history of §10) that
+	// match the filter, most recently completed first, the first Limit of them.
 	History(ctx context.Context, f ActivityFilter) ([]ActivityEntry, error)
 	// Purge deletes the agent's active entries for the tasks (the Scheduler reconciling tasks
 	// that are COMPLETED, FAILED or unknown, §10) and returns how many it deleted; unknown or
@@ -265,12 +273,15 @@ func ValidateActivityText(field, v string) error {
 	return nil
 }
 
-// ValidateActivityCompletion checks Complete's status: ActivityCompleted or ActivityFailed.
+// ValidateActivityCompletion checks Complete's status: ActivityCompleted, ActivityFailed,
+// ActivityCancelled or ActivityUnknown.
 func ValidateActivityCompletion(status ActivityStatus) error {
-	if status != ActivityCompleted && status != ActivityFailed {
-		return fmt.Errorf("%w: completion status %q is not %q or %q", ErrInvalidActivity, status, ActivityCompleted, ActivityFailed)
+	switch status {
+	case ActivityCompleted, ActivityFailed, ActivityCancelled, ActivityUnknown:
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w: completion status %q is not %q, %q, %q or %q", ErrInvalidActivity, status,
+		ActivityCompleted, ActivityFailed, ActivityCancelled, ActivityUnknown)
 }
 
 // ValidateActivityKey checks the agent_id and task_ids an operation addresses: each valid

@@ -26,6 +26,8 @@ func RunActivity(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("ConcurrentPuts", func(t *testing.T) { runActivityConcurrentPuts(t, newStore) })
 	t.Run("Filters", func(t *testing.T) { runActivityFilters(t, newStore) })
 	t.Run("Complete", func(t *testing.T) { runActivityComplete(t, newStore) })
+	t.Run("CompleteReconciled", func(t *testing.T) { runActivityCompleteReconciled(t, newStore) })
+	t.Run("ConcurrentComplete", func(t *testing.T) { runActivityConcurrentComplete(t, newStore) })
 	t.Run("HistoryEviction", func(t *testing.T) { runActivityHistoryEviction(t, newStore) })
 	t.Run("Purge", func(t *testing.T) { runActivityPurge(t, newStore) })
 	t.Run("WaitingOn", func(t *testing.T) { runActivityWaitingOn(t, newStore) })
@@ -511,6 +513,71 @@ func runActivityComplete(t *testing.T, newStore func(t *testing.T) store.Store) 
 	require.Equal(t, []string{"alice/t1", "alice/t2", "alice/t1"}, actKeys(h))
 	require.Empty(t, h[0].WaitingOn)
 	require.Equal(t, "msg-9", h[2].WaitingOn)
+}
+
+// runActivityCompleteReconciled: the statuses the scheduler's reconciliation records (§10:
+// a cancelled task, and one of unknown state) enter the history like the others.
+func runActivityCompleteReconciled(t *testing.T, newStore func(t *testing.T) store.Store) {
+	ab := activityBuffer(t, newStore)
+	ctx := t.Context()
+	for _, task := range []string{"t1", "t2", "t3"} {
+		actPut(t, ab, ActivityEntry("alice", task), store.ActivityLimits{})
+	}
+	cancelled, err := ab.Complete(ctx, "alice", "t1", store.ActivityCancelled)
+	require.NoError(t, err)
+	require.Equal(t, store.ActivityCancelled, cancelled.Status)
+	unknown, err := ab.Complete(ctx, "alice", "t2", store.ActivityUnknown)
+	require.NoError(t, err)
+	require.Equal(t, store.ActivityUnknown, unknown.Status)
+	_, err = ab.Complete(ctx, "alice", "t3", store.ActivityActive)
+	require.ErrorIs(t, err, store.ErrInvalidActivity, "active is no completion status")
+	h := actHistory(t, ab, "alice", 0)
+	require.Equal(t, []store.ActivityEntry{unknown, cancelled}, h, "most recent first, with their statuses")
+	require.Equal(t, []string{"alice/t3"}, actKeys(actList(t, ab, store.ActivityFilter{})))
+}
+
+// runActivityConcurrentComplete: of concurrent Completes of one entry exactly one succeeds
+// and the others see ErrNotFound, so that several reconcilers sweeping at once (§10) close
+// and audit each entry once; the history holds it once.
+func runActivityConcurrentComplete(t *testing.T, newStore func(t *testing.T) store.Store) {
+	ab := activityBuffer(t, newStore)
+	ctx := t.Context()
+	const entries, racers = 5, 8
+	for i := range entries {
+		actPut(t, ab, ActivityEntry("alice", fmt.Sprint("t", i)), store.ActivityLimits{})
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		won      = map[string]int{}
+		failures []error
+	)
+	for r := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status := []store.ActivityStatus{store.ActivityFailed, store.ActivityUnknown}[r%2]
+			for i := range entries {
+				task := fmt.Sprint("t", i)
+				_, err := ab.Complete(ctx, "alice", task, status)
+				mu.Lock()
+				switch {
+				case err == nil:
+					won[task]++
+				case !errors.Is(err, store.ErrNotFound):
+					failures = append(failures, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Empty(t, failures)
+	for i := range entries {
+		require.Equal(t, 1, won[fmt.Sprint("t", i)], "exactly one Complete of t%d succeeds", i)
+	}
+	require.Len(t, actHistory(t, ab, "alice", 0), entries, "each entry enters the history once")
+	require.Empty(t, actList(t, ab, store.ActivityFilter{}))
 }
 
 func runActivityHistoryEviction(t *testing.T, newStore func(t *testing.T) store.Store) {
