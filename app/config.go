@@ -105,6 +105,12 @@ type Config struct {
 	// InferenceUnavailable is what to do when the inference engine fails: serialize, hitl or
 	// allow (inference.ParseUnavailablePolicy, §9.3).
 	InferenceUnavailable string
+	// ActivityReconcileInterval is how often each worker sweeps the activity buffer for
+	// entries whose task's workflow ended without closing them (§10, package reconcile).
+	ActivityReconcileInterval time.Duration
+	// ActivityReconcileGrace is how old an activity entry must be before a sweep asks Temporal
+	// about its task.
+	ActivityReconcileGrace time.Duration
 	// PreemptTimeout bounds an unanswered PREEMPT_REQUEST outside a non-preemptible section
 	// (§7.2).
 	PreemptTimeout time.Duration

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
+	"github.com/sw4rm/sw4rm-temporal/reconcile"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres"
@@ -254,6 +255,15 @@ var settings = []Setting{
 		Help:       "what to do when the inference engine fails: serialize, hitl or allow, §9.3",
 		DefaultDoc: "empty = `serialize`",
 		bind:       text(func(c *Config) *string { return &c.InferenceUnavailable }, "")},
+	{Flag: "activity-reconcile-interval", Env: "SW4RM_ACTIVITY_RECONCILE_INTERVAL",
+		Help: "how often each worker reconciles the activity buffer with Temporal, §10",
+		Doc: "how often each worker sweeps the activity buffer for entries whose task's workflow has closed (terminated, timed out, " +
+			"failed) or is unknown to Temporal, and moves them to the history, audited `activity.reconciled` (§10, " +
+			"[docs/scheduler.md](docs/scheduler.md)); each sweep asks Temporal once per entry older than the grace",
+		bind: positiveDuration(func(c *Config) *time.Duration { return &c.ActivityReconcileInterval }, reconcile.DefaultInterval)},
+	{Flag: "activity-reconcile-grace", Env: "SW4RM_ACTIVITY_RECONCILE_GRACE",
+		Help: "how old an activity entry must be before the reconciliation asks Temporal about its task, §10",
+		bind: positiveDuration(func(c *Config) *time.Duration { return &c.ActivityReconcileGrace }, reconcile.DefaultGrace)},
 	{Flag: "preempt-timeout", Env: "SW4RM_PREEMPT_TIMEOUT",
 		Help: "how long an unanswered PREEMPT_REQUEST waits before forced preemption, §7.2",
 		bind: positiveDuration(func(c *Config) *time.Duration { return &c.PreemptTimeout }, 10*time.Minute)},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
+	"github.com/sw4rm/sw4rm-temporal/reconcile"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres"
 )
@@ -60,7 +61,8 @@ func TestDefaults(t *testing.T) {
 		DLQRetention: router.DefaultDLQRetention, PrivilegedRate: router.DefaultPrivilegedRate, PrivilegedBurst: router.DefaultPrivilegedBurst,
 		LaneWeights: router.DefaultLaneWeights, ConflictThreshold: 0.7, PreemptTimeout: 10 * time.Minute, TerminateGrace: 3 * time.Second,
 		Auth: auth.Off, AuthClockSkew: frontend.DefaultClockSkew, KeyOverlap: frontend.DefaultKeyOverlap,
-		GroupCommitFlushers: postgres.DefaultGroupCommitFlushers,
+		GroupCommitFlushers:       postgres.DefaultGroupCommitFlushers,
+		ActivityReconcileInterval: reconcile.DefaultInterval, ActivityReconcileGrace: reconcile.DefaultGrace,
 	}
 	assert.Equal(t, want, DefaultConfig())
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/metrics"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/reasoning"
+	"github.com/sw4rm/sw4rm-temporal/reconcile"
 	"github.com/sw4rm/sw4rm-temporal/repos"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -54,6 +55,10 @@ type App struct {
 	stopRelay context.CancelFunc
 	// relayDone closes when the outbox relay's Run has returned.
 	relayDone chan struct{}
+	// stopReconcile ends the worker's reconciliation of the activity buffer (§10);
+	// reconcileDone closes when it has returned.
+	stopReconcile context.CancelFunc
+	reconcileDone chan struct{}
 	// auth authenticates the gRPC frontend's callers (nil without the server role).
 	auth *frontend.Authenticator
 	// reasoning answers EvaluateDebate and Summarize for the frontend and the activities.
@@ -260,7 +265,21 @@ func (a *App) startWorker(ctx context.Context, p prepared) error {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	a.log.Info("worker polling", "task_queue", p.TaskQueue)
+	a.startReconciler(p.Config)
 	return a.startToolWorkers()
+}
+
+// startReconciler starts the worker's reconciliation of the activity buffer (§10): every
+// worker sweeps, and the store closes each orphaned entry for exactly one of them.
+func (a *App) startReconciler(cfg Config) {
+	r := reconcile.New(a.store, reconcile.TemporalOracle(a.temporal), a.sink,
+		reconcile.Config{Interval: cfg.ActivityReconcileInterval, Grace: cfg.ActivityReconcileGrace}, a.log)
+	ctx, stop := context.WithCancel(context.Background())
+	a.stopReconcile, a.reconcileDone = stop, make(chan struct{})
+	go func() {
+		defer close(a.reconcileDone)
+		r.Run(ctx)
+	}()
 }
 
 // OpenRepos checks the repositories of SW4RM_REPOS and returns their manager: each must be a

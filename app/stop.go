@@ -37,6 +37,11 @@ func (a *App) stop() {
 		_ = a.http.Shutdown(ctx)
 		cancel()
 	}
+	if a.stopReconcile != nil {
+		// Before the Temporal client and the store close under its sweep.
+		a.stopReconcile()
+		<-a.reconcileDone
+	}
 	if a.stopRelay != nil {
 		a.stopRelay()
 		<-a.relayDone

@@ -589,7 +589,7 @@ func (t *taskRun) apply(ctx workflow.Context, ev TaskEvent) {
 func (t *taskRun) finish(ctx, lctx workflow.Context, failed bool) {
 	var acts *activities.Activities
 	if err := workflow.ExecuteLocalActivity(lctx, acts.FinishTask, activities.FinishTaskInput{AgentID: t.in.AgentID, TaskID: t.in.TaskID, Failed: failed}).Get(ctx, nil); err != nil {
-		// The scheduler's reconciliation (PurgeActivity) removes what is left behind.
+		// The workers' reconciliation (package reconcile, §10) closes what is left behind.
 		workflow.GetLogger(ctx).Warn("could not close the activity entry", "task_id", t.in.TaskID, "error", err)
 	}
 }
