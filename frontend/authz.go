@@ -8,6 +8,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/directorypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
@@ -188,6 +189,16 @@ var methodRules = map[string]rule{
 	connectorpb.ConnectorService_RegisterProvider_FullMethodName: {who: selfOrOperator, what: "provider_id",
 		field: func(r any) string { return r.(*connectorpb.ProviderRegisterRequest).GetProviderId() }},
 	connectorpb.ConnectorService_DescribeTools_FullMethodName: {who: authenticated},
+
+	// Directory reads (sw4rmext.directory.v1, docs/architecture.md): agents and tool
+	// providers are discovery data (§14: participants maintain local discovery state; §18.1:
+	// agents choose tools from descriptors), any proven caller's. A handoff is its parties'
+	// and operators' (§17.6): the handler checks the caller against the handoff it names, and
+	// gives the context snapshot to the parties alone.
+	directorypb.DirectoryService_GetAgent_FullMethodName:          {who: authenticated},
+	directorypb.DirectoryService_ListAgents_FullMethodName:        {who: authenticated},
+	directorypb.DirectoryService_GetHandoff_FullMethodName:        {who: authenticated},
+	directorypb.DirectoryService_ListToolProviders_FullMethodName: {who: authenticated},
 
 	// Tool calls (§18): any proven agent or operator may call a tool; the handler then
 	// checks the rest — an agent calls only for itself (sw4rm-agent-id), a call runs in the

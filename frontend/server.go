@@ -27,6 +27,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/directorypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/hitladminpb"
@@ -142,6 +143,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	handoffpb.RegisterHandoffServiceServer(g, &handoffService{s: s})
 	workflowpb.RegisterWorkflowServiceServer(g, &workflowService{s: s})
 	workflowdefpb.RegisterDefinitionServiceServer(g, &definitionService{s: s})
+	directorypb.RegisterDirectoryServiceServer(g, &directoryService{s: s})
 	reasoningpb.RegisterReasoningProxyServer(g, &reasoningService{s: s, engine: &inference.RuleEngine{}})
 
 	hs := health.NewServer()

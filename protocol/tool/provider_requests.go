@@ -34,6 +34,18 @@ func ValidateDescribe(req *connectorpb.DescribeToolsRequest) *protocol.Error {
 	return nil
 }
 
+// ValidateProviderKind checks the kind filter of DirectoryService.ListToolProviders (the
+// sw4rmext.directory.v1 extension): empty, or one of the provider kinds, so that a misspelt
+// kind is refused rather than listing nothing.
+func ValidateProviderKind(kind string) *protocol.Error {
+	switch kind {
+	case "", ProviderKindConnector, ProviderKindMCP, ProviderKindBuiltin:
+		return nil
+	}
+	return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "kind %q is not a provider kind: %s, %s or %s",
+		kind, ProviderKindConnector, ProviderKindMCP, ProviderKindBuiltin)
+}
+
 // DescriptorReasons lists what is wrong with each descriptor, in request order: the
 // descriptor rules (ValidateDescriptor) and a tool_name given twice. None is nil.
 func DescriptorReasons(tools []*connectorpb.ToolDescriptor) []string {

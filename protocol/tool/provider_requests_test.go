@@ -28,3 +28,12 @@ func TestDescriptorReasonsNamesDuplicates(t *testing.T) {
 	assert.Len(t, reasons, 2)
 	assert.Contains(t, reasons[0], "tools[0]: ")
 }
+
+// TestValidateProviderKind: the kind filter of ListToolProviders is empty or a provider kind;
+// anything else is validation_error.
+func TestValidateProviderKind(t *testing.T) {
+	for _, k := range []string{"", ProviderKindConnector, ProviderKindMCP, ProviderKindBuiltin} {
+		assert.Nil(t, ValidateProviderKind(k), k)
+	}
+	assert.Equal(t, `validation_error: kind "agent" is not a provider kind: connector, mcp or builtin`, ValidateProviderKind("agent").Error())
+}
