@@ -45,8 +45,11 @@ type HitlInvocationInput struct {
 
 // RecordHitlInvocation writes the pending invocation to the store (so `sw4rm hitl list`
 // shows it), audits it, and returns the operator policy the workflow authorizes decisions
-// with — never tokens, and their hashes only when the run asks for them.
+// with — never tokens, and their hashes only when the run asks for them — and the
+// deployment's fallback. An invocation that sets no fallback policy is recorded and audited
+// with the fallback it gets (hitl.Policy.FallbackFor), so the record shows the one applied.
 func (a *Activities) RecordHitlInvocation(ctx context.Context, in HitlInvocationInput) (hitl.Policy, error) {
+	in.Invocation.Fallback = a.HITL.FallbackFor(in.Invocation.Fallback)
 	raw, err := json.Marshal(in.Invocation)
 	if err != nil {
 		return hitl.Policy{}, fmt.Errorf("encode invocation: %w", err)

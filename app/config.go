@@ -87,6 +87,18 @@ type Config struct {
 	// HITLExternal is the address of an external HITL component serving the canonical
 	// HitlService, empty for none (§15.4).
 	HITLExternal string
+	// HITLUnavailablePolicy is the deployment's fallback when no human decides in time or the
+	// HITL component is unavailable (§15.3, §15.4 hitl_unavailable_policy): DENY_BY_DEFAULT
+	// (empty), AUTO_DECIDE_THRESHOLD or EXTEND_TIMEOUT. It applies to every invocation that
+	// sets no fallback of its own; a negotiation or a room proposal may choose its own.
+	HITLUnavailablePolicy string
+	// HITLAutoThreshold is AUTO_DECIDE_THRESHOLD's auto-approve threshold in (0, 1], required
+	// by it and refused with the other policies.
+	HITLAutoThreshold float64
+	// HITLMaxExtensions caps EXTEND_TIMEOUT's extensions, 1 to 3; zero means 3.
+	HITLMaxExtensions int
+	// HITLExtendBy is each EXTEND_TIMEOUT extension; zero means the wait's own timeout.
+	HITLExtendBy time.Duration
 	// HITLOperatorKeys are operators' own Ed25519 public keys, "name=<base64 key>,..."
 	// (hitl.ParseOperatorKeys): a decision an operator signs with the matching private key
 	// (`sw4rm hitl sign`) is accepted from a plain `temporal workflow signal`.
@@ -198,6 +210,9 @@ func (c Config) Resolve() (Resolved, error) {
 		return r, settingError("SW4RM_HITL_OPERATOR_KEYS", err)
 	}
 	r.HITLPolicy = hitl.Policy{Operators: operators, External: c.HITLExternal}
+	if r.HITLPolicy.Fallback, err = c.hitlFallback(); err != nil {
+		return r, err
+	}
 	if r.RoomPolicy.Strategy, err = voting.ParseStrategy(c.RoomStrategy); err != nil {
 		return r, settingError("SW4RM_ROOM_STRATEGY", err)
 	}
@@ -217,6 +232,32 @@ func (c Config) Resolve() (Resolved, error) {
 		return r, settingError("SW4RM_REPOS", err)
 	}
 	return r, nil
+}
+
+// hitlFallback is the deployment's configured fallback (§15.4), nil when none is configured.
+// Its error names the setting at fault.
+func (c Config) hitlFallback() (*hitl.Fallback, error) {
+	f := hitl.Fallback{Threshold: c.HITLAutoThreshold, MaxExtensions: c.HITLMaxExtensions, ExtendBy: c.HITLExtendBy}
+	var err error
+	if c.HITLUnavailablePolicy != "" {
+		f.Policy, err = hitl.ParsePolicyName(c.HITLUnavailablePolicy)
+	}
+	if err == nil {
+		err = f.CheckConfigured()
+	}
+	var ferr *hitl.FallbackError
+	if errors.As(err, &ferr) {
+		env := map[string]string{hitl.FieldPolicy: "SW4RM_HITL_UNAVAILABLE_POLICY", hitl.FieldThreshold: "SW4RM_HITL_AUTO_THRESHOLD",
+			hitl.FieldMaxExtensions: "SW4RM_HITL_MAX_EXTENSIONS", hitl.FieldExtendBy: "SW4RM_HITL_EXTEND_BY"}[ferr.Field]
+		return nil, settingError(env, errors.New(ferr.Msg))
+	}
+	if err != nil {
+		return nil, settingError("SW4RM_HITL_UNAVAILABLE_POLICY", err)
+	}
+	if f.Policy == "" {
+		return nil, nil
+	}
+	return &f, nil
 }
 
 // settingError is err about the setting whose variable is env, naming it.

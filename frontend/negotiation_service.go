@@ -73,7 +73,8 @@ func (n *negotiationService) Open(ctx context.Context, req *negotiationpb.Negoti
 	}
 	n.s.sink.Record(ctx, audit.Event{CorrelationID: in.NegotiationID, Actor: in.Opener, Type: "negotiation.opened",
 		Details: map[string]any{"topic": in.Topic, "participants": in.Participants, "intensity": req.GetIntensity().String(), "mode": in.Mode,
-			"profile": in.Profile, "debate_timeout": in.DebateTimeout.String(), "policy_notes": in.PolicyNotes}})
+			"profile": in.Profile, "debate_timeout": in.DebateTimeout.String(), "policy_notes": in.PolicyNotes,
+			"hitl_unavailable_policy": in.HITLFallback}})
 	return &commonpb.Empty{}, nil
 }
 
@@ -101,7 +102,8 @@ func (n *negotiationService) openInput(ctx context.Context, req *negotiationpb.N
 	return in, n.opener(ctx, md[wire.OpenerKey], &in)
 }
 
-// openSetup reads the drafts' schema and examples (§17.3) and the mode (ADR-011) from md.
+// openSetup reads the drafts' schema and examples (§17.3), the mode (ADR-011) and the
+// negotiation's own hitl_unavailable_policy (§15.4) from md.
 func openSetup(md map[string]string, in *workflows.NegotiationInput) error {
 	if s, e := md[wire.NegotiationSchemaKey], md[wire.NegotiationExamplesKey]; s != "" || e != "" {
 		if _, err := negotiation.ParseConfig([]byte(s), []byte(e)); err != nil {
@@ -126,6 +128,11 @@ func openSetup(md map[string]string, in *workflows.NegotiationInput) error {
 	default:
 		return protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "%s %q: want contract or debate", wire.NegotiationModeKey, mode)
 	}
+	fb, err := hitlFallbackOf(md)
+	if err != nil {
+		return err
+	}
+	in.HITLFallback = fb
 	return nil
 }
 

@@ -39,7 +39,9 @@ func roomOf(id string) string {
 
 // SubmitProposal validates the proposal and starts its coordinator. An artifact_id is unique:
 // a second proposal is refused while the first is under review or once it was approved, and
-// accepted as the next version after REVISION_REQUESTED (the revision loop).
+// accepted as the next version after REVISION_REQUESTED (the revision loop). The
+// sw4rm-hitl-unavailable-policy metadata chooses the fallback of the proposal's escalation
+// (§15.4), else the deployment's applies.
 func (r *roomService) SubmitProposal(ctx context.Context, req *negotiationroompb.SubmitProposalRequest) (*negotiationroompb.SubmitProposalResponse, error) {
 	if perr := voting.ValidateSubmission(req.GetProposal()); perr != nil {
 		return nil, perr
@@ -56,12 +58,17 @@ func (r *roomService) SubmitProposal(ctx context.Context, req *negotiationroompb
 			return nil, failed("registry lookup", err)
 		}
 	}
+	fallback, err := hitlFallbackOf(incomingMD(ctx))
+	if err != nil {
+		return nil, err
+	}
 	version, err := r.nextVersion(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	err = start(ctx, r.s.temporal, workflows.RoomStartOptions(p.GetNegotiationRoomId(), p.GetArtifactId(), r.s.cfg.TaskQueue), workflows.RoomCoordinator,
-		workflows.RoomInput{Proposal: p, Version: version, Policy: r.s.cfg.RoomPolicy, Timeout: r.s.cfg.RoomTimeout, HITLTimeout: r.s.cfg.HITLTimeout})
+		workflows.RoomInput{Proposal: p, Version: version, Policy: r.s.cfg.RoomPolicy, Timeout: r.s.cfg.RoomTimeout, HITLTimeout: r.s.cfg.HITLTimeout,
+			HITLFallback: fallback})
 	if classify(err) == temporalAlreadyStarted {
 		return nil, protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "artifact %q is already under review", p.GetArtifactId())
 	}

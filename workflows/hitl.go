@@ -77,6 +77,11 @@ const (
 	// or revoked while the wait lasts counts — and so that runs started before attested
 	// decisions, whose recorded policy has no keys, can still be decided.
 	hitlPolicyReload = "hitl-policy-reload"
+	// hitlDeploymentFallback: an invocation that sets no fallback policy gets the
+	// deployment's (hitl.Policy.Fallback, which RecordHitlInvocation returns and records)
+	// instead of DENY_BY_DEFAULT, and the stored invocation shows the one applied (§15.3,
+	// §15.4). Runs recorded before keep DENY_BY_DEFAULT.
+	hitlDeploymentFallback = "hitl-deployment-fallback"
 )
 
 type hitlWait struct {
@@ -89,6 +94,8 @@ type hitlWait struct {
 	extensions   int
 	refused      int
 	outcome      *hitl.Outcome
+	// unavailable is set once the external HITL component was found unavailable.
+	unavailable bool
 
 	// What the wait keeps between the steps of its loop (see run).
 	actx           workflow.Context // activity options for the audit and the records
@@ -105,10 +112,12 @@ func (w *hitlWait) run(ctx workflow.Context) (hitl.Outcome, error) {
 	if w.inv.Timeout <= 0 {
 		w.inv.Timeout = DefaultHITLTimeout
 	}
-	if w.inv.Fallback.Policy == "" {
+	w.legacyTokens = workflow.GetVersion(ctx, hitlAttestedDecisions, workflow.DefaultVersion, 1) == workflow.DefaultVersion
+	ownFallback := w.inv.Fallback.Policy != ""
+	deployedFallback := workflow.GetVersion(ctx, hitlDeploymentFallback, workflow.DefaultVersion, 1) != workflow.DefaultVersion
+	if !ownFallback && !deployedFallback {
 		w.inv.Fallback.Policy = hitl.DenyByDefault
 	}
-	w.legacyTokens = workflow.GetVersion(ctx, hitlAttestedDecisions, workflow.DefaultVersion, 1) == workflow.DefaultVersion
 	created := workflow.Now(ctx)
 	w.deadline = created.Add(w.inv.Timeout)
 	if err := workflow.SetQueryHandler(ctx, hitl.StatusQuery, func() (hitl.Status, error) {
@@ -126,6 +135,12 @@ func (w *hitlWait) run(ctx workflow.Context) (hitl.Outcome, error) {
 		OmitTokenHashes: !w.legacyTokens,
 	}).Get(ctx, &w.policy); err != nil {
 		return hitl.Outcome{}, err
+	}
+	if !ownFallback && deployedFallback {
+		// The deployment's fallback, as RecordHitlInvocation recorded it: the policy it
+		// returned is in the history, so a replay applies the same one even if the
+		// configuration changed since.
+		w.inv.Fallback = w.policy.FallbackFor(w.inv.Fallback)
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, KindKey.ValueSet(KindHITL), HitlPendingKey.ValueSet(true)); err != nil {
 		return hitl.Outcome{}, err
@@ -262,6 +277,7 @@ func (w *hitlWait) onExternal(ctx workflow.Context, f workflow.Future) {
 	if errors.As(err, &canceled) {
 		return
 	}
+	w.unavailable = true
 	workflow.GetLogger(ctx).Warn("external HITL component unavailable", "invocation_id", w.inv.InvocationID, "error", err)
 	w.audit(ctx, "hitl.unavailable", "scheduler", map[string]any{"external": w.policy.External, "error": err.Error(), "policy": w.inv.Fallback.Policy})
 	w.extendOrFallback(ctx, "hitl_unavailable")
@@ -335,7 +351,7 @@ func (w *hitlWait) fallback(ctx workflow.Context, reason string) {
 	o := &hitl.Outcome{
 		InvocationID: w.inv.InvocationID, DecidedBy: "fallback", Via: "fallback", DecidedAt: workflow.Now(ctx),
 		Fallback: true, FallbackPolicy: fb.Policy, FallbackReason: reason, Extensions: w.extensions,
-		Decision: hitl.Deny,
+		Decision: hitl.Deny, HitlUnavailable: w.unavailable,
 	}
 	switch {
 	case fb.Policy == hitl.AutoDecideThreshold && fb.Score >= fb.Threshold:

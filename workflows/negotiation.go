@@ -98,6 +98,9 @@ type NegotiationInput struct {
 	Debate debate.Options `json:",omitempty"`
 	// HITLTimeout bounds each HITL wait; zero means the HITL default.
 	HITLTimeout time.Duration `json:",omitempty"`
+	// HITLFallback is the negotiation's own hitl_unavailable_policy (§15.4), chosen with the
+	// sw4rm-hitl-unavailable-policy metadata of Open; nil means the deployment's.
+	HITLFallback *hitl.Fallback `json:",omitempty"`
 }
 
 // NegotiationDraft is a Propose (Counter false) or a Counter.
@@ -196,6 +199,11 @@ type NegotiationState struct {
 	Result            []byte `json:",omitempty"`
 	// AbortReason says why it was aborted.
 	AbortReason string `json:",omitempty"`
+	// AbortCode is the abort's error_code when it has one: "hitl_unavailable" when a human
+	// was needed, the HITL component was unavailable and the fallback denied (§15.4).
+	AbortCode string `json:",omitempty"`
+	// HITLFallback is the negotiation's own hitl_unavailable_policy, if it has one.
+	HITLFallback *hitl.Fallback `json:",omitempty"`
 	// HITLInvocationID names the HITL wait in progress, if any (SchedulerPolicyService.HitlAction
 	// decides it).
 	HITLInvocationID string `json:",omitempty"`
@@ -269,7 +277,8 @@ func (w *negotiationRun) run(ctx workflow.Context) (NegotiationState, error) {
 	now := workflow.Now(ctx)
 	w.policy = in.Effective.GetPolicy()
 	w.st = NegotiationState{NegotiationID: in.NegotiationID, Topic: in.Topic, Mode: in.Mode, Participants: in.Participants,
-		Opener: in.Opener, Status: NegotiationOpen, Effective: in.Effective, OpenedAt: now, DeadlineAt: now.Add(in.DebateTimeout)}
+		Opener: in.Opener, Status: NegotiationOpen, Effective: in.Effective, OpenedAt: now, DeadlineAt: now.Add(in.DebateTimeout),
+		HITLFallback: in.HITLFallback}
 	if w.st.Mode == "" {
 		w.st.Mode = NegotiationModeContract
 	}
@@ -288,9 +297,19 @@ func (w *negotiationRun) run(ctx workflow.Context) (NegotiationState, error) {
 	if in.Profile != "" {
 		pol["profile"] = in.Profile
 	}
+	if in.HITLFallback != nil {
+		// Only when chosen: the policy event of a negotiation without one keeps its bytes.
+		pol["hitl_unavailable_policy"] = in.HITLFallback
+	}
 	w.emit(ctx, pol)
 	if b, err := jsonOf(in.Effective); err == nil {
 		w.artifact("policy", "effective", b)
+	}
+	if in.HITLFallback != nil {
+		// Stored beside the effective policy, which is canonical and has no field for it.
+		if b, err := jsonOf(in.HITLFallback); err == nil {
+			w.artifact("policy", "hitl-unavailable", b)
+		}
 	}
 	if err := workflow.SetQueryHandler(ctx, NegotiationStateQuery, func() (NegotiationState, error) { return w.st, nil }); err != nil {
 		return w.st, err
@@ -650,7 +669,8 @@ func (w *negotiationRun) deadlock(ctx workflow.Context, best NegotiationVersion,
 	for _, v := range w.st.Versions {
 		facts = append(facts, fmt.Sprintf("v%d by %s: score %.3f, delta %.3f %v", v.N, v.Author, v.Score, v.Delta.GetMagnitude(), v.Delta.GetChangedPaths()))
 	}
-	out, interrupted, err := w.askHuman(ctx, "DEBATE_DEADLOCK", facts, "deny")
+	// §15.4 AUTO_DECIDE_THRESHOLD judges the highest-scoring proposal: the tie-break's best.
+	out, interrupted, err := w.askHuman(ctx, "DEBATE_DEADLOCK", facts, "deny", best.Score)
 	if err != nil || interrupted {
 		return err
 	}
@@ -661,13 +681,14 @@ func (w *negotiationRun) deadlock(ctx workflow.Context, best NegotiationVersion,
 	case hitl.Modify:
 		return w.decide(ctx, "hitl", best.ContentType, out.Patch, best.Score, verdict.Reason, why+"; the human's modification decided")
 	}
+	w.unavailableAbort(out)
 	return w.aborted(ctx, why)
 }
 
 // finalAcceptGate asks a human before an accepted version is decided (PauseOnFinalAccept).
 func (w *negotiationRun) finalAcceptGate(ctx workflow.Context, v NegotiationVersion, verdict negotiation.Verdict) error {
 	facts := []string{fmt.Sprintf("negotiation %s on %q reached acceptance of v%d by %s (score %.3f): %s", w.in.NegotiationID, w.in.Topic, v.N, v.Author, v.Score, verdict.Detail)}
-	out, interrupted, err := w.askHuman(ctx, "MANUAL_OVERRIDE", facts, "approve")
+	out, interrupted, err := w.askHuman(ctx, "MANUAL_OVERRIDE", facts, "approve", v.Score)
 	if err != nil || interrupted {
 		return err
 	}
@@ -678,7 +699,17 @@ func (w *negotiationRun) finalAcceptGate(ctx workflow.Context, v NegotiationVers
 	case hitl.Modify:
 		return w.decide(ctx, "hitl", v.ContentType, out.Patch, v.Score, verdict.Reason, why+"; the human's modification decided")
 	}
+	w.unavailableAbort(out)
 	return w.aborted(ctx, why)
+}
+
+// unavailableAbort gives the abort that follows a HITL outcome its error_code when the
+// outcome is a fallback applied because the HITL component was unavailable (§15.4
+// DENY_BY_DEFAULT: "abort the negotiation with error_code=hitl_unavailable").
+func (w *negotiationRun) unavailableAbort(out hitl.Outcome) {
+	if out.Fallback && out.HitlUnavailable {
+		w.st.AbortCode = hitl.UnavailableCode
+	}
 }
 
 // pauseBetweenRounds holds drafts until a human lets the negotiation continue
@@ -686,7 +717,7 @@ func (w *negotiationRun) finalAcceptGate(ctx workflow.Context, v NegotiationVers
 func (w *negotiationRun) pauseBetweenRounds(ctx workflow.Context) error {
 	v := w.st.Versions[len(w.st.Versions)-1]
 	facts := []string{fmt.Sprintf("negotiation %s on %q finished round %d: v%d by %s scores %.3f", w.in.NegotiationID, w.in.Topic, v.N, v.N, v.Author, v.Score)}
-	out, interrupted, err := w.askHuman(ctx, "MANUAL_OVERRIDE", facts, "approve")
+	out, interrupted, err := w.askHuman(ctx, "MANUAL_OVERRIDE", facts, "approve", v.Score)
 	if err != nil || interrupted {
 		return err
 	}
@@ -703,7 +734,9 @@ func (w *negotiationRun) pauseBetweenRounds(ctx workflow.Context) error {
 
 // askHuman raises a HITL wait while drafts are refused, and returns its outcome. An abort or
 // a Decide that arrives meanwhile interrupts it (interrupted=true; the loop then applies it).
-func (w *negotiationRun) askHuman(ctx workflow.Context, reason string, facts []string, suggested string) (hitl.Outcome, bool, error) {
+// The wait's fallback is the negotiation's own hitl_unavailable_policy, or else the
+// deployment's; score is what AUTO_DECIDE_THRESHOLD compares with its threshold (§15.4).
+func (w *negotiationRun) askHuman(ctx workflow.Context, reason string, facts []string, suggested string, score float32) (hitl.Outcome, bool, error) {
 	if err := w.flush(ctx); err != nil {
 		return hitl.Outcome{}, false, err
 	}
@@ -716,6 +749,10 @@ func (w *negotiationRun) askHuman(ctx workflow.Context, reason string, facts []s
 		SuggestedAction: suggested,
 		Timeout:         w.in.HITLTimeout,
 	}
+	if w.in.HITLFallback != nil {
+		inv.Fallback = *w.in.HITLFallback
+	}
+	inv.Fallback.Score = float64(score)
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&inv.InvocationID); err != nil {
 		return hitl.Outcome{}, false, err
 	}
@@ -787,7 +824,11 @@ func (w *negotiationRun) aborted(ctx workflow.Context, reason string) error {
 		score = w.st.Versions[n-1].Score
 	}
 	w.st.Decision = &policypb.DecisionReport{DecidedBy: "abort", FinalScore: score, Rationale: reason, StopReason: negotiation.StopAborted}
-	w.emit(ctx, map[string]any{"kind": "abort", "reason": reason})
+	ev := map[string]any{"kind": "abort", "reason": reason}
+	if w.st.AbortCode != "" {
+		ev["error_code"] = w.st.AbortCode
+	}
+	w.emit(ctx, ev)
 	if b, err := jsonOf(w.st.Decision); err == nil {
 		w.artifact("decision", "final", b)
 	}

@@ -45,6 +45,9 @@ type RoomInput struct {
 	Timeout time.Duration
 	// HITLTimeout bounds the human's decision after an escalation; zero means the HITL default.
 	HITLTimeout time.Duration
+	// HITLFallback is the proposal's own hitl_unavailable_policy (§15.4), chosen with the
+	// sw4rm-hitl-unavailable-policy metadata of SubmitProposal; nil means the deployment's.
+	HITLFallback *hitl.Fallback `json:",omitempty"`
 }
 
 // RoomState is the answer to RoomStateQuery.
@@ -205,6 +208,12 @@ func (w *roomCoordinator) escalate(ctx, actx workflow.Context, verdict voting.Ve
 		SuggestedAction: "deny",
 		Timeout:         w.in.HITLTimeout,
 	}
+	if w.in.HITLFallback != nil {
+		inv.Fallback = *w.in.HITLFallback
+	}
+	// AUTO_DECIDE_THRESHOLD compares the aggregate with its threshold on the 0–1 scale of every
+	// fallback threshold: the weighted mean of the 0–10 votes, divided by 10.
+	inv.Fallback.Score = verdict.Aggregate.GetWeightedMean() / voting.MaxVoteScore
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&inv.InvocationID); err != nil {
 		return err
 	}

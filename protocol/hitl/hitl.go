@@ -73,7 +73,8 @@ const DefaultMaxExtensions = 3
 
 // Fallback configures what happens when no human decides in time.
 type Fallback struct {
-	// Policy is DenyByDefault (default), AutoDecideThreshold or ExtendTimeout.
+	// Policy is DenyByDefault, AutoDecideThreshold or ExtendTimeout; empty means the
+	// deployment's fallback (Policy.FallbackFor), DenyByDefault unless configured.
 	Policy string `json:"policy,omitempty"`
 	// Score is the requester's confidence in its suggested action (for example an inference
 	// engine's confidence_score), compared with Threshold by AutoDecideThreshold.
@@ -233,6 +234,10 @@ type Outcome struct {
 	FallbackReason string `json:"fallback_reason,omitempty"`
 	// Extensions counts EXTEND_TIMEOUT extensions that happened.
 	Extensions int `json:"extensions,omitempty"`
+	// HitlUnavailable is set on a fallback when the external HITL component was found
+	// unavailable during the wait (§15.4: the decision record says the fallback was due to
+	// HITL unavailability), also when EXTEND_TIMEOUT then ran out of extensions.
+	HitlUnavailable bool `json:"hitl_unavailable,omitempty"`
 }
 
 // Status is the answer to StatusQuery.
@@ -273,6 +278,11 @@ type Policy struct {
 	// DecisionKeys are the public keys of the deployment's decision key, with which frontends
 	// attest the decisions of operators they authenticated (SW4RM_HITL_DECISION_KEY_FILE).
 	DecisionKeys []ed25519.PublicKey `json:"decision_keys,omitempty"`
+	// Fallback is the deployment's fallback (§15.3, §15.4 hitl_unavailable_policy:
+	// SW4RM_HITL_UNAVAILABLE_POLICY and its companions), applied to invocations that set no
+	// policy of their own (FallbackFor); nil means DENY_BY_DEFAULT. Policies recorded in
+	// workflow histories before it existed have none.
+	Fallback *Fallback `json:"fallback,omitempty"`
 }
 
 // HashToken returns the hex SHA-256 of a token, the form kept in policies.

@@ -207,3 +207,22 @@ const (
 	// WorktreeNoteHeader says what the last change was about.
 	WorktreeNoteHeader = "sw4rm-worktree-note"
 )
+
+// HITL unavailability policy of one negotiation or room (§15.4 hitl_unavailable_policy,
+// docs/hitl.md "Choosing the fallback"): request metadata of NegotiationService.Open and
+// NegotiationRoomService.SubmitProposal, whose canonical messages have no field for it. Without
+// HITLUnavailablePolicyKey the deployment's SW4RM_HITL_UNAVAILABLE_POLICY applies, and the
+// other keys are refused.
+const (
+	// HITLUnavailablePolicyKey is the fallback policy: DENY_BY_DEFAULT, AUTO_DECIDE_THRESHOLD
+	// or EXTEND_TIMEOUT.
+	HITLUnavailablePolicyKey = "sw4rm-hitl-unavailable-policy"
+	// HITLAutoThresholdKey is AUTO_DECIDE_THRESHOLD's auto-approve threshold in (0, 1], which
+	// it requires.
+	HITLAutoThresholdKey = "sw4rm-hitl-auto-threshold"
+	// HITLMaxExtensionsKey is EXTEND_TIMEOUT's maximum number of extensions, 1 to 3 (default 3).
+	HITLMaxExtensionsKey = "sw4rm-hitl-max-extensions"
+	// HITLExtendByKey is EXTEND_TIMEOUT's extension as a Go duration such as "30s" (default:
+	// the wait's own timeout).
+	HITLExtendByKey = "sw4rm-hitl-extend-by"
+)

@@ -244,6 +244,12 @@ type Event struct {
 	ResultB64     string          `json:"result_b64,omitempty"`
 	Reason        string          `json:"reason,omitempty"`
 	Round         int             `json:"round,omitempty"`
+	// ErrorCode is an abort's error_code when it has one: "hitl_unavailable" when a human was
+	// needed, the HITL component was unavailable and the fallback denied (§15.4).
+	ErrorCode string `json:"error_code,omitempty"`
+	// HITLUnavailablePolicy is, on the policy event, the negotiation's own
+	// hitl_unavailable_policy when Open chose one (sw4rm-hitl-unavailable-policy).
+	HITLUnavailablePolicy json.RawMessage `json:"hitl_unavailable_policy,omitempty"`
 }
 
 // ParseEvent decodes a NEGOTIATION envelope's payload; ok=false for other envelopes.
