@@ -260,6 +260,8 @@ type NotifyHandoffInput struct {
 	Code commonpb.ErrorCode `json:",omitempty"`
 	// RedirectTo is the agent a REDIRECT not followed named, for the originator to ask.
 	RedirectTo string `json:",omitempty"`
+	// CompleteBy is an accepted handoff's completion deadline; zero when it has none.
+	CompleteBy time.Time `json:",omitzero"`
 	// GracePeriod is a cancellation's grace period.
 	GracePeriod time.Duration `json:",omitempty"`
 }
@@ -288,6 +290,9 @@ type HandoffEvent struct {
 	// RedirectToAgentID is the agent a REDIRECT not followed named, as
 	// HandoffResponse.redirect_to_agent_id would carry it: the originator may ask it itself.
 	RedirectToAgentID string `json:"redirect_to_agent_id,omitempty"`
+	// CompleteBy is when an accepted handoff expires unless completed, RFC 3339: the
+	// originator hears back by then at the latest.
+	CompleteBy string `json:"complete_by,omitempty"`
 	// GracePeriodMs is a cancellation's grace period: the target stops within it.
 	GracePeriodMs int64 `json:"grace_period_ms,omitempty"`
 }
@@ -299,6 +304,9 @@ func (a *Activities) NotifyHandoff(ctx context.Context, in NotifyHandoffInput) e
 		ToAgent: in.Target, AcceptedBy: in.AcceptedBy, Reason: in.Reason, RedirectToAgentID: in.RedirectTo, GracePeriodMs: in.GracePeriod.Milliseconds()}
 	if in.Code != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
 		ev.RejectionCode = in.Code.String()
+	}
+	if !in.CompleteBy.IsZero() {
+		ev.CompleteBy = in.CompleteBy.UTC().Format(time.RFC3339Nano)
 	}
 	payload, err := json.Marshal(ev)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
 	"github.com/sw4rm/sw4rm-temporal/protocol/voting"
@@ -76,6 +77,9 @@ type Config struct {
 	LaneWeights store.LaneWeights
 	// RoomTimeout bounds a negotiation room's wait for votes (§17.5).
 	RoomTimeout time.Duration
+	// HandoffCompletionTimeout is how long an accepted handoff whose budget sets no deadline
+	// waits for CompleteHandoff before it expires (§17.6, docs/handoff.md).
+	HandoffCompletionTimeout time.Duration
 	// RoomStrategy is the room's vote aggregation (voting.ParseStrategy).
 	RoomStrategy string
 	// HITLOperators is the operator policy, "name=token[:REASON|REASON],..."
@@ -230,6 +234,9 @@ func (c Config) Resolve() (Resolved, error) {
 	}
 	if r.RepoPaths, err = repos.Parse(c.Repos); err != nil {
 		return r, settingError("SW4RM_REPOS", err)
+	}
+	if c.HandoffCompletionTimeout > protocol.MaxHandoffCompletionTimeout {
+		return r, settingError("SW4RM_HANDOFF_COMPLETION_TIMEOUT", fmt.Errorf("%s is over the limit of %s", c.HandoffCompletionTimeout, protocol.MaxHandoffCompletionTimeout))
 	}
 	return r, nil
 }

@@ -62,6 +62,7 @@ func TestMalformedStructuredSettingFailsBeforeAnyConnection(t *testing.T) {
 		{"SW4RM_INFERENCE_UNAVAILABLE", "--inference-unavailable", func(c *app.Config) { c.InferenceUnavailable = "maybe" }},
 		{"SW4RM_MCP_SERVERS", "--mcp-servers", func(c *app.Config) { c.MCPServers = "fs" }},
 		{"SW4RM_REPOS", "--repos", func(c *app.Config) { c.Repos = "app=relative/path" }},
+		{"SW4RM_HANDOFF_COMPLETION_TIMEOUT", "--handoff-completion-timeout", func(c *app.Config) { c.HandoffCompletionTimeout = 31 * 24 * time.Hour }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			addr, accepted := hangingListener(t)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/reconcile"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -298,6 +299,11 @@ var settings = []Setting{
 	{Flag: "room-strategy", Env: "SW4RM_ROOM_STRATEGY",
 		Help: "vote aggregation: confidence_weighted, simple_average, majority_vote, borda_count",
 		bind: text(func(c *Config) *string { return &c.RoomStrategy }, "confidence_weighted")},
+	{Flag: "handoff-completion-timeout", Env: "SW4RM_HANDOFF_COMPLETION_TIMEOUT",
+		Help: "how long an accepted handoff waits for completion before it expires, when its budget sets no deadline, §17.6",
+		Doc: "how long an accepted handoff waits for `CompleteHandoff` before it expires and its originator is told, when the request's " +
+			"budget sets no deadline (§17.6, [docs/handoff.md](docs/handoff.md)); at most 720h",
+		bind: positiveDuration(func(c *Config) *time.Duration { return &c.HandoffCompletionTimeout }, protocol.DefaultHandoffCompletionTimeout)},
 	{Flag: "auth", Env: "SW4RM_AUTH", Help: "authentication: off, optional or required, §6.2, docs/security.md",
 		Doc: "authentication: `off`, `optional` or `required`, whether calls must be signed by their agent's key or made by an " +
 			"operator, and authorized (§6.2, §6.5, [docs/security.md](docs/security.md)); `sw4rm dev` warns when off",

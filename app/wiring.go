@@ -44,7 +44,7 @@ func frontendConfig(r Resolved, decisionKey ed25519.PrivateKey, policy *acl.Poli
 	return frontend.Config{TaskQueue: r.TaskQueue, AgentInitTimeout: r.AgentInitTimeout,
 		HeartbeatInterval: r.HeartbeatInterval, HeartbeatMisses: r.HeartbeatMisses,
 		HITLPolicy: r.HITLPolicy, HITLDecisionKey: decisionKey, HITLTimeout: r.HITLTimeout,
-		RoomPolicy: r.RoomPolicy, RoomTimeout: r.RoomTimeout, PreemptTimeout: r.PreemptTimeout, TerminateGrace: r.TerminateGrace,
+		RoomPolicy: r.RoomPolicy, RoomTimeout: r.RoomTimeout, HandoffCompletionTimeout: r.HandoffCompletionTimeout, PreemptTimeout: r.PreemptTimeout, TerminateGrace: r.TerminateGrace,
 		SchedulerPolicy: r.AdmissionPolicy, ACL: policy, Auth: authn, Reasoning: engine, ToolPreApproved: r.PreApprovedTools}
 }
 

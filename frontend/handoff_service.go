@@ -18,6 +18,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/scheduling"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -127,6 +128,7 @@ func (h *handoffService) create(ctx context.Context, req *handoffpb.HandoffReque
 		return nil, internalf("%v", err)
 	}
 	in := workflows.HandoffInputFrom(req, corr, ct, time.Now().UTC())
+	in.CompletionTimeout = h.s.cfg.HandoffCompletionTimeout
 	start, err := bridge.NewOutboxEntry(workflows.OutboxHandoffStart, workflows.HandoffWorkflowID(id), workflows.HandoffStartPayload{Input: in})
 	if err != nil {
 		return nil, internalf("%v", err)
@@ -176,7 +178,11 @@ func answering(ctx context.Context, req *handoffpb.HandoffResponse) (string, err
 
 // AcceptHandoff takes the offered handoff (§17.6). The workflow's validator refuses it
 // unless the handoff is PENDING and offered to the caller; a refusal leaves no trace in the
-// workflow's history and answers FailedPrecondition.
+// workflow's history and answers FailedPrecondition. An AcceptHandoff sent again by the agent
+// that accepted — a retry whose answer was lost, or the agent recovering its work after a
+// restart — answers OK as the first did: the handoff is that agent's. The answer's headers
+// are the state and, when the handoff has one, its completion deadline
+// (wire.HandoffCompleteByHeader).
 func (h *handoffService) AcceptHandoff(ctx context.Context, req *handoffpb.HandoffResponse) (*commonpb.Empty, error) {
 	agent, err := answering(ctx, req)
 	if err != nil {
@@ -184,10 +190,38 @@ func (h *handoffService) AcceptHandoff(ctx context.Context, req *handoffpb.Hando
 	}
 	st, err := h.update(ctx, req.GetRequestId(), agent, "offered to", workflows.HandoffAcceptUpdate, workflows.HandoffAnswer{Agent: agent})
 	if err != nil {
-		return nil, err
+		prev, ok := h.acceptedBy(ctx, req.GetRequestId(), agent)
+		if !ok {
+			return nil, err
+		}
+		st = prev
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs(wire.HandoffStateHeader, st.Status.String()))
+	md := metadata.Pairs(wire.HandoffStateHeader, st.Status.String())
+	if !st.CompleteBy.IsZero() {
+		md.Set(wire.HandoffCompleteByHeader, st.CompleteBy.UTC().Format(time.RFC3339Nano))
+	}
+	_ = grpc.SetHeader(ctx, md)
 	return &commonpb.Empty{}, nil
+}
+
+// acceptedBy returns the state of handoff id if agent accepted it and it is still ACCEPTED,
+// as the workflow itself answers (its state query): the store's projection of a run may
+// still lag its acceptance when the accepting agent crashed in the middle of AcceptHandoff.
+// A handoff the store shows neither offered to agent nor accepted by it is not asked about.
+func (h *handoffService) acceptedBy(ctx context.Context, id, agent string) (workflows.HandoffState, bool) {
+	rec, err := h.s.store.Handoffs().GetHandoff(ctx, id)
+	if err != nil || rec.Target != agent && rec.AcceptedBy != agent {
+		return workflows.HandoffState{}, false
+	}
+	v, err := h.s.temporal.QueryWorkflow(ctx, workflows.HandoffWorkflowID(id), "", workflows.HandoffStateQuery)
+	if err != nil {
+		return workflows.HandoffState{}, false
+	}
+	var st workflows.HandoffState
+	if err := v.Get(&st); err != nil {
+		return workflows.HandoffState{}, false
+	}
+	return st, st.Status == handoffpb.HandoffStatus_ACCEPTED && st.AcceptedBy == agent
 }
 
 // RejectHandoff declines the offered handoff (§17.6): rejection_code OVERLOADED (with
@@ -270,16 +304,36 @@ func (h *handoffService) listedFor(ctx context.Context, id, agent string) bool {
 }
 
 // GetPendingHandoffs lists the handoffs offered to an agent and waiting for its answer, with
-// their context snapshots (§17.6: agents call it after recovering from a failure). The
-// snapshots' content types and correlations are the response headers
-// sw4rm-context-content-type and sw4rm-correlation-id, one value per request, in order.
+// their context snapshots (§17.6: agents call it after recovering from a failure). With
+// request metadata sw4rm-handoff-include-accepted: true it lists after them the handoffs the
+// agent accepted and has not completed, so that an agent that crashed holding one gets its
+// snapshot again. The snapshots' content types, correlations and the handoffs' states are
+// the response headers sw4rm-context-content-type, sw4rm-correlation-id and
+// sw4rm-handoff-state, one value per request, in order.
 func (h *handoffService) GetPendingHandoffs(ctx context.Context, req *handoffpb.GetPendingHandoffsRequest) (*handoffpb.GetPendingHandoffsResponse, error) {
 	if perr := protocol.ValidateAgentID(req.GetAgentId()); perr != nil {
+		return nil, perr
+	}
+	var values []string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		values = md.Get(wire.HandoffIncludeAcceptedKey)
+	}
+	withAccepted, perr := scheduling.ParseFlag(wire.HandoffIncludeAcceptedKey, values)
+	if perr != nil {
 		return nil, perr
 	}
 	recs, err := h.s.store.Handoffs().ListOfferedTo(ctx, req.GetAgentId())
 	if err != nil {
 		return nil, failed("list pending handoffs", err)
+	}
+	// Not by default: pending_requests are offers waiting for an answer, and an agent that
+	// polls them (§17.6 "periodically") would take work it is already doing for new work.
+	if withAccepted {
+		accepted, err := h.s.store.Handoffs().ListAcceptedBy(ctx, req.GetAgentId())
+		if err != nil {
+			return nil, failed("list accepted handoffs", err)
+		}
+		recs = append(recs, accepted...)
 	}
 	resp := &handoffpb.GetPendingHandoffsResponse{}
 	md := metadata.MD{}
@@ -292,6 +346,7 @@ func (h *handoffService) GetPendingHandoffs(ctx context.Context, req *handoffpb.
 		resp.PendingRequests = append(resp.PendingRequests, &r)
 		md.Append(wire.ContextContentTypeKey, rec.ContextContentType)
 		md.Append(wire.CorrelationIDKey, rec.Correlation)
+		md.Append(wire.HandoffStateHeader, rec.Status.String())
 	}
 	if len(resp.PendingRequests) > 0 {
 		_ = grpc.SetHeader(ctx, md)

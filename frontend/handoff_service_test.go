@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -108,6 +109,12 @@ func (f *fakeHandoffs) list(keep func(store.HandoffRecord) bool) []store.Handoff
 func (f *fakeHandoffs) ListOfferedTo(_ context.Context, agent string) ([]store.HandoffRecord, error) {
 	return f.list(func(r store.HandoffRecord) bool {
 		return r.Status == handoffpb.HandoffStatus_PENDING && r.Target == agent
+	}), nil
+}
+
+func (f *fakeHandoffs) ListAcceptedBy(_ context.Context, agent string) ([]store.HandoffRecord, error) {
+	return f.list(func(r store.HandoffRecord) bool {
+		return r.Status == handoffpb.HandoffStatus_ACCEPTED && cmp.Or(r.AcceptedBy, r.Target) == agent
 	}), nil
 }
 
@@ -383,6 +390,81 @@ func TestGetPendingHandoffs(t *testing.T) {
 	assert.Equal(t, `{"ticket":42}`, string(resp.GetPendingRequests()[0].GetContextSnapshot()))
 	assert.Equal(t, []string{"text/plain"}, hs.md.Get(wire.ContextContentTypeKey))
 	assert.Equal(t, []string{"job"}, hs.md.Get(wire.CorrelationIDKey))
+}
+
+// TestAcceptHandoffAgain: an AcceptHandoff sent again by the agent that accepted — after
+// a restart, or a retry whose answer was lost — answers OK with the state and the completion
+// deadline, as the workflow's state query gives them; the validator's refusal of the
+// repeated update does not reach the agent. Another agent's accept is still refused, without
+// asking the workflow.
+func TestAcceptHandoffAgain(t *testing.T) {
+	h := newHandoffHarness(t, map[string][]string{"a": nil, "b": nil, "c": nil})
+	ctx, _ := callCtx(t, auth.Principal{Agent: "a"})
+	_, err := h.svc.RequestHandoff(ctx, handoffReq("h1", "a", "b"))
+	require.NoError(t, err)
+	require.NoError(t, h.st.h.UpdateHandoff(t.Context(), "h1", handoffpb.HandoffStatus_ACCEPTED, "b", "b", ""))
+
+	h.tc.On("UpdateWorkflow", mock.Anything, mock.Anything).Return(nil, temporal.NewApplicationError("not offered", workflows.HandoffUpdateRefused))
+	completeBy := time.Date(2030, 1, 1, 13, 0, 0, 0, time.UTC)
+	value := &mocks.Value{}
+	value.On("Get", mock.Anything).Return(func(out any) error {
+		*out.(*workflows.HandoffState) = workflows.HandoffState{RequestID: "h1", Status: handoffpb.HandoffStatus_ACCEPTED, AcceptedBy: "b", CompleteBy: completeBy}
+		return nil
+	})
+	h.tc.On("QueryWorkflow", mock.Anything, "handoff/h1", "", workflows.HandoffStateQuery).Return(value, nil)
+
+	ctx, hs := callCtx(t, auth.Principal{Agent: "b"})
+	_, err = h.svc.AcceptHandoff(ctx, &handoffpb.HandoffResponse{RequestId: "h1", AcceptingAgent: "b", Accepted: true})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ACCEPTED"}, hs.md.Get(wire.HandoffStateHeader))
+	assert.Equal(t, []string{"2030-01-01T13:00:00Z"}, hs.md.Get(wire.HandoffCompleteByHeader))
+
+	ctx, _ = callCtx(t, auth.Principal{Agent: "c"})
+	_, err = h.svc.AcceptHandoff(ctx, &handoffpb.HandoffResponse{RequestId: "h1", AcceptingAgent: "c", Accepted: true})
+	assert.Equal(t, codes.FailedPrecondition, toStatus(ctx, err).Code())
+	h.tc.AssertNumberOfCalls(t, "QueryWorkflow", 1)
+}
+
+// TestGetPendingHandoffsIncludeAccepted: with sw4rm-handoff-include-accepted: true the
+// agent's accepted, uncompleted handoffs follow its pending offers, with their snapshots and
+// each request's state in sw4rm-handoff-state; without it only offers are listed; a value
+// that is not a boolean is refused.
+func TestGetPendingHandoffsIncludeAccepted(t *testing.T) {
+	h := newHandoffHarness(t, map[string][]string{"a": nil, "b": nil})
+	for _, id := range []string{"h1", "h2", "h3"} {
+		ctx, _ := callCtx(t, auth.Principal{Agent: "a"}, wire.CorrelationIDKey, "job-"+id)
+		_, err := h.svc.RequestHandoff(ctx, handoffReq(id, "a", "b"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, h.st.h.UpdateHandoff(t.Context(), "h1", handoffpb.HandoffStatus_ACCEPTED, "b", "b", ""))
+	require.NoError(t, h.st.h.UpdateHandoff(t.Context(), "h3", handoffpb.HandoffStatus_COMPLETED, "b", "b", ""))
+	ids := func(resp *handoffpb.GetPendingHandoffsResponse) []string {
+		var out []string
+		for _, r := range resp.GetPendingRequests() {
+			out = append(out, r.GetRequestId())
+		}
+		return out
+	}
+
+	ctx, hs := callCtx(t, auth.Principal{Agent: "b"})
+	resp, err := h.svc.GetPendingHandoffs(ctx, &handoffpb.GetPendingHandoffsRequest{AgentId: "b"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"h2"}, ids(resp), "by default, offers only")
+	assert.Equal(t, []string{"PENDING"}, hs.md.Get(wire.HandoffStateHeader))
+
+	ctx, hs = callCtx(t, auth.Principal{Agent: "b"}, wire.HandoffIncludeAcceptedKey, "true")
+	resp, err = h.svc.GetPendingHandoffs(ctx, &handoffpb.GetPendingHandoffsRequest{AgentId: "b"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"h2", "h1"}, ids(resp), "offers, then the accepted handoffs; not the completed one")
+	assert.Equal(t, `{"ticket":42}`, string(resp.GetPendingRequests()[1].GetContextSnapshot()), "the accepted handoff's snapshot again")
+	assert.Equal(t, []string{"PENDING", "ACCEPTED"}, hs.md.Get(wire.HandoffStateHeader))
+	assert.Equal(t, []string{"job-h2", "job-h1"}, hs.md.Get(wire.CorrelationIDKey))
+
+	ctx, _ = callCtx(t, auth.Principal{Agent: "b"}, wire.HandoffIncludeAcceptedKey, "yes please")
+	_, err = h.svc.GetPendingHandoffs(ctx, &handoffpb.GetPendingHandoffsRequest{AgentId: "b"})
+	st := toStatus(ctx, err)
+	assert.Equal(t, codes.InvalidArgument, st.Code())
+	assert.Contains(t, st.Message(), "validation_error: metadata sw4rm-handoff-include-accepted")
 }
 
 // TestHandoffRules: the per-method rules of the handoff service.

@@ -83,6 +83,10 @@ type Config struct {
 	RoomPolicy voting.Policy
 	// RoomTimeout bounds a room's wait for votes; zero means the workflow default.
 	RoomTimeout time.Duration
+	// HandoffCompletionTimeout is how long an accepted handoff whose budget sets no deadline
+	// waits for completion before it expires (§17.6); zero means
+	// protocol.DefaultHandoffCompletionTimeout.
+	HandoffCompletionTimeout time.Duration
 	// PreemptTimeout bounds an unanswered PREEMPT_REQUEST outside a non-preemptible section
 	// before forced preemption (§7.2); zero means the workflow default.
 	PreemptTimeout time.Duration

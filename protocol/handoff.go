@@ -35,7 +35,70 @@ const (
 	// when max_redirects is 0, so a delegation is bounded alike whether an SDK or this
 	// server follows its redirects. (Handoffs started before this bound was chosen keep 3.)
 	DefaultHandoffMaxRedirects = 2
+	// DefaultHandoffCompletionTimeout is how long an ACCEPTED handoff may wait for
+	// CompleteHandoff when its request's budget sets no deadline (HandoffCompletionDeadline);
+	// a deployment sets its own with SW4RM_HANDOFF_COMPLETION_TIMEOUT. §17.6 bounds only
+	// the wait for acceptance; without a bound on completion an accepting agent that crashes
+	// and never comes back leaves the originator waiting for ever. An hour is as long as a
+	// HITL decision may take by default: long enough for an agent's ordinary piece of work,
+	// short enough that a lost agent's work goes back to its originator the same working
+	// session. An agent that restarts in time recovers the handoff (GetPendingHandoffs with
+	// wire.HandoffIncludeAcceptedKey), so the bound only decides for an agent lost for good.
+	DefaultHandoffCompletionTimeout = time.Hour
+	// MaxHandoffCompletionTimeout bounds the completion deadline a budget may set, from the
+	// acceptance: a budget further out (a deadline_epoch_ms years ahead, a huge
+	// wall_time_remaining_ms) still leaves the handoff bounded.
+	MaxHandoffCompletionTimeout = 30 * 24 * time.Hour
 )
+
+// HandoffCompletionDeadline is when an ACCEPTED handoff must be completed by, and what set it.
+// The request's BudgetEnvelope is the canonical bound on the delegated work (HandoffRequest
+// has no completion timeout of its own): wall_time_remaining_ms counts from requestedAt, when
+// the budget was handed over, and deadline_epoch_ms is absolute; the earlier of those set
+// wins. A budget that sets neither gets acceptedAt plus def (DefaultHandoffCompletionTimeout
+// when def is not positive). The deadline is never later than acceptedAt plus
+// MaxHandoffCompletionTimeout; it may be earlier than acceptedAt when the budget ran out
+// while the offer waited, and then the handoff expires as soon as it is accepted.
+func HandoffCompletionDeadline(requestedAt, acceptedAt time.Time, wallMs, deadlineEpochMs uint64, def time.Duration) (time.Time, string) {
+	limit := acceptedAt.Add(MaxHandoffCompletionTimeout)
+	var at time.Time
+	var why string
+	// Values past the limit are compared as the limit, so no arithmetic overflows.
+	if wallMs > 0 {
+		at, why = limit, fmt.Sprintf("the budget's wall_time_remaining_ms %d from the request", wallMs)
+		if wallMs < uint64(MaxHandoffCompletionTimeout/time.Millisecond) {
+			at = earliest(limit, requestedAt.Add(time.Duration(wallMs)*time.Millisecond))
+		}
+	}
+	if deadlineEpochMs > 0 {
+		d := limit
+		if deadlineEpochMs < uint64(limit.UnixMilli()) {
+			d = time.UnixMilli(int64(deadlineEpochMs)).UTC()
+		}
+		if at.IsZero() || d.Before(at) {
+			at, why = d, fmt.Sprintf("the budget's deadline_epoch_ms %d", deadlineEpochMs)
+		}
+	}
+	if !at.IsZero() {
+		if at.Equal(limit) {
+			why += fmt.Sprintf(", bounded to %s after the acceptance", MaxHandoffCompletionTimeout)
+		}
+		return at, why
+	}
+	if def <= 0 {
+		def = DefaultHandoffCompletionTimeout
+	}
+	def = min(def, MaxHandoffCompletionTimeout)
+	return acceptedAt.Add(def), fmt.Sprintf("the completion timeout of %s from the acceptance", def)
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
 
 // HandoffContentTypes are the context snapshot content types 004 item 8 admits.
 var HandoffContentTypes = []string{"application/json", "application/protobuf", "text/plain"}

@@ -1,6 +1,7 @@
 package protocol_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -251,4 +252,40 @@ func TestValidateCompleteHandoff(t *testing.T) {
 	assert.Nil(t, protocol.ValidateCompleteHandoff(&handoffpb.CompleteHandoffRequest{RequestId: "h-1", Status: handoffpb.HandoffStatus_COMPLETED}))
 	assert.NotNil(t, protocol.ValidateCompleteHandoff(&handoffpb.CompleteHandoffRequest{}))
 	assert.Contains(t, protocol.ValidateCompleteHandoff(&handoffpb.CompleteHandoffRequest{RequestId: "h-1", Status: handoffpb.HandoffStatus_REJECTED}).Msg, "cannot be set by CompleteHandoff")
+}
+
+// TestHandoffCompletionDeadline: an accepted handoff's deadline is the earlier of its
+// budget's wall time (from the request) and deadline, else the acceptance plus the default;
+// nothing sets it later than MaxHandoffCompletionTimeout after the acceptance, and no value
+// overflows.
+func TestHandoffCompletionDeadline(t *testing.T) {
+	requested := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	accepted := requested.Add(5 * time.Minute)
+	limit := accepted.Add(protocol.MaxHandoffCompletionTimeout)
+	ms := func(d time.Duration) uint64 { return uint64(d.Milliseconds()) }
+	epoch := func(t time.Time) uint64 { return uint64(t.UnixMilli()) }
+	for _, tc := range []struct {
+		name           string
+		wall, deadline uint64
+		def            time.Duration
+		want           time.Time
+		why            string
+	}{
+		{"no budget: the configured timeout from the acceptance", 0, 0, 20 * time.Minute, accepted.Add(20 * time.Minute), "the completion timeout of 20m0s from the acceptance"},
+		{"no budget, no configured timeout: the default", 0, 0, 0, accepted.Add(time.Hour), "the completion timeout of 1h0m0s"},
+		{"a configured timeout past the limit is bounded", 0, 0, 1000 * time.Hour, limit, "720h0m0s"},
+		{"wall time counts from the request", ms(2 * time.Hour), 0, time.Minute, requested.Add(2 * time.Hour), "wall_time_remaining_ms 7200000"},
+		{"deadline_epoch_ms is absolute", 0, epoch(requested.Add(3 * time.Hour)), time.Minute, requested.Add(3 * time.Hour), "deadline_epoch_ms"},
+		{"the earlier of the two: the deadline", ms(4 * time.Hour), epoch(requested.Add(3 * time.Hour)), 0, requested.Add(3 * time.Hour), "deadline_epoch_ms"},
+		{"the earlier of the two: the wall time", ms(2 * time.Hour), epoch(requested.Add(3 * time.Hour)), 0, requested.Add(2 * time.Hour), "wall_time_remaining_ms"},
+		{"a budget spent while the offer waited: already past", ms(time.Minute), 0, 0, requested.Add(time.Minute), "wall_time_remaining_ms"},
+		{"a huge wall time is bounded", math.MaxUint64, 0, 0, limit, "bounded to 720h0m0s after the acceptance"},
+		{"a far deadline is bounded", 0, math.MaxUint64, 0, limit, "bounded to 720h0m0s after the acceptance"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := protocol.HandoffCompletionDeadline(requested, accepted, tc.wall, tc.deadline, tc.def)
+			assert.Equal(t, tc.want, got.UTC())
+			assert.Contains(t, why, tc.why)
+		})
+	}
 }

@@ -70,6 +70,10 @@ type Handoffs interface {
 	UpdateHandoff(ctx context.Context, requestID string, status handoffpb.HandoffStatus, target, acceptedBy, endReason string) error
 	// ListOfferedTo returns the PENDING handoffs whose Target is agentID, oldest first.
 	ListOfferedTo(ctx context.Context, agentID string) ([]HandoffRecord, error)
+	// ListAcceptedBy returns the ACCEPTED handoffs whose AcceptedBy is agentID (Target when
+	// no AcceptedBy was recorded), oldest first: the work an agent took and has not
+	// completed, which it recovers after a restart (§17.6).
+	ListAcceptedBy(ctx context.Context, agentID string) ([]HandoffRecord, error)
 	// ListByCorrelation returns every handoff of a correlation, oldest first.
 	ListByCorrelation(ctx context.Context, correlation string) ([]HandoffRecord, error)
 	// OpenDelegations counts, per agent, the handoffs PENDING with it as Target or ACCEPTED by

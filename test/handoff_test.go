@@ -557,3 +557,139 @@ func TestHandoffIdentity(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, b.ID(), waitHandoff(t, sys, req.GetRequestId(), handoffpb.HandoffStatus_COMPLETED).AcceptedBy)
 }
+
+// TestHandoffAcceptedRecoveredAfterAgentCrash: on both stores, the agent that accepted a
+// handoff crashes (its connection gone, its memory lost) and a new process of the same agent
+// recovers the work (§17.6 "particularly after recovery from failure states"):
+// GetPendingHandoffs with sw4rm-handoff-include-accepted lists the accepted handoff with its
+// snapshot (plain GetPendingHandoffs still lists offers only), AcceptHandoff sent again
+// answers OK with the completion deadline, and CompleteHandoff completes it, the originator
+// told and fenced as after any completion.
+func TestHandoffAcceptedRecoveredAfterAgentCrash(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			ctx := context.Background()
+			a, b := dialCapable(t, sys, "a", "triage"), dialCapable(t, sys, "b", "billing")
+			req := handoffReq(t, a.ID(), b.ID())
+			req.ContextSnapshot = []byte(`{"ticket":42,"notes":"refund half done"}`)
+			corr := "corr-" + req.GetRequestId()
+			_, err := a.hc.RequestHandoff(metadata.AppendToOutgoingContext(ctx, wire.CorrelationIDKey, corr), req)
+			require.NoError(t, err)
+			b.in.next(t, true, handoffNote("handoff_offered", req.GetRequestId()))
+			accept(t, b, req.GetRequestId())
+			var accepted struct {
+				CompleteBy time.Time `json:"complete_by"`
+			}
+			require.NoError(t, a.in.next(t, true, handoffNote("handoff_accepted", req.GetRequestId())).DecodeJSON(&accepted))
+			assert.WithinDuration(t, time.Now().Add(time.Hour), accepted.CompleteBy, time.Minute, "the default completion deadline: an hour from the acceptance")
+
+			// The accepting agent crashes; a new process of the same agent starts afresh.
+			require.NoError(t, b.Close())
+			b2, err := sdk.Dial(sys.app.GRPCAddr(), b.ID())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = b2.Close() })
+			require.NoError(t, b2.Register(ctx, &registrypb.AgentDescriptor{Name: "b", Description: "handoff test agent b, restarted",
+				Capabilities: []string{"billing"}, CommunicationClass: commonpb.CommunicationClass_STANDARD, ModalitiesSupported: []string{"application/json"}}))
+			hc := handoffpb.NewHandoffServiceClient(b2.Conn())
+
+			pending, err := hc.GetPendingHandoffs(ctx, &handoffpb.GetPendingHandoffsRequest{AgentId: b.ID()})
+			require.NoError(t, err)
+			assert.Empty(t, pending.GetPendingRequests(), "by default only offers waiting for an answer")
+			var hdr metadata.MD
+			pending, err = hc.GetPendingHandoffs(metadata.AppendToOutgoingContext(ctx, wire.HandoffIncludeAcceptedKey, "true"),
+				&handoffpb.GetPendingHandoffsRequest{AgentId: b.ID()}, grpc.Header(&hdr))
+			require.NoError(t, err)
+			require.Len(t, pending.GetPendingRequests(), 1, "the accepted handoff is the agent's to recover")
+			got := pending.GetPendingRequests()[0]
+			assert.Equal(t, req.GetRequestId(), got.GetRequestId())
+			assert.Equal(t, req.GetContextSnapshot(), got.GetContextSnapshot(), "the snapshot again")
+			assert.Equal(t, []string{"ACCEPTED"}, hdr.Get(wire.HandoffStateHeader))
+			assert.Equal(t, []string{corr}, hdr.Get(wire.CorrelationIDKey))
+
+			hdr = nil
+			_, err = hc.AcceptHandoff(ctx, &handoffpb.HandoffResponse{RequestId: req.GetRequestId(), Accepted: true, AcceptingAgent: b.ID()}, grpc.Header(&hdr))
+			require.NoError(t, err, "accepting again answers as the first acceptance did")
+			assert.Equal(t, []string{"ACCEPTED"}, hdr.Get(wire.HandoffStateHeader))
+			require.Len(t, hdr.Get(wire.HandoffCompleteByHeader), 1)
+			completeBy, err := time.Parse(time.RFC3339Nano, hdr.Get(wire.HandoffCompleteByHeader)[0])
+			require.NoError(t, err)
+			assert.True(t, accepted.CompleteBy.Equal(completeBy), "the same deadline: %s, %s", accepted.CompleteBy, completeBy)
+
+			res, err := hc.CompleteHandoff(ctx, &handoffpb.CompleteHandoffRequest{RequestId: req.GetRequestId(), Status: handoffpb.HandoffStatus_COMPLETED})
+			require.NoError(t, err)
+			assert.True(t, res.GetSuccess(), res.GetMessage())
+			a.in.next(t, true, handoffNote("handoff_completed", req.GetRequestId()))
+			assert.Equal(t, b.ID(), waitHandoff(t, sys, req.GetRequestId(), handoffpb.HandoffStatus_COMPLETED).AcceptedBy)
+			require.Eventually(t, func() bool {
+				_, err := a.Send(ctx, sdk.Message{To: b.ID(), CorrelationID: corr, Payload: []byte(`{"more":"work"}`)})
+				return sdk.CodeOf(err) == commonpb.ErrorCode_PERMISSION_DENIED
+			}, 5*time.Second, 50*time.Millisecond, "the originator is fenced from the correlation")
+		})
+	}
+}
+
+// TestHandoffAcceptedExpiresAtCompletionDeadline: on both stores, an accepted handoff that
+// nobody completes ends EXPIRED at its completion deadline — the server's
+// SW4RM_HANDOFF_COMPLETION_TIMEOUT from the acceptance, or the request's budget — with the
+// accepting agent and the originator told why, the expiry audited, the originator not fenced
+// (it may continue, or hand the context off again), and a late CompleteHandoff refused.
+func TestHandoffAcceptedExpiresAtCompletionDeadline(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			cfg := newConfig(t, kind)
+			cfg.HandoffCompletionTimeout = 2 * time.Second
+			sys := start(t, cfg)
+			ctx := context.Background()
+			a, b := dialCapable(t, sys, "a", "triage"), dialCapable(t, sys, "b", "billing")
+			// expires accepts req and waits for it to expire, nobody completing it; it returns
+			// the originator's handoff_expired.
+			expires := func(t *testing.T, req *handoffpb.HandoffRequest, corr string) handoffEvent {
+				t.Helper()
+				_, err := a.hc.RequestHandoff(metadata.AppendToOutgoingContext(ctx, wire.CorrelationIDKey, corr), req)
+				require.NoError(t, err)
+				accept(t, b, req.GetRequestId())
+				b.in.next(t, true, handoffNote("handoff_expired", req.GetRequestId()))
+				var ev handoffEvent
+				require.NoError(t, a.in.next(t, true, handoffNote("handoff_expired", req.GetRequestId())).DecodeJSON(&ev))
+				st := waitEnded(t, sys, req.GetRequestId())
+				require.Equal(t, handoffpb.HandoffStatus_EXPIRED, st.Status, "%+v", st)
+				assert.Equal(t, st.EndReason, ev.Reason)
+				assert.Contains(t, ev.Reason, "completion deadline: accepted by "+b.ID())
+				return ev
+			}
+
+			t.Run("the configured completion timeout", func(t *testing.T) {
+				req := handoffReq(t, a.ID(), b.ID())
+				corr := "corr-" + req.GetRequestId()
+				ev := expires(t, req, corr)
+				assert.Contains(t, ev.Reason, "the completion timeout of 2s from the acceptance")
+				assert.Contains(t, ev.Reason, "the context stays with "+a.ID())
+
+				_, err := b.hc.CompleteHandoff(ctx, &handoffpb.CompleteHandoffRequest{RequestId: req.GetRequestId(), Status: handoffpb.HandoffStatus_COMPLETED})
+				assert.Equal(t, codes.FailedPrecondition, status.Code(err), "too late: %v", err)
+				assert.Contains(t, status.Convert(err).Message(), "(state EXPIRED)")
+				evs, err := sys.app.Store().Audit().List(ctx, store.AuditFilter{CorrelationID: corr, TypePrefix: "handoff.expired"})
+				require.NoError(t, err)
+				require.Len(t, evs, 1, "the expiry is audited")
+				assert.Contains(t, string(evs[0].Details), "completion deadline")
+
+				// The work is the originator's again: it is not fenced, and may hand it off anew.
+				_, err = a.Send(ctx, sdk.Message{To: b.ID(), CorrelationID: corr, Payload: []byte(`{"carry":"on"}`)})
+				require.NoError(t, err, "the originator is not fenced")
+				again := handoffReq(t, a.ID(), b.ID())
+				_, err = a.hc.RequestHandoff(metadata.AppendToOutgoingContext(ctx, wire.CorrelationIDKey, corr), again)
+				require.NoError(t, err, "nor barred from handing the context off again")
+				recordHistory(t, sys.app.Temporal(), workflows.HandoffWorkflowID(req.GetRequestId()), "handoff_completion_expired_"+kind)
+			})
+			t.Run("the budget wall time", func(t *testing.T) {
+				req := handoffReq(t, a.ID(), b.ID())
+				req.Budget = &handoffpb.BudgetEnvelope{WallTimeRemainingMs: 3000}
+				ev := expires(t, req, "corr-"+req.GetRequestId())
+				assert.Contains(t, ev.Reason, "the budget's wall_time_remaining_ms 3000 from the request")
+			})
+		})
+	}
+}

@@ -56,6 +56,12 @@ const versionHandoffRedirectEdges = "handoff-redirect-edges"
 // versionHandoffRedirectEdges.
 const legacyHandoffMaxRedirects = 3
 
+// versionHandoffCompletionDeadline is the workflow.GetVersion change ID of the completion
+// deadline, asked when a run accepts: runs that take it wait for CompleteHandoff only until
+// protocol.HandoffCompletionDeadline and then end EXPIRED, telling the accepting agent and
+// the originator. Runs recorded before wait without a deadline, as they did.
+const versionHandoffCompletionDeadline = "handoff-completion-deadline"
+
 // HandoffUpdateRefused is the error type of a refused accept, reject or complete update: the
 // handoff is not in the state the call needs, or the caller is not the agent it needs. The
 // frontend answers it with FailedPrecondition; a refused update leaves nothing in history.
@@ -114,6 +120,10 @@ type HandoffInput struct {
 	ContextSHA256      string `json:",omitempty"`
 	// RequestedAt is when RequestHandoff accepted the request; zero means the run's start.
 	RequestedAt time.Time
+	// CompletionTimeout is how long an ACCEPTED handoff whose budget sets no deadline waits
+	// for completion (the server's SW4RM_HANDOFF_COMPLETION_TIMEOUT when it was requested);
+	// zero means protocol.DefaultHandoffCompletionTimeout.
+	CompletionTimeout time.Duration `json:",omitempty"`
 }
 
 // HandoffInputFrom is the workflow input of a validated HandoffRequest: correlation is the
@@ -209,6 +219,10 @@ type HandoffState struct {
 	OverloadRetries int
 	// AcceptedBy is the agent that accepted.
 	AcceptedBy string `json:",omitempty"`
+	// CompleteBy is when an ACCEPTED handoff expires unless completed
+	// (protocol.HandoffCompletionDeadline); zero before acceptance, and in runs recorded
+	// before versionHandoffCompletionDeadline, which have no such deadline.
+	CompleteBy time.Time `json:",omitzero"`
 	// UpdatedAt is the time of the last change.
 	UpdatedAt time.Time
 }
@@ -225,8 +239,8 @@ type HandoffResult = HandoffState
 // routing off is returned to the originator, and one to a capable agent is followed up to
 // max_redirects; other rejections (and redirects not followed) go to the next candidate when
 // routing or spillover allows and end the handoff REJECTED otherwise; the timeout or running
-// out of candidates ends it EXPIRED, and so does CancelDelegation. The originator is told
-// every outcome. Every transition updates the search attributes and is recorded in the store
+// out of candidates ends it EXPIRED, and so does CancelDelegation, and so does an accepted
+// handoff not completed by its completion deadline. The originator is told every outcome. Every transition updates the search attributes and is recorded in the store
 // and the audit log.
 func HandoffWorkflow(ctx workflow.Context, in HandoffInput) (HandoffResult, error) {
 	w := &handoffRun{in: in, policy: in.Policy}
@@ -246,7 +260,8 @@ type handoffRun struct {
 	policy protocol.HandoffPolicy
 	st     HandoffState
 
-	deadline time.Time
+	// requested is when the handoff was requested; deadline is when its offer lapses.
+	requested, deadline time.Time
 	// open is set while the current target may answer the offer.
 	open bool
 	// answer is the accept (accepted) or reject the main loop has not taken yet.
@@ -266,6 +281,9 @@ type handoffRun struct {
 	// redirectEdges is whether this run takes versionHandoffRedirectEdges, decided at its
 	// first REDIRECT.
 	redirectEdges tristate
+	// completionDeadline is whether this run takes versionHandoffCompletionDeadline, decided
+	// at its acceptance.
+	completionDeadline tristate
 	// acts is nil: its method values name the activities, checked at compile time.
 	acts *activities.Activities
 }
@@ -274,15 +292,15 @@ func (w *handoffRun) run(ctx workflow.Context) (HandoffResult, error) {
 	in := w.in
 	start := workflow.Now(ctx)
 	w.st = HandoffState{RequestID: in.RequestID, Correlation: in.Correlation, From: in.From, Status: handoffpb.HandoffStatus_PENDING, UpdatedAt: start}
-	requested := in.RequestedAt
-	if requested.IsZero() {
-		requested = workflow.GetInfo(ctx).WorkflowStartTime
+	w.requested = in.RequestedAt
+	if w.requested.IsZero() {
+		w.requested = workflow.GetInfo(ctx).WorkflowStartTime
 	}
 	timeout := in.Timeout
 	if timeout <= 0 || timeout > protocol.MaxHandoffTimeout {
 		timeout = protocol.MaxHandoffTimeout
 	}
-	w.deadline = requested.Add(timeout)
+	w.deadline = w.requested.Add(timeout)
 	if err := w.setHandlers(ctx); err != nil {
 		return w.st, err
 	}
@@ -455,23 +473,48 @@ func (w *handoffRun) offer(ctx workflow.Context, target, why string) error {
 }
 
 // accept applies an acceptance, tells the originator, and waits for completion or a
-// cancellation: no deadline after acceptance, the timeout bounds acceptance (§17.6).
+// cancellation. The request's timeout bounds acceptance only (§17.6); completion is bounded
+// by the completion deadline (protocol.HandoffCompletionDeadline), after which the handoff
+// ends EXPIRED: an accepting agent that crashed and never came back does not leave the
+// originator — never fenced, since only completion fences it — waiting for ever. Runs
+// recorded before versionHandoffCompletionDeadline wait without a deadline.
 func (w *handoffRun) accept(ctx workflow.Context, a HandoffAnswer) (HandoffResult, error) {
-	w.st.Status, w.st.AcceptedBy, w.st.UpdatedAt = handoffpb.HandoffStatus_ACCEPTED, a.Agent, workflow.Now(ctx)
-	if err := w.record(ctx, ""); err != nil {
+	now := workflow.Now(ctx)
+	w.st.Status, w.st.AcceptedBy, w.st.UpdatedAt = handoffpb.HandoffStatus_ACCEPTED, a.Agent, now
+	// source says what set the deadline, for the audit log and the expiry's reason.
+	var note, source string
+	if w.completionDeadline.decide(ctx, versionHandoffCompletionDeadline) {
+		b := w.in.Budget
+		w.st.CompleteBy, source = protocol.HandoffCompletionDeadline(w.requested, now, b.WallTimeMs, b.DeadlineEpochMs, w.in.CompletionTimeout)
+		note = fmt.Sprintf("complete by %s: %s", w.st.CompleteBy.UTC().Format(time.RFC3339), source)
+	}
+	if err := w.record(ctx, note); err != nil {
 		return w.st, err
 	}
 	w.markApplied()
 	if err := w.notify(ctx, w.in.From, activities.HandoffEventAccepted, "", 0); err != nil {
 		return w.st, err
 	}
-	if err := workflow.Await(ctx, func() bool { return w.completion != nil || w.cancel != nil }); err != nil {
-		return w.st, err
+	settled := func() bool { return w.completion != nil || w.cancel != nil }
+	if w.st.CompleteBy.IsZero() {
+		if err := workflow.Await(ctx, settled); err != nil {
+			return w.st, err
+		}
+	} else if left := w.st.CompleteBy.Sub(workflow.Now(ctx)); left > 0 {
+		if _, err := workflow.AwaitWithTimeout(ctx, left, settled); err != nil {
+			return w.st, err
+		}
 	}
-	if w.completion == nil {
+	// A completion that arrived with the deadline still counts: it was validated while the
+	// handoff was ACCEPTED.
+	switch {
+	case w.completion != nil:
+		return w.complete(ctx)
+	case w.cancel != nil:
 		return w.cancelled(ctx)
 	}
-	return w.complete(ctx)
+	return w.end(ctx, handoffpb.HandoffStatus_EXPIRED, fmt.Sprintf("completion deadline: accepted by %s at %s and not completed by %s (%s); the context stays with %s",
+		w.st.AcceptedBy, now.UTC().Format(time.RFC3339), w.st.CompleteBy.UTC().Format(time.RFC3339), source, w.in.From), w.st.AcceptedBy)
 }
 
 // complete applies a completion: the originator is fenced off the correlation before the
@@ -705,8 +748,8 @@ func (w *handoffRun) cancelled(ctx workflow.Context) (HandoffResult, error) {
 	return w.st, nil
 }
 
-// end ends a PENDING handoff REJECTED or EXPIRED with reason and tells the originator, and
-// holder, the target whose offer lapses, if any.
+// end ends a handoff REJECTED or EXPIRED with reason and tells the originator, and holder,
+// the target whose offer lapses or the accepting agent whose acceptance does, if any.
 func (w *handoffRun) end(ctx workflow.Context, status handoffpb.HandoffStatus, reason, holder string) (HandoffResult, error) {
 	w.open = false
 	w.st.Status, w.st.EndReason, w.st.UpdatedAt = status, reason, workflow.Now(ctx)
@@ -740,7 +783,7 @@ func (w *handoffRun) notify(ctx workflow.Context, to, event, reason string, grac
 	w.notes++
 	return w.exec(ctx, w.acts.NotifyHandoff, activities.NotifyHandoffInput{RequestID: w.in.RequestID, Correlation: w.in.Correlation,
 		To: to, Event: event, N: w.notes, From: w.in.From, Target: w.st.Target, AcceptedBy: w.st.AcceptedBy, State: w.st.Status,
-		Reason: reason, Code: w.st.EndCode, RedirectTo: w.st.RedirectTo, GracePeriod: grace}, nil)
+		Reason: reason, Code: w.st.EndCode, RedirectTo: w.st.RedirectTo, CompleteBy: w.st.CompleteBy, GracePeriod: grace}, nil)
 }
 
 // upsert sets SW4RMHandoffState and, when it grew, SW4RMHandoffAgents.

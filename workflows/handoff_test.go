@@ -651,3 +651,75 @@ func TestHandoffDeadlinePassedBeforeTheOffer(t *testing.T) {
 	assert.Empty(t, h.offers)
 	assert.Equal(t, []string{"a:handoff_expired"}, h.told())
 }
+
+// TestHandoffAcceptedExpiresAtCompletionDeadline: an accepted handoff nobody completes ends
+// EXPIRED at its completion deadline (the configured timeout from the acceptance): the
+// accepting agent and then the originator are told why, the originator is not fenced, and
+// the expiry is recorded.
+func TestHandoffAcceptedExpiresAtCompletionDeadline(t *testing.T) {
+	h := newHandoffHarness(t)
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	h.env.SetStartTime(t0)
+	acc := h.accept(time.Second, "b")
+	in := handoffInput("b")
+	in.CompletionTimeout = 30 * time.Minute
+	res := h.run(in)
+
+	requireAccepted(t, acc)
+	completeBy := t0.Add(time.Second + 30*time.Minute)
+	assert.Equal(t, completeBy, acc.state.CompleteBy.UTC(), "AcceptHandoff learns the deadline")
+	assert.Contains(t, h.timers, 30*time.Minute)
+	assert.Equal(t, handoffpb.HandoffStatus_EXPIRED, res.Status)
+	assert.Equal(t, "completion deadline: accepted by b at 2030-01-01T12:00:01Z and not completed by 2030-01-01T12:30:01Z "+
+		"(the completion timeout of 30m0s from the acceptance); the context stays with a", res.EndReason)
+	assert.Equal(t, []string{"a:handoff_accepted", "b:handoff_expired", "a:handoff_expired"}, h.told(),
+		"the accepting agent stops, the originator learns its work is its own again")
+	assert.Equal(t, completeBy, h.notes[0].CompleteBy.UTC(), "the originator knows from the acceptance when it hears back at the latest")
+	assert.Equal(t, res.EndReason, h.notes[2].Reason)
+	assert.Empty(t, h.fences, "only completion fences the originator")
+	assert.Equal(t, []handoffpb.HandoffStatus{handoffpb.HandoffStatus_ACCEPTED, handoffpb.HandoffStatus_EXPIRED}, h.recorded())
+	assert.Contains(t, h.records[0].Note, "complete by 2030-01-01T12:30:01Z: the completion timeout of 30m0s", "the deadline is audited with the acceptance")
+}
+
+// TestHandoffCompletionDeadlineFromBudget: the request's budget sets the completion deadline
+// — wall_time_remaining_ms from the request — and a completion before it completes.
+func TestHandoffCompletionDeadlineFromBudget(t *testing.T) {
+	t.Run("expires", func(t *testing.T) {
+		h := newHandoffHarness(t)
+		h.accept(5*time.Minute, "b")
+		in := handoffInput("b")
+		in.Budget.WallTimeMs = uint64((20 * time.Minute).Milliseconds())
+		res := h.run(in)
+		assert.Contains(t, h.timers, 15*time.Minute, "20 minutes from the request, 5 of them spent waiting for acceptance")
+		assert.Equal(t, handoffpb.HandoffStatus_EXPIRED, res.Status)
+		assert.Contains(t, res.EndReason, "the budget's wall_time_remaining_ms 1200000 from the request")
+	})
+	t.Run("completed in time", func(t *testing.T) {
+		h := newHandoffHarness(t)
+		t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+		h.env.SetStartTime(t0)
+		h.accept(time.Second, "b")
+		done := h.complete(2*time.Hour, "b")
+		in := handoffInput("b")
+		in.Budget.DeadlineEpochMs = uint64(t0.Add(3 * time.Hour).UnixMilli())
+		res := h.run(in)
+		requireAccepted(t, done)
+		assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+		assert.Equal(t, t0.Add(3*time.Hour), res.CompleteBy.UTC())
+		assert.Len(t, h.fences, 1)
+	})
+}
+
+// TestHandoffCompletionDeadlineLegacy: a run recorded before the completion deadline keeps
+// waiting without one — a completion two hours after acceptance, past the default hour,
+// still completes it.
+func TestHandoffCompletionDeadlineLegacy(t *testing.T) {
+	h := newHandoffHarness(t)
+	h.env.OnGetVersion("handoff-completion-deadline", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	acc := h.accept(time.Second, "b")
+	h.complete(2*time.Hour, "b")
+	res := h.run(handoffInput("b"))
+	requireAccepted(t, acc)
+	assert.Zero(t, acc.state.CompleteBy)
+	assert.Equal(t, handoffpb.HandoffStatus_COMPLETED, res.Status)
+}

@@ -124,8 +124,16 @@ const (
 	// GetPendingHandoffs answers it as a response header, one value per pending request.
 	ContextContentTypeKey = "sw4rm-context-content-type"
 	// HandoffStateHeader holds the handoff's state after RequestHandoff, AcceptHandoff or
-	// RejectHandoff (e.g. "PENDING").
+	// RejectHandoff (e.g. "PENDING"); on GetPendingHandoffs, one value per listed request.
 	HandoffStateHeader = "sw4rm-handoff-state"
+	// HandoffIncludeAcceptedKey set to "true" on GetPendingHandoffs lists, after the offers
+	// waiting for the agent's answer, the handoffs it accepted and has not completed, with
+	// their context snapshots: what an agent restarting after a crash needs to carry on
+	// (§17.6 "particularly after recovery from failure states").
+	HandoffIncludeAcceptedKey = "sw4rm-handoff-include-accepted"
+	// HandoffCompleteByHeader is the AcceptHandoff response header holding, in RFC 3339, when
+	// the accepted handoff must be completed by before it expires.
+	HandoffCompleteByHeader = "sw4rm-handoff-complete-by"
 )
 
 // HITL (§15, docs/hitl.md).

@@ -142,6 +142,19 @@ func (h *handoffsStore) ListOfferedTo(ctx context.Context, agentID string) ([]st
 	}), nil
 }
 
+// ListAcceptedBy implements store.Handoffs.
+func (h *handoffsStore) ListAcceptedBy(ctx context.Context, agentID string) ([]store.HandoffRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := h.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listHandoffsLocked(func(rec store.HandoffRecord) bool {
+		return rec.Status == handoffpb.HandoffStatus_ACCEPTED && openDelegate(rec) == agentID
+	}), nil
+}
+
 // ListByCorrelation implements store.Handoffs.
 func (h *handoffsStore) ListByCorrelation(ctx context.Context, correlation string) ([]store.HandoffRecord, error) {
 	if err := ctx.Err(); err != nil {

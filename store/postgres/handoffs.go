@@ -136,6 +136,12 @@ func (h *handoffsStore) ListOfferedTo(ctx context.Context, agentID string) ([]st
 		agentID, int32(handoffpb.HandoffStatus_PENDING))
 }
 
+// ListAcceptedBy implements store.Handoffs.
+func (h *handoffsStore) ListAcceptedBy(ctx context.Context, agentID string) ([]store.HandoffRecord, error) {
+	return h.listHandoffs(ctx, fmt.Sprintf("handoffs accepted by %q", agentID), `status = $2 AND COALESCE(NULLIF(accepted_by, ''), target) = $1`,
+		agentID, int32(handoffpb.HandoffStatus_ACCEPTED))
+}
+
 // ListByCorrelation implements store.Handoffs.
 func (h *handoffsStore) ListByCorrelation(ctx context.Context, correlation string) ([]store.HandoffRecord, error) {
 	return h.listHandoffs(ctx, fmt.Sprintf("handoffs of correlation %q", correlation), `correlation = $1`, correlation)

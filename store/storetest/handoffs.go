@@ -223,6 +223,34 @@ func runHandoffs(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Empty(t, got)
 	})
 
+	t.Run("ListAcceptedBy", func(t *testing.T) {
+		h := newStore(t).Handoffs()
+		createHandoff(t, h, handoffRec("a1", "corr-a", "alice", "bob"))
+		createHandoff(t, h, handoffRec("a2", "corr-b", "alice", "bob"))
+		createHandoff(t, h, handoffRec("a3", "corr-c", "alice", "carol"))
+		createHandoff(t, h, handoffRec("a4", "corr-d", "alice", "bob"))
+		createHandoff(t, h, handoffRec("a5", "corr-e", "alice", "bob"))
+		createHandoff(t, h, handoffRec("a0", "corr-f", "alice", "bob"))
+		updateHandoff(t, h, "a2", handoffpb.HandoffStatus_ACCEPTED, "", "bob", "")
+		updateHandoff(t, h, "a3", handoffpb.HandoffStatus_ACCEPTED, "", "carol", "")
+		updateHandoff(t, h, "a4", handoffpb.HandoffStatus_ACCEPTED, "", "bob", "")
+		updateHandoff(t, h, "a4", handoffpb.HandoffStatus_COMPLETED, "", "", "")
+		updateHandoff(t, h, "a5", handoffpb.HandoffStatus_ACCEPTED, "", "", "") // no accepter recorded: its target
+		updateHandoff(t, h, "a0", handoffpb.HandoffStatus_ACCEPTED, "", "bob", "")
+
+		got, err := h.ListAcceptedBy(t.Context(), "bob")
+		require.NoError(t, err)
+		require.Equal(t, []string{"a2", "a5", "a0"}, handoffRequestIDs(got),
+			"ACCEPTED by bob only — not PENDING on him, not completed — oldest first")
+		require.Equal(t, getHandoff(t, h, "a2"), got[0], "whole records, the snapshot's request with them")
+		got, err = h.ListAcceptedBy(t.Context(), "carol")
+		require.NoError(t, err)
+		require.Equal(t, []string{"a3"}, handoffRequestIDs(got))
+		got, err = h.ListAcceptedBy(t.Context(), "dave")
+		require.NoError(t, err)
+		require.Empty(t, got)
+	})
+
 	t.Run("ListByCorrelation", func(t *testing.T) {
 		h := newStore(t).Handoffs()
 		createHandoff(t, h, handoffRec("z1", "corr-a", "alice", "bob"))
