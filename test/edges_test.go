@@ -167,10 +167,10 @@ func rawAck(t *testing.T, conn grpc.ClientConnInterface, producer, correlation, 
 
 // TestNumericAckEnums covers ACK payloads whose ack_stage and error_code are enum numbers,
 // as the published JS and Python SDKs write them, on both stores: B's numeric READ and
-// FULFILLED are accepted and move A's message to FULFILLED, and A receives them exactly as B
-// wrote them; a numeric REJECTED with error_code 6 rejects the next message with
+// FULFILLED are accepted and move A's message to FULFILLED, and A, which writes names,
+// receives them in names; a numeric REJECTED with error_code 6 rejects the next message with
 // validation_error. The ACK RECEIVED and the NACK the server writes itself spell the enums
-// by name (RFC §13's example).
+// by name (RFC §13's example) for A. TestAckDialects covers agents that use numbers.
 func TestNumericAckEnums(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
@@ -197,10 +197,11 @@ func TestNumericAckEnums(t *testing.T) {
 			resp = rawAck(t, b.Conn(), b.ID(), m1.GetCorrelationId(), fulfilled)
 			require.True(t, resp.GetAccepted(), resp.GetReason())
 			assert.Equal(t, commonpb.EnvelopeState_ENVELOPE_STATE_FULFILLED, state(m1.GetMessageId()).State)
+			// B's ACKs reach A in A's dialect: A writes names (docs/messaging.md "ACK dialects").
 			got := aIn.next(t, true, ackFor(m1.GetMessageId(), commonpb.AckStage_READ))
-			assert.Equal(t, read, string(got.Envelope.GetPayload()), "forwarded as B wrote it")
+			assert.JSONEq(t, `{"ack_for_message_id":"`+m1.GetMessageId()+`","ack_stage":"READ"}`, string(got.Envelope.GetPayload()), "forwarded in A's dialect")
 			got = aIn.next(t, true, ackFor(m1.GetMessageId(), commonpb.AckStage_FULFILLED))
-			assert.Equal(t, fulfilled, string(got.Envelope.GetPayload()), "forwarded as B wrote it")
+			assert.JSONEq(t, `{"ack_for_message_id":"`+m1.GetMessageId()+`","ack_stage":"FULFILLED"}`, string(got.Envelope.GetPayload()), "forwarded in A's dialect")
 			assert.Equal(t, b.ID(), got.Envelope.GetProducerId())
 
 			m2, err := a.Send(ctx, sdk.Message{To: b.ID(), Payload: []byte(`{"n":2}`)})
