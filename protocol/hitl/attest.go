@@ -103,7 +103,8 @@ func Attest(d Decision, key ed25519.PrivateKey, expires time.Time) (Decision, er
 // decide this reason type — and returns the id of the key that vouched for it. It is
 // deterministic, so the workflow runs it, with workflow.Now, on every decision it receives.
 // A decision carrying a token is refused whatever else it carries: accepting it would invite
-// secrets into history.
+// secrets into history. A decision through the message door (ViaMessage) must name the
+// policy's HITL agent, which may decide every reason type, and be signed by a decision key.
 func (p Policy) Authorize(d Decision, reasonType string, now time.Time) (string, error) {
 	if d.Token != "" {
 		return "", errors.New("permission_denied: a decision carrying a token is refused, since a signal's input stays in workflow history " +
@@ -116,8 +117,17 @@ func (p Policy) Authorize(d Decision, reasonType string, now time.Time) (string,
 	if d.Operator == "" {
 		return "", errors.New("permission_denied: an operator is required")
 	}
+	// A decision through the message door is the HITL agent's, vouched for by the frontend
+	// that took its message: it names the agent, never an operator, and only a decision key
+	// signs it. Every other door names an operator.
+	fromAgent := d.Via == ViaMessage
 	op, ok := p.Operator(d.Operator)
-	if !ok {
+	switch {
+	case fromAgent && (p.Agent == "" || d.Operator != p.Agent):
+		return "", fmt.Errorf("permission_denied: %q is not the deployment's HITL agent, the only one that decides through the message plane", d.Operator)
+	case fromAgent:
+		op = Operator{Name: p.Agent}
+	case !ok:
 		return "", fmt.Errorf("permission_denied: unknown operator %q", d.Operator)
 	}
 	pub, operatorKey := p.key(op, a.KeyID)
@@ -141,6 +151,9 @@ func (p Policy) Authorize(d Decision, reasonType string, now time.Time) (string,
 	}
 	if expires.Sub(now) > MaxAttestationTTL {
 		return "", fmt.Errorf("permission_denied: the attestation expires at %s, more than %s ahead", expires.UTC().Format(time.RFC3339), MaxAttestationTTL)
+	}
+	if fromAgent {
+		return a.KeyID, nil // the HITL agent decides every reason type
 	}
 	if err := p.Permit(d.Operator, reasonType); err != nil {
 		return "", err

@@ -198,7 +198,8 @@ type Decision struct {
 	// here is a reusable secret stored there. Runs started since attested decisions refuse it;
 	// only runs recorded before accept it (see workflows.HitlWait).
 	Token string `json:"token,omitempty"`
-	// Via records the door: "cli", "grpc" or "signal" (empty means signal).
+	// Via records the door: "cli", "grpc", "signal" (empty means signal) or ViaMessage, a
+	// HITL agent's reply on the message plane.
 	Via string `json:"via,omitempty"`
 	// Attestation proves the decision: a short-lived signature over it by the deployment's
 	// decision key (the CLI and gRPC doors, after the frontend authenticated the operator) or
@@ -275,6 +276,11 @@ type Policy struct {
 	Operators []Operator `json:"operators"`
 	// External names an external HITL component (a canonical HitlService) if configured.
 	External string `json:"external,omitempty"`
+	// Agent is the agent_id of the deployment's HITL agent (SW4RM_HITL_AGENT), if one is
+	// configured: every invocation is sent to it as a HITL_INVOCATION envelope, and a decision
+	// it sends on the message plane (Via ViaMessage), attested by a decision key, counts.
+	// Policies recorded in workflow histories before it existed have none.
+	Agent string `json:"agent,omitempty"`
 	// DecisionKeys are the public keys of the deployment's decision key, with which frontends
 	// attest the decisions of operators they authenticated (SW4RM_HITL_DECISION_KEY_FILE).
 	DecisionKeys []ed25519.PublicKey `json:"decision_keys,omitempty"`
