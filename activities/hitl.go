@@ -143,6 +143,58 @@ func (a *Activities) RecordHitlOutcome(ctx context.Context, in HitlOutcomeInput)
 	return nil
 }
 
+// HitlAgentInput asks SendHitlInvocation to tell the HITL agent of an invocation.
+type HitlAgentInput struct {
+	// Invocation is the invocation.
+	Invocation hitl.Invocation
+	// Agent is the HITL agent's agent_id (hitl.Policy.Agent).
+	Agent string
+	// Deadline is when the invocation's fallback applies, the payload's deadline_ts.
+	Deadline time.Time
+}
+
+// HitlAgentDelivery is what SendHitlInvocation did.
+type HitlAgentDelivery struct {
+	// Delivered is true once the envelope is in the agent's buffer.
+	Delivered bool
+	// MessageID is the envelope's message_id (hitl.InvocationMessageID).
+	MessageID string
+	// Reason says why it was not delivered.
+	Reason string `json:",omitempty"`
+}
+
+// SendHitlInvocation sends the HITL agent the invocation as a HITL_INVOCATION envelope from
+// the scheduler (§15, §15.2; hitl.InvocationEnvelope) on the PRIVILEGED lane, like the
+// scheduler's other control traffic, once: its message_id derives from the invocation id, so
+// a retry finds it admitted. An agent that is not registered is not delivered to, which the
+// result says, and the wait decides what that means (§15.4).
+func (a *Activities) SendHitlInvocation(ctx context.Context, in HitlAgentInput) (HitlAgentDelivery, error) {
+	env, err := hitl.InvocationEnvelope(in.Invocation, in.Deadline)
+	if err != nil {
+		return HitlAgentDelivery{}, temporal.NewNonRetryableApplicationError("encode the invocation: "+err.Error(), "validation_error", err)
+	}
+	out := HitlAgentDelivery{MessageID: env.GetMessageId()}
+	if _, err := a.Router.Agent(ctx, in.Agent); errors.Is(err, store.ErrNotFound) {
+		out.Reason = "HITL agent " + in.Agent + " is not registered"
+		return out, nil
+	} else if err != nil {
+		return out, fmt.Errorf("look up HITL agent %s: %w", in.Agent, err)
+	}
+	err = a.Router.Notify(ctx, in.Agent, env)
+	switch {
+	case errors.Is(err, store.ErrDuplicateMessage):
+		// A retry after a lost answer: the envelope is there already, and was audited.
+	case err != nil:
+		return out, fmt.Errorf("send invocation %s to HITL agent %s: %w", in.Invocation.InvocationID, in.Agent, err)
+	default:
+		a.Sink.Record(ctx, audit.Event{CorrelationID: in.Invocation.CorrelationID, Actor: protocol.SchedulerID, Type: "hitl.sent",
+			AgentID: in.Agent, MessageID: env.GetMessageId(),
+			Details: map[string]any{"invocation_id": in.Invocation.InvocationID, "agent": in.Agent, "reason_type": in.Invocation.ReasonType}})
+	}
+	out.Delivered = true
+	return out, nil
+}
+
 // AskExternalHitl forwards an invocation to the configured external HITL component (a
 // server of the canonical sw4rm.hitl.HitlService) and waits for its decision. The component
 // must answer its health check within HitlUnavailableDetection, else the activity fails with

@@ -91,6 +91,9 @@ type Config struct {
 	// HITLExternal is the address of an external HITL component serving the canonical
 	// HitlService, empty for none (§15.4).
 	HITLExternal string
+	// HITLAgent is the agent_id of the HITL agent, which is sent every invocation as a
+	// HITL_INVOCATION envelope and decides on the message plane (§15); empty for none.
+	HITLAgent string
 	// HITLUnavailablePolicy is the deployment's fallback when no human decides in time or the
 	// HITL component is unavailable (§15.3, §15.4 hitl_unavailable_policy): DENY_BY_DEFAULT
 	// (empty), AUTO_DECIDE_THRESHOLD or EXTEND_TIMEOUT. It applies to every invocation that
@@ -213,7 +216,12 @@ func (c Config) Resolve() (Resolved, error) {
 	if operators, err = hitl.ParseOperatorKeys(operators, c.HITLOperatorKeys); err != nil {
 		return r, settingError("SW4RM_HITL_OPERATOR_KEYS", err)
 	}
-	r.HITLPolicy = hitl.Policy{Operators: operators, External: c.HITLExternal}
+	if c.HITLAgent != "" {
+		if perr := protocol.ValidateAgentID(c.HITLAgent); perr != nil {
+			return r, settingError("SW4RM_HITL_AGENT", errors.New(perr.Msg))
+		}
+	}
+	r.HITLPolicy = hitl.Policy{Operators: operators, External: c.HITLExternal, Agent: c.HITLAgent}
 	if r.HITLPolicy.Fallback, err = c.hitlFallback(); err != nil {
 		return r, err
 	}
@@ -352,13 +360,18 @@ func CheckStore(cfg Config, roles Roles) error {
 		"Point every sw4rm server and worker at one PostgreSQL, or run `sw4rm dev` for both roles in one process on the memory store", roles.command())
 }
 
-// CheckHITLKey refuses a server or worker started alone with HITL operators but without the
-// decision key: a server could not vouch for its operators' decisions, a worker could not
-// check them, and every decision would be refused after the operator was told it was sent.
+// CheckHITLKey refuses a server or worker started alone with HITL operators or a HITL agent
+// but without the decision key: a server could not vouch for their decisions, a worker could
+// not check them, and every decision would be refused after it was sent.
 // `sw4rm dev` generates a key in memory instead (LoadHITLDecisionKey).
 func CheckHITLKey(cfg Config, roles Roles) error {
 	if cfg.HITLDecisionKeyFile != "" || roles.Server == roles.Worker {
 		return nil
+	}
+	if cfg.HITLAgent != "" {
+		return fmt.Errorf("`%s` has a HITL agent (SW4RM_HITL_AGENT) but no HITL decision key: set SW4RM_HITL_DECISION_KEY_FILE "+
+			"(or --hitl-decision-key-file) on every sw4rm server and worker to one file holding a 32-byte Ed25519 seed in hex, "+
+			"e.g. made by `sw4rm keys generate --out FILE`; servers vouch for the agent's decisions with it and workers check them (docs/hitl.md)", roles.command())
 	}
 	if ops, err := hitl.ParseOperators(cfg.HITLOperators); err != nil || len(ops) == 0 {
 		return nil // no operator to decide (a malformed list is Resolve's to report)

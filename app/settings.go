@@ -230,6 +230,10 @@ var settings = []Setting{
 	{Flag: "hitl-external", Env: "SW4RM_HITL_EXTERNAL", Help: "address of an external HITL component",
 		Doc:  "address of an external HITL component (a canonical HitlService, §15.4)",
 		bind: text(func(c *Config) *string { return &c.HITLExternal }, "")},
+	{Flag: "hitl-agent", Env: "SW4RM_HITL_AGENT", Help: "agent_id of the HITL agent, sent every invocation as a HITL_INVOCATION message, §15",
+		Doc: "agent_id of the HITL agent: every invocation is sent to it as a `HITL_INVOCATION` envelope, and it decides by sending " +
+			"`scheduler` the §15.2 HITL_DECISION; needs the decision key ([docs/hitl.md](docs/hitl.md), \"A HITL agent on the message plane\")",
+		bind: text(func(c *Config) *string { return &c.HITLAgent }, "")},
 	{Flag: "hitl-unavailable-policy", Env: "SW4RM_HITL_UNAVAILABLE_POLICY",
 		Help: "fallback when no human decides in time or the HITL component is unavailable: DENY_BY_DEFAULT, AUTO_DECIDE_THRESHOLD or EXTEND_TIMEOUT, §15.4",
 		Doc: "fallback when no human decides in time or the HITL component is unavailable (§15.3, §15.4 `hitl_unavailable_policy`): " +

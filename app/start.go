@@ -221,8 +221,8 @@ func (a *App) startShared(ctx context.Context, p prepared, roles Roles) error {
 		return settingError("SW4RM_REASONING_EXTERNAL", err)
 	}
 	log.Info("reasoning engine", "engine", reasoning.NameOf(a.reasoning))
-	if len(p.HITLPolicy.Operators) == 0 && cfg.HITLExternal == "" {
-		log.Warn("no HITL operators and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
+	if len(p.HITLPolicy.Operators) == 0 && cfg.HITLExternal == "" && cfg.HITLAgent == "" {
+		log.Warn("no HITL operators, no HITL agent and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
 	}
 	a.sink = audit.NewAsync(log, st.Audit(), 4096)
 	a.router = router.New(st, routerConfig(cfg, p.sec.acl), a.sink)
@@ -232,6 +232,8 @@ func (a *App) startShared(ctx context.Context, p prepared, roles Roles) error {
 	// ACKs of the scheduler's CONTROL messages, and the sections agents declare, go to the
 	// agents' lifecycle workflows (§7).
 	sched := bridge.NewScheduler(a.temporal, a.relay, st, a.sink)
+	// The HITL agent's decisions, vouched for with the decision key (§15, docs/hitl.md).
+	sched.SetHITLAgent(p.HITLPolicy.Agent, p.decisionKey)
 	a.router.SetScheduler(sched.Handlers(), sched)
 	log.Info("sw4rm starting", "temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue,
 		"store", st.Kind(), "server", roles.Server, "worker", roles.Worker)

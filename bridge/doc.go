@@ -6,8 +6,8 @@
 // them may apply an ACK, time a message out or relay another process's outbox entries):
 //
 //   - the messages agents address to the scheduler, taken by the dispatch table Scheduler
-//     gives the router (router.SchedulerHandlers): non-preemptible sections (§7.2) and
-//     provider agents' answers to tool calls (§18.2);
+//     gives the router (router.SchedulerHandlers): non-preemptible sections (§7.2),
+//     provider agents' answers to tool calls (§18.2) and the HITL agent's decisions (§15.2);
 //   - the outbox entries the router writes with its own steps, built from its notices
 //     (router.Notice): the ACKs of the scheduler's CONTROL messages, the beginning and end of
 //     an agent's wait on a response (004 §2) and the events messages deliver to DAG runs

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 
@@ -22,7 +23,8 @@ import (
 //
 //   - non-preemptible section declarations become the sender's AgentControlSignal, and
 //     provider agents' answers to tool calls are stored and reach the call's workflow
-//     (tool_replies.go) — the router's dispatch table for messages to the scheduler, Handlers;
+//     (tool_replies.go), and the HITL agent's decisions reach the invocation's wait
+//     (hitl_replies.go) — the router's dispatch table for messages to the scheduler, Handlers;
 //   - the router's notices become outbox entries the router writes with the step they report
 //     (Entry): the ACKs of the scheduler's CONTROL messages become AgentControlAckSignal, an
 //     agent's wait on a response and its end AgentResponseWaitSignal, and the event a message
@@ -37,6 +39,10 @@ type Scheduler struct {
 	// them.
 	store store.Store
 	sink  *audit.Sink
+	// hitlAgent is the deployment's HITL agent and decisionKey the key that attests its
+	// decisions (SetHITLAgent, hitl_replies.go); without an agent every reply is refused.
+	hitlAgent   string
+	decisionKey ed25519.PrivateKey
 }
 
 var _ router.SchedulerOutbox = (*Scheduler)(nil)
@@ -50,12 +56,14 @@ func NewScheduler(tc client.Client, relay *outbox.Relay, st store.Store, sink *a
 
 // Handlers returns the router's dispatch table for the messages agents address to the
 // scheduler: CONTROL declares a non-preemptible section (§7.2), TOOL_RESULT and TOOL_ERROR
-// answer a tool call the scheduler routed to a provider agent (§18.2).
+// answer a tool call the scheduler routed to a provider agent (§18.2), and HITL_INVOCATION
+// carries the HITL agent's decision on an invocation the scheduler sent it (§15.2).
 func (s *Scheduler) Handlers() router.SchedulerHandlers {
 	return router.SchedulerHandlers{
-		commonpb.MessageType_CONTROL:     s.control,
-		commonpb.MessageType_TOOL_RESULT: s.toolReply,
-		commonpb.MessageType_TOOL_ERROR:  s.toolReply,
+		commonpb.MessageType_CONTROL:         s.control,
+		commonpb.MessageType_TOOL_RESULT:     s.toolReply,
+		commonpb.MessageType_TOOL_ERROR:      s.toolReply,
+		commonpb.MessageType_HITL_INVOCATION: s.hitlReply,
 	}
 }
 

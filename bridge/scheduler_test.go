@@ -64,7 +64,7 @@ func TestEntryCarriesEachNoticeToItsWorkflow(t *testing.T) {
 // before Temporal is asked.
 func TestHandlersTakeControlAndToolReplies(t *testing.T) {
 	hs := NewScheduler(nil, nil, nil, nil).Handlers()
-	assert.Len(t, hs, 3)
+	assert.Len(t, hs, 4)
 	for _, mt := range []commonpb.MessageType{commonpb.MessageType_TOOL_RESULT, commonpb.MessageType_TOOL_ERROR} {
 		perr, err := hs[mt](t.Context(), &commonpb.Envelope{MessageType: mt})
 		require.NoError(t, err)

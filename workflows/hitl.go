@@ -60,7 +60,9 @@ func RequestHITL(ctx workflow.Context, inv hitl.Invocation) (hitl.Outcome, error
 // carry a valid attestation (hitl.Attest): signed by the deployment's decision key or
 // by the operator's own key, unexpired, for this invocation. Decisions without one — a
 // plaintext token included — for another invocation, or malformed, are refused and audited;
-// the first valid decision wins.
+// the first valid decision wins. When the policy names a HITL agent, the wait also sends it
+// the invocation as a HITL_INVOCATION envelope (§15); the agent's reply reaches the same
+// signal, attested by the frontend that took it (Via hitl.ViaMessage).
 func HitlWait(ctx workflow.Context, in HitlWaitInput) (hitl.Outcome, error) {
 	w := &hitlWait{inv: in.Invocation}
 	return w.run(ctx)
@@ -82,6 +84,11 @@ const (
 	// instead of DENY_BY_DEFAULT, and the stored invocation shows the one applied (§15.3,
 	// §15.4). Runs recorded before keep DENY_BY_DEFAULT.
 	hitlDeploymentFallback = "hitl-deployment-fallback"
+	// hitlAgentInvocation: when the policy names a HITL agent, the wait sends it the
+	// invocation as a HITL_INVOCATION envelope (activities.SendHitlInvocation, §15) and
+	// counts it as a HITL component (§15.3). Runs recorded before never sent one; their
+	// policies name no agent.
+	hitlAgentInvocation = "hitl-agent-invocation"
 )
 
 type hitlWait struct {
@@ -94,8 +101,11 @@ type hitlWait struct {
 	extensions   int
 	refused      int
 	outcome      *hitl.Outcome
-	// unavailable is set once the external HITL component was found unavailable.
+	// unavailable is set once the external HITL component, or the HITL agent when it is the
+	// only component, was found unavailable.
 	unavailable bool
+	// agentAsked is set once the HITL agent has the invocation in its buffer.
+	agentAsked bool
 
 	// What the wait keeps between the steps of its loop (see run).
 	actx           workflow.Context // activity options for the audit and the records
@@ -147,8 +157,9 @@ func (w *hitlWait) run(ctx workflow.Context) (hitl.Outcome, error) {
 	}
 
 	w.actx = actx
-	if len(w.policy.Operators) == 0 && w.policy.External == "" {
+	if len(w.policy.Operators) == 0 && w.policy.External == "" && w.policy.Agent == "" {
 		// §15.3: without a HITL component nothing may block; the fallback applies now.
+		// (Policies recorded before HITL agents existed name none: the same test as before.)
 		w.fallback(ctx, "no_hitl_component")
 	}
 
@@ -158,6 +169,11 @@ func (w *hitlWait) run(ctx workflow.Context) (hitl.Outcome, error) {
 	w.timer = workflow.NewTimer(timerCtx, w.deadline.Sub(workflow.Now(ctx)))
 	w.cancelExternal = func() {}
 	w.askExternal(ctx)
+	if w.outcome == nil && !w.askAgent(ctx) && w.onlyAgent() {
+		// §15.4: the one HITL component is unavailable, as an external one can be.
+		w.unavailable = true
+		w.extendOrFallback(ctx, "hitl_unavailable")
+	}
 
 	for w.outcome == nil {
 		sel := workflow.NewSelector(ctx)
@@ -207,6 +223,46 @@ func (w *hitlWait) askExternal(ctx workflow.Context) {
 	w.external = workflow.ExecuteActivity(ectx, acts.AskExternalHitl, w.inv)
 }
 
+// askAgent sends the HITL agent, if the policy names one, the invocation as a
+// HITL_INVOCATION envelope (§15), unless it has it already. It reports false when there is
+// an agent and it could not be sent the invocation — not registered, or the send failed —
+// which is audited as hitl.unavailable.
+func (w *hitlWait) askAgent(ctx workflow.Context) bool {
+	if w.policy.Agent == "" || w.agentAsked {
+		return true
+	}
+	if workflow.GetVersion(ctx, hitlAgentInvocation, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return true
+	}
+	var acts *activities.Activities
+	// A few quick attempts: the send is one store write, and the wait must not stall on it.
+	sctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
+	})
+	var sent activities.HitlAgentDelivery
+	err := workflow.ExecuteActivity(sctx, acts.SendHitlInvocation, activities.HitlAgentInput{
+		Invocation: w.inv, Agent: w.policy.Agent, Deadline: w.deadline,
+	}).Get(ctx, &sent)
+	if err == nil && sent.Delivered {
+		w.agentAsked = true
+		return true
+	}
+	reason := sent.Reason
+	if err != nil {
+		reason = err.Error()
+	}
+	workflow.GetLogger(ctx).Warn("HITL agent unavailable", "invocation_id", w.inv.InvocationID, "agent", w.policy.Agent, "reason", reason)
+	w.audit(ctx, "hitl.unavailable", "scheduler", map[string]any{"agent": w.policy.Agent, "error": reason, "policy": w.inv.Fallback.Policy})
+	return false
+}
+
+// onlyAgent reports whether the HITL agent is the deployment's only HITL component: no
+// operators, no external component.
+func (w *hitlWait) onlyAgent() bool {
+	return w.policy.Agent != "" && len(w.policy.Operators) == 0 && w.policy.External == ""
+}
+
 // extendOrFallback handles the deadline and external unavailability alike (§15.4).
 func (w *hitlWait) extendOrFallback(ctx workflow.Context, reason string) {
 	if w.inv.Fallback.Policy != hitl.ExtendTimeout {
@@ -234,6 +290,10 @@ func (w *hitlWait) extendOrFallback(ctx workflow.Context, reason string) {
 	w.audit(ctx, "hitl.deadline_extended", "fallback", map[string]any{"reason": reason, "extension": w.extensions, "max_extensions": maxExt, "deadline": w.deadline.UTC().Format(time.RFC3339)})
 	if reason == "hitl_unavailable" {
 		w.askExternal(ctx)
+	} else {
+		// The deadline passed: a HITL agent that could not be sent the invocation is asked
+		// again for the extension (§15.4 "retry HITL escalation").
+		w.askAgent(ctx)
 	}
 }
 
