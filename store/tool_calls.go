@@ -58,6 +58,11 @@ type ToolCalls interface {
 	CreateCall(ctx context.Context, rec ToolCallRecord, entries ...OutboxEntry) (stored ToolCallRecord, created bool, err error)
 	// GetCall returns a call or ErrNotFound.
 	GetCall(ctx context.Context, callID string) (ToolCallRecord, error)
+	// OpenCalls returns the calls without their final frame that caller made or whose
+	// provider is providerID, oldest first; an empty caller or providerID matches nothing.
+	// An agent's end releases them (§8.4): its own calls as caller "agent:<agent_id>", the
+	// calls to the tools it provides as provider <agent_id>.
+	OpenCalls(ctx context.Context, caller, providerID string) ([]ToolCallRecord, error)
 	// AppendFrame stores the call's next, non-final frame and returns it numbered; ErrCallClosed
 	// once the final frame is stored; ErrNotFound for an unknown call.
 	AppendFrame(ctx context.Context, callID, contentType string, data []byte) (ToolFrameRecord, error)

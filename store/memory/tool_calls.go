@@ -2,8 +2,10 @@ package memory
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -61,6 +63,27 @@ func (c *toolCallsStore) GetCall(ctx context.Context, callID string) (store.Tool
 		return store.ToolCallRecord{}, store.ErrNotFound
 	}
 	return row.rec, nil
+}
+
+// OpenCalls implements store.ToolCalls.
+func (c *toolCallsStore) OpenCalls(ctx context.Context, caller, providerID string) ([]store.ToolCallRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := c.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []store.ToolCallRecord{}
+	for _, row := range s.toolCalls {
+		r := row.rec
+		if !r.Final && ((caller != "" && r.Caller == caller) || (providerID != "" && r.ProviderID == providerID)) {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.ToolCallRecord) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.CallID, b.CallID))
+	})
+	return out, nil
 }
 
 // AppendFrame implements store.ToolCalls.

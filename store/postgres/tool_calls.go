@@ -74,6 +74,22 @@ func (c *toolCallsStore) GetCall(ctx context.Context, callID string) (store.Tool
 	return r, nil
 }
 
+// OpenCalls implements store.ToolCalls; the partial indexes of migration 00021 keep it to
+// the open calls.
+func (c *toolCallsStore) OpenCalls(ctx context.Context, caller, providerID string) ([]store.ToolCallRecord, error) {
+	rows, err := c.s().pool.Query(ctx, `SELECT `+toolCallColumns+` FROM tool_calls WHERE NOT final AND caller = $1 AND $1 <> ''
+		UNION SELECT `+toolCallColumns+` FROM tool_calls WHERE NOT final AND provider_id = $2 AND $2 <> ''
+		ORDER BY created_at, call_id`, caller, providerID)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open tool calls of %q/%q: %w", caller, providerID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ToolCallRecord, error) { return scanToolCall(row) })
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open tool calls of %q/%q: %w", caller, providerID, err)
+	}
+	return out, nil
+}
+
 // AppendFrame implements store.ToolCalls: one statement bumps the call's totals — locking
 // its row, so appends take turns and numbers have no gaps — unless it is final, and inserts
 // the frame numbered with the new count.

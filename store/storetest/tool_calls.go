@@ -47,6 +47,43 @@ func runToolCalls(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Empty(t, fs)
 	})
 
+	t.Run("OpenCallsOfAnAgent", func(t *testing.T) {
+		c := newStore(t).ToolCalls()
+		ctx := t.Context()
+		for _, r := range []store.ToolCallRecord{
+			{CallID: "o1", Caller: "agent:a", ProviderID: "builtin", ToolName: "echo"},
+			{CallID: "o2", Caller: "agent:b", ProviderID: "a", ToolName: "hold"},
+			{CallID: "o3", Caller: "agent:a", ProviderID: "a", ToolName: "hold"},
+			{CallID: "o4", Caller: "agent:a", ProviderID: "builtin", ToolName: "echo"},
+			{CallID: "o5", Caller: "agent:b", ProviderID: "builtin", ToolName: "echo"},
+			{CallID: "o6", Caller: "", ProviderID: "", ToolName: "echo"},
+		} {
+			_, _, err := c.CreateCall(ctx, r)
+			require.NoError(t, err)
+			time.Sleep(2 * time.Millisecond) // created_at orders them
+		}
+		_, _, err := c.Finish(ctx, "o4", "application/json", nil, func(uint64, uint64) []byte { return []byte(`{}`) })
+		require.NoError(t, err)
+		ids := func(rs []store.ToolCallRecord) []string {
+			out := []string{}
+			for _, r := range rs {
+				out = append(out, r.CallID)
+			}
+			return out
+		}
+		got, err := c.OpenCalls(ctx, "agent:a", "a")
+		require.NoError(t, err)
+		require.Equal(t, []string{"o1", "o2", "o3"}, ids(got), "made by a or provided by a, once each, without the finished o4")
+		require.Equal(t, "agent:b", got[1].Caller)
+		got, err = c.OpenCalls(ctx, "agent:b", "")
+		require.NoError(t, err)
+		require.Equal(t, []string{"o2", "o5"}, ids(got))
+		got, err = c.OpenCalls(ctx, "", "")
+		require.NoError(t, err)
+		require.NotNil(t, got)
+		require.Empty(t, got, "empty matches nothing, not the calls without caller or provider")
+	})
+
 	t.Run("FramesAndFinal", func(t *testing.T) {
 		c := newStore(t).ToolCalls()
 		ctx := t.Context()
