@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/inference"
@@ -141,6 +142,9 @@ type Config struct {
 	AuthClockSkew time.Duration
 	// KeyOverlap is how long a rotated-out agent key stays valid beside its successor (§23).
 	KeyOverlap time.Duration
+	// AuditAccess is which access decisions get an audit row: every refusal, or every
+	// allowed call too (§6.5, docs/security.md).
+	AuditAccess frontend.AccessAudit
 	// TLSCertFile and TLSKeyFile are the PEM certificate and key of the gRPC and HTTP ports:
 	// both set turn TLS on, and the certificate is read again when its files change; neither
 	// means plaintext (see ServerTLS).

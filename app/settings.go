@@ -156,6 +156,18 @@ func authMode(at func(*Config) *auth.Mode, def auth.Mode) binding {
 	}}
 }
 
+// accessAudit binds which access decisions are audited, written refused or all.
+func accessAudit(at func(*Config) *frontend.AccessAudit, def frontend.AccessAudit) binding {
+	return field[frontend.AccessAudit]{at: at, def: def, typeName: "string", write: frontend.AccessAudit.String,
+		read: func(s string) (frontend.AccessAudit, error) {
+			v, err := frontend.ParseAccessAudit(s)
+			if err != nil {
+				return v, errors.New("want refused or all") // ParseAccessAudit's own error names the variable
+			}
+			return v, nil
+		}}
+}
+
 // logLevel binds a slog level, written debug, info, warn or error.
 func logLevel(at func(*Config) *slog.Level, def slog.Level) binding {
 	return field[slog.Level]{at: at, def: def, typeName: "string",
@@ -316,6 +328,11 @@ var settings = []Setting{
 		bind: positiveDuration(func(c *Config) *time.Duration { return &c.AuthClockSkew }, frontend.DefaultClockSkew)},
 	{Flag: "key-overlap", Env: "SW4RM_KEY_OVERLAP", Help: "how long a rotated-out agent key stays valid, §23",
 		bind: positiveDuration(func(c *Config) *time.Duration { return &c.KeyOverlap }, frontend.DefaultKeyOverlap)},
+	{Flag: "audit-access", Env: "SW4RM_AUDIT_ACCESS", Help: "access decisions audited: refused, or all (every allowed call too), §6.5",
+		Doc: "access decisions written to the audit log: `refused` (each refusal, `auth.refused`) or `all` (each allowed call too, " +
+			"`auth.allowed` with its method, principal and mode: one row per call and one per stream, also with authentication off) " +
+			"(§6.5, [docs/security.md](docs/security.md))",
+		bind: accessAudit(func(c *Config) *frontend.AccessAudit { return &c.AuditAccess }, frontend.AuditRefused)},
 	{Flag: "tls-cert-file", Env: "SW4RM_TLS_CERT_FILE",
 		Help: "PEM certificate of the gRPC and HTTP ports; with --tls-key-file turns on TLS, reloaded when the file changes",
 		Doc: "PEM certificate of the gRPC and HTTP ports; with `SW4RM_TLS_KEY_FILE` turns TLS on, one alone (or a file that does not load) " +

@@ -60,7 +60,7 @@ func TestDefaults(t *testing.T) {
 		MaxRetries: router.DefaultMaxRetries, DedupWindow: router.DefaultDedupWindow, StreamRetention: router.DefaultStreamRetention,
 		DLQRetention: router.DefaultDLQRetention, PrivilegedRate: router.DefaultPrivilegedRate, PrivilegedBurst: router.DefaultPrivilegedBurst,
 		LaneWeights: router.DefaultLaneWeights, ConflictThreshold: 0.7, PreemptTimeout: 10 * time.Minute, TerminateGrace: 3 * time.Second,
-		Auth: auth.Off, AuthClockSkew: frontend.DefaultClockSkew, KeyOverlap: frontend.DefaultKeyOverlap,
+		Auth: auth.Off, AuthClockSkew: frontend.DefaultClockSkew, KeyOverlap: frontend.DefaultKeyOverlap, AuditAccess: frontend.AuditRefused,
 		GroupCommitFlushers:       postgres.DefaultGroupCommitFlushers,
 		ActivityReconcileInterval: reconcile.DefaultInterval, ActivityReconcileGrace: reconcile.DefaultGrace,
 	}
@@ -72,6 +72,7 @@ func TestDefaults(t *testing.T) {
 var validTexts = map[string][2]string{
 	"string": {"from-env", "from-flag"}, "int": {"7", "9"}, "duration": {"7s", "9s"}, "float64": {"0.3", "0.5"},
 	"lane-weights": {"1,2,3", "3,2,1"}, "auth": {"optional", "required"}, "log-level": {"debug", "warn"},
+	"audit-access": {"all", "refused"},
 }
 
 // TestFlagOverVariable: for every setting, the variable wins over the default and a flag set
@@ -98,11 +99,12 @@ func TestFlagOverVariable(t *testing.T) {
 	}
 }
 
-// TestMalformedValues: a number, duration, mode or level that does not parse is refused from
-// its variable with an error naming the variable, and from its flag naming the flag.
+// TestMalformedValues: a number, duration, mode, level or other enumerated value that does
+// not parse is refused from its variable with an error naming the variable, and from its flag
+// naming the flag.
 func TestMalformedValues(t *testing.T) {
 	for _, s := range settings {
-		if s.bind.kind() == "string" && s.Flag != "lane-weights" && s.Flag != "auth" && s.Flag != "log-level" {
+		if _, own := validTexts[s.Flag]; s.bind.kind() == "string" && !own {
 			continue // free text: Resolve checks the structured ones
 		}
 		t.Run(s.Flag, func(t *testing.T) {
@@ -116,4 +118,21 @@ func TestMalformedValues(t *testing.T) {
 			assert.Contains(t, err.Error(), "--"+s.Flag)
 		})
 	}
+}
+
+// TestAuditAccessSetting: SW4RM_AUDIT_ACCESS reads refused and all (any case, empty is
+// refused), refuses anything else naming the variable, and reaches the authenticator's
+// configuration.
+func TestAuditAccessSetting(t *testing.T) {
+	for text, want := range map[string]frontend.AccessAudit{"": frontend.AuditRefused, "refused": frontend.AuditRefused, "all": frontend.AuditAll, " ALL ": frontend.AuditAll} {
+		t.Setenv("SW4RM_AUDIT_ACCESS", text)
+		c, err := DefaultConfig().FromEnv()
+		require.NoError(t, err, text)
+		assert.Equal(t, want, c.AuditAccess, text)
+		assert.Equal(t, want, authConfig(Resolved{Config: c}, nil, nil, nil).Audit, text)
+	}
+	t.Setenv("SW4RM_AUDIT_ACCESS", "allowed")
+	_, err := DefaultConfig().FromEnv()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `SW4RM_AUDIT_ACCESS="allowed": want refused or all`)
 }

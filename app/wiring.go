@@ -34,7 +34,7 @@ func routerConfig(c Config, policy *acl.Policy) router.Config {
 // authConfig is the frontend authenticator's share of the settings.
 func authConfig(r Resolved, keys store.Keys, sink *audit.Sink, log *slog.Logger) frontend.AuthConfig {
 	return frontend.AuthConfig{Mode: r.Auth, Keys: keys, Operators: r.HITLPolicy,
-		Skew: r.AuthClockSkew, KeyOverlap: r.KeyOverlap, Sink: sink, Log: log}
+		Skew: r.AuthClockSkew, KeyOverlap: r.KeyOverlap, Sink: sink, Audit: r.AuditAccess, Log: log}
 }
 
 // frontendConfig is the gRPC frontend's share of the settings, with what the process built

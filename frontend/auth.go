@@ -45,6 +45,10 @@ import (
 // The mode (SW4RM_AUTH) decides what an unproven caller gets: Off trusts it, Optional lets it
 // through and logs it, Required refuses it with UNAUTHENTICATED. A call that is signed is
 // verified in Optional mode too: a bad signature is never let through.
+//
+// Every refusal is audited as auth.refused; with SW4RM_AUDIT_ACCESS=all every allowed call is
+// audited as auth.allowed too (§6.5: every access decision logged), a stream once, when its
+// first message is admitted.
 
 // DefaultClockSkew is how far a signed call's timestamp may be from the server's clock.
 const DefaultClockSkew = 30 * time.Second
@@ -129,12 +133,47 @@ type AuthConfig struct {
 	Skew time.Duration
 	// KeyOverlap is how long a rotated-out key stays valid (DefaultKeyOverlap if zero).
 	KeyOverlap time.Duration
-	// Sink records every refusal in the audit log (§6.5).
+	// Sink records every refusal in the audit log (§6.5), and every allowed call when Audit
+	// is AuditAll.
 	Sink *audit.Sink
+	// Audit is SW4RM_AUDIT_ACCESS: which access decisions get an audit row of their own.
+	Audit AccessAudit
 	// Log receives the optional mode's notes on unsigned calls.
 	Log *slog.Logger
 	// Now is the clock (time.Now if nil); tests pin it.
 	Now func() time.Time
+}
+
+// AccessAudit is which access decisions the frontend writes to the audit log (§6.5: "all
+// access decisions MUST be logged and auditable" in multi-tenant production).
+type AccessAudit int
+
+const (
+	// AuditRefused audits every refused call as auth.refused; an allowed call is audited
+	// only through the actions it leads to, which name its principal.
+	AuditRefused AccessAudit = iota
+	// AuditAll also audits every allowed call as auth.allowed: one row per unary call and
+	// one per stream, whatever the mode.
+	AuditAll
+)
+
+// String returns the value's configuration name.
+func (v AccessAudit) String() string {
+	if v == AuditAll {
+		return "all"
+	}
+	return "refused"
+}
+
+// ParseAccessAudit reads SW4RM_AUDIT_ACCESS's value: "refused" or "all" ("" is refused).
+func ParseAccessAudit(s string) (AccessAudit, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "refused":
+		return AuditRefused, nil
+	case "all":
+		return AuditAll, nil
+	}
+	return AuditRefused, fmt.Errorf("SW4RM_AUDIT_ACCESS=%q: want refused or all", s)
 }
 
 // Authenticator proves and authorizes every call the frontend serves. One per process: it
@@ -323,7 +362,7 @@ func (a *Authenticator) admit(ctx context.Context, method string, req any, d dec
 		}
 	}
 	if a.cfg.Mode == auth.Off {
-		return auth.WithPrincipal(ctx, p), nil
+		return a.allow(ctx, method, p), nil
 	}
 	get := func(k string) string {
 		if v := md.Get(k); len(v) > 0 {
@@ -356,7 +395,7 @@ func (a *Authenticator) admit(ctx context.Context, method string, req any, d dec
 		}
 		return ctx, a.refuse(ctx, method, p, c, err.Error())
 	}
-	return auth.WithPrincipal(ctx, p), nil
+	return a.allow(ctx, method, p), nil
 }
 
 // verify checks a signed call and returns the id of the key that proves it; a store failure
@@ -451,6 +490,23 @@ func (a *Authenticator) refuse(ctx context.Context, method string, p auth.Princi
 	a.cfg.Sink.Record(ctx, audit.Event{Type: "auth.refused", Actor: p.String(), AgentID: p.Agent, Level: slog.LevelWarn,
 		Details: map[string]any{"method": method, "code": c.String(), "reason": reason, "mode": a.cfg.Mode.String()}})
 	return status.Errorf(c, "permission_denied: %s", reason)
+}
+
+// allow returns the context the handler of an allowed call gets, carrying its principal, and
+// with AuditAll audits the decision (§6.5) — the principal anonymous when nothing was proven,
+// as in off mode. The sink is asynchronous, so the call does not wait for the row.
+func (a *Authenticator) allow(ctx context.Context, method string, p auth.Principal) context.Context {
+	ctx = auth.WithPrincipal(ctx, p)
+	if a.cfg.Audit == AuditAll {
+		// The principal is set here, not left to audit.Sink.Attributed, so that an anonymous
+		// caller is named too.
+		d := map[string]any{"method": method, "mode": a.cfg.Mode.String(), "principal": p.String()}
+		if p.KeyID != "" {
+			d["key_id"] = p.KeyID
+		}
+		a.cfg.Sink.Record(ctx, audit.Event{Type: "auth.allowed", Actor: p.String(), AgentID: p.Agent, Level: slog.LevelInfo, Details: d})
+	}
+	return ctx
 }
 
 // noteUnsigned logs, at most once a minute, that Optional mode let an unsigned call through.
