@@ -61,6 +61,10 @@ const (
 	ReasonSuspendTimeout  = "suspend_timeout"
 	ReasonRecoveryTimeout = "recovery_timeout"
 	ReasonShutdownTimeout = "agent_shutdown_timeout"
+	// ReasonHeartbeatLoss begins the reason of the FAILED transition of an agent that missed
+	// HeartbeatMisses consecutive heartbeat intervals (§14's debounce): its process is gone or
+	// cut off, and what it holds is released (§8.4).
+	ReasonHeartbeatLoss = "agent_unavailable"
 )
 
 // Change IDs of workflow.GetVersion: runs started before a change keep their old command
@@ -74,6 +78,10 @@ const (
 	// versionStepReports marks runs that record a step's transitions and send its task
 	// events together at the step's end (reportStep).
 	versionStepReports = "agent-step-reports"
+	// versionCleanup marks runs that fail the agent after the heartbeat debounce, recover it
+	// when heartbeats resume, and release what it holds when it fails or deregisters (§8.4,
+	// agent_cleanup.go).
+	versionCleanup = "agent-cleanup"
 )
 
 // AgentWorkflowID is the workflow ID of an agent's lifecycle: "agent/<agent_id>".
@@ -121,6 +129,9 @@ type AgentLifecycleInput struct {
 	TerminateGrace time.Duration `json:",omitempty"`
 	// Dispatch is the agent's task queue and running task, carried over a continue-as-new.
 	Dispatch Dispatch `json:",omitempty"`
+	// ReleasedSince is the Since of the FAILED state whose cleanup ran, carried over a
+	// continue-as-new so that it runs once per failure.
+	ReleasedSince time.Time `json:",omitempty"`
 }
 
 // AgentRegistration is the payload of AgentRegisterSignal.
@@ -189,11 +200,12 @@ type AgentLifecycleResult struct {
 // a heartbeat), follows the states the agent reports, fails with the §8.3 error code when it
 // stays too long in a timed state (INITIALIZING, WAITING_RESOURCES, SUSPENDED, RECOVERING,
 // SHUTTING_DOWN), recovers on re-registration after a failure, heartbeats the agent and marks
-// it unavailable after missed heartbeats (§14), and ends on explicit deregistration after
-// telling the other agents. Every transition goes through protocol.AgentTransitionLegal and
-// is recorded.
+// it unavailable and FAILED after missed heartbeats (§14), recovering it when they resume,
+// releases what it holds whenever it fails and when it ends (§8.4, agent_cleanup.go), and
+// ends on explicit deregistration after telling the other agents. Every transition goes
+// through protocol.AgentTransitionLegal and is recorded.
 func AgentLifecycle(ctx workflow.Context, in AgentLifecycleInput) (AgentLifecycleResult, error) {
-	w := &agentLifecycle{in: in, grace: in.Grace, hb: in.Heartbeat}
+	w := &agentLifecycle{in: in, grace: in.Grace, hb: in.Heartbeat, releasedSince: in.ReleasedSince}
 	return w.run(ctx)
 }
 
@@ -221,6 +233,9 @@ type agentLifecycle struct {
 	report      activities.StepReport
 	batches     []taskBatch
 	upserted    *commonpb.AgentState
+	// cleanup says this run applies versionCleanup; releasedSince is ReleasedSince.
+	cleanup       bool
+	releasedSince time.Time
 	// deregistered ends the loop; stepErr, set by a handler, fails the run.
 	deregistered *AgentDeregistration
 	stepErr      error
@@ -291,6 +306,7 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 	// The scheduler for this agent's tasks (§7): enqueue, preempt, CONTROL ACKs, sections.
 	w.tasks = workflow.GetVersion(ctx, versionTasks, workflow.DefaultVersion, 1) >= 1
 	w.stepReports = w.tasks && workflow.GetVersion(ctx, versionStepReports, workflow.DefaultVersion, 1) >= 1
+	w.cleanup = w.tasks && workflow.GetVersion(ctx, versionCleanup, workflow.DefaultVersion, 1) >= 1
 	w.disp = newDispatcher(ctx, w, w.in.Dispatch)
 	if err := workflow.SetQueryHandler(ctx, AgentTasksQuery, func() (DispatchStatus, error) { return w.disp.status(), nil }); err != nil {
 		return AgentLifecycleResult{}, err
@@ -307,6 +323,11 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 		if w.stepErr == nil && w.tasks {
 			w.stepErr = w.disp.afterStep(ctx)
 		}
+		if w.stepErr == nil && w.cleanup && w.state == commonpb.AgentState_FAILED_STATE && !w.releasedSince.Equal(w.since) {
+			// §8.4: however the agent failed, what it holds is released once per failure.
+			w.releasedSince = w.since
+			w.releaseAll(ctx, w.reason, "failed/"+w.since.UTC().Format(time.RFC3339Nano))
+		}
 		w.inStep = false
 		if w.stepErr != nil {
 			return AgentLifecycleResult{}, w.stepErr
@@ -319,6 +340,7 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 			next.State, next.Since = w.state, w.since
 			next.Reason, next.Grace, next.Heartbeat = w.reason, w.grace, w.hb
 			next.Dispatch = w.disp.d
+			next.ReleasedSince = w.releasedSince
 			return AgentLifecycleResult{}, workflow.NewContinueAsNewError(ctx, AgentLifecycle, next)
 		}
 	}
@@ -639,17 +661,27 @@ func (w *agentLifecycle) onHeartbeatChecked(ctx workflow.Context, f workflow.Fut
 		w.logger.Warn("heartbeat check failed", "agent_id", w.in.AgentID, "error", err)
 		return
 	}
+	was := w.hb.Unavailable
 	w.hb = next
+	if w.cleanup {
+		w.stepErr = w.onAvailability(ctx, was)
+	}
 }
 
 // end fails what is left of the agent's tasks, announces the leave (§14) and records the
 // final state.
 func (w *agentLifecycle) end(ctx workflow.Context) (AgentLifecycleResult, error) {
 	var acts *activities.Activities
+	var failed []string
 	if w.tasks {
+		failed = w.disp.taskIDs()
 		w.disp.failAll(ctx, commonpb.ErrorCode_AGENT_SHUTDOWN, "agent_shutdown: agent "+w.in.AgentID+" deregistered: "+w.deregistered.Reason)
 		w.reportStep(ctx)
 		w.disp.flush(ctx)
+	}
+	if w.cleanup {
+		// §8.4: what the agent holds is released before the leave is announced.
+		w.release(ctx, deregisteredWhy(w.deregistered.Reason), "deregistered", failed, commonpb.ErrorCode_AGENT_SHUTDOWN)
 	}
 	if err := workflow.ExecuteActivity(ctx, acts.NotifyRegistryEvent, activities.RegistryEventInput{
 		AgentID: w.in.AgentID, Name: w.in.Name, Event: activities.AgentLeft, Reason: w.deregistered.Reason,

@@ -234,6 +234,10 @@ func TestStateTimeouts(t *testing.T) {
 			}, 2*time.Second+tc.timeout+time.Second)
 			in := tc.in
 			in.AgentID, in.Name = "subject", "subject"
+			if in.HeartbeatInterval == 0 {
+				// The agent never heartbeats here: the §14 debounce would fail it first.
+				in.HeartbeatInterval = time.Hour
+			}
 			env.ExecuteWorkflow(workflows.AgentLifecycle, in)
 			require.True(t, env.IsWorkflowCompleted())
 			require.NoError(t, env.GetWorkflowError())
@@ -372,8 +376,9 @@ func TestShutdownPastGraceFails(t *testing.T) {
 }
 
 // TestHeartbeatDebounce: the lifecycle heartbeats the agent every interval; after three
-// consecutive intervals without a heartbeat from it, it is marked unavailable (but stays
-// registered), and available again once it heartbeats.
+// consecutive intervals without a heartbeat from it, it is marked unavailable and FAILED with
+// agent_unavailable (but stays registered), and available again, recovered to RUNNABLE, once
+// it heartbeats.
 func TestHeartbeatDebounce(t *testing.T) {
 	env, st := newEnv(t)
 	ctx := context.Background()
@@ -388,7 +393,8 @@ func TestHeartbeatDebounce(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		s := status(t, env)
 		require.False(t, s.Available, "the third miss marks it unavailable")
-		require.Equal(t, "RUNNABLE", s.State, "missed heartbeats change no lifecycle state")
+		require.Equal(t, "FAILED_STATE", s.State, "and fails it")
+		require.Equal(t, "agent_unavailable: no heartbeat in 3 consecutive intervals of 10s (§14)", s.Reason)
 		_, err := st.Registry().GetAgent(ctx, "subject")
 		require.NoError(t, err, "and never deregister (§14)")
 		require.NoError(t, st.Registry().RecordHeartbeat(ctx, "subject", nil, time.Now()))
@@ -397,6 +403,8 @@ func TestHeartbeatDebounce(t *testing.T) {
 		s := status(t, env)
 		require.True(t, s.Available, "heartbeats resumed")
 		require.Equal(t, 0, s.MissedHeartbeats)
+		require.Equal(t, "RUNNABLE", s.State)
+		require.Equal(t, "recovered: heartbeats resumed", s.Reason)
 		env.SignalWorkflow(workflows.AgentDeregisterSignal, workflows.AgentDeregistration{})
 	}, 45*time.Second)
 	env.ExecuteWorkflow(workflows.AgentLifecycle, workflows.AgentLifecycleInput{AgentID: "subject", HeartbeatInterval: 10 * time.Second})

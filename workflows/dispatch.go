@@ -241,6 +241,9 @@ type dispatcher struct {
 	timer deadlineTimer
 	// waitTimer bounds the running task's response waits (waitDeadline()).
 	waitTimer deadlineTimer
+	// stopped lists the tasks failed because the agent failed, for the step's cleanup to
+	// audit (releaseAll).
+	stopped []string
 }
 
 func (w *agentLifecycle) preemptTimeout() time.Duration {
@@ -677,6 +680,27 @@ func (p *dispatcher) failAll(ctx workflow.Context, code commonpb.ErrorCode, reas
 	p.d.Queue = nil
 }
 
+// taskIDs lists the running task and the queued ones.
+func (p *dispatcher) taskIDs() []string {
+	var out []string
+	if r := p.d.Running; r != nil {
+		out = append(out, r.TaskID)
+	}
+	for _, q := range p.d.Queue {
+		out = append(out, q.TaskID)
+	}
+	return out
+}
+
+// failureCode is the error_code of the tasks a FAILED agent loses: agent_shutdown when its
+// shutdown grace period ran out (§8.4), agent_unavailable otherwise.
+func failureCode(reason string) commonpb.ErrorCode {
+	if reason == ReasonShutdownTimeout {
+		return commonpb.ErrorCode_AGENT_SHUTDOWN
+	}
+	return commonpb.ErrorCode_AGENT_UNAVAILABLE
+}
+
 // failQueued ends the queued tasks (the agent will not run them).
 func (p *dispatcher) failQueued(ctx workflow.Context, code commonpb.ErrorCode, reason string) {
 	for i := range p.d.Queue {
@@ -693,11 +717,10 @@ func (p *dispatcher) afterStep(ctx workflow.Context) error {
 		p.d.Running = nil
 		p.stopTimer()
 		p.leaveWaits(ctx, r)
-		code := commonpb.ErrorCode_AGENT_UNAVAILABLE
-		if p.w.reason == ReasonShutdownTimeout {
-			code = commonpb.ErrorCode_AGENT_SHUTDOWN
+		if p.w.cleanup {
+			p.stopped = append(p.stopped, r.TaskID)
 		}
-		p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskFailed, ErrorCode: code, Reason: "agent failed: " + p.w.reason})
+		p.event(ctx, &r.QueuedTask, TaskEvent{State: TaskFailed, ErrorCode: failureCode(p.w.reason), Reason: "agent failed: " + p.w.reason})
 	}
 	err := p.dispatch(ctx)
 	p.w.reportStep(ctx)

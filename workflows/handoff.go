@@ -42,6 +42,12 @@ const (
 	HandoffCancelSignal = "cancel"
 	// HandoffStateQuery returns the HandoffState.
 	HandoffStateQuery = "state"
+	// HandoffReleaseUpdate carries an activities.AgentRelease: the agent stopped (§8.4). A
+	// pending offer to it is withdrawn as if it had rejected it (agent_unavailable: the next
+	// candidate when routing or spillover allows, else REJECTED); a handoff it accepted ends
+	// EXPIRED, the context staying with the originator, as at the completion deadline. It
+	// answers an activities.ReleaseOutcome once that is applied.
+	HandoffReleaseUpdate = "release"
 )
 
 // versionHandoffRedirectEdges is the workflow.GetVersion change ID of the REDIRECT edges,
@@ -270,6 +276,8 @@ type handoffRun struct {
 	// completion is the completion the main loop has not applied yet.
 	completion *HandoffCompletion
 	cancel     *HandoffCancel
+	// lost is the release of the accepting agent, which stopped before completing.
+	lost *activities.AgentRelease
 	// taken counts the updates handed to the main loop, applied those it applied; done is set
 	// when the run ends, which releases any update still waiting.
 	taken, applied int
@@ -400,6 +408,10 @@ func (w *handoffRun) setHandlers(ctx workflow.Context) error {
 	); err != nil {
 		return err
 	}
+	// Registering a handler adds no command: runs recorded before it replay unchanged.
+	if err := workflow.SetUpdateHandler(ctx, HandoffReleaseUpdate, w.release); err != nil {
+		return err
+	}
 	ch := workflow.GetSignalChannel(ctx, HandoffCancelSignal)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
@@ -411,6 +423,39 @@ func (w *handoffRun) setHandlers(ctx workflow.Context) error {
 		}
 	})
 	return nil
+}
+
+// release is HandoffReleaseUpdate's handler (§8.4): the agent rel names stopped. An answer
+// still waiting for the main loop is taken first (the agent may have accepted just before it
+// stopped), then an offer open to the agent is rejected on its behalf, or an acceptance of
+// its is lost; anything else holds nothing for it.
+func (w *handoffRun) release(ctx workflow.Context, rel activities.AgentRelease) (activities.ReleaseOutcome, error) {
+	if err := workflow.Await(ctx, func() bool { return w.answer == nil || w.done }); err != nil {
+		return activities.ReleaseOutcome{}, err
+	}
+	why := fmt.Sprintf("agent %s stopped: %s", rel.AgentID, rel.Why)
+	var st HandoffState
+	var err error
+	switch {
+	case w.done || w.cancel != nil || w.completion != nil || w.lost != nil:
+		return activities.ReleaseOutcome{Outcome: "not held: " + w.st.Status.String()}, nil
+	case w.st.Status == handoffpb.HandoffStatus_PENDING && w.open && w.st.Target == rel.AgentID:
+		w.answer, w.accepted = &HandoffAnswer{Agent: rel.AgentID, Reason: why, Code: commonpb.ErrorCode_AGENT_UNAVAILABLE}, false
+		st, err = w.wait(ctx)
+	case w.st.Status == handoffpb.HandoffStatus_ACCEPTED && w.st.AcceptedBy == rel.AgentID:
+		w.lost = &rel
+		st, err = w.wait(ctx)
+	default:
+		return activities.ReleaseOutcome{Outcome: "not held: " + w.st.Status.String()}, nil
+	}
+	if err != nil {
+		return activities.ReleaseOutcome{}, err
+	}
+	note := st.EndReason
+	if st.Status == handoffpb.HandoffStatus_PENDING {
+		note = "the offer is withdrawn; the handoff goes to the next candidate"
+	}
+	return activities.ReleaseOutcome{Released: true, Outcome: st.Status.String(), Note: note}, nil
 }
 
 // wait blocks an update until the main loop applied it (or the run ended) and returns the
@@ -495,7 +540,7 @@ func (w *handoffRun) accept(ctx workflow.Context, a HandoffAnswer) (HandoffResul
 	if err := w.notify(ctx, w.in.From, activities.HandoffEventAccepted, "", 0); err != nil {
 		return w.st, err
 	}
-	settled := func() bool { return w.completion != nil || w.cancel != nil }
+	settled := func() bool { return w.completion != nil || w.cancel != nil || w.lost != nil }
 	if w.st.CompleteBy.IsZero() {
 		if err := workflow.Await(ctx, settled); err != nil {
 			return w.st, err
@@ -512,6 +557,11 @@ func (w *handoffRun) accept(ctx workflow.Context, a HandoffAnswer) (HandoffResul
 		return w.complete(ctx)
 	case w.cancel != nil:
 		return w.cancelled(ctx)
+	case w.lost != nil:
+		// §8.4: the accepting agent stopped (HandoffReleaseUpdate). As at the completion
+		// deadline, the work goes back to its originator rather than to another agent.
+		return w.end(ctx, handoffpb.HandoffStatus_EXPIRED, fmt.Sprintf("accepting agent stopped: %s accepted it at %s and stopped before completing (%s); the context stays with %s",
+			w.st.AcceptedBy, now.UTC().Format(time.RFC3339), w.lost.Why, w.in.From), w.st.AcceptedBy)
 	}
 	return w.end(ctx, handoffpb.HandoffStatus_EXPIRED, fmt.Sprintf("completion deadline: accepted by %s at %s and not completed by %s (%s); the context stays with %s",
 		w.st.AcceptedBy, now.UTC().Format(time.RFC3339), w.st.CompleteBy.UTC().Format(time.RFC3339), source, w.in.From), w.st.AcceptedBy)

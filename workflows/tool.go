@@ -12,6 +12,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/tools"
@@ -64,6 +65,11 @@ const (
 	// ToolProvidedSignal tells the call of an agent provider that the agent answered and its
 	// final frame is stored (payload ToolProvided).
 	ToolProvidedSignal = "tool.provided"
+	// ToolReleaseUpdate tells the call that an agent in it stopped (§8.4; payload
+	// activities.AgentRelease, answer activities.ReleaseOutcome): a call the agent made is
+	// cancelled (CANCELLED), a call to a tool the agent provides ends INTERRUPTED, since
+	// nobody will answer it and whether the agent did the work is unknown.
+	ToolReleaseUpdate = "tool.release"
 )
 
 // Timeouts of a tool call's attempts.
@@ -122,6 +128,8 @@ type ToolCallInput struct {
 type ToolCancel struct {
 	// By is the proven principal that cancels.
 	By string
+	// Reason, when set, says why, after "cancelled by <By>" in the final frame's summary.
+	Reason string `json:",omitempty"`
 }
 
 // ToolCancelResult answers ToolCancelUpdate: CANCELLED or ALREADY_COMPLETED (§18.6).
@@ -169,6 +177,9 @@ type toolRun struct {
 	// attempt.
 	cancelled  bool
 	cancelWork workflow.CancelFunc
+	// providerGone, set by ToolReleaseUpdate, is why the agent that provides the tool
+	// stopped: the call ends INTERRUPTED.
+	providerGone string
 }
 
 func (r *toolRun) run(ctx workflow.Context) (ToolCallResult, error) {
@@ -176,6 +187,10 @@ func (r *toolRun) run(ctx workflow.Context) (ToolCallResult, error) {
 		return ToolStatus{}, err
 	}
 	if err := workflow.SetUpdateHandler(ctx, ToolCancelUpdate, r.cancel); err != nil {
+		return ToolStatus{}, err
+	}
+	// Registering a handler adds no command: runs recorded before it replay unchanged.
+	if err := workflow.SetUpdateHandler(ctx, ToolReleaseUpdate, r.release); err != nil {
 		return ToolStatus{}, err
 	}
 	work, cancelWork := workflow.WithCancel(ctx)
@@ -201,6 +216,10 @@ func (r *toolRun) run(ctx workflow.Context) (ToolCallResult, error) {
 	var res activities.RunToolResult
 	if code == "" && !r.cancelled {
 		res, code, msg = r.execute(work)
+	}
+	if r.providerGone != "" && !r.cancelled {
+		// The provider agent stopped, even while the call awaited its approval.
+		code, msg = tool.CodeInterrupted, r.goneMessage()
 	}
 	if r.cancelled {
 		// The cancel stored the final frame and answered already.
@@ -318,6 +337,9 @@ func (r *toolRun) executeOnAgent(ctx workflow.Context) (activities.RunToolResult
 		if r.cancelled {
 			return activities.RunToolResult{}, "", ""
 		}
+		if r.providerGone != "" {
+			return activities.RunToolResult{}, tool.CodeInterrupted, r.goneMessage()
+		}
 		return activities.RunToolResult{}, tool.CodeInternal, fmt.Sprintf("the call could not be routed to provider agent %s: %v", r.in.ProviderAgent, err)
 	}
 	deadline, deadlineCode := r.in.Request.Policy.Deadline()
@@ -332,6 +354,10 @@ func (r *toolRun) executeOnAgent(ctx workflow.Context) (activities.RunToolResult
 	sel.Select(ctx)
 	if received {
 		return activities.RunToolResult{FinalFrame: got.FinalFrame}, got.Code, got.Message
+	}
+	if r.providerGone != "" {
+		// The agent is gone: there is nobody to tell.
+		return activities.RunToolResult{}, tool.CodeInterrupted, r.goneMessage()
 	}
 	// The deadline or a cancel: the agent should stop working on it.
 	nctx, _ := workflow.NewDisconnectedContext(ctx)
@@ -355,8 +381,11 @@ func (r *toolRun) cancel(ctx workflow.Context, c ToolCancel) (ToolCancelResult, 
 	if r.st.State == "done" || r.cancelled {
 		return ToolCancelResult{Code: tool.CodeAlreadyCompleted, Message: "the call already ended", FinalFrame: r.st.FinalFrame}, nil
 	}
-	fin := r.finish(ctx, tool.Summary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled),
-		Message: "cancelled by " + orScheduler(c.By), CancelledBy: c.By})
+	msg := "cancelled by " + orScheduler(c.By)
+	if c.Reason != "" {
+		msg += ": " + c.Reason
+	}
+	fin := r.finish(ctx, tool.Summary{Status: "cancelled", ErrorCode: string(tool.CodeCancelled), Message: msg, CancelledBy: c.By})
 	if !fin.Created {
 		return ToolCancelResult{Code: tool.CodeAlreadyCompleted, Message: "the call already ended", FinalFrame: fin.FinalFrame}, nil
 	}
@@ -364,6 +393,32 @@ func (r *toolRun) cancel(ctx workflow.Context, c ToolCancel) (ToolCancelResult, 
 	r.st.FinalFrame = fin.FinalFrame
 	r.cancelWork()
 	return ToolCancelResult{Code: tool.CodeCancelled, Message: "cancellation initiated; the final frame is stored", FinalFrame: fin.FinalFrame}, nil
+}
+
+// release is ToolReleaseUpdate's handler (§8.4): the agent rel names stopped. A call it made
+// is cancelled as a cancel would (the final frame is stored at once); a call routed to it
+// as the tool's provider ends INTERRUPTED once the wait for its answer is stopped. A call
+// that already ended, or that the agent has no part in, releases nothing.
+func (r *toolRun) release(ctx workflow.Context, rel activities.AgentRelease) (activities.ReleaseOutcome, error) {
+	if r.st.State == "done" || r.cancelled || r.providerGone != "" {
+		return activities.ReleaseOutcome{Outcome: "already ended"}, nil
+	}
+	why := "agent " + rel.AgentID + " stopped: " + rel.Why
+	switch {
+	case rel.As == activities.AsCaller:
+		res, err := r.cancel(ctx, ToolCancel{By: protocol.SchedulerID, Reason: why})
+		return activities.ReleaseOutcome{Released: res.Code == tool.CodeCancelled, Outcome: string(res.Code), Note: res.Message}, err
+	case rel.As == activities.AsProvider && rel.AgentID == r.in.ProviderAgent:
+		r.providerGone = rel.Why
+		r.cancelWork()
+		return activities.ReleaseOutcome{Released: true, Outcome: string(tool.CodeInterrupted), Note: r.goneMessage()}, nil
+	}
+	return activities.ReleaseOutcome{Outcome: "not the agent's call"}, nil
+}
+
+// goneMessage is the message of a call whose provider agent stopped before answering.
+func (r *toolRun) goneMessage() string {
+	return fmt.Sprintf("provider agent %s stopped before answering (%s); whether it did the work is unknown", r.in.ProviderAgent, r.providerGone)
 }
 
 // finish stores the call's final frame through a local activity, retried until it is stored.

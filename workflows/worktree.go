@@ -12,6 +12,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -39,6 +40,11 @@ const (
 	WorktreeSwitchRejectUpdate = "switch-reject"
 	// WorktreeStateQuery returns the WorktreeState.
 	WorktreeStateQuery = "state"
+	// WorktreeReleaseUpdate carries an activities.AgentRelease: the agent stopped (§8.4),
+	// so its binding ends from whatever state it is in — a pending switch is rejected, then
+	// the binding is unbound and the home worktree's lock released. It answers an
+	// activities.ReleaseOutcome, and the run ends as after an unbind.
+	WorktreeReleaseUpdate = "release"
 )
 
 // Error types of refused worktree updates. A refusal by a validator leaves nothing in the
@@ -241,6 +247,7 @@ const (
 	opRequest = "switch_request"
 	opApprove = "switch_approve"
 	opReject  = "switch_reject"
+	opRelease = "release"
 )
 
 // worktreeOp is one update handed to the main loop, and its answer.
@@ -251,9 +258,12 @@ type worktreeOp struct {
 	request WorktreeSwitchRequest
 	approve WorktreeSwitchApproval
 	reject  WorktreeSwitchRejection
+	release activities.AgentRelease
 
-	done    bool
-	bindRes WorktreeBindResult
+	done bool
+	// released answers a release.
+	released activities.ReleaseOutcome
+	bindRes  WorktreeBindResult
 	// st is the binding right after the operation: later operations, applied before the
 	// update's handler resumes, must not change its answer.
 	st  WorktreeState
@@ -492,6 +502,19 @@ func (w *worktreeRun) setHandlers(ctx workflow.Context) error {
 	); err != nil {
 		return err
 	}
+	// Registering a handler adds no command: runs recorded before it replay unchanged.
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, WorktreeReleaseUpdate,
+		func(ctx workflow.Context, rel activities.AgentRelease) (activities.ReleaseOutcome, error) {
+			o := &worktreeOp{kind: opRelease, release: rel}
+			if err := enqueue(ctx, o); err != nil {
+				return activities.ReleaseOutcome{}, err
+			}
+			return o.released, o.err
+		},
+		workflow.UpdateHandlerOptions{Validator: func(_ workflow.Context, _ activities.AgentRelease) error { return w.validate() }},
+	); err != nil {
+		return err
+	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, WorktreeSwitchRejectUpdate,
 		func(ctx workflow.Context, r WorktreeSwitchRejection) (WorktreeState, error) {
 			return stateOp(opReject, func(o *worktreeOp) { o.reject = r })(ctx)
@@ -606,6 +629,11 @@ func (w *worktreeRun) checkReject() error {
 func (w *worktreeRun) apply(ctx workflow.Context, o *worktreeOp) error {
 	defer func() { o.st, o.done = w.st, true }()
 	if w.unbound {
+		if o.kind == opRelease {
+			// Queued behind the unbind that ends this run: nothing is left to release.
+			o.released = activities.ReleaseOutcome{Outcome: worktree.StateUnbound.String()}
+			return nil
+		}
 		// Queued behind the unbind that ends this run: the caller calls again and reaches
 		// the next run, so no run ever ends bound.
 		o.err = w.validate()
@@ -619,8 +647,10 @@ func (w *worktreeRun) apply(ctx workflow.Context, o *worktreeOp) error {
 		}
 	case opUnbind:
 		if o.err = w.checkEvent(worktree.EventUnbind); o.err == nil {
-			err = w.applyUnbind(ctx, o.unbind)
+			err = w.applyUnbind(ctx, o.unbind, "")
 		}
+	case opRelease:
+		o.released, err = w.applyRelease(ctx, o.release)
 	case opRequest:
 		if o.err = w.checkRequest(o.request); o.err == nil {
 			err = w.applyRequest(ctx, o.request)
@@ -748,9 +778,37 @@ func (w *worktreeRun) clearFailure() {
 	w.st.Attempts, w.st.Retries, w.st.Notified = 0, 0, false
 }
 
+// applyRelease ends the binding of an agent that stopped (§8.4): a pending switch is
+// rejected first (§16.2 has no UNBIND from SWITCH_PENDING; the switch's HITL invocation, if
+// any, ends with the run), then the binding is unbound — every transition through §16.2's
+// table, by the scheduler, with why in its note and audit details. An unbound agent releases
+// nothing and keeps its run.
+func (w *worktreeRun) applyRelease(ctx workflow.Context, rel activities.AgentRelease) (activities.ReleaseOutcome, error) {
+	why := "agent " + rel.AgentID + " stopped: " + rel.Why
+	if w.st.State == worktree.StateUnbound {
+		return activities.ReleaseOutcome{Outcome: worktree.StateUnbound.String(), Note: "nothing was bound"}, nil
+	}
+	from := w.st
+	if w.st.State == worktree.StateSwitchPending {
+		if err := w.rejectPending(ctx, fmt.Sprintf("the switch to %s was rejected: %s", w.st.TargetWorktreeID, why), protocol.SchedulerID); err != nil {
+			return activities.ReleaseOutcome{}, err
+		}
+	}
+	if err := w.applyUnbind(ctx, WorktreeUnbind{By: protocol.SchedulerID}, why); err != nil {
+		return activities.ReleaseOutcome{}, err
+	}
+	note := "was " + from.State.String()
+	if from.TargetWorktreeID != "" {
+		note += " (switch to " + from.TargetWorktreeID + ")"
+	}
+	note += "; " + w.st.Note
+	return activities.ReleaseOutcome{Released: true, Outcome: w.st.State.String(), Note: note}, nil
+}
+
 // applyUnbind ends the binding: the home worktree is unlocked (its directory and branch
-// stay) and the run ends. An unbind of an unbound agent changes nothing.
-func (w *worktreeRun) applyUnbind(ctx workflow.Context, u WorktreeUnbind) error {
+// stay) and the run ends. An unbind of an unbound agent changes nothing. why, when set,
+// says that the agent's end released it (applyRelease).
+func (w *worktreeRun) applyUnbind(ctx workflow.Context, u WorktreeUnbind, why string) error {
 	if w.st.State == worktree.StateUnbound {
 		w.unbound = true
 		return nil
@@ -769,6 +827,10 @@ func (w *worktreeRun) applyUnbind(ctx workflow.Context, u WorktreeUnbind) error 
 		}
 	}
 	w.st.Note = fmt.Sprintf("unbound from %s/%s", w.st.RepoID, w.st.HomeWorktreeID)
+	if why != "" {
+		w.st.Note += " (" + why + ")"
+		details["why"] = why
+	}
 	if _, failed := details["release_error"]; failed {
 		w.st.Note += "; unlocking the worktree failed: " + fmt.Sprint(details["release_error"])
 	}

@@ -41,6 +41,9 @@ func run(m *testing.M) int {
 	if os.Getenv(handoffAgentAddrEnv) != "" {
 		return runHandoffAgent()
 	}
+	if os.Getenv(boundAgentAddrEnv) != "" { // TestAgentKilledWhileBound
+		return runBoundAgent()
+	}
 	if missing := findTools(); missing != "" {
 		msg := "fault suite needs " + missing
 		if os.Getenv("CI") == "true" {
