@@ -1,4 +1,4 @@
-package main
+package codereview
 
 import (
 	"fmt"
@@ -7,9 +7,10 @@ import (
 	"strings"
 )
 
-// The producer's artifact: a Go change, one or more files in txtar form ("-- name --" lines
-// start each file). Draft 1 has problems every critic can find; draft 2 is the revision.
-var drafts = []string{
+// Drafts are the producer's artifact, one per version: a Go change, one or more files in
+// txtar form ("-- name --" lines start each file). Draft 1 has problems every critic can find;
+// draft 2 is the revision.
+var Drafts = []string{
 	`-- notify.go --
 package notify
 

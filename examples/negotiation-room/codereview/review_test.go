@@ -1,4 +1,4 @@
-package main
+package codereview
 
 import (
 	"strings"
@@ -13,7 +13,7 @@ import (
 // human (which would make the example wait for an operator).
 func TestDraftsUnderEveryStrategy(t *testing.T) {
 	want := []negotiationroompb.DecisionOutcome{negotiationroompb.DecisionOutcome_REVISION_REQUESTED, negotiationroompb.DecisionOutcome_APPROVED}
-	for i, draft := range drafts {
+	for i, draft := range Drafts {
 		var ids []string
 		var votes []*negotiationroompb.NegotiationVote
 		for _, c := range critics {
@@ -39,7 +39,7 @@ func TestDraftsUnderEveryStrategy(t *testing.T) {
 }
 
 func TestReviewsSeeTheProblems(t *testing.T) {
-	files := splitFiles(drafts[0])
+	files := splitFiles(Drafts[0])
 	if len(files) != 1 || files[0].name != "notify.go" {
 		t.Fatalf("draft 1 files: %+v", files)
 	}
@@ -61,7 +61,7 @@ func TestReviewsSeeTheProblems(t *testing.T) {
 	if r := reviewSecurity([]file{{name: "x.go", body: "package x\nfunc F() { os.RemoveAll(\"/\") }\n"}}); !contains(r.weaknesses, "deletes files") {
 		t.Errorf("security critic missed os.RemoveAll: %q", r.weaknesses)
 	}
-	two := splitFiles(drafts[1])
+	two := splitFiles(Drafts[1])
 	if len(two) != 2 || two[1].name != "notify_test.go" {
 		t.Fatalf("draft 2 files: %+v", two)
 	}
