@@ -79,16 +79,18 @@ func (a *Activities) PublishNegotiation(ctx context.Context, in NegotiationPubli
 	// are, where sending each recipient's events one after the other cost a commit per event
 	// on the path of the last one (the decide a round waits for). NotifyAll keeps the order
 	// of the announcements to one agent, which is the one order per stream §17.1 asks for.
+	//
+	// Except at the end: a participant told decide or abort reads the DecisionReport
+	// (ListArtifacts) at once, and a stream on this frontend may get the event before a
+	// concurrent artifact commit — so a batch ending the negotiation stores its artifacts
+	// first. Rounds keep the concurrency: their events carry what they announce.
 	g, gctx := errgroup.WithContext(ctx)
-	for _, art := range in.Artifacts {
-		g.Go(func() error {
-			err := a.Store.Artifacts().AppendArtifact(gctx, store.Artifact{NegotiationID: in.NegotiationID, Kind: art.Kind, Version: art.Version,
-				ContentType: art.ContentType, Content: art.Content})
-			if err != nil && !errors.Is(err, store.ErrDuplicateArtifact) {
-				return fmt.Errorf("store %s %s of negotiation %s: %w", art.Kind, art.Version, in.NegotiationID, err)
-			}
-			return nil
-		})
+	if ends(in.Events) {
+		if err := a.storeArtifacts(ctx, in); err != nil {
+			return err
+		}
+	} else {
+		g.Go(func() error { return a.storeArtifacts(gctx, in) })
 	}
 	if len(in.Events) > 0 && len(in.Recipients) > 0 {
 		g.Go(func() error { return a.publishEvents(gctx, in) })
@@ -101,6 +103,33 @@ func (a *Activities) PublishNegotiation(ctx context.Context, in NegotiationPubli
 			Details: map[string]any{"seq": ev.Seq, "recipients": in.Recipients, "bytes": len(ev.JSON)}})
 	}
 	return nil
+}
+
+// ends reports whether events end the negotiation (a decide or an abort event).
+func ends(events []NegotiationEvent) bool {
+	for _, ev := range events {
+		if ev.Kind == "decide" || ev.Kind == "abort" {
+			return true
+		}
+	}
+	return false
+}
+
+// storeArtifacts stores the batch's artifacts, concurrently; one already stored by an
+// earlier attempt is not an error.
+func (a *Activities) storeArtifacts(ctx context.Context, in NegotiationPublishInput) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, art := range in.Artifacts {
+		g.Go(func() error {
+			err := a.Store.Artifacts().AppendArtifact(gctx, store.Artifact{NegotiationID: in.NegotiationID, Kind: art.Kind, Version: art.Version,
+				ContentType: art.ContentType, Content: art.Content})
+			if err != nil && !errors.Is(err, store.ErrDuplicateArtifact) {
+				return fmt.Errorf("store %s %s of negotiation %s: %w", art.Kind, art.Version, in.NegotiationID, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // publishEvents admits every event for every recipient in one Router.NotifyAll, in seq
