@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -39,7 +40,9 @@ func newRootWith(start startFunc) *cobra.Command {
 		Short:         "SW4RM: interruptible, message-driven agent coordination on Temporal",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionText(debug.ReadBuildInfo()),
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	// The process flags come from app's settings table, one per setting: a flag on the
 	// command line wins over its variable, which wins over the default.
 	flags := app.NewFlags()
