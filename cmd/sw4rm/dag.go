@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -27,10 +28,11 @@ func newDAGCmd() *cobra.Command {
 		format  string
 	)
 	show := &cobra.Command{
-		Use:   "show <workflow_id> [--version N] [--format mermaid|dot]",
+		Use:   "show <workflow_id>|dag/<workflow_id> [--version N] [--format mermaid|dot]",
 		Short: "Draw a workflow and its run's node states as a Mermaid flowchart or a Graphviz digraph",
 		Long: "Draw a workflow's stored definition, the latest version unless --version names one, " +
 			"with the node states of its run when it has one (open or closed). " +
+			"The run's Temporal workflow ID, dag/<workflow_id> as the Temporal UI shows it, is accepted too. " +
 			"Mermaid renders on GitHub and in docs; pipe DOT into `dot -Tsvg`.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -41,20 +43,23 @@ func newDAGCmd() *cobra.Command {
 			if version < 0 {
 				return fmt.Errorf("--version must be 1 or more (0 or absent: the latest), not %d", version)
 			}
+			// The Temporal UI names a run by its workflow ID, dag.RunCorrelationPrefix + workflow_id
+			// (workflows.DAGWorkflowID); the definition and the run are stored under the bare id.
+			workflowID := strings.TrimPrefix(args[0], dag.RunCorrelationPrefix)
 			conn, ctx, err := of.dial(cmd)
 			if err != nil {
 				return err
 			}
 			defer func() { _ = conn.Close() }()
 			resp, err := workflowdefpb.NewDefinitionServiceClient(conn).GetDefinition(ctx,
-				&workflowdefpb.GetDefinitionRequest{WorkflowId: args[0], Version: version})
+				&workflowdefpb.GetDefinitionRequest{WorkflowId: workflowID, Version: version})
 			if err != nil {
 				return err
 			}
 			// With a run, its node states colour the picture; without one, the bare definition.
 			var states map[string]workflowpb.NodeStatus
 			if run, err := workflowpb.NewWorkflowServiceClient(conn).GetWorkflowState(ctx,
-				&workflowpb.GetWorkflowStateRequest{WorkflowId: args[0]}); err == nil && version == 0 {
+				&workflowpb.GetWorkflowStateRequest{WorkflowId: workflowID}); err == nil && version == 0 {
 				states = map[string]workflowpb.NodeStatus{}
 				for id, n := range run.GetState().GetNodeStates() {
 					states[id] = n.GetStatus()

@@ -58,11 +58,17 @@ func TestDAGShow(t *testing.T) {
 	assert.Contains(t, out, "package")
 	assert.Equal(t, []int32{0, 1}, f.asked, "latest by default, then the version asked")
 
+	// The Temporal UI's id of the run, dag/<workflow_id>, names the same workflow.
+	out, _, err = runOut(t, "dag", "show", "dag/pipe", "--server", addr)
+	require.NoError(t, err)
+	assert.Contains(t, out, "flowchart")
+	assert.Contains(t, out, "builder")
+
 	_, _, err = runOut(t, "dag", "show", "nothing", "--server", addr)
 	assert.Equal(t, codes.NotFound, status.Code(err))
 	_, _, err = runOut(t, "dag", "show", "pipe", "--format", "png", "--server", addr)
 	require.ErrorContains(t, err, "want mermaid or dot")
 	_, _, err = runOut(t, "dag", "show", "pipe", "--version", "-1", "--server", addr)
 	require.ErrorContains(t, err, "--version")
-	assert.Len(t, f.asked, 3, "bad flags send nothing")
+	assert.Len(t, f.asked, 4, "bad flags send nothing")
 }
