@@ -29,9 +29,17 @@ TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
 export SW4RM_MCP_SERVERS_DIR := $(MCP_SERVERS_DIR)
 
-.PHONY: all build dev temporal test test-unit test-e2e test-faults test-scale bench proto lint workflowcheck mcp-servers clean
+.PHONY: all help build dev temporal test test-unit test-e2e test-faults test-scale bench proto lint workflowcheck mcp-servers clean
 
 all: build
+
+## help: list the documented targets, read from the `## target: text` comments of this
+## Makefile, so the list cannot go stale.
+help:
+	@awk '/^## [A-Za-z0-9_-]+:/ { sub(/^## /, ""); i = index($$0, ":"); \
+	    printf "%-16s %s\n", substr($$0, 1, i - 1), substr($$0, i + 2); more = 1; next } \
+	  more && /^## / { sub(/^## /, ""); printf "%-16s %s\n", "", $$0; next } \
+	  { more = 0 }' $(firstword $(MAKEFILE_LIST))
 
 build:
 	go build -o $(BIN) ./cmd/sw4rm
