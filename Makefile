@@ -41,8 +41,9 @@ help:
 	  more && /^## / { sub(/^## /, ""); printf "%-16s %s\n", "", $$0; next } \
 	  { more = 0 }' $(firstword $(MAKEFILE_LIST))
 
+## build: build bin/sw4rm; `bin/sw4rm --version` names the commit and the pinned Temporal CLI.
 build:
-	go build -o $(BIN) ./cmd/sw4rm
+	go build -buildvcs=auto -ldflags "-X main.temporalCLIVersion=$(TEMPORAL_VERSION)" -o $(BIN) ./cmd/sw4rm
 
 ## temporal: install the official Temporal CLI (dev server) at a pinned version.
 temporal: $(TEMPORAL)
