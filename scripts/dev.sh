@@ -36,13 +36,23 @@ fi
 # (docs/hitl.md).
 hitl_operators=${SW4RM_HITL_OPERATORS-dev=sw4rm-dev-token}
 grpc=${SW4RM_GRPC_ADDR:-:50051}
+http_port=$(h=${SW4RM_HTTP_ADDR:-:8080}; echo "${h##*:}")
+# With the default operator, its token is public anyway: print the line to paste. With
+# operators of your own, the banner does not echo their tokens.
+if [[ -z "${SW4RM_HITL_OPERATORS+set}" ]]; then
+  operator_hint="export SW4RM_OPERATOR_TOKEN=${hitl_operators#*=}   then: bin/sw4rm hitl list"
+else
+  operator_hint="SW4RM_OPERATOR_TOKEN=<token> bin/sw4rm hitl list"
+fi
 cat <<MSG
 
   Temporal UI     http://localhost:$ui_port   (agent lifecycles are workflows named agent/<agent_id>)
   SW4RM gRPC      localhost:${grpc##*:}       (all 15 SW4RM services; try: grpcurl -plaintext localhost:${grpc##*:} list)
-  Health          http://localhost:$(h=${SW4RM_HTTP_ADDR:-:8080}; echo ${h##*:})/healthz
+  Health          http://localhost:$http_port/healthz
+  Metrics         http://localhost:$http_port/metrics
   Store           ${SW4RM_DATABASE_URL:+PostgreSQL}${SW4RM_DATABASE_URL:-memory (set SW4RM_DATABASE_URL for PostgreSQL)}
-  HITL operators  ${hitl_operators%%=*} (CLI: SW4RM_OPERATOR_TOKEN=<token> bin/sw4rm hitl list; see docs/hitl.md)
+  HITL operators  ${hitl_operators%%=*} (docs/hitl.md)
+                  $operator_hint
 
 MSG
 export SW4RM_TEMPORAL_ADDRESS="$address"
