@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/repos"
-	"github.com/sw4rm/sw4rm-temporal/sdk"
 	wtsdk "github.com/sw4rm/sw4rm-temporal/sdk/worktree"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -40,21 +38,12 @@ func runBoundAgent() int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	a, err := sdk.Dial(addr, id, connOpts()...)
-	if err != nil {
-		return fail("dial: %v", err)
-	}
-	defer func() { _ = a.Close() }()
-	err = waitCtx(ctx, 200*time.Millisecond, func() bool {
-		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
-		defer ccancel()
-		err = a.Register(cctx, &registrypb.AgentDescriptor{Name: "binder", Description: "fault suite agent bound to a worktree",
-			ModalitiesSupported: []string{"application/json"}})
-		return err == nil
-	})
+	a, err := dialRegistered(ctx, addr, id, &registrypb.AgentDescriptor{Name: "binder", Description: "fault suite agent bound to a worktree",
+		ModalitiesSupported: []string{"application/json"}}, false)
 	if err != nil {
 		return fail("register: %v", err)
 	}
+	defer func() { _ = a.Close() }()
 	go func() {
 		for ctx.Err() == nil {
 			_ = a.Heartbeat(ctx, commonpb.AgentState_AGENT_STATE_UNSPECIFIED, nil)
@@ -74,18 +63,7 @@ func runBoundAgent() int {
 // startBoundAgent starts runBoundAgent from the suite's own test binary.
 func startBoundAgent(t *testing.T, dir, addr, id string) *proc {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "agent-" + id
-	p := startProc(t, name, filepath.Join(dir, name+".log"), cleanEnv(boundAgentAddrEnv+"="+addr, boundAgentIDEnv+"="+id), self)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, tail(p.log, 20))
-		}
-	})
-	return p
+	return startAgentProc(t, dir, id, cleanEnv(boundAgentAddrEnv+"="+addr, boundAgentIDEnv+"="+id))
 }
 
 // TestAgentKilledWhileBound (§8.4, §14, §16): one `sw4rm server` and one `sw4rm worker` on

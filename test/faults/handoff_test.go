@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -55,24 +54,12 @@ func runHandoffAgent() int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	a, err := sdk.Dial(addr, id, connOpts()...)
-	if err != nil {
-		return fail("dial: %v", err)
-	}
-	defer func() { _ = a.Close() }()
-	err = waitCtx(ctx, 200*time.Millisecond, func() bool {
-		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
-		defer ccancel()
-		err = a.Register(cctx, &registrypb.AgentDescriptor{Name: "closer", Description: "fault suite handoff agent",
-			Capabilities: []string{"refunds"}, ModalitiesSupported: []string{"application/json"}})
-		if err == nil {
-			err = a.Heartbeat(cctx, commonpb.AgentState_RUNNABLE, map[string]string{"ok": "yes"})
-		}
-		return err == nil
-	})
+	a, err := dialRegistered(ctx, addr, id, &registrypb.AgentDescriptor{Name: "closer", Description: "fault suite handoff agent",
+		Capabilities: []string{"refunds"}, ModalitiesSupported: []string{"application/json"}}, true)
 	if err != nil {
 		return fail("register: %v", err)
 	}
+	defer func() { _ = a.Close() }()
 	fmt.Printf("registered agent=%s\n", id)
 
 	hc := handoffpb.NewHandoffServiceClient(a.Conn())
@@ -129,22 +116,11 @@ func runHandoffAgent() int {
 // handoffAgent is one run of runHandoffAgent, started from the suite's own test binary.
 func startHandoffAgent(t *testing.T, dir, addr, id, request string, complete bool) *proc {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	env := cleanEnv(handoffAgentAddrEnv+"="+addr, handoffAgentIDEnv+"="+id, handoffAgentRequestEnv+"="+request)
 	if complete {
 		env = append(env, handoffAgentCompleteEnv+"=1")
 	}
-	name := "agent-" + id
-	p := startProc(t, name, filepath.Join(dir, name+".log"), env, self)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, tail(p.log, 20))
-		}
-	})
-	return p
+	return startAgentProc(t, dir, id, env)
 }
 
 // handoffEvents collects the handoff NOTIFICATIONs an agent receives, by request_id.
