@@ -123,17 +123,18 @@ func TestTaskNeedingWorktreeIsHeldUntilBound(t *testing.T) {
 	assert.Equal(t, workflows.TaskWaiting, during[1].State)
 	assert.Contains(t, during[1].Reason, "is BIND_FAILED (worktree_locked)")
 
-	// Offsets from the first check: the test environment may fire the update's 1 ms callback
-	// before or after the first local activity, depending on how fast the machine is.
+	// Offsets from the first check, rounded to the second: the test environment may fire the
+	// update's 1 ms callback before or after the first local activity, depending on how fast
+	// the machine is, so the later checks can sit 1 ms off the whole seconds.
 	var offsets []time.Duration
 	for _, c := range h.checks {
-		offsets = append(offsets, c.Sub(h.checks[0]))
+		offsets = append(offsets, c.Sub(h.checks[0]).Round(time.Second))
 	}
 	require.Less(t, h.checks[0].Sub(h.t0), time.Second, "the binding is checked at once")
 	assert.Equal(t, []time.Duration{0, 2 * time.Second, 6 * time.Second, 14 * time.Second, 30 * time.Second, 60 * time.Second,
 		90 * time.Second, 120 * time.Second}, offsets, "checked again after 2, 4, 8, 16, then every 30 s")
 	require.Len(t, h.admitted, 1, "admitted once, after the binding")
-	assert.Equal(t, 120*time.Second, h.admitted[0].Sub(h.checks[0]))
+	assert.Equal(t, 120*time.Second, h.admitted[0].Sub(h.checks[0]).Round(time.Second))
 	assert.True(t, h.enqueued)
 	assert.Equal(t, workflows.TaskCompleted, st.State)
 	assert.Equal(t, []string{workflows.TaskAdmitting, workflows.TaskWaiting, workflows.TaskWaiting, workflows.TaskQueued, workflows.TaskCompleted}, st.History,
