@@ -10,6 +10,8 @@ WORKFLOWCHECK_VERSION ?= v0.6.0
 WORKFLOWCHECK    := $(TOOLS_BIN)/workflowcheck
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT    := $(TOOLS_BIN)/golangci-lint
+GRPCURL_VERSION  ?= v1.9.3
+GRPCURL          := $(TOOLS_BIN)/grpcurl
 # The npm MCP servers the tests of tools/mcp run against, pinned by tools/mcp/npm's lock file.
 MCP_SERVERS_DIR  ?= $(HOME)/.cache/sw4rm/mcp
 MCP_SERVERS_LOCK := tools/mcp/npm/package-lock.json
@@ -29,7 +31,7 @@ TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
 export SW4RM_MCP_SERVERS_DIR := $(MCP_SERVERS_DIR)
 
-.PHONY: all help build dev temporal test test-unit test-e2e test-faults test-scale bench proto lint workflowcheck mcp-servers clean
+.PHONY: all help build dev tools temporal test test-unit test-e2e test-faults test-scale bench proto lint workflowcheck mcp-servers clean
 
 all: build
 
@@ -51,8 +53,19 @@ $(TEMPORAL):
 	mkdir -p $(TOOLS_BIN)
 	GOBIN=$(TOOLS_BIN) go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VERSION)
 
-## dev: start the Temporal dev server (UI on :8233) and `sw4rm dev` (gRPC on :50051).
-dev: $(TEMPORAL) build
+## tools: install the pinned Temporal CLI and grpcurl and link them into bin/, beside
+## bin/sw4rm, so the docs' `bin/temporal ...` and `bin/grpcurl ...` lines work as printed.
+tools: $(TEMPORAL) $(GRPCURL)
+	mkdir -p bin
+	ln -sf $(TEMPORAL) bin/temporal
+	ln -sf $(GRPCURL) bin/grpcurl
+$(GRPCURL):
+	mkdir -p $(TOOLS_BIN)
+	GOBIN=$(TOOLS_BIN) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+
+## dev: start the Temporal dev server (UI on :8233) and `sw4rm dev` (gRPC on :50051); the
+## Temporal CLI and grpcurl are linked into bin/ (make tools).
+dev: tools build
 	./scripts/dev.sh "$(TEMPORAL)" "$(BIN)" $$("$(BIN)" search-attributes) $(TEMPORAL_DEV_FLAGS)
 
 ## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it), the

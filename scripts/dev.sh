@@ -47,7 +47,7 @@ fi
 cat <<MSG
 
   Temporal UI     http://localhost:$ui_port   (agent lifecycles are workflows named agent/<agent_id>)
-  SW4RM gRPC      localhost:${grpc##*:}       (all 15 SW4RM services; try: grpcurl -plaintext localhost:${grpc##*:} list)
+  SW4RM gRPC      localhost:${grpc##*:}       (all 15 SW4RM services; try: bin/grpcurl -plaintext localhost:${grpc##*:} list)
   Health          http://localhost:$http_port/healthz
   Metrics         http://localhost:$http_port/metrics
   Store           ${SW4RM_DATABASE_URL:+PostgreSQL}${SW4RM_DATABASE_URL:-memory (set SW4RM_DATABASE_URL for PostgreSQL)}
