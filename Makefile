@@ -167,3 +167,12 @@ example-debate:
 .PHONY: example-tools
 example-tools:
 	go run ./examples/tools
+
+## example-approvals: run the approvals example (an agent asks a human before a destructive
+## tool call, prints the `bin/sw4rm hitl decide` command, waits APPROVALS_WAIT — 60s by
+## default — then proceeds or falls back) against a running server (`make dev`; SW4RM_SERVER
+## overrides localhost:50051). See examples/approvals/README.md.
+APPROVALS_WAIT ?= 60s
+.PHONY: example-approvals
+example-approvals:
+	go run ./examples/approvals -wait $(APPROVALS_WAIT)
