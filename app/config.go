@@ -176,6 +176,12 @@ type Config struct {
 	ToolPreApproved string
 	// LogLevel is the level of the process's log, which the command builds.
 	LogLevel slog.Level
+	// AuditLog is the file the event stream is written to, with the process's own lines
+	// (NewLogger); empty means none. `sw4rm dev` writes DevAuditLog when it is not set.
+	AuditLog string
+	// Verbose shows the whole event stream on the terminal too, not only its warnings and
+	// errors (NewLogger).
+	Verbose bool
 	// ToolExecutors adds providers to the ones this process runs (the built-in provider and
 	// the configured MCP servers), by provider id: for embedding and tests. It is no setting.
 	ToolExecutors map[string]tools.Executor

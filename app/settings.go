@@ -168,6 +168,21 @@ func accessAudit(at func(*Config) *frontend.AccessAudit, def frontend.AccessAudi
 		}}
 }
 
+// boolean binds an on/off setting, written true or false (or 1 and 0; empty is false); its
+// flag alone, with no value, means true.
+func boolean(at func(*Config) *bool, def bool) binding {
+	return field[bool]{at: at, def: def, typeName: "bool", write: strconv.FormatBool, read: func(s string) (bool, error) {
+		if s == "" {
+			return false, nil // SW4RM_VERBOSE= turns it off, as unset does
+		}
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return false, errors.New("want true or false")
+		}
+		return b, nil
+	}}
+}
+
 // logLevel binds a slog level, written debug, info, warn or error.
 func logLevel(at func(*Config) *slog.Level, def slog.Level) binding {
 	return field[slog.Level]{at: at, def: def, typeName: "string",
@@ -379,6 +394,16 @@ var settings = []Setting{
 	{Flag: "log-level", Env: "SW4RM_LOG_LEVEL", Help: "debug, info, warn or error",
 		Doc:  "level of the process's log: `debug`, `info`, `warn` or `error`",
 		bind: logLevel(func(c *Config) *slog.Level { return &c.LogLevel }, slog.LevelInfo)},
+	{Flag: "audit-log", Env: "SW4RM_AUDIT_LOG",
+		Help: "file the event stream (audit events, workflow and activity lines) is appended to; empty means none, and the stream goes to stderr",
+		Doc: "file the event stream — one line per audited transition and decision (§19), and the Temporal SDK's workflow and activity lines — " +
+			"is appended to, with the process's own lines; the terminal then shows the process's lines and only the stream's warnings and errors. " +
+			"Empty means no file: the whole stream goes to stderr, as a cluster's log collector expects. The audit rows are in the store either way",
+		DefaultDoc: "`" + DevAuditLog + "` for `sw4rm dev`; empty for `sw4rm server` and `sw4rm worker`",
+		bind:       text(func(c *Config) *string { return &c.AuditLog }, "")},
+	{Flag: "verbose", Env: "SW4RM_VERBOSE", Help: "show the whole event stream on stderr too, not only its warnings and errors",
+		Doc:  "show the whole event stream on stderr too, not only its warnings and errors, when `SW4RM_AUDIT_LOG` names a file: `SW4RM_VERBOSE=1 make dev`",
+		bind: boolean(func(c *Config) *bool { return &c.Verbose }, false)},
 }
 
 // Settings returns the settings table.
@@ -433,6 +458,9 @@ func NewFlags() *Flags {
 	f := &Flags{set: pflag.NewFlagSet("process", pflag.ContinueOnError), parsed: DefaultConfig()}
 	for _, s := range settings {
 		f.set.Var(flagValue{c: &f.parsed, b: s.bind}, s.Flag, s.Help+" ("+s.Env+")")
+		if s.bind.kind() == "bool" {
+			f.set.Lookup(s.Flag).NoOptDefVal = "true" // --verbose, not --verbose=true
+		}
 	}
 	return f
 }

@@ -72,7 +72,7 @@ func TestDefaults(t *testing.T) {
 var validTexts = map[string][2]string{
 	"string": {"from-env", "from-flag"}, "int": {"7", "9"}, "duration": {"7s", "9s"}, "float64": {"0.3", "0.5"},
 	"lane-weights": {"1,2,3", "3,2,1"}, "auth": {"optional", "required"}, "log-level": {"debug", "warn"},
-	"audit-access": {"all", "refused"},
+	"audit-access": {"all", "refused"}, "bool": {"true", "false"},
 }
 
 // TestFlagOverVariable: for every setting, the variable wins over the default and a flag set
@@ -92,7 +92,8 @@ func TestFlagOverVariable(t *testing.T) {
 		assert.Equal(t, texts[0], s.bind.format(&c), "%s wins over the default", s.Env)
 
 		f = NewFlags()
-		require.NoError(t, f.FlagSet().Parse([]string{"--" + s.Flag, texts[1]}))
+		// --flag=value: the one form an on/off flag, which alone means true, reads a value in.
+		require.NoError(t, f.FlagSet().Parse([]string{"--" + s.Flag + "=" + texts[1]}))
 		c, err = f.Config()
 		require.NoError(t, err, s.Env)
 		assert.Equal(t, texts[1], s.bind.format(&c), "--%s wins over %s", s.Flag, s.Env)
@@ -113,7 +114,7 @@ func TestMalformedValues(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), s.Env+`="-1": want`)
 			require.NoError(t, os.Unsetenv(s.Env))
-			err = NewFlags().FlagSet().Parse([]string{"--" + s.Flag, "-1"})
+			err = NewFlags().FlagSet().Parse([]string{"--" + s.Flag + "=-1"})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "--"+s.Flag)
 		})
@@ -135,4 +136,22 @@ func TestAuditAccessSetting(t *testing.T) {
 	_, err := DefaultConfig().FromEnv()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `SW4RM_AUDIT_ACCESS="allowed": want refused or all`)
+}
+
+// TestVerboseSetting: --verbose alone turns the event stream on the terminal on; SW4RM_VERBOSE
+// reads 1, true or false, and empty as off; the flag wins over the variable.
+func TestVerboseSetting(t *testing.T) {
+	for env, want := range map[string]bool{"1": true, "true": true, "false": false, "0": false, "": false} {
+		t.Setenv("SW4RM_VERBOSE", env)
+		c, err := DefaultConfig().FromEnv()
+		require.NoError(t, err, env)
+		assert.Equal(t, want, c.Verbose, "SW4RM_VERBOSE=%q", env)
+	}
+	t.Setenv("SW4RM_VERBOSE", "false")
+	f := NewFlags()
+	require.NoError(t, f.FlagSet().Parse([]string{"--verbose"}))
+	c, err := f.Config()
+	require.NoError(t, err)
+	assert.True(t, c.Verbose, "--verbose alone means on")
+	assert.Empty(t, f.FlagSet().Args(), "and takes no value")
 }

@@ -11,7 +11,6 @@ import (
 	"sync"
 
 	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/grpc"
 
@@ -207,8 +206,11 @@ func start(ctx context.Context, p prepared, roles Roles, log *slog.Logger, st st
 func (a *App) startShared(ctx context.Context, p prepared, roles Roles) error {
 	cfg, log, st := p.Config, a.log, a.store
 	var err error
+	// The SDK's per-workflow and per-activity lines and the audit sink's are the event
+	// stream, which a quiet terminal leaves to the audit log file (EventLogger).
+	events := EventLogger(log)
 	a.temporal, err = client.DialContext(ctx, client.Options{
-		HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: tlog.NewStructuredLogger(log),
+		HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: worker.NewLogger(events),
 	})
 	if err != nil {
 		return fmt.Errorf("connect to Temporal at %s: %w", cfg.TemporalAddress, err)
@@ -224,7 +226,7 @@ func (a *App) startShared(ctx context.Context, p prepared, roles Roles) error {
 	if len(p.HITLPolicy.Operators) == 0 && cfg.HITLExternal == "" && cfg.HITLAgent == "" {
 		log.Warn("no HITL operators, no HITL agent and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
 	}
-	a.sink = audit.NewAsync(log, st.Audit(), 4096)
+	a.sink = audit.NewAsync(events, st.Audit(), 4096)
 	a.router = router.New(st, routerConfig(cfg, p.sec.acl), a.sink)
 	a.metrics = metrics.New(st, a.router.Config().BufferCapacity)
 	a.router.SetMetrics(a.metrics)

@@ -52,7 +52,18 @@ func newRootWith(start startFunc) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: c.LogLevel}))
+			if roles.Server && roles.Worker {
+				c = devAuditLog(cmd, c)
+			}
+			log, closeLog, err := app.NewLogger(c, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer closeLog()
+			if c.AuditLog != "" && !c.Verbose {
+				log.Info("audit log: the event stream (audit events, workflow and activity lines) goes to this file, its warnings and errors here too; "+
+					"--verbose or SW4RM_VERBOSE=1 shows it all here", "file", c.AuditLog)
+			}
 			if roles.Server && roles.Worker {
 				c = devDefaults(cmd, c, log)
 			}
@@ -94,6 +105,17 @@ func serveUntilSignalled(start startFunc, c app.Config, roles app.Roles, log *sl
 	log.Info("shutting down")
 	a.Stop()
 	return nil
+}
+
+// devAuditLog gives `sw4rm dev` its audit log file, app.DevAuditLog, unless SW4RM_AUDIT_LOG
+// or --audit-log is set (even to empty, which puts the event stream on stderr): a laptop's
+// terminal shows the banner, warnings and errors, not hundreds of audit lines per example.
+func devAuditLog(cmd *cobra.Command, c app.Config) app.Config {
+	if _, inEnv := os.LookupEnv("SW4RM_AUDIT_LOG"); inEnv || cmd.Flags().Changed("audit-log") {
+		return c
+	}
+	c.AuditLog = app.DevAuditLog
+	return c
 }
 
 // devDefaults gives `sw4rm dev` what a laptop needs and says so: with no HITL operator and no
