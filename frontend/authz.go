@@ -194,11 +194,16 @@ var methodRules = map[string]rule{
 	// providers are discovery data (§14: participants maintain local discovery state; §18.1:
 	// agents choose tools from descriptors), any proven caller's. A handoff is its parties'
 	// and operators' (§17.6): the handler checks the caller against the handoff it names, and
-	// gives the context snapshot to the parties alone.
+	// gives the context snapshot to the parties alone. Tasks and tool calls are their agent's,
+	// DAG runs their definition's creator's: the handlers list an operator everything, an
+	// agent its own work, and refuse an agent that names another's.
 	directorypb.DirectoryService_GetAgent_FullMethodName:          {who: authenticated},
 	directorypb.DirectoryService_ListAgents_FullMethodName:        {who: authenticated},
 	directorypb.DirectoryService_GetHandoff_FullMethodName:        {who: authenticated},
 	directorypb.DirectoryService_ListToolProviders_FullMethodName: {who: authenticated},
+	directorypb.DirectoryService_ListTasks_FullMethodName:         {who: authenticated},
+	directorypb.DirectoryService_ListDAGRuns_FullMethodName:       {who: authenticated},
+	directorypb.DirectoryService_ListToolCalls_FullMethodName:     {who: authenticated},
 
 	// Tool calls (§18): any proven agent or operator may call a tool; the handler then
 	// checks the rest — an agent calls only for itself (sw4rm-agent-id), a call runs in the

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -164,4 +165,124 @@ func (d *directoryService) ListToolProviders(ctx context.Context, req *directory
 		cur.Tools = append(cur.Tools, r.Descriptor)
 	}
 	return out, nil
+}
+
+// ownWork is whose work a listing of agents' work shows, given the filter the request names
+// (an agent_id, or a caller as tool calls record it) and what the caller's own is: for an
+// operator, or an anonymous caller that authentication off or optional lets through, the
+// filter as named; for an agent, its own — an empty filter means it, another is refused
+// with permission_denied.
+func ownWork(p auth.Principal, field, named, own string) (string, error) {
+	if p.Operator != "" || p.Agent == "" {
+		return named, nil
+	}
+	if named != "" && named != own {
+		return "", protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s %q is not the caller %s: an agent lists only its own work, operators everyone's", field, named, p)
+	}
+	return own, nil
+}
+
+// ListTasks returns the activity buffer's entries (§10) that match the filters: the active
+// ones, oldest first, then the ended ones of the short history, most recently ended first.
+// An agent lists only its own (ownWork).
+func (d *directoryService) ListTasks(ctx context.Context, req *directorypb.ListTasksRequest) (*directorypb.ListTasksResponse, error) {
+	if perr := protocol.ValidateListTasks(req); perr != nil {
+		return nil, perr
+	}
+	p := auth.FromContext(ctx)
+	agent, err := ownWork(p, "agent_id", req.GetAgentId(), p.Agent)
+	if err != nil {
+		return nil, err
+	}
+	limit, state := protocol.ListLimit(req.GetLimit()), store.ActivityStatus(req.GetState())
+	f := store.ActivityFilter{AgentID: agent, TaskID: req.GetTaskId(), Limit: limit}
+	var entries []store.ActivityEntry
+	if state == "" || state == store.ActivityActive {
+		active, err := d.s.store.ActivityBuffer().List(ctx, f)
+		if err != nil {
+			return nil, failed("list the activity buffer", err)
+		}
+		entries = active
+	}
+	if state != store.ActivityActive && len(entries) < limit {
+		if state != "" {
+			// The store filters no status: look among as many ended entries as a listing
+			// may hold, then keep the state's.
+			f.Limit = protocol.MaxListLimit
+		}
+		ended, err := d.s.store.ActivityBuffer().History(ctx, f)
+		if err != nil {
+			return nil, failed("list the activity history", err)
+		}
+		for _, e := range ended {
+			if state == "" || e.Status == state {
+				entries = append(entries, e)
+			}
+		}
+	}
+	out := &directorypb.ListTasksResponse{}
+	for _, e := range entries[:min(limit, len(entries))] {
+		out.Tasks = append(out.Tasks, &directorypb.TaskEntry{AgentId: e.AgentID, TaskId: e.TaskID, State: string(e.Status),
+			RepoId: e.RepoID, WorktreeId: e.WorktreeID, Branch: e.Branch, Description: e.Description, WaitingOn: e.WaitingOn,
+			CreatedAt: timestampOrNil(e.CreatedAt), CompletedAt: timestampOrNil(e.CompletedAt)})
+	}
+	return out, nil
+}
+
+// ListToolCalls returns the tool calls (§18) that match the filters, most recently made
+// first, each with how its final frame's summary says it ended. An agent lists only the
+// calls it made (ownWork).
+func (d *directoryService) ListToolCalls(ctx context.Context, req *directorypb.ListToolCallsRequest) (*directorypb.ListToolCallsResponse, error) {
+	if perr := protocol.ValidateListToolCalls(req); perr != nil {
+		return nil, perr
+	}
+	p := auth.FromContext(ctx)
+	caller, err := ownWork(p, "caller", req.GetCaller(), p.String())
+	if err != nil {
+		return nil, err
+	}
+	limit, state := protocol.ListLimit(req.GetLimit()), req.GetState()
+	f := store.ToolCallFilter{Caller: caller, ProviderID: req.GetProviderId(), ToolName: req.GetToolName(), Limit: limit}
+	switch state {
+	case "":
+	case "running":
+		f.Phase = store.OpenToolCall
+	default:
+		// How a call ended is in its final frame's summary, which the store does not filter
+		// on: look among as many ended calls as a listing may hold, then keep the state's.
+		f.Phase, f.Limit = store.FinalToolCall, protocol.MaxListLimit
+	}
+	calls, err := d.s.store.ToolCalls().ListCalls(ctx, f)
+	if err != nil {
+		return nil, failed("list the tool calls", err)
+	}
+	out := &directorypb.ListToolCallsResponse{}
+	for _, c := range calls {
+		e := &directorypb.ToolCallEntry{CallId: c.CallID, Caller: c.Caller, ProviderId: c.ProviderID, ToolName: c.ToolName,
+			State: "running", Frames: c.Frames, Bytes: c.Bytes, CreatedAt: timestampOrNil(c.CreatedAt)}
+		if c.Final {
+			e.State, e.ErrorCode, e.Message = toolCallEnd(c.Summary)
+		}
+		if state != "" && e.State != state {
+			continue
+		}
+		if out.Calls = append(out.Calls, e); len(out.Calls) == limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// toolCallEnd is how a call ended, read from its final frame's summary (tool.Summary):
+// "ok", "error" or "cancelled", with the §18.3 code and message of a call that is not ok. A
+// summary that does not say is reported as an error rather than guessed ok.
+func toolCallEnd(summary []byte) (state, code, msg string) {
+	var s tool.Summary
+	if err := json.Unmarshal(summary, &s); err == nil {
+		switch s.Status {
+		case "ok", "error", "cancelled":
+			return s.Status, s.ErrorCode, s.Message
+		}
+	}
+	return "error", string(tool.CodeInternal), "the call's final frame has no readable summary"
 }

@@ -215,6 +215,9 @@ func TestDirectoryAuthorization(t *testing.T) {
 		{directorypb.DirectoryService_ListAgents_FullMethodName, &directorypb.ListAgentsRequest{}},
 		{directorypb.DirectoryService_GetHandoff_FullMethodName, &directorypb.GetHandoffRequest{RequestId: "h-1"}},
 		{directorypb.DirectoryService_ListToolProviders_FullMethodName, &directorypb.ListToolProvidersRequest{}},
+		{directorypb.DirectoryService_ListTasks_FullMethodName, &directorypb.ListTasksRequest{}},
+		{directorypb.DirectoryService_ListDAGRuns_FullMethodName, &directorypb.ListDAGRunsRequest{}},
+		{directorypb.DirectoryService_ListToolCalls_FullMethodName, &directorypb.ListToolCallsRequest{}},
 	} {
 		assert.NoError(t, a.authorize(m.method, m.req, auth.Principal{Agent: "alice", KeyID: "ed25519:00"}), "agent: %s", m.method)
 		assert.NoError(t, a.authorize(m.method, m.req, auth.Principal{Operator: "ops"}), "operator: %s", m.method)

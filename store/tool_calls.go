@@ -46,6 +46,40 @@ type ToolFrameRecord struct {
 	At time.Time
 }
 
+// ToolCallPhase selects tool calls by whether their final frame is stored.
+type ToolCallPhase int
+
+// Tool call phases of a ToolCallFilter.
+const (
+	// AnyToolCall matches every call.
+	AnyToolCall ToolCallPhase = iota
+	// OpenToolCall matches the calls without their final frame: those still running.
+	OpenToolCall
+	// FinalToolCall matches the calls whose final frame is stored: those that ended.
+	FinalToolCall
+)
+
+// DefaultToolCallListLimit is the ListCalls limit used when the filter sets none.
+const DefaultToolCallListLimit = 1000
+
+// ToolCallFilter selects tool calls for ListCalls; empty fields match everything.
+type ToolCallFilter struct {
+	// Caller, ProviderID and ToolName must equal the call's when set.
+	Caller, ProviderID, ToolName string
+	// Phase keeps the open calls, the ended ones, or both.
+	Phase ToolCallPhase
+	// Limit caps the calls returned; zero or negative means DefaultToolCallListLimit.
+	Limit int
+}
+
+// ListedToolCall is one call as ListCalls returns it: its record and, once it ended, the
+// summary of its final frame (how it ended, JSON as Finish stored it).
+type ListedToolCall struct {
+	ToolCallRecord
+	// Summary is the final frame's summary; empty while the call is open.
+	Summary []byte
+}
+
 // ToolCalls stores tool calls and their frames as they come (§18.2 CallStream), so that a
 // client that reconnects resumes from its last frame_no, and a call's frame count and bytes
 // can be reported (§19). The store numbers frames: the next frame of a call is one more than
@@ -63,6 +97,10 @@ type ToolCalls interface {
 	// An agent's end releases them (§8.4): its own calls as caller "agent:<agent_id>", the
 	// calls to the tools it provides as provider <agent_id>.
 	OpenCalls(ctx context.Context, caller, providerID string) ([]ToolCallRecord, error)
+	// ListCalls returns the calls that match the filter, most recently created first (then
+	// by call_id), the first Limit of them, each with its final frame's summary; none is an
+	// empty slice.
+	ListCalls(ctx context.Context, f ToolCallFilter) ([]ListedToolCall, error)
 	// AppendFrame stores the call's next, non-final frame and returns it numbered; ErrCallClosed
 	// once the final frame is stored; ErrNotFound for an unknown call.
 	AppendFrame(ctx context.Context, callID, contentType string, data []byte) (ToolFrameRecord, error)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -15,8 +14,9 @@ import (
 
 // newDAGCmd builds `sw4rm dag show`: the graph of a stored DAG workflow definition (§17.7) as
 // Mermaid or DOT, read through the DefinitionService extension (the canonical WorkflowService
-// has no call that reads a definition back). With authentication on, --token must be an
-// operator's (docs/security.md).
+// has no call that reads a definition back), and `sw4rm dag runs`, the runs listed through
+// the DirectoryService extension. With authentication on, --token must be an operator's
+// (docs/security.md).
 func newDAGCmd() *cobra.Command {
 	var of operatorFlags
 	cmd := &cobra.Command{
@@ -43,9 +43,9 @@ func newDAGCmd() *cobra.Command {
 			if version < 0 {
 				return fmt.Errorf("--version must be 1 or more (0 or absent: the latest), not %d", version)
 			}
-			// The Temporal UI names a run by its workflow ID, dag.RunCorrelationPrefix + workflow_id
+			// The Temporal UI names a run by its workflow ID, dag/<workflow_id>
 			// (workflows.DAGWorkflowID); the definition and the run are stored under the bare id.
-			workflowID := strings.TrimPrefix(args[0], dag.RunCorrelationPrefix)
+			workflowID := dagIDs.bare(args[0])
 			conn, ctx, err := of.dial(cmd)
 			if err != nil {
 				return err
@@ -74,7 +74,7 @@ func newDAGCmd() *cobra.Command {
 	show.Flags().Int32Var(&version, "version", 0, "the definition's version; 0 means the latest")
 	show.Flags().StringVar(&format, "format", "mermaid", "mermaid or dot")
 	of.register(cmd)
-	cmd.AddCommand(show)
+	cmd.AddCommand(show, newDAGRunsCmd(directoryClient(&of)))
 	return cmd
 }
 

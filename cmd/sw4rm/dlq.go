@@ -290,7 +290,7 @@ func (f *dlqFilterFlags) register(cmd *cobra.Command) {
 // filter builds the request filter; relative times count back from now.
 func (f *dlqFilterFlags) filter(now time.Time) (*dlqadminpb.DeadLetterFilter, error) {
 	out := &dlqadminpb.DeadLetterFilter{
-		ErrorClass: f.class, ErrorCode: strings.ToUpper(f.code), Route: f.route, Producer: f.producer,
+		ErrorClass: f.class, ErrorCode: strings.ToUpper(f.code), Route: agentIDs.bare(f.route), Producer: agentIDs.bare(f.producer),
 		IncludeRequeued: f.all, Limit: f.limit,
 	}
 	for _, x := range []struct {

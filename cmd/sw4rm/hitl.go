@@ -88,7 +88,7 @@ func newHitlListCmd(client hitlAdminDialer) *cobra.Command {
 func newHitlDecideCmd(client hitlAdminDialer) *cobra.Command {
 	var rationale, patchFile string
 	decide := &cobra.Command{
-		Use:   "decide <invocation-id> approve|deny|modify|defer --rationale \"...\"",
+		Use:   "decide <invocation-id>|hitl/<invocation-id> approve|deny|modify|defer --rationale \"...\"",
 		Short: "Decide a pending invocation",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -105,7 +105,9 @@ func newHitlDecideCmd(client hitlAdminDialer) *cobra.Command {
 				return err
 			}
 			defer done()
-			resp, err := c.Decide(ctx, &hitladminpb.DecideRequest{InvocationId: args[0], Decision: args[1], Rationale: rationale, Patch: patch})
+			// hitl/<invocation_id>, as the Temporal UI shows the wait, names it too.
+			id := hitlIDs.bare(args[0])
+			resp, err := c.Decide(ctx, &hitladminpb.DecideRequest{InvocationId: id, Decision: args[1], Rationale: rationale, Patch: patch})
 			if err != nil {
 				return err
 			}
@@ -115,7 +117,7 @@ func newHitlDecideCmd(client hitlAdminDialer) *cobra.Command {
 			if resp.GetAlreadyDecided() {
 				note = " (already applied)"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s by %s at %s%s\n", args[0], o.Decision, o.DecidedBy, o.DecidedAt.UTC().Format(time.RFC3339), note)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s by %s at %s%s\n", id, o.Decision, o.DecidedBy, o.DecidedAt.UTC().Format(time.RFC3339), note)
 			return nil
 		},
 	}
@@ -138,7 +140,7 @@ func newHitlHistoryCmd(client hitlAdminDialer) *cobra.Command {
 			defer done()
 			req := &hitladminpb.HistoryRequest{}
 			if len(args) == 1 {
-				req.InvocationId = args[0]
+				req.InvocationId = hitlIDs.bare(args[0])
 			}
 			resp, err := c.History(ctx, req)
 			if err != nil {
@@ -188,6 +190,7 @@ func newHitlSignCmd() *cobra.Command {
 					return fmt.Errorf("read patch: %w", err)
 				}
 			}
+			invocation = hitlIDs.bare(invocation)
 			d := hitl.Decision{InvocationID: invocation, Decision: action, Rationale: rationale, Patch: patch, Operator: operator, Via: "signal"}
 			if err := d.Check(); err != nil {
 				return err

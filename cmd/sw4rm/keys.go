@@ -48,7 +48,7 @@ func newKeysCmd() *cobra.Command {
 				return err
 			}
 			defer done()
-			resp, err := c.ListKeys(ctx, &keyadminpb.ListKeysRequest{AgentId: agent})
+			resp, err := c.ListKeys(ctx, &keyadminpb.ListKeysRequest{AgentId: agentIDs.bare(agent)})
 			if err != nil {
 				return err
 			}
@@ -72,13 +72,14 @@ func newKeysCmd() *cobra.Command {
 				return err
 			}
 			defer done()
-			resp, err := c.RevokeKey(ctx, &keyadminpb.RevokeKeyRequest{AgentId: args[0], KeyId: keyID, Reason: reason})
+			agentID := agentIDs.bare(args[0]) // agent/<agent_id>, as the Temporal UI shows it, works too
+			resp, err := c.RevokeKey(ctx, &keyadminpb.RevokeKeyRequest{AgentId: agentID, KeyId: keyID, Reason: reason})
 			if err != nil {
 				return err
 			}
-			what := "every key of " + args[0]
+			what := "every key of " + agentID
 			if keyID != "" {
-				what = "key " + keyID + " of " + args[0]
+				what = "key " + keyID + " of " + agentID
 			}
 			if resp.GetRevoked() == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: already revoked, nothing changed\n", what)

@@ -84,6 +84,7 @@ func newRootWith(start startFunc) *cobra.Command {
 	root.AddCommand(newDLQCmd())
 	root.AddCommand(newKeysCmd())
 	root.AddCommand(newDAGCmd())
+	root.AddCommand(newAgentsCmd(), newTasksCmd(), newToolsCmd())
 	root.AddCommand(newNegotiationCmd())
 	root.AddCommand(newSearchAttributesCmd())
 	root.AddCommand(newSettingsCmd())
@@ -121,14 +122,17 @@ func devAuditLog(cmd *cobra.Command, c app.Config) app.Config {
 // devDefaults gives `sw4rm dev` what a laptop needs and says so: with no HITL operator and no
 // external HITL component configured, every HITL wait would get its fallback at once (§15.3),
 // so the dev role configures app.DevHITLOperators — what `make dev` configured before. An
-// operator list set on purpose, even to empty, is kept.
+// operator list set on purpose, even to empty, is kept. The default operator's token is left
+// for the CLI on this machine (devtoken.go).
 func devDefaults(cmd *cobra.Command, c app.Config, log *slog.Logger) app.Config {
 	_, inEnv := os.LookupEnv("SW4RM_HITL_OPERATORS")
 	if inEnv || cmd.Flags().Changed("hitl-operators") || c.HITLOperators != "" || c.HITLExternal != "" {
+		forgetDevToken(log)
 		return c
 	}
 	c.HITLOperators = app.DevHITLOperators
 	name, token, _ := strings.Cut(app.DevHITLOperators, "=")
+	saveDevToken(token, log)
 	log.Info("dev role: one HITL operator configured by default, so that HITL waits can be decided (sw4rm hitl decide, docs/hitl.md); "+
 		"set SW4RM_HITL_OPERATORS to choose operators, or to empty for none", "operator", name, "token", token)
 	return c

@@ -27,7 +27,7 @@ type operatorFlags struct {
 func (f *operatorFlags) register(cmd *cobra.Command) {
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&f.server, "server", envOr("SW4RM_SERVER", "localhost:50051"), "sw4rm gRPC address (SW4RM_SERVER)")
-	pf.StringVar(&f.token, "token", os.Getenv("SW4RM_OPERATOR_TOKEN"), "operator token (SW4RM_OPERATOR_TOKEN)")
+	pf.StringVar(&f.token, "token", os.Getenv("SW4RM_OPERATOR_TOKEN"), "operator token (SW4RM_OPERATOR_TOKEN); with neither, a server on loopback gets the token sw4rm dev left for its default operator")
 	pf.StringVar(&f.tlsCA, "tls-ca", os.Getenv("SW4RM_TLS_CA_FILE"), "PEM CA bundle that signs the server's certificate; any --tls-* flag turns TLS on, empty CA uses the system's roots (SW4RM_TLS_CA_FILE)")
 	pf.StringVar(&f.tlsCert, "tls-cert", os.Getenv("SW4RM_TLS_CLIENT_CERT_FILE"), "PEM client certificate, for a server that requires mutual TLS (SW4RM_TLS_CLIENT_CERT_FILE)")
 	pf.StringVar(&f.tlsKey, "tls-key", os.Getenv("SW4RM_TLS_CLIENT_KEY_FILE"), "PEM private key of --tls-cert (SW4RM_TLS_CLIENT_KEY_FILE)")
@@ -47,7 +47,8 @@ func (f *operatorFlags) transport() (credentials.TransportCredentials, error) {
 }
 
 // dial connects to the server and returns a context carrying the operator's credentials and
-// the CLI marker (recorded as the door a decision came through).
+// the CLI marker (recorded as the door a decision came through). Without a token, a server
+// on loopback gets the one `sw4rm dev` left for its default operator (devToken).
 func (f *operatorFlags) dial(cmd *cobra.Command, opts ...grpc.DialOption) (*grpc.ClientConn, context.Context, error) {
 	creds, err := f.transport()
 	if err != nil {
@@ -57,6 +58,10 @@ func (f *operatorFlags) dial(cmd *cobra.Command, opts ...grpc.DialOption) (*grpc
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx := metadata.AppendToOutgoingContext(cmd.Context(), "authorization", "Bearer "+f.token, wire.ClientKey, wire.ClientCLI)
+	token := f.token
+	if token == "" {
+		token = devToken(f.server)
+	}
+	ctx := metadata.AppendToOutgoingContext(cmd.Context(), "authorization", "Bearer "+token, wire.ClientKey, wire.ClientCLI)
 	return conn, ctx, nil
 }

@@ -1,6 +1,7 @@
 // Extension service for the reads the canonical contract has no RPC for: an agent's
-// registry record with its lifecycle state (§8, §14), one handoff's state (§17.6) and the
-// list of tool providers (§18.1). It lives in its own package because the RFC forbids
+// registry record with its lifecycle state (§8, §14), one handoff's state (§17.6), the
+// list of tool providers (§18.1), and the listings of the work in flight and done: tasks
+// (the activity buffer, §10), DAG runs (§17.7) and tool calls (§18). It lives in its own package because the RFC forbids
 // changing canonical services (§5.1), and no canonical flow needs it: an agent that speaks
 // only the canonical services loses nothing but these reads.
 //
@@ -9,7 +10,12 @@
 // docs/signing.md) or an operator token in the metadata "authorization: Bearer <token>". Agents and tool providers are discovery data (§14, §18.1),
 // readable by any proven caller; a handoff only by its parties — the originator, the agent it
 // is offered to or that accepted it — and operators, and its context snapshot only by its
-// parties. Refusals carry the spec's error_code as the message's prefix and in the
+// parties. Tasks and tool calls are their agent's: an operator lists everyone's, an agent
+// only its own (an empty agent filter means its own; another agent's is refused). A DAG run
+// has no one agent: an operator lists every run, an agent the runs of the workflows whose
+// definitions it created (§17.7, CreateWorkflow records the creator). An anonymous caller,
+// which authentication off or optional lets through, lists everything: that deployment
+// chose no access control. Refusals carry the spec's error_code as the message's prefix and in the
 // sw4rm-error-code trailer: validation_error (INVALID_ARGUMENT), no_route (NOT_FOUND) for an
 // unknown agent or handoff, permission_denied (PERMISSION_DENIED).
 //
@@ -659,6 +665,718 @@ func (x *ListToolProvidersResponse) GetProviders() []*ToolProvider {
 	return nil
 }
 
+// ListTasksRequest filters the listing of the activity buffer.
+type ListTasksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this agent's tasks. Empty: every agent's for an operator, the caller's own for an
+	// agent; an agent naming another agent is refused with permission_denied.
+	AgentId string `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// Only entries in this state: "active", "completed", "failed", "cancelled" or "unknown";
+	// empty for every state.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Only this task; empty for every task.
+	TaskId string `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// At most this many entries; 0 means 100, at most 1000.
+	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTasksRequest) Reset() {
+	*x = ListTasksRequest{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTasksRequest) ProtoMessage() {}
+
+func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
+func (*ListTasksRequest) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListTasksRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ListTasksRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// TaskEntry is one activity buffer entry (§10): what an agent does or did, where.
+type TaskEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent doing the work.
+	AgentId string `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// The task; its workflow is task/<task_id>.
+	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// "active", or how it ended: "completed", "failed", "cancelled" or "unknown".
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// The repository, worktree and branch the work is on; each may be empty.
+	RepoId string `protobuf:"bytes,4,opt,name=repo_id,json=repoId,proto3" json:"repo_id,omitempty"`
+	// The worktree the work is in.
+	WorktreeId string `protobuf:"bytes,5,opt,name=worktree_id,json=worktreeId,proto3" json:"worktree_id,omitempty"`
+	// The branch the work is on.
+	Branch string `protobuf:"bytes,6,opt,name=branch,proto3" json:"branch,omitempty"`
+	// What the agent does, at most 200 words.
+	Description string `protobuf:"bytes,7,opt,name=description,proto3" json:"description,omitempty"`
+	// What the task waits for while its agent is WAITING; empty when not waiting.
+	WaitingOn string `protobuf:"bytes,8,opt,name=waiting_on,json=waitingOn,proto3" json:"waiting_on,omitempty"`
+	// When it was created.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// When it ended; unset while active.
+	CompletedAt   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskEntry) Reset() {
+	*x = TaskEntry{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskEntry) ProtoMessage() {}
+
+func (x *TaskEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskEntry.ProtoReflect.Descriptor instead.
+func (*TaskEntry) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TaskEntry) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *TaskEntry) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskEntry) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *TaskEntry) GetRepoId() string {
+	if x != nil {
+		return x.RepoId
+	}
+	return ""
+}
+
+func (x *TaskEntry) GetWorktreeId() string {
+	if x != nil {
+		return x.WorktreeId
+	}
+	return ""
+}
+
+func (x *TaskEntry) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *TaskEntry) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *TaskEntry) GetWaitingOn() string {
+	if x != nil {
+		return x.WaitingOn
+	}
+	return ""
+}
+
+func (x *TaskEntry) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *TaskEntry) GetCompletedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompletedAt
+	}
+	return nil
+}
+
+// ListTasksResponse is the listing.
+type ListTasksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The active entries, oldest first, then the ended ones, most recently ended first.
+	Tasks         []*TaskEntry `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTasksResponse) Reset() {
+	*x = ListTasksResponse{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTasksResponse) ProtoMessage() {}
+
+func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
+func (*ListTasksResponse) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListTasksResponse) GetTasks() []*TaskEntry {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+// ListDAGRunsRequest filters the listing of DAG runs.
+type ListDAGRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only runs whose workflow_id starts with this (the bare id, without the dag/ of the
+	// run's Temporal workflow ID); empty for every run.
+	WorkflowIdPrefix string `protobuf:"bytes,1,opt,name=workflow_id_prefix,json=workflowIdPrefix,proto3" json:"workflow_id_prefix,omitempty"`
+	// Only runs in this state: RUNNING, WAITING, COMPLETED or FAILED; empty for every state.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// At most this many runs; 0 means 100, at most 1000.
+	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDAGRunsRequest) Reset() {
+	*x = ListDAGRunsRequest{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDAGRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDAGRunsRequest) ProtoMessage() {}
+
+func (x *ListDAGRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDAGRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListDAGRunsRequest) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListDAGRunsRequest) GetWorkflowIdPrefix() string {
+	if x != nil {
+		return x.WorkflowIdPrefix
+	}
+	return ""
+}
+
+func (x *ListDAGRunsRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListDAGRunsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// DAGRun is one execution of a DAG workflow's run. A run resumed after it closed is a new
+// execution of the same workflow ID; a run that continued as new lists as its latest
+// execution only.
+type DAGRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workflow's id; the run's Temporal workflow ID is dag/<workflow_id>.
+	WorkflowId string `protobuf:"bytes,1,opt,name=workflow_id,json=workflowId,proto3" json:"workflow_id,omitempty"`
+	// The Temporal run id of this execution.
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The run's state as it last recorded it: RUNNING, WAITING (a node failed; the run waits
+	// for ResumeWorkflow), COMPLETED or FAILED.
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// The execution's status in Temporal, e.g. "Running", "Completed", "Terminated".
+	ExecutionStatus string `protobuf:"bytes,4,opt,name=execution_status,json=executionStatus,proto3" json:"execution_status,omitempty"`
+	// When the execution started.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// When it closed; unset while open.
+	ClosedAt      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=closed_at,json=closedAt,proto3" json:"closed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DAGRun) Reset() {
+	*x = DAGRun{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DAGRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DAGRun) ProtoMessage() {}
+
+func (x *DAGRun) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DAGRun.ProtoReflect.Descriptor instead.
+func (*DAGRun) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DAGRun) GetWorkflowId() string {
+	if x != nil {
+		return x.WorkflowId
+	}
+	return ""
+}
+
+func (x *DAGRun) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *DAGRun) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *DAGRun) GetExecutionStatus() string {
+	if x != nil {
+		return x.ExecutionStatus
+	}
+	return ""
+}
+
+func (x *DAGRun) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *DAGRun) GetClosedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClosedAt
+	}
+	return nil
+}
+
+// ListDAGRunsResponse is the listing.
+type ListDAGRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runs: open ones first, then closed ones, most recently closed first.
+	Runs          []*DAGRun `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDAGRunsResponse) Reset() {
+	*x = ListDAGRunsResponse{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDAGRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDAGRunsResponse) ProtoMessage() {}
+
+func (x *ListDAGRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDAGRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListDAGRunsResponse) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListDAGRunsResponse) GetRuns() []*DAGRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+// ListToolCallsRequest filters the listing of tool calls.
+type ListToolCallsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only calls made by this caller, as recorded: "agent:<agent_id>", "operator:<name>" or
+	// "anonymous". Empty: every call for an operator, the caller's own for an agent; an agent
+	// naming another caller is refused with permission_denied.
+	Caller string `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	// Only calls to this provider; empty for every provider.
+	ProviderId string `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	// Only calls to this tool; empty for every tool.
+	ToolName string `protobuf:"bytes,3,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// Only calls in this state: "running" (no final frame yet), or how it ended: "ok",
+	// "error" or "cancelled". An ending is looked for among the 1000 most recent finished
+	// calls that match the other filters.
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// At most this many calls; 0 means 100, at most 1000.
+	Limit         uint32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolCallsRequest) Reset() {
+	*x = ListToolCallsRequest{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolCallsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolCallsRequest) ProtoMessage() {}
+
+func (x *ListToolCallsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolCallsRequest.ProtoReflect.Descriptor instead.
+func (*ListToolCallsRequest) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListToolCallsRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *ListToolCallsRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *ListToolCallsRequest) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ListToolCallsRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListToolCallsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ToolCallEntry is one tool call (§18.2) and how it ended.
+type ToolCallEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's id; its workflow is tool/<call_id>.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Who made it, as recorded: "agent:<agent_id>", "operator:<name>" or "anonymous".
+	Caller string `protobuf:"bytes,2,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The tool's provider.
+	ProviderId string `protobuf:"bytes,3,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	// The tool.
+	ToolName string `protobuf:"bytes,4,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// "running", or how it ended: "ok", "error" or "cancelled".
+	State string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// The §18.3 error code of a call that ended other than ok.
+	ErrorCode string `protobuf:"bytes,6,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// Why it ended other than ok, for a person.
+	Message string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	// The frames stored so far, the final one included.
+	Frames uint64 `protobuf:"varint,8,opt,name=frames,proto3" json:"frames,omitempty"`
+	// The bytes of their data.
+	Bytes uint64 `protobuf:"varint,9,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// When the call was made.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallEntry) Reset() {
+	*x = ToolCallEntry{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallEntry) ProtoMessage() {}
+
+func (x *ToolCallEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallEntry.ProtoReflect.Descriptor instead.
+func (*ToolCallEntry) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ToolCallEntry) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolCallEntry) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *ToolCallEntry) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *ToolCallEntry) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ToolCallEntry) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ToolCallEntry) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *ToolCallEntry) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ToolCallEntry) GetFrames() uint64 {
+	if x != nil {
+		return x.Frames
+	}
+	return 0
+}
+
+func (x *ToolCallEntry) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ToolCallEntry) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// ListToolCallsResponse is the listing.
+type ListToolCallsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The calls, most recently made first.
+	Calls         []*ToolCallEntry `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolCallsResponse) Reset() {
+	*x = ListToolCallsResponse{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolCallsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolCallsResponse) ProtoMessage() {}
+
+func (x *ListToolCallsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolCallsResponse.ProtoReflect.Descriptor instead.
+func (*ListToolCallsResponse) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListToolCallsResponse) GetCalls() []*ToolCallEntry {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
 var File_sw4rmext_directory_proto protoreflect.FileDescriptor
 
 const file_sw4rmext_directory_proto_rawDesc = "" +
@@ -719,14 +1437,78 @@ const file_sw4rmext_directory_proto_rawDesc = "" +
 	"\x05tools\x18\x03 \x03(\v2\x1f.sw4rm.connector.ToolDescriptorR\x05tools\x12?\n" +
 	"\rregistered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\"^\n" +
 	"\x19ListToolProvidersResponse\x12A\n" +
-	"\tproviders\x18\x01 \x03(\v2#.sw4rmext.directory.v1.ToolProviderR\tproviders2\xa1\x03\n" +
+	"\tproviders\x18\x01 \x03(\v2#.sw4rmext.directory.v1.ToolProviderR\tproviders\"r\n" +
+	"\x10ListTasksRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"\xe2\x02\n" +
+	"\tTaskEntry\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x17\n" +
+	"\arepo_id\x18\x04 \x01(\tR\x06repoId\x12\x1f\n" +
+	"\vworktree_id\x18\x05 \x01(\tR\n" +
+	"worktreeId\x12\x16\n" +
+	"\x06branch\x18\x06 \x01(\tR\x06branch\x12 \n" +
+	"\vdescription\x18\a \x01(\tR\vdescription\x12\x1d\n" +
+	"\n" +
+	"waiting_on\x18\b \x01(\tR\twaitingOn\x129\n" +
+	"\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12=\n" +
+	"\fcompleted_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\"K\n" +
+	"\x11ListTasksResponse\x126\n" +
+	"\x05tasks\x18\x01 \x03(\v2 .sw4rmext.directory.v1.TaskEntryR\x05tasks\"n\n" +
+	"\x12ListDAGRunsRequest\x12,\n" +
+	"\x12workflow_id_prefix\x18\x01 \x01(\tR\x10workflowIdPrefix\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xf5\x01\n" +
+	"\x06DAGRun\x12\x1f\n" +
+	"\vworkflow_id\x18\x01 \x01(\tR\n" +
+	"workflowId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12)\n" +
+	"\x10execution_status\x18\x04 \x01(\tR\x0fexecutionStatus\x129\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x127\n" +
+	"\tclosed_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\"H\n" +
+	"\x13ListDAGRunsResponse\x121\n" +
+	"\x04runs\x18\x01 \x03(\v2\x1d.sw4rmext.directory.v1.DAGRunR\x04runs\"\x98\x01\n" +
+	"\x14ListToolCallsRequest\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x1f\n" +
+	"\vprovider_id\x18\x02 \x01(\tR\n" +
+	"providerId\x12\x1b\n" +
+	"\ttool_name\x18\x03 \x01(\tR\btoolName\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"\xb6\x02\n" +
+	"\rToolCallEntry\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x16\n" +
+	"\x06caller\x18\x02 \x01(\tR\x06caller\x12\x1f\n" +
+	"\vprovider_id\x18\x03 \x01(\tR\n" +
+	"providerId\x12\x1b\n" +
+	"\ttool_name\x18\x04 \x01(\tR\btoolName\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x06 \x01(\tR\terrorCode\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12\x16\n" +
+	"\x06frames\x18\b \x01(\x04R\x06frames\x12\x14\n" +
+	"\x05bytes\x18\t \x01(\x04R\x05bytes\x129\n" +
+	"\n" +
+	"created_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"S\n" +
+	"\x15ListToolCallsResponse\x12:\n" +
+	"\x05calls\x18\x01 \x03(\v2$.sw4rmext.directory.v1.ToolCallEntryR\x05calls2\xd3\x05\n" +
 	"\x10DirectoryService\x12U\n" +
 	"\bGetAgent\x12&.sw4rmext.directory.v1.GetAgentRequest\x1a!.sw4rmext.directory.v1.AgentEntry\x12a\n" +
 	"\n" +
 	"ListAgents\x12(.sw4rmext.directory.v1.ListAgentsRequest\x1a).sw4rmext.directory.v1.ListAgentsResponse\x12[\n" +
 	"\n" +
 	"GetHandoff\x12(.sw4rmext.directory.v1.GetHandoffRequest\x1a#.sw4rmext.directory.v1.HandoffEntry\x12v\n" +
-	"\x11ListToolProviders\x12/.sw4rmext.directory.v1.ListToolProvidersRequest\x1a0.sw4rmext.directory.v1.ListToolProvidersResponseB?Z=github.com/sw4rm/sw4rm-temporal/proto/directorypb;directorypbb\x06proto3"
+	"\x11ListToolProviders\x12/.sw4rmext.directory.v1.ListToolProvidersRequest\x1a0.sw4rmext.directory.v1.ListToolProvidersResponse\x12^\n" +
+	"\tListTasks\x12'.sw4rmext.directory.v1.ListTasksRequest\x1a(.sw4rmext.directory.v1.ListTasksResponse\x12d\n" +
+	"\vListDAGRuns\x12).sw4rmext.directory.v1.ListDAGRunsRequest\x1a*.sw4rmext.directory.v1.ListDAGRunsResponse\x12j\n" +
+	"\rListToolCalls\x12+.sw4rmext.directory.v1.ListToolCallsRequest\x1a,.sw4rmext.directory.v1.ListToolCallsResponseB?Z=github.com/sw4rm/sw4rm-temporal/proto/directorypb;directorypbb\x06proto3"
 
 var (
 	file_sw4rmext_directory_proto_rawDescOnce sync.Once
@@ -740,7 +1522,7 @@ func file_sw4rmext_directory_proto_rawDescGZIP() []byte {
 	return file_sw4rmext_directory_proto_rawDescData
 }
 
-var file_sw4rmext_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_sw4rmext_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_sw4rmext_directory_proto_goTypes = []any{
 	(*GetAgentRequest)(nil),            // 0: sw4rmext.directory.v1.GetAgentRequest
 	(*AgentEntry)(nil),                 // 1: sw4rmext.directory.v1.AgentEntry
@@ -751,35 +1533,58 @@ var file_sw4rmext_directory_proto_goTypes = []any{
 	(*ListToolProvidersRequest)(nil),   // 6: sw4rmext.directory.v1.ListToolProvidersRequest
 	(*ToolProvider)(nil),               // 7: sw4rmext.directory.v1.ToolProvider
 	(*ListToolProvidersResponse)(nil),  // 8: sw4rmext.directory.v1.ListToolProvidersResponse
-	nil,                                // 9: sw4rmext.directory.v1.AgentEntry.HealthEntry
-	(*registrypb.AgentDescriptor)(nil), // 10: sw4rm.registry.AgentDescriptor
-	(*timestamppb.Timestamp)(nil),      // 11: google.protobuf.Timestamp
-	(*connectorpb.ToolDescriptor)(nil), // 12: sw4rm.connector.ToolDescriptor
+	(*ListTasksRequest)(nil),           // 9: sw4rmext.directory.v1.ListTasksRequest
+	(*TaskEntry)(nil),                  // 10: sw4rmext.directory.v1.TaskEntry
+	(*ListTasksResponse)(nil),          // 11: sw4rmext.directory.v1.ListTasksResponse
+	(*ListDAGRunsRequest)(nil),         // 12: sw4rmext.directory.v1.ListDAGRunsRequest
+	(*DAGRun)(nil),                     // 13: sw4rmext.directory.v1.DAGRun
+	(*ListDAGRunsResponse)(nil),        // 14: sw4rmext.directory.v1.ListDAGRunsResponse
+	(*ListToolCallsRequest)(nil),       // 15: sw4rmext.directory.v1.ListToolCallsRequest
+	(*ToolCallEntry)(nil),              // 16: sw4rmext.directory.v1.ToolCallEntry
+	(*ListToolCallsResponse)(nil),      // 17: sw4rmext.directory.v1.ListToolCallsResponse
+	nil,                                // 18: sw4rmext.directory.v1.AgentEntry.HealthEntry
+	(*registrypb.AgentDescriptor)(nil), // 19: sw4rm.registry.AgentDescriptor
+	(*timestamppb.Timestamp)(nil),      // 20: google.protobuf.Timestamp
+	(*connectorpb.ToolDescriptor)(nil), // 21: sw4rm.connector.ToolDescriptor
 }
 var file_sw4rmext_directory_proto_depIdxs = []int32{
-	10, // 0: sw4rmext.directory.v1.AgentEntry.agent:type_name -> sw4rm.registry.AgentDescriptor
-	9,  // 1: sw4rmext.directory.v1.AgentEntry.health:type_name -> sw4rmext.directory.v1.AgentEntry.HealthEntry
-	11, // 2: sw4rmext.directory.v1.AgentEntry.registered_at:type_name -> google.protobuf.Timestamp
-	11, // 3: sw4rmext.directory.v1.AgentEntry.last_heartbeat:type_name -> google.protobuf.Timestamp
+	19, // 0: sw4rmext.directory.v1.AgentEntry.agent:type_name -> sw4rm.registry.AgentDescriptor
+	18, // 1: sw4rmext.directory.v1.AgentEntry.health:type_name -> sw4rmext.directory.v1.AgentEntry.HealthEntry
+	20, // 2: sw4rmext.directory.v1.AgentEntry.registered_at:type_name -> google.protobuf.Timestamp
+	20, // 3: sw4rmext.directory.v1.AgentEntry.last_heartbeat:type_name -> google.protobuf.Timestamp
 	1,  // 4: sw4rmext.directory.v1.ListAgentsResponse.agents:type_name -> sw4rmext.directory.v1.AgentEntry
-	11, // 5: sw4rmext.directory.v1.HandoffEntry.created_at:type_name -> google.protobuf.Timestamp
-	11, // 6: sw4rmext.directory.v1.HandoffEntry.updated_at:type_name -> google.protobuf.Timestamp
-	12, // 7: sw4rmext.directory.v1.ToolProvider.tools:type_name -> sw4rm.connector.ToolDescriptor
-	11, // 8: sw4rmext.directory.v1.ToolProvider.registered_at:type_name -> google.protobuf.Timestamp
+	20, // 5: sw4rmext.directory.v1.HandoffEntry.created_at:type_name -> google.protobuf.Timestamp
+	20, // 6: sw4rmext.directory.v1.HandoffEntry.updated_at:type_name -> google.protobuf.Timestamp
+	21, // 7: sw4rmext.directory.v1.ToolProvider.tools:type_name -> sw4rm.connector.ToolDescriptor
+	20, // 8: sw4rmext.directory.v1.ToolProvider.registered_at:type_name -> google.protobuf.Timestamp
 	7,  // 9: sw4rmext.directory.v1.ListToolProvidersResponse.providers:type_name -> sw4rmext.directory.v1.ToolProvider
-	0,  // 10: sw4rmext.directory.v1.DirectoryService.GetAgent:input_type -> sw4rmext.directory.v1.GetAgentRequest
-	2,  // 11: sw4rmext.directory.v1.DirectoryService.ListAgents:input_type -> sw4rmext.directory.v1.ListAgentsRequest
-	4,  // 12: sw4rmext.directory.v1.DirectoryService.GetHandoff:input_type -> sw4rmext.directory.v1.GetHandoffRequest
-	6,  // 13: sw4rmext.directory.v1.DirectoryService.ListToolProviders:input_type -> sw4rmext.directory.v1.ListToolProvidersRequest
-	1,  // 14: sw4rmext.directory.v1.DirectoryService.GetAgent:output_type -> sw4rmext.directory.v1.AgentEntry
-	3,  // 15: sw4rmext.directory.v1.DirectoryService.ListAgents:output_type -> sw4rmext.directory.v1.ListAgentsResponse
-	5,  // 16: sw4rmext.directory.v1.DirectoryService.GetHandoff:output_type -> sw4rmext.directory.v1.HandoffEntry
-	8,  // 17: sw4rmext.directory.v1.DirectoryService.ListToolProviders:output_type -> sw4rmext.directory.v1.ListToolProvidersResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	20, // 10: sw4rmext.directory.v1.TaskEntry.created_at:type_name -> google.protobuf.Timestamp
+	20, // 11: sw4rmext.directory.v1.TaskEntry.completed_at:type_name -> google.protobuf.Timestamp
+	10, // 12: sw4rmext.directory.v1.ListTasksResponse.tasks:type_name -> sw4rmext.directory.v1.TaskEntry
+	20, // 13: sw4rmext.directory.v1.DAGRun.started_at:type_name -> google.protobuf.Timestamp
+	20, // 14: sw4rmext.directory.v1.DAGRun.closed_at:type_name -> google.protobuf.Timestamp
+	13, // 15: sw4rmext.directory.v1.ListDAGRunsResponse.runs:type_name -> sw4rmext.directory.v1.DAGRun
+	20, // 16: sw4rmext.directory.v1.ToolCallEntry.created_at:type_name -> google.protobuf.Timestamp
+	16, // 17: sw4rmext.directory.v1.ListToolCallsResponse.calls:type_name -> sw4rmext.directory.v1.ToolCallEntry
+	0,  // 18: sw4rmext.directory.v1.DirectoryService.GetAgent:input_type -> sw4rmext.directory.v1.GetAgentRequest
+	2,  // 19: sw4rmext.directory.v1.DirectoryService.ListAgents:input_type -> sw4rmext.directory.v1.ListAgentsRequest
+	4,  // 20: sw4rmext.directory.v1.DirectoryService.GetHandoff:input_type -> sw4rmext.directory.v1.GetHandoffRequest
+	6,  // 21: sw4rmext.directory.v1.DirectoryService.ListToolProviders:input_type -> sw4rmext.directory.v1.ListToolProvidersRequest
+	9,  // 22: sw4rmext.directory.v1.DirectoryService.ListTasks:input_type -> sw4rmext.directory.v1.ListTasksRequest
+	12, // 23: sw4rmext.directory.v1.DirectoryService.ListDAGRuns:input_type -> sw4rmext.directory.v1.ListDAGRunsRequest
+	15, // 24: sw4rmext.directory.v1.DirectoryService.ListToolCalls:input_type -> sw4rmext.directory.v1.ListToolCallsRequest
+	1,  // 25: sw4rmext.directory.v1.DirectoryService.GetAgent:output_type -> sw4rmext.directory.v1.AgentEntry
+	3,  // 26: sw4rmext.directory.v1.DirectoryService.ListAgents:output_type -> sw4rmext.directory.v1.ListAgentsResponse
+	5,  // 27: sw4rmext.directory.v1.DirectoryService.GetHandoff:output_type -> sw4rmext.directory.v1.HandoffEntry
+	8,  // 28: sw4rmext.directory.v1.DirectoryService.ListToolProviders:output_type -> sw4rmext.directory.v1.ListToolProvidersResponse
+	11, // 29: sw4rmext.directory.v1.DirectoryService.ListTasks:output_type -> sw4rmext.directory.v1.ListTasksResponse
+	14, // 30: sw4rmext.directory.v1.DirectoryService.ListDAGRuns:output_type -> sw4rmext.directory.v1.ListDAGRunsResponse
+	17, // 31: sw4rmext.directory.v1.DirectoryService.ListToolCalls:output_type -> sw4rmext.directory.v1.ListToolCallsResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_sw4rmext_directory_proto_init() }
@@ -793,7 +1598,7 @@ func file_sw4rmext_directory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sw4rmext_directory_proto_rawDesc), len(file_sw4rmext_directory_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,6 +1,7 @@
 // Extension service for the reads the canonical contract has no RPC for: an agent's
-// registry record with its lifecycle state (§8, §14), one handoff's state (§17.6) and the
-// list of tool providers (§18.1). It lives in its own package because the RFC forbids
+// registry record with its lifecycle state (§8, §14), one handoff's state (§17.6), the
+// list of tool providers (§18.1), and the listings of the work in flight and done: tasks
+// (the activity buffer, §10), DAG runs (§17.7) and tool calls (§18). It lives in its own package because the RFC forbids
 // changing canonical services (§5.1), and no canonical flow needs it: an agent that speaks
 // only the canonical services loses nothing but these reads.
 //
@@ -9,7 +10,12 @@
 // docs/signing.md) or an operator token in the metadata "authorization: Bearer <token>". Agents and tool providers are discovery data (§14, §18.1),
 // readable by any proven caller; a handoff only by its parties — the originator, the agent it
 // is offered to or that accepted it — and operators, and its context snapshot only by its
-// parties. Refusals carry the spec's error_code as the message's prefix and in the
+// parties. Tasks and tool calls are their agent's: an operator lists everyone's, an agent
+// only its own (an empty agent filter means its own; another agent's is refused). A DAG run
+// has no one agent: an operator lists every run, an agent the runs of the workflows whose
+// definitions it created (§17.7, CreateWorkflow records the creator). An anonymous caller,
+// which authentication off or optional lets through, lists everything: that deployment
+// chose no access control. Refusals carry the spec's error_code as the message's prefix and in the
 // sw4rm-error-code trailer: validation_error (INVALID_ARGUMENT), no_route (NOT_FOUND) for an
 // unknown agent or handoff, permission_denied (PERMISSION_DENIED).
 //
@@ -43,6 +49,9 @@ const (
 	DirectoryService_ListAgents_FullMethodName        = "/sw4rmext.directory.v1.DirectoryService/ListAgents"
 	DirectoryService_GetHandoff_FullMethodName        = "/sw4rmext.directory.v1.DirectoryService/GetHandoff"
 	DirectoryService_ListToolProviders_FullMethodName = "/sw4rmext.directory.v1.DirectoryService/ListToolProviders"
+	DirectoryService_ListTasks_FullMethodName         = "/sw4rmext.directory.v1.DirectoryService/ListTasks"
+	DirectoryService_ListDAGRuns_FullMethodName       = "/sw4rmext.directory.v1.DirectoryService/ListDAGRuns"
+	DirectoryService_ListToolCalls_FullMethodName     = "/sw4rmext.directory.v1.DirectoryService/ListToolCalls"
 )
 
 // DirectoryServiceClient is the client API for DirectoryService service.
@@ -61,6 +70,15 @@ type DirectoryServiceClient interface {
 	// ListToolProviders returns every tool provider with the tools it offers, ordered by
 	// provider_id.
 	ListToolProviders(ctx context.Context, in *ListToolProvidersRequest, opts ...grpc.CallOption) (*ListToolProvidersResponse, error)
+	// ListTasks returns activity buffer entries (§10): the active ones, oldest first, then the
+	// ended ones of the short history, most recently ended first.
+	ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error)
+	// ListDAGRuns returns the runs of DAG workflows (§17.7) from Temporal's visibility store,
+	// open runs first, then closed ones, most recently closed first; a run just started or just
+	// changed may show a moment late.
+	ListDAGRuns(ctx context.Context, in *ListDAGRunsRequest, opts ...grpc.CallOption) (*ListDAGRunsResponse, error)
+	// ListToolCalls returns tool calls (§18) with how each ended, most recently made first.
+	ListToolCalls(ctx context.Context, in *ListToolCallsRequest, opts ...grpc.CallOption) (*ListToolCallsResponse, error)
 }
 
 type directoryServiceClient struct {
@@ -111,6 +129,36 @@ func (c *directoryServiceClient) ListToolProviders(ctx context.Context, in *List
 	return out, nil
 }
 
+func (c *directoryServiceClient) ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTasksResponse)
+	err := c.cc.Invoke(ctx, DirectoryService_ListTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *directoryServiceClient) ListDAGRuns(ctx context.Context, in *ListDAGRunsRequest, opts ...grpc.CallOption) (*ListDAGRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDAGRunsResponse)
+	err := c.cc.Invoke(ctx, DirectoryService_ListDAGRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *directoryServiceClient) ListToolCalls(ctx context.Context, in *ListToolCallsRequest, opts ...grpc.CallOption) (*ListToolCallsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListToolCallsResponse)
+	err := c.cc.Invoke(ctx, DirectoryService_ListToolCalls_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DirectoryServiceServer is the server API for DirectoryService service.
 // All implementations must embed UnimplementedDirectoryServiceServer
 // for forward compatibility.
@@ -127,6 +175,15 @@ type DirectoryServiceServer interface {
 	// ListToolProviders returns every tool provider with the tools it offers, ordered by
 	// provider_id.
 	ListToolProviders(context.Context, *ListToolProvidersRequest) (*ListToolProvidersResponse, error)
+	// ListTasks returns activity buffer entries (§10): the active ones, oldest first, then the
+	// ended ones of the short history, most recently ended first.
+	ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error)
+	// ListDAGRuns returns the runs of DAG workflows (§17.7) from Temporal's visibility store,
+	// open runs first, then closed ones, most recently closed first; a run just started or just
+	// changed may show a moment late.
+	ListDAGRuns(context.Context, *ListDAGRunsRequest) (*ListDAGRunsResponse, error)
+	// ListToolCalls returns tool calls (§18) with how each ended, most recently made first.
+	ListToolCalls(context.Context, *ListToolCallsRequest) (*ListToolCallsResponse, error)
 	mustEmbedUnimplementedDirectoryServiceServer()
 }
 
@@ -148,6 +205,15 @@ func (UnimplementedDirectoryServiceServer) GetHandoff(context.Context, *GetHando
 }
 func (UnimplementedDirectoryServiceServer) ListToolProviders(context.Context, *ListToolProvidersRequest) (*ListToolProvidersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListToolProviders not implemented")
+}
+func (UnimplementedDirectoryServiceServer) ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListTasks not implemented")
+}
+func (UnimplementedDirectoryServiceServer) ListDAGRuns(context.Context, *ListDAGRunsRequest) (*ListDAGRunsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListDAGRuns not implemented")
+}
+func (UnimplementedDirectoryServiceServer) ListToolCalls(context.Context, *ListToolCallsRequest) (*ListToolCallsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListToolCalls not implemented")
 }
 func (UnimplementedDirectoryServiceServer) mustEmbedUnimplementedDirectoryServiceServer() {}
 func (UnimplementedDirectoryServiceServer) testEmbeddedByValue()                          {}
@@ -242,6 +308,60 @@ func _DirectoryService_ListToolProviders_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DirectoryService_ListTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DirectoryServiceServer).ListTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DirectoryService_ListTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DirectoryServiceServer).ListTasks(ctx, req.(*ListTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DirectoryService_ListDAGRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDAGRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DirectoryServiceServer).ListDAGRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DirectoryService_ListDAGRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DirectoryServiceServer).ListDAGRuns(ctx, req.(*ListDAGRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _DirectoryService_ListToolCalls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListToolCallsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DirectoryServiceServer).ListToolCalls(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DirectoryService_ListToolCalls_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DirectoryServiceServer).ListToolCalls(ctx, req.(*ListToolCallsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DirectoryService_ServiceDesc is the grpc.ServiceDesc for DirectoryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -264,6 +384,18 @@ var DirectoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListToolProviders",
 			Handler:    _DirectoryService_ListToolProviders_Handler,
+		},
+		{
+			MethodName: "ListTasks",
+			Handler:    _DirectoryService_ListTasks_Handler,
+		},
+		{
+			MethodName: "ListDAGRuns",
+			Handler:    _DirectoryService_ListDAGRuns_Handler,
+		},
+		{
+			MethodName: "ListToolCalls",
+			Handler:    _DirectoryService_ListToolCalls_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

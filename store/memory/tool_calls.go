@@ -86,6 +86,39 @@ func (c *toolCallsStore) OpenCalls(ctx context.Context, caller, providerID strin
 	return out, nil
 }
 
+// ListCalls implements store.ToolCalls.
+func (c *toolCallsStore) ListCalls(ctx context.Context, f store.ToolCallFilter) ([]store.ListedToolCall, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := c.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []store.ListedToolCall{}
+	for _, row := range s.toolCalls {
+		r := row.rec
+		switch {
+		case f.Caller != "" && r.Caller != f.Caller, f.ProviderID != "" && r.ProviderID != f.ProviderID,
+			f.ToolName != "" && r.ToolName != f.ToolName,
+			f.Phase == store.OpenToolCall && r.Final, f.Phase == store.FinalToolCall && !r.Final:
+			continue
+		}
+		l := store.ListedToolCall{ToolCallRecord: r}
+		if r.Final {
+			l.Summary = bytes.Clone(row.frames[len(row.frames)-1].Summary)
+		}
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b store.ListedToolCall) int {
+		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(a.CallID, b.CallID))
+	})
+	limit := f.Limit
+	if limit <= 0 {
+		limit = store.DefaultToolCallListLimit
+	}
+	return out[:min(limit, len(out))], nil
+}
+
 // AppendFrame implements store.ToolCalls.
 func (c *toolCallsStore) AppendFrame(ctx context.Context, callID, contentType string, data []byte) (store.ToolFrameRecord, error) {
 	if err := ctx.Err(); err != nil {

@@ -90,6 +90,44 @@ func (c *toolCallsStore) OpenCalls(ctx context.Context, caller, providerID strin
 	return out, nil
 }
 
+// ListCalls implements store.ToolCalls: the calls with the summary of their final frame,
+// if any (a call has at most one final frame).
+func (c *toolCallsStore) ListCalls(ctx context.Context, f store.ToolCallFilter) ([]store.ListedToolCall, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = store.DefaultToolCallListLimit
+	}
+	rows, err := c.s().pool.Query(ctx, `SELECT c.call_id, c.caller, c.provider_id, c.tool_name, c.frames, c.bytes, c.final, c.created_at,
+			COALESCE(f.summary, ''::bytea)
+		FROM tool_calls c LEFT JOIN tool_frames f ON f.call_id = c.call_id AND f.final
+		WHERE ($1 = '' OR c.caller = $1) AND ($2 = '' OR c.provider_id = $2) AND ($3 = '' OR c.tool_name = $3)
+			AND ($4 = 0 OR ($4 = 1 AND NOT c.final) OR ($4 = 2 AND c.final))
+		ORDER BY c.created_at DESC, c.call_id LIMIT $5`,
+		f.Caller, f.ProviderID, f.ToolName, int(f.Phase), limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list tool calls: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ListedToolCall, error) {
+		var l store.ListedToolCall
+		var frames, nbytes int64
+		if err := row.Scan(&l.CallID, &l.Caller, &l.ProviderID, &l.ToolName, &frames, &nbytes, &l.Final, &l.CreatedAt, &l.Summary); err != nil {
+			return store.ListedToolCall{}, err
+		}
+		l.Frames, l.Bytes, l.CreatedAt = uint64(frames), uint64(nbytes), l.CreatedAt.UTC()
+		if len(l.Summary) == 0 {
+			l.Summary = nil
+		}
+		return l, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list tool calls: %w", err)
+	}
+	if out == nil {
+		out = []store.ListedToolCall{}
+	}
+	return out, nil
+}
+
 // AppendFrame implements store.ToolCalls: one statement bumps the call's totals — locking
 // its row, so appends take turns and numbers have no gaps — unless it is final, and inserts
 // the frame numbered with the new count.

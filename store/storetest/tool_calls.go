@@ -84,6 +84,59 @@ func runToolCalls(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Empty(t, got, "empty matches nothing, not the calls without caller or provider")
 	})
 
+	t.Run("ListCallsFiltered", func(t *testing.T) {
+		c := newStore(t).ToolCalls()
+		ctx := t.Context()
+		for _, r := range []store.ToolCallRecord{
+			{CallID: "l1", Caller: "agent:a", ProviderID: "builtin", ToolName: "echo"},
+			{CallID: "l2", Caller: "agent:b", ProviderID: "builtin", ToolName: "echo"},
+			{CallID: "l3", Caller: "agent:a", ProviderID: "mcp-fs", ToolName: "read"},
+			{CallID: "l4", Caller: "operator:ops", ProviderID: "builtin", ToolName: "process.run"},
+		} {
+			_, _, err := c.CreateCall(ctx, r)
+			require.NoError(t, err)
+			time.Sleep(2 * time.Millisecond) // created_at orders them
+		}
+		_, err := c.AppendFrame(ctx, "l1", "text/plain", []byte("hello"))
+		require.NoError(t, err)
+		_, _, err = c.Finish(ctx, "l1", "application/json", nil, func(uint64, uint64) []byte { return []byte(`{"status":"ok"}`) })
+		require.NoError(t, err)
+		ids := func(rs []store.ListedToolCall) []string {
+			out := []string{}
+			for _, r := range rs {
+				out = append(out, r.CallID)
+			}
+			return out
+		}
+		all, err := c.ListCalls(ctx, store.ToolCallFilter{})
+		require.NoError(t, err)
+		require.Equal(t, []string{"l4", "l3", "l2", "l1"}, ids(all), "newest first")
+		require.Equal(t, []byte(`{"status":"ok"}`), all[3].Summary, "an ended call carries its final frame's summary")
+		require.True(t, all[3].Final)
+		require.Equal(t, uint64(2), all[3].Frames)
+		require.Equal(t, uint64(5), all[3].Bytes)
+		require.Empty(t, all[0].Summary, "an open call has none")
+		require.Equal(t, "operator:ops", all[0].Caller)
+		require.Equal(t, "process.run", all[0].ToolName)
+		for _, tc := range []struct {
+			f    store.ToolCallFilter
+			want []string
+		}{
+			{store.ToolCallFilter{Caller: "agent:a"}, []string{"l3", "l1"}},
+			{store.ToolCallFilter{ProviderID: "builtin", ToolName: "echo"}, []string{"l2", "l1"}},
+			{store.ToolCallFilter{Phase: store.OpenToolCall}, []string{"l4", "l3", "l2"}},
+			{store.ToolCallFilter{Phase: store.FinalToolCall}, []string{"l1"}},
+			{store.ToolCallFilter{Caller: "agent:a", Phase: store.OpenToolCall}, []string{"l3"}},
+			{store.ToolCallFilter{Limit: 2}, []string{"l4", "l3"}},
+			{store.ToolCallFilter{Caller: "agent:c"}, []string{}},
+		} {
+			got, err := c.ListCalls(ctx, tc.f)
+			require.NoError(t, err)
+			require.NotNil(t, got)
+			require.Equal(t, tc.want, ids(got), "%+v", tc.f)
+		}
+	})
+
 	t.Run("FramesAndFinal", func(t *testing.T) {
 		c := newStore(t).ToolCalls()
 		ctx := t.Context()
