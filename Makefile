@@ -64,8 +64,11 @@ $(GRPCURL):
 	GOBIN=$(TOOLS_BIN) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 
 ## dev: start the Temporal dev server (UI on :8233) and `sw4rm dev` (gRPC on :50051); the
-## Temporal CLI and grpcurl are linked into bin/ (make tools).
+## Temporal CLI and grpcurl are linked into bin/ (make tools). It serves the demo repository
+## and the MCP filesystem server that `make example-tools` uses (scripts/dev.sh); without
+## npm it starts without the filesystem server.
 dev: tools build
+	@$(MAKE) --no-print-directory mcp-servers || echo "dev: the MCP servers are not installed (make mcp-servers needs Node.js and npm); starting without them, so make example-tools will not work" >&2
 	./scripts/dev.sh "$(TEMPORAL)" "$(BIN)" $$("$(BIN)" search-attributes) $(TEMPORAL_DEV_FLAGS)
 
 ## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it), the

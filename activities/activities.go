@@ -44,6 +44,11 @@ type Activities struct {
 	// Repos makes and releases the git worktrees agents are bound to (§16; SW4RM_REPOS).
 	// Nil means no repository is configured: every bind fails with worktree_not_found.
 	Repos *repos.Manager
+	// WorktreeUnbound, when set, is called once a binding that holds no worktree any more
+	// (UNBOUND, BIND_FAILED) is recorded, so that the process ends the per-worktree MCP
+	// servers it no longer needs at once (app's worktree session sweep) rather than at its
+	// next interval. It must not block.
+	WorktreeUnbound func()
 }
 
 // reasoningEngine returns the configured reasoning engine, or reasoning.Builtin when none

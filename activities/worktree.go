@@ -108,11 +108,15 @@ type RecordWorktreeInput struct {
 }
 
 // RecordWorktree writes the binding to the store's projection and records the audit event
-// (§16: all state transitions are logged).
+// (§16: all state transitions are logged). A binding no longer bound is told to
+// WorktreeUnbound.
 func (a *Activities) RecordWorktree(ctx context.Context, in RecordWorktreeInput) error {
 	b := in.Binding
 	if err := a.Store.Worktrees().PutBinding(ctx, b); err != nil {
 		return fmt.Errorf("record worktree binding of %s: %w", b.AgentID, err)
+	}
+	if a.WorktreeUnbound != nil && !worktree.Bound(worktree.State(b.State)) {
+		a.WorktreeUnbound()
 	}
 	details := map[string]any{"state": b.State, "repo_id": b.RepoID, "home_worktree_id": b.HomeWorktreeID, "worktree_id": b.WorktreeID}
 	for k, v := range map[string]string{"from": in.From, "event": in.Event, "branch": b.Branch, "path": b.Path,

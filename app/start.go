@@ -72,6 +72,9 @@ type App struct {
 	// executors' sessions and processes after them.
 	toolWorkers []sdkworker.Worker
 	closeTools  func()
+	// worktreeSweep ends the per-worktree MCP servers of unbound worktrees (nil without the
+	// worker role or such a server).
+	worktreeSweep *worktreeSessionSweep
 }
 
 // Start starts the requested roles: it checks everything that needs no connection (the
@@ -264,7 +267,15 @@ func (a *App) startWorker(ctx context.Context, p prepared) error {
 	}
 	a.log.Info("repositories", "repos", repoManager.RepoIDs(), "worktree_root", p.WorktreeRoot)
 	a.worker = sdkworker.New(a.temporal, p.TaskQueue, sdkworker.Options{})
-	worker.Register(a.worker, newActivities(p.Resolved, a.store, a.router, a.sink, a.temporal, a.reasoning, repoManager))
+	acts := newActivities(p.Resolved, a.store, a.router, a.sink, a.temporal, a.reasoning, repoManager)
+	// The per-worktree MCP servers this process starts end with their worktree's binding;
+	// each one ended is an event of the stream (EventLogger), not a line for the terminal.
+	a.worktreeSweep = newWorktreeSessionSweep(a.toolExecutors, a.store.Worktrees(), EventLogger(a.log))
+	if a.worktreeSweep != nil {
+		acts.WorktreeUnbound = a.worktreeSweep.Nudge
+		a.worktreeSweep.start(MCPWorktreeSweepInterval)
+	}
+	worker.Register(a.worker, acts)
 	if err := a.worker.Start(); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}

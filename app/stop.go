@@ -46,6 +46,9 @@ func (a *App) stop() {
 		a.stopRelay()
 		<-a.relayDone
 	}
+	if a.worktreeSweep != nil {
+		a.worktreeSweep.Stop() // before the executors and the store close under it
+	}
 	for _, w := range a.toolWorkers {
 		w.Stop()
 	}

@@ -32,6 +32,37 @@ else
   done
 fi
 
+# The tools example (examples/tools) binds a worktree of the demo repository greet, a Go module
+# whose test fails, and reads and edits it through the pinned MCP filesystem server, one per
+# worktree. Both are configured here unless SW4RM_REPOS or SW4RM_MCP_SERVERS is set: a user
+# who sets them chooses their own repositories and servers.
+demo_repo=$PWD/.tmp/demo/greet
+if [[ -z "${SW4RM_REPOS+set}" ]]; then
+  if [[ ! -d "$demo_repo/.git" ]]; then
+    # The files of coder.Seed (`go run ./examples/tools -seed DIR`), without compiling it.
+    rm -rf "$demo_repo"
+    mkdir -p "$demo_repo"
+    for f in examples/tools/coder/seed/*.txt; do cp "$f" "$demo_repo/$(basename "$f" .txt)"; done
+    git -C "$demo_repo" init -q -b main
+    git -C "$demo_repo" add .
+    git -C "$demo_repo" -c user.name=sw4rm -c user.email=sw4rm@example.com commit -q -m "greet: a module whose test fails"
+  fi
+  export SW4RM_REPOS="greet=$demo_repo"
+  repos_line="greet = .tmp/demo/greet, the demo repository of make example-tools"
+else
+  repos_line="${SW4RM_REPOS:-none} (SW4RM_REPOS as you set it)"
+fi
+fs_server=${SW4RM_MCP_SERVERS_DIR:-$HOME/.cache/sw4rm/mcp}/node_modules/.bin/mcp-server-filesystem
+if [[ -n "${SW4RM_MCP_SERVERS+set}" ]]; then
+  mcp_line="${SW4RM_MCP_SERVERS:-none} (SW4RM_MCP_SERVERS as you set it)"
+elif [[ -x "$fs_server" ]]; then
+  # {worktree}: one filesystem server per calling worktree, allowed that directory only.
+  export SW4RM_MCP_SERVERS="fs[network=DENY_ALL]=stdio:$fs_server {worktree}"
+  mcp_line="fs = the MCP filesystem server, one per worktree, which make example-tools reads and edits through"
+else
+  mcp_line="none: the MCP filesystem server is not installed (make mcp-servers needs Node.js and npm); make example-tools needs it"
+fi
+
 # `sw4rm dev` configures one HITL operator, dev, unless SW4RM_HITL_OPERATORS is set
 # (docs/hitl.md).
 hitl_operators=${SW4RM_HITL_OPERATORS-dev=sw4rm-dev-token}
@@ -50,9 +81,12 @@ cat <<MSG
   SW4RM gRPC      localhost:${grpc##*:}       (all 15 SW4RM services; try: bin/grpcurl -plaintext localhost:${grpc##*:} list)
   Health          http://localhost:$http_port/healthz
   Metrics         http://localhost:$http_port/metrics
+  Audit log       ${SW4RM_AUDIT_LOG-.tmp/sw4rm-audit.log}   (tail -f it; SW4RM_VERBOSE=1 make dev shows it here)
   Store           ${SW4RM_DATABASE_URL:+PostgreSQL}${SW4RM_DATABASE_URL:-memory (set SW4RM_DATABASE_URL for PostgreSQL)}
   HITL operators  ${hitl_operators%%=*} (docs/hitl.md)
                   $operator_hint
+  Repositories    $repos_line
+  MCP servers     $mcp_line
 
 MSG
 export SW4RM_TEMPORAL_ADDRESS="$address"

@@ -4,9 +4,10 @@
 // tool, fixes the code with the filesystem server's edit_file, runs the tests again, and
 // shows that neither provider reaches outside the worktree. The logic is in ./coder.
 //
-// `go run ./examples/tools -seed DIR` makes the module's git repository in DIR; start the
-// server with it and the filesystem server configured (README.md), then run
-// `make example-tools` (or `go run ./examples/tools -server host:port`).
+// `make dev` serves the module's repository and the filesystem server; then run `make
+// example-tools` (or `go run ./examples/tools -server host:port`). Whatever happens, the run
+// ends by unbinding its worktree and deregistering its agent. `go run ./examples/tools -seed
+// DIR` makes the module's git repository in DIR, for a server of your own (README.md).
 package main
 
 import (

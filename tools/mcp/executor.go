@@ -25,8 +25,8 @@ const ProgressContentType = "application/json"
 // Executor runs the tools of one configured MCP provider (tools.Executor). It keeps one
 // session per worktree for a server whose command line holds WorktreePlaceholder, else one
 // for all calls, starts it at the first call that needs it, and starts a new one when it
-// died (the server exited or went away). Sessions idle for SessionIdleTimeout are ended;
-// Close ends them all. An Executor is safe for concurrent use.
+// died (the server exited or went away). Sessions idle for SessionIdleTimeout are ended,
+// EndUnbound ends those of worktrees no longer bound, and Close ends them all. An Executor is safe for concurrent use.
 type Executor struct {
 	p Provider
 	// connect starts or reaches a server; Connect, or an in-memory server in tests.
@@ -62,6 +62,9 @@ func NewExecutor(p Provider) *Executor {
 }
 
 var _ tools.Executor = (*Executor)(nil)
+
+// Provider returns the provider whose tools the executor runs.
+func (e *Executor) Provider() Provider { return e.p }
 
 // Call runs one attempt of req on the provider's server:
 //   - a call whose network_policy is stricter than the provider's declared posture is
@@ -213,6 +216,56 @@ func (e *Executor) sweepLocked() []*session {
 		}
 	}
 	return idle
+}
+
+// EndUnbound ends the sessions of per-worktree servers whose worktree is no longer bound —
+// bound(ctx) returns the directories of the worktrees bound now — and returns the
+// worktrees whose sessions it ended. A worktree's server is a resource of its binding: once
+// the binding ends (the agent unbound, or deregistered and its binding released), its
+// process is stopped rather than kept until the idle timeout or the server's shutdown.
+// Only sessions idle since before bound was called are ended, so a session that a call
+// starts or uses meanwhile — for a worktree bound after bound read — is kept.
+func (e *Executor) EndUnbound(ctx context.Context, bound func(context.Context) ([]string, error)) ([]string, error) {
+	if !e.p.PerWorktree() {
+		return nil, nil
+	}
+	type seen struct {
+		s        *session
+		lastUsed time.Time
+	}
+	e.mu.Lock()
+	idle := map[string]seen{}
+	for k, s := range e.sessions {
+		if s.inFlight == 0 && !s.lastUsed.IsZero() {
+			idle[k] = seen{s, s.lastUsed}
+		}
+	}
+	e.mu.Unlock()
+	if len(idle) == 0 {
+		return nil, nil
+	}
+	paths, err := bound(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range paths {
+		delete(idle, filepath.Clean(p))
+	}
+	var ended []string
+	var end []*session
+	e.mu.Lock()
+	for k, was := range idle {
+		// Still the same session, and not used since the snapshot.
+		if s := e.sessions[k]; s == was.s && s.inFlight == 0 && s.lastUsed.Equal(was.lastUsed) {
+			delete(e.sessions, k)
+			end = append(end, s)
+			ended = append(ended, k)
+		}
+	}
+	e.mu.Unlock()
+	closeAll(end)
+	slices.Sort(ended)
+	return ended, nil
 }
 
 // Close ends every cached session (a stdio server's process is stopped) and refuses later

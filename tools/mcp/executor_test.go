@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -416,4 +418,70 @@ func TestExecutorClose(t *testing.T) {
 	_, err := e.Call(t.Context(), request("where", "{}", open, "/w/a"), noFrames)
 	assert.Equal(t, tool.CodeInternal, tool.CodeOf(err))
 	assert.ErrorContains(t, err, "closed")
+}
+
+func TestExecutorEndUnbound(t *testing.T) {
+	e, f := newTestExecutor(t, "p=stdio:srv {worktree}")
+	call := func(wt string) {
+		_, err := e.Call(t.Context(), request("where", "{}", open, wt), noFrames)
+		require.NoError(t, err)
+	}
+	call("/w/a")
+	call("/w/b")
+	call("/w/c")
+	a, b := e.sessions["/w/a"].client, e.sessions["/w/b"].client
+
+	// /w/a and /w/b are unbound; /w/c is bound (named unclean, as a path may be).
+	var asked int
+	ended, err := e.EndUnbound(t.Context(), func(context.Context) ([]string, error) {
+		asked++
+		return []string{"/w/c/", "/w/d"}, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/w/a", "/w/b"}, ended)
+	assert.Equal(t, 1, asked)
+	for _, c := range []*Client{a, b} {
+		select {
+		case <-c.Done():
+		case <-time.After(10 * time.Second):
+			t.Error("the session of an unbound worktree was not ended")
+		}
+	}
+	e.mu.Lock()
+	assert.Equal(t, []string{"/w/c"}, slices.Sorted(maps.Keys(e.sessions)))
+	e.mu.Unlock()
+
+	// A session in use, or used while the bound worktrees were read, is kept.
+	waitCtx, stopWait := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Call(waitCtx, request("progress", `{"wait":true}`, open, "/w/a"), noFrames)
+		done <- err
+	}()
+	<-f.started
+	ended, err = e.EndUnbound(t.Context(), func(context.Context) ([]string, error) {
+		call("/w/c") // used meanwhile: its bind may be newer than what was read
+		return nil, nil
+	})
+	require.NoError(t, err)
+	assert.Empty(t, ended, "a session with a call in flight, or used since the snapshot, is kept")
+
+	// Nothing to end: bound is not asked; an error of bound is returned.
+	e2, _ := newTestExecutor(t, "p=stdio:srv {worktree}")
+	_, err = e2.EndUnbound(t.Context(), func(context.Context) ([]string, error) { t.Error("asked without sessions"); return nil, nil })
+	require.NoError(t, err)
+	call("/w/b")
+	_, err = e.EndUnbound(t.Context(), func(context.Context) ([]string, error) { return nil, errors.New("store down") })
+	assert.ErrorContains(t, err, "store down")
+
+	// A shared server is not the worktrees' to end.
+	s, _ := newTestExecutor(t, "p=stdio:srv")
+	_, err = s.Call(t.Context(), request("where", "{}", open, "/w/a"), noFrames)
+	require.NoError(t, err)
+	ended, err = s.EndUnbound(t.Context(), func(context.Context) ([]string, error) { return nil, nil })
+	require.NoError(t, err)
+	assert.Empty(t, ended)
+	assert.Len(t, s.sessions, 1)
+	stopWait()
+	assert.Equal(t, tool.CodeCancelled, tool.CodeOf(<-done))
 }

@@ -97,11 +97,23 @@ type Report struct {
 	Refused map[string]string
 	// Diff is `git diff --stat` in the worktree at the end.
 	Diff string
+	// Branch is the worktree's branch (sw4rm/fix-<agent>).
+	Branch string
+	// Unbound and Deregistered say that the cleanup unbound the agent and deregistered it.
+	Unbound, Deregistered bool
 }
 
+// CleanupTimeout bounds Run's cleanup (unbind, deregister), which runs under a context of
+// its own: Run's may be cancelled already.
+const CleanupTimeout = 30 * time.Second
+
 // Run connects to server as a new agent, binds a worktree of RepoID, and fixes the failing
-// test through tool calls.
-func Run(ctx context.Context, server string, o Options) (Report, error) {
+// test through tool calls. Whatever happens — a failure, ctx cancelled — it then unbinds the
+// worktree and deregisters the agent, so that the agent's lifecycle and binding workflows
+// end and the server stops the filesystem server it started for the worktree; the worktree
+// and its branch stay (docs/worktrees.md, "Unbind"). A cleanup that fails is part of the
+// error returned.
+func Run(ctx context.Context, server string, o Options) (rep Report, err error) {
 	out := o.Out
 	if out == nil {
 		out = io.Discard
@@ -109,7 +121,6 @@ func Run(ctx context.Context, server string, o Options) (Report, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 2 * time.Minute
 	}
-	var rep Report
 	rep.Refused = map[string]string{}
 	id := "coder-" + uuid.NewString()[:8]
 	agent, err := sdk.Dial(server, id, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -123,19 +134,53 @@ func Run(ctx context.Context, server string, o Options) (Report, error) {
 	}
 	rep.Agent = id
 	wt := wtsdk.New(agent)
+	defer func() { err = errors.Join(err, cleanup(ctx, agent, wt, &rep, out)) }()
+	err = story(ctx, agent, wt, o, out, &rep)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		// A call cut short is a gRPC status; say why it was.
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return rep, err
+}
+
+// cleanup unbinds the agent — also after a failed bind, whose binding waits in BIND_FAILED
+// for its retries — and deregisters it, under a context of its own.
+func cleanup(ctx context.Context, agent *sdk.Agent, wt *wtsdk.Client, rep *Report, out io.Writer) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	var errs []error
+	if err := wt.Unbind(cctx); err != nil {
+		errs = append(errs, fmt.Errorf("unbind: %w", err))
+	} else {
+		rep.Unbound = true
+		if rep.Worktree != "" {
+			fmt.Fprintf(out, "\nagent %s unbound; its worktree stays in %s (branch %s)\n", rep.Agent, rep.Worktree, rep.Branch)
+		}
+	}
+	if err := agent.Deregister(cctx, "tools example finished"); err != nil {
+		errs = append(errs, fmt.Errorf("deregister %s: %w", rep.Agent, err))
+	} else {
+		rep.Deregistered = true
+		fmt.Fprintf(out, "agent %s deregistered\n", rep.Agent)
+	}
+	return errors.Join(errs...)
+}
+
+// story is the example, top to bottom, once the agent is registered.
+func story(ctx context.Context, agent *sdk.Agent, wt *wtsdk.Client, o Options, out io.Writer, rep *Report) error {
+	id := rep.Agent
 	st, err := wt.Bind(ctx, RepoID, "fix-"+id)
 	if err != nil {
-		return rep, fmt.Errorf("bind a worktree of %s (is SW4RM_REPOS=%s=<dir> set on the server? README.md): %w", RepoID, RepoID, err)
+		return fmt.Errorf("bind a worktree of %s (is SW4RM_REPOS=%s=<dir> set on the server? `make dev` sets it; README.md): %w", RepoID, RepoID, err)
 	}
-	defer func() { _ = wt.Unbind(context.WithoutCancel(ctx)) }()
-	rep.Worktree = st.Path
+	rep.Worktree, rep.Branch = st.Path, st.Branch
 	fmt.Fprintf(out, "agent %s bound to worktree %s (branch %s)\n", id, st.Path, st.Branch)
 
 	tc := tsdk.New(agent)
 	for _, p := range []string{FSProvider, Builtin} {
 		ds, err := tc.Tools(ctx, p)
 		if err != nil {
-			return rep, fmt.Errorf("list the tools of %s (is the MCP filesystem server configured? README.md): %w", p, err)
+			return fmt.Errorf("list the tools of %s (is the MCP filesystem server configured? `make dev` configures it when npm is installed; README.md): %w", p, err)
 		}
 		names := make([]string, len(ds))
 		for i, d := range ds {
@@ -145,37 +190,37 @@ func Run(ctx context.Context, server string, o Options) (Report, error) {
 	}
 
 	// Read the code through the MCP filesystem server, rooted in the worktree.
-	src, err := mcpText(ctx, tc, o, "read_text_file", map[string]any{"path": "greet.go"})
+	src, err := mcpText(ctx, tc, "read_text_file", map[string]any{"path": "greet.go"})
 	if err != nil {
-		return rep, err
+		return err
 	}
 	fmt.Fprintf(out, "\n--- greet.go, read through %s/read_text_file\n%s", FSProvider, src)
 
 	// Run the tests through the built-in process tool: they fail.
 	rep.FirstRun, rep.TestOutput, err = goTest(ctx, tc, o, out)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	if rep.FirstRun == "" {
-		return rep, errors.New("the seeded test passed before the fix: is the repository the example's seed?")
+		return errors.New("the seeded test passed before the fix: is the repository the example's seed?")
 	}
 
 	// Fix it through the filesystem server's edit_file.
-	if _, err := mcpText(ctx, tc, o, "edit_file", map[string]any{"path": "greet.go",
+	if _, err := mcpText(ctx, tc, "edit_file", map[string]any{"path": "greet.go",
 		"edits": []map[string]string{{"oldText": `"Hello, " + name`, "newText": `"Hello, " + name + "!"`}}}); err != nil {
-		return rep, err
+		return err
 	}
-	if rep.Fixed, err = mcpText(ctx, tc, o, "read_text_file", map[string]any{"path": "greet.go"}); err != nil {
-		return rep, err
+	if rep.Fixed, err = mcpText(ctx, tc, "read_text_file", map[string]any{"path": "greet.go"}); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "\n--- greet.go after %s/edit_file\n%s", FSProvider, rep.Fixed)
 
 	if rep.SecondRun, _, err = goTest(ctx, tc, o, out); err != nil {
-		return rep, err
+		return err
 	}
 
 	// Confinement: neither provider reaches outside the worktree.
-	_, err = mcpText(ctx, tc, o, "read_text_file", map[string]any{"path": "/etc/passwd"})
+	_, err = mcpText(ctx, tc, "read_text_file", map[string]any{"path": "/etc/passwd"})
 	rep.Refused[FSProvider] = tsdk.CodeOf(err)
 	fmt.Fprintf(out, "\n%s/read_text_file /etc/passwd: %v\n", FSProvider, err)
 	_, err = tc.Do(ctx, tsdk.Call{ProviderID: Builtin, ToolName: "fs.read", Args: map[string]any{"path": "../../../etc/passwd"}})
@@ -185,15 +230,15 @@ func Run(ctx context.Context, server string, o Options) (Report, error) {
 	f, err := tc.Do(ctx, tsdk.Call{ProviderID: Builtin, ToolName: "process.run", Args: map[string]any{"argv": []string{"git", "diff", "--stat"}},
 		Policy: &toolpb.ExecutionPolicy{PrivilegeLevel: "DEFAULT"}})
 	if err != nil {
-		return rep, fmt.Errorf("git diff: %w", err)
+		return fmt.Errorf("git diff: %w", err)
 	}
 	rep.Diff = stdoutOf(ctx, tc, f.GetCallId())
 	fmt.Fprintf(out, "\ngit diff --stat in the worktree:\n%s", rep.Diff)
-	return rep, nil
+	return nil
 }
 
 // mcpText calls a filesystem server tool and returns its text.
-func mcpText(ctx context.Context, tc *tsdk.Client, o Options, name string, args map[string]any) (string, error) {
+func mcpText(ctx context.Context, tc *tsdk.Client, name string, args map[string]any) (string, error) {
 	f, err := tc.Do(ctx, tsdk.Call{ProviderID: FSProvider, ToolName: name, Args: args,
 		Policy: &toolpb.ExecutionPolicy{NetworkPolicy: "DENY_ALL"}})
 	if err != nil {
