@@ -31,7 +31,7 @@ TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
 export SW4RM_MCP_SERVERS_DIR := $(MCP_SERVERS_DIR)
 
-.PHONY: all help build dev tools temporal test test-unit test-e2e test-faults test-scale bench proto lint workflowcheck mcp-servers clean
+.PHONY: all help build dev tools temporal test test-examples test-unit test-e2e test-faults test-scale bench proto lint workflowcheck mcp-servers clean
 
 all: build
 
@@ -79,6 +79,13 @@ test: $(TEMPORAL) workflowcheck lint mcp-servers
 	go test -race -count=1 -timeout 20m $$(go list ./... | grep -v /test/faults$$)
 	$(MAKE) test-scale
 	go test -race -count=1 -timeout 15m -v ./test/faults
+	$(MAKE) test-examples
+
+## test-examples: what the README promises a newcomer, as a script runs it: `make dev`, then
+## every `make example-*` in a row, twice, each exiting 0 within its deadline
+## (scripts/examples.sh; `make dev` on ports of its own, 15000 and up).
+test-examples: tools build mcp-servers
+	./scripts/examples.sh
 
 ## test-scale: the 1,000-node DAG run end to end (PostgreSQL; a few minutes), without the
 ## race detector, which makes it several times slower (docs/dag.md, "Scale").
@@ -165,8 +172,9 @@ example-debate:
 	go run ./examples/debate
 
 ## example-tools: run the tools example (an agent fixes a failing test through an MCP
-## filesystem server and the built-in process tool) against a running server started with
-## the example's repository and filesystem server. See examples/tools/README.md.
+## filesystem server and the built-in process tool) against a running server (`make dev`,
+## which serves its repository and filesystem server; SW4RM_SERVER overrides
+## localhost:50051). See examples/tools/README.md.
 .PHONY: example-tools
 example-tools:
 	go run ./examples/tools

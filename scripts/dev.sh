@@ -68,10 +68,11 @@ fi
 hitl_operators=${SW4RM_HITL_OPERATORS-dev=sw4rm-dev-token}
 grpc=${SW4RM_GRPC_ADDR:-:50051}
 http_port=$(h=${SW4RM_HTTP_ADDR:-:8080}; echo "${h##*:}")
-# With the default operator, its token is public anyway: print the line to paste. With
-# operators of your own, the banner does not echo their tokens.
+# With the default operator, sw4rm dev leaves its (public) token where the CLI finds it for a
+# local server, so no export is needed. With operators of your own, the banner does not echo
+# their tokens.
 if [[ -z "${SW4RM_HITL_OPERATORS+set}" ]]; then
-  operator_hint="export SW4RM_OPERATOR_TOKEN=${hitl_operators#*=}   then: bin/sw4rm hitl list"
+  operator_hint="bin/sw4rm hitl list   (the CLI finds the dev token itself; elsewhere SW4RM_OPERATOR_TOKEN=${hitl_operators#*=})"
 else
   operator_hint="SW4RM_OPERATOR_TOKEN=<token> bin/sw4rm hitl list"
 fi

@@ -17,7 +17,7 @@ import (
 
 // init points the audit log of every `sw4rm dev` the tests run at os.DevNull, so that none
 // writes app.DevAuditLog into this directory; the tests of the default unset it.
-func init() { os.Setenv("SW4RM_AUDIT_LOG", os.DevNull) }
+func init() { _ = os.Setenv("SW4RM_AUDIT_LOG", os.DevNull) }
 
 // logOf runs the sw4rm command line with args up to the start of its roles, where a stand-in
 // logs what a process does — a process line and an audited event, through the audit sink over

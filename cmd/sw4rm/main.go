@@ -59,7 +59,7 @@ func newRootWith(start startFunc) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer closeLog()
+			defer func() { _ = closeLog() }()
 			if c.AuditLog != "" && !c.Verbose {
 				log.Info("audit log: the event stream (audit events, workflow and activity lines) goes to this file, its warnings and errors here too; "+
 					"--verbose or SW4RM_VERBOSE=1 shows it all here", "file", c.AuditLog)
