@@ -62,12 +62,13 @@ func (r *Router) applyAck(ctx context.Context, env *commonpb.Envelope) (*protoco
 	case ackLate:
 		return nil, r.lateAck(ctx, rec, env, ack, to)
 	case ackFails:
-		// The consumer says the message cannot succeed: terminal, NACK and dead letter.
+		// The consumer says the message cannot succeed: terminal, NACK and, unless it is an
+		// answer to the scheduler (schedulerOutcome), dead letter.
 		code := ack.ErrorCode
 		if code == commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
 			code = commonpb.ErrorCode_INTERNAL_ERROR
 		}
-		return nil, r.consumerFailed(ctx, rec, to, code, ack.Note, env.GetProducerId())
+		return nil, r.consumerFailed(ctx, rec, to, code, ack.Note, env.GetProducerId(), !schedulerOutcome(rec))
 	}
 	if !res.Applied {
 		r.ackIgnored(ctx, rec, env, ack)
@@ -78,6 +79,19 @@ func (r *Router) applyAck(ctx context.Context, env *commonpb.Envelope) (*protoco
 		r.metrics.Processed(rec.RecipientID, time.Since(rec.CreatedAt))
 	}
 	return nil, r.finishControl(ctx, forward)
+}
+
+// schedulerOutcome reports whether a consumer's REJECTED or FAILED answer to rec is an
+// outcome the scheduler records rather than a dead letter: rec is one of the scheduler's
+// CONTROL messages (SendControl), the only scheduler traffic that is tracked. A RUN the agent
+// answers FAILED is its task's failure, which the task keeps with the agent's error_code and
+// reason (a DAG node's error, GetTask) and which is run again by resubmitting or resuming
+// the task, not by redelivering the RUN; a requeued RUN would reach the agent under a
+// message_id the scheduler no longer waits on. §21.1 dead-letters messages that cannot be
+// processed; this one was, and its answer is the task's result. The scheduler's messages that
+// nobody took (a permanent delivery failure, retries exhausted, TTL) are still dead letters.
+func schedulerOutcome(rec store.MessageRecord) bool {
+	return rec.ProducerID == protocol.SchedulerID
 }
 
 // ackDecision is what an ACK does to the message it acknowledges.

@@ -145,3 +145,50 @@ func TestDeadLetterHistoryHoldsRequestRetries(t *testing.T) {
 	require.Equal(t, "ACK_TIMEOUT", entry.Attempts[2].ErrorCode)
 	require.True(t, entry.FirstSeenAt.Equal(entry.Attempts[0].At))
 }
+
+// TestConsumerFailuresOfSchedulerControlsAreNotDeadLetters: an agent that answers the
+// scheduler's RUN with FAILED ends the message FAILED with its error_code and note — its
+// task's outcome, which the scheduler records — and leaves no dead letter, while the same
+// answer to another agent's DATA message is dead-lettered as a terminal error (§21.1).
+func TestConsumerFailuresOfSchedulerControlsAreNotDeadLetters(t *testing.T) {
+	st := memory.New()
+	t.Cleanup(st.Close)
+	r := sweepFixture(t, st, time.Minute)
+	// fail answers messageID as its consumer c does: READ, then FAILED validation_error.
+	fail := func(messageID, correlationID, note string) {
+		t.Helper()
+		for _, ack := range []protocol.AckPayload{
+			{AckForMessageID: messageID, Stage: commonpb.AckStage_READ},
+			{AckForMessageID: messageID, Stage: commonpb.AckStage_FAILED, ErrorCode: commonpb.ErrorCode_VALIDATION_ERROR, Note: note},
+		} {
+			perr, err := r.Send(t.Context(), protocol.NewAckEnvelope(protocol.AckEnvelopeInput{MessageID: uuid.NewString(),
+				ProducerID: "c", CorrelationID: correlationID, Ack: ack}), "")
+			require.NoError(t, err)
+			require.Nil(t, perr)
+		}
+	}
+
+	run, err := protocol.NewControlEnvelope(uuid.NewString(), protocol.SchedulerID, protocol.Control{Type: protocol.ControlRun, TaskID: "t1"})
+	require.NoError(t, err)
+	require.NoError(t, r.SendControl(t.Context(), "c", run))
+	fail(run.GetMessageId(), run.GetCorrelationId(), "1 finding: main.go:42: exported function Serve has no doc comment")
+	rec, err := st.Messages().GetMessage(t.Context(), run.GetMessageId())
+	require.NoError(t, err)
+	require.Equal(t, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, rec.State)
+	require.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, rec.ErrorCode)
+	require.Equal(t, "1 finding: main.go:42: exported function Serve has no doc comment", rec.Note)
+	es, err := st.DLQ().ListDeadLetters(t.Context(), store.DLQFilter{IncludeRequeued: true})
+	require.NoError(t, err)
+	require.Empty(t, es, "a task's failure is its outcome, not a dead letter")
+
+	data := sendToC(t, r, 0)
+	drec, err := st.Messages().GetMessage(t.Context(), data)
+	require.NoError(t, err)
+	fail(data, drec.CorrelationID, "cannot take it")
+	es, err = st.DLQ().ListDeadLetters(t.Context(), store.DLQFilter{IncludeRequeued: true})
+	require.NoError(t, err)
+	require.Len(t, es, 1)
+	require.Equal(t, data, es[0].MessageID)
+	require.Equal(t, store.DLQTerminalError, es[0].Class)
+	require.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, es[0].ErrorCode)
+}

@@ -522,7 +522,7 @@ func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64,
 	r.records.remember(res.Record)
 	if permanentFailure {
 		return true, r.consumerFailed(ctx, res.Record, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.ErrorCode_INTERNAL_ERROR,
-			"consumer "+agentID+" reported a permanent delivery failure", agentID)
+			"consumer "+agentID+" reported a permanent delivery failure", agentID, true)
 	}
 	if !res.Applied {
 		return true, nil
@@ -539,17 +539,19 @@ func followsDelivery(env *commonpb.Envelope) bool {
 		(env.GetProducerId() != protocol.SchedulerID || env.GetMessageType() == commonpb.MessageType_CONTROL)
 }
 
-// consumerFailed applies a consumer's terminal failure of a message, tells the producer and
-// dead-letters the message (§21.1: a terminal error means it cannot succeed).
-func (r *Router) consumerFailed(ctx context.Context, rec store.MessageRecord, to commonpb.EnvelopeState, code commonpb.ErrorCode, note, actor string) error {
+// consumerFailed applies a consumer's terminal failure of a message, tells the producer and,
+// with deadLetter, dead-letters the message (§21.1: a terminal error means it cannot succeed).
+func (r *Router) consumerFailed(ctx context.Context, rec store.MessageRecord, to commonpb.EnvelopeState, code commonpb.ErrorCode, note, actor string, deadLetter bool) error {
 	after, applied, err := r.advance(ctx, rec.MessageID, to, code, note, actor)
 	if err != nil || !applied {
 		return err
 	}
 	// Dead-letter first: a producer that hears of the failure finds the message in the DLQ.
-	if err := r.deadLetter(ctx, deadLetterInput{env: after.Envelope, route: rec.RecipientID, code: code, class: store.DLQTerminalError,
-		reason: note, state: to, firstSeen: rec.CreatedAt}); err != nil {
-		return err
+	if deadLetter {
+		if err := r.deadLetter(ctx, deadLetterInput{env: after.Envelope, route: rec.RecipientID, code: code, class: store.DLQTerminalError,
+			reason: note, state: to, firstSeen: rec.CreatedAt}); err != nil {
+			return err
+		}
 	}
 	return r.nack(ctx, rec.ProducerID, rec.CorrelationID, rec.MessageID, protocol.StageForState(to), code, note)
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -189,7 +190,11 @@ func (r *TaskRun) markPreempt(reason string) {
 // TaskHandler runs one task. It returns the result (sent as the note of the RUN's FULFILLED
 // ACK) or an error: one wrapping ErrPreempted when it yielded at a safe point, a
 // *RejectedError or *protocol.Error to report a specific error_code, anything else to fail
-// the task with INTERNAL_ERROR. It must return soon after ctx is cancelled.
+// the task with INTERNAL_ERROR. A task that fails on its own terms — a check that found a
+// problem, input it cannot use — says so with a code, e.g. protocol.Errorf(
+// commonpb.ErrorCode_VALIDATION_ERROR, "1 finding: …"), so that its failure does not read as
+// the agent's bug; the FAILED ACK's note is the error's message without the code. It must
+// return soon after ctx is cancelled.
 type TaskHandler func(ctx context.Context, run *TaskRun) ([]byte, error)
 
 // ServeOptions tunes Serve; the zero value (or nil) is fine.
@@ -742,7 +747,8 @@ func (s *server) finish(res result) {
 		// §8.4: the task could not finish within the shutdown's grace period.
 		s.ack(r.runMsg, commonpb.AckStage_FAILED, commonpb.ErrorCode_AGENT_SHUTDOWN, res.err.Error())
 	default:
-		s.ack(r.runMsg, commonpb.AckStage_FAILED, failureCode(res.err), res.err.Error())
+		code := failureCode(res.err)
+		s.ack(r.runMsg, commonpb.AckStage_FAILED, code, failureNote(res.err, code))
 	}
 	if errors.Is(res.err, ErrPreempted) && len(r.preempts) == 0 {
 		s.log("sw4rm: task %s returned ErrPreempted without a pending PREEMPT_REQUEST", run.task.ID)
@@ -759,6 +765,14 @@ func failureCode(err error) commonpb.ErrorCode {
 	}
 	// protocol.CodeOf falls back to INTERNAL_ERROR when err carries no *protocol.Error.
 	return protocol.CodeOf(err)
+}
+
+// failureNote is the reason a failed task's ACK carries: err's message without a leading
+// "<error_code>: ", which a *protocol.Error renders, since the ACK carries the code in its
+// own field and the scheduler puts it before the reason (a DAG node's error reads
+// "… FAILED: validation_error: <reason>", not the code twice).
+func failureNote(err error, code commonpb.ErrorCode) string {
+	return strings.TrimPrefix(err.Error(), protocol.CodeName(code)+": ")
 }
 
 func (s *server) stopTimers(r *activeRun) {

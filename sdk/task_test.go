@@ -775,7 +775,7 @@ func TestServeHandlerErrors(t *testing.T) {
 	}{
 		{"plain", commonpb.ErrorCode_INTERNAL_ERROR, "boom"},
 		{"rejected", commonpb.ErrorCode_TOOL_TIMEOUT, "calling the tool: sw4rm: rejected: slow tool"},
-		{"protocol", commonpb.ErrorCode_VALIDATION_ERROR, "validation_error: bad params"},
+		{"protocol", commonpb.ErrorCode_VALIDATION_ERROR, "bad params"}, // the code travels in its own field
 		{"stray-preempted", commonpb.ErrorCode_INTERNAL_ERROR, ErrPreempted.Error()},
 		{"panic", commonpb.ErrorCode_INTERNAL_ERROR, "sw4rm: task handler panicked: handler bug"},
 	} {

@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -21,15 +22,21 @@ import (
 // vote on the same three reviewers and gets the deterministic table: debate 5/6, vote 4/6, a
 // lift of 16.7 points. HITL operators are configured, as `make dev` configures one: a debate
 // turn's admission must not wait for a human because the other participants' turns of the
-// same round are running.
+// same round are running. The example ends by itself, well within its deadline, and cleans
+// up: every agent it registered (buyer, seller, moderator, three reviewers) is deregistered
+// with its lifecycle ended, and it leaves no dead letter.
 func TestDebateExample(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			sys := start(t, hitlConfig(t, kind))
+			// The deadline is what would end a run that hangs.
+			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+			defer cancel()
 			var out bytes.Buffer
-			res, err := deliberation.Run(t.Context(), sys.app.GRPCAddr(), deliberation.Options{Out: &out, Wait: time.Minute})
+			res, err := deliberation.Run(ctx, sys.app.GRPCAddr(), deliberation.Options{Out: &out, Wait: time.Minute})
 			require.NoError(t, err, "example output:\n%s", out.String())
+			require.NoError(t, ctx.Err(), "the example ends by itself")
 
 			c := res.Contract
 			assert.Equal(t, codes.InvalidArgument, c.RefusalCode)
@@ -83,6 +90,10 @@ func TestDebateExample(t *testing.T) {
 			assert.InDelta(t, 100/6.0, h.Lift, 1e-9)
 			assert.Contains(t, out.String(), "accuracy          5/6 83.3%   4/6 66.7%")
 			assert.True(t, strings.Contains(out.String(), "+16.7 points (ADR-011 defers debate mode below 10): keep debate mode"), "output:\n%s", out.String())
+
+			// The cleanup, and no dead letter.
+			assert.Len(t, res.Registered, 6, "buyer, seller, moderator and three reviewers: %v", res.Registered)
+			assertNoDeadLetters(t, assertExampleCleanedUp(ctx, t, sys, res.Registered, res.Deregistered))
 		})
 	}
 }

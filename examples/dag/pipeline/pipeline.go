@@ -28,8 +28,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol"
 	pdag "github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/sdk/dag"
@@ -69,6 +71,10 @@ const InitialData = `{"source":{"repo":"github.com/acme/shop","commit":"9f3c2e1"
 // lintFinding is what lint reports until the problem is fixed.
 const lintFinding = "cmd/shop/main.go:42: exported function Serve has no doc comment"
 
+// lintFailure is how the failed lint's node error reads: the checker's error_code, then its
+// reason.
+const lintFailure = "FAILED: validation_error: 1 finding: " + lintFinding
+
 // Options tunes Run; the zero value is fine.
 type Options struct {
 	// Out receives what the agents and the driver print; nil means standard output.
@@ -92,6 +98,9 @@ type Result struct {
 	Final *workflowpb.WorkflowState
 	// Runs counts, per node, how many times an agent ran the node's task.
 	Runs map[string]int
+	// Registered are the agents Run registered, in order; Deregistered those it deregistered
+	// when it ended, whether the run behaved or not.
+	Registered, Deregistered []string
 }
 
 // Definition is the pipeline's definition for workflowID, with its nodes served by the agents
@@ -263,7 +272,10 @@ func (s *swarm) work(id, node string, n int, in map[string]json.RawMessage) (any
 			return nil, err
 		}
 		if !s.lintFixed.Load() {
-			return nil, errors.New("1 finding: " + lintFinding)
+			// The task fails on its own terms: the artifact did not pass the check. The code
+			// says so (validation_error, which §18 names among the failures a provider maps
+			// to a code); a plain error would fail it as internal_error, the agent's own bug.
+			return nil, protocol.Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "1 finding: %s", lintFinding)
 		}
 		s.p.say(id, "%s (run %d): %s@%s is clean", node, n, a.Name, a.Commit)
 		return LintReport{Artifact: a.Name, Findings: []string{}}, nil
@@ -336,12 +348,17 @@ func Run(ctx context.Context, server string, opts Options) (res *Result, err err
 
 	agents := map[string]*sdk.Agent{}
 	defer func() {
-		// Deregistering needs a ctx even when Run's was cancelled.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		// Deregistering needs a ctx even when Run's was cancelled; a deregistration that
+		// fails is Run's error, since it leaves the agent behind on the server.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		for _, role := range roles {
 			if a := agents[role]; a != nil {
-				_ = a.Deregister(cctx, "dag example finished")
+				if derr := a.Deregister(cctx, "dag example finished"); derr != nil {
+					err = errors.Join(err, fmt.Errorf("deregister %s: %w", a.ID(), derr))
+				} else {
+					res.Deregistered = append(res.Deregistered, a.ID())
+				}
 				_ = a.Close()
 			}
 		}
@@ -357,6 +374,7 @@ func Run(ctx context.Context, server string, opts Options) (res *Result, err err
 			return res, fmt.Errorf("register %s (is the server running? `make dev`): %w", id, err)
 		}
 		agents[role] = a
+		res.Registered = append(res.Registered, id)
 		s.p.say(id, "registered")
 	}
 	for node, role := range map[string]string{NodeBuild: roleBuilder, NodeUnitTests: roleChecker, NodeLint: roleChecker,
@@ -453,8 +471,8 @@ func Run(ctx context.Context, server string, opts Options) (res *Result, err err
 // nodes after it PENDING and never run.
 func (s *swarm) checkWaiting(st *workflowpb.WorkflowState) error {
 	nodes := st.GetNodeStates()
-	if l := nodes[NodeLint]; l.GetStatus() != workflowpb.NodeStatus_FAILED || l.GetError() == "" {
-		return fmt.Errorf("the run waits, but lint is %s (error %q), not FAILED with a reason", l.GetStatus(), l.GetError())
+	if l := nodes[NodeLint]; l.GetStatus() != workflowpb.NodeStatus_FAILED || !strings.Contains(l.GetError(), lintFailure) {
+		return fmt.Errorf("the run waits, but lint is %s (error %q), not FAILED with the checker's code and reason %q", l.GetStatus(), l.GetError(), lintFailure)
 	}
 	runs := s.counts()
 	for _, node := range []string{NodePackage, NodeDeploy} {

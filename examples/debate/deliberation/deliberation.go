@@ -16,6 +16,7 @@ package deliberation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -47,6 +48,9 @@ type Result struct {
 	Contract *ContractResult
 	// Harness is the A/B harness's outcome.
 	Harness *HarnessResult
+	// Registered are the agents Run registered, in order; Deregistered those it deregistered
+	// when it ended, whether the parts behaved or not.
+	Registered, Deregistered []string
 }
 
 // printer writes one line per call, so that concurrent agents do not interleave.
@@ -77,6 +81,8 @@ type session struct {
 
 	mu     sync.Mutex
 	agents []*sdk.Agent
+	// registered and deregistered are the ids join registered and close deregistered.
+	registered, deregistered []string
 }
 
 // join registers the agent role-<suffix> and returns it; close deregisters every agent.
@@ -92,23 +98,31 @@ func (s *session) join(ctx context.Context, role, description string) (*sdk.Agen
 	}
 	s.mu.Lock()
 	s.agents = append(s.agents, a)
+	s.registered = append(s.registered, id)
 	s.mu.Unlock()
 	s.p.say(id, "registered: %s", description)
 	return a, nil
 }
 
 // close deregisters and disconnects every agent, with a ctx of its own: Run's may be
-// cancelled already.
-func (s *session) close(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+// cancelled already. It returns the deregistrations that failed: each leaves its agent
+// behind on the server.
+func (s *session) close(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var errs []error
 	for _, a := range s.agents {
-		_ = a.Deregister(cctx, "debate example finished")
+		if err := a.Deregister(cctx, "debate example finished"); err != nil {
+			errs = append(errs, fmt.Errorf("deregister %s: %w", a.ID(), err))
+		} else {
+			s.deregistered = append(s.deregistered, a.ID())
+		}
 		_ = a.Close()
 	}
 	s.agents = nil
+	return errors.Join(errs...)
 }
 
 // listener reads an agent's inbound stream, confirms every delivery and hands each
@@ -175,8 +189,11 @@ func Run(ctx context.Context, server string, opts Options) (res *Result, err err
 		opts.Wait = 2 * time.Minute
 	}
 	s := &session{server: server, suffix: uuid.NewString()[:8], opts: opts, p: &printer{out: opts.Out}}
-	defer s.close(ctx)
 	res = &Result{Suffix: s.suffix}
+	defer func() {
+		err = errors.Join(err, s.close(ctx))
+		res.Registered, res.Deregistered = s.registered, s.deregistered
+	}()
 
 	s.p.line("== Part 1: a contract negotiation (§17, §17.1–§17.4) ==")
 	res.Contract, err = s.contract(ctx)
