@@ -53,7 +53,9 @@ func TestDeadLetterAttemptHistory(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			cfg := hitlConfig(t, kind)
-			cfg.AckTimeout = time.Second
+			// The 20 refused sends must all land while the first attempt is in progress: a
+			// 1 s timeout let a loaded machine's PostgreSQL run out of it mid-loop.
+			cfg.AckTimeout = 5 * time.Second
 			cfg.MaxRetries = 1
 			sys := start(t, cfg)
 			ctx := context.Background()
