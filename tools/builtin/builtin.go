@@ -68,8 +68,8 @@ const (
 	// DefaultFlushInterval is how long process output may wait to fill a frame before it is
 	// sent anyway.
 	DefaultFlushInterval = 100 * time.Millisecond
-	// DefaultCPUPollInterval is how often process.run samples the CPU time of its process
-	// group against budget_cpu_ms.
+	// DefaultCPUPollInterval is how often process.run samples the CPU time of the call's
+	// processes against budget_cpu_ms.
 	DefaultCPUPollInterval = 50 * time.Millisecond
 	// DefaultStderrTailBytes is how much of the end of standard error a TOOL_FAILED message
 	// quotes.

@@ -17,16 +17,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/procfs"
-
 	"github.com/sw4rm/sw4rm-temporal/confine"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/tools"
 )
-
-// userHZ is the unit of the CPU times in /proc/<pid>/stat: Linux reports them in ticks of
-// 1/100 s on every architecture, whatever the kernel's own tick rate.
-const userHZ = 100
 
 // outputGrace is how long output is still read after the process group was killed: only a
 // descendant that left the group (setsid) can keep the pipes open that long, and its output
@@ -43,14 +37,11 @@ var errCPUBudget = errors.New("the CPU budget is exhausted")
 // the call (§18.6: cleanup). It stays one function because every exit path must reach the
 // same kill-the-group cleanup in order; split, those paths would be harder to check.
 func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processArgs, isolate bool, emit tools.Emit) (tools.Result, error) {
-	var proc procfs.FS
-	if req.Policy.BudgetCPU > 0 {
-		var err error
-		if proc, err = procfs.NewDefaultFS(); err != nil {
-			return tools.Result{}, tool.Errorf(tool.CodePermissionDenied,
-				"tool %q: budget_cpu_ms cannot be enforced, because /proc cannot be read to watch the process (%v); %q was not started", req.ToolName, err, a.Argv[0])
-		}
+	cpuw, err := newCPUWatch(req, a.Argv[0]) // budget_cpu_ms (cpu_linux.go); nil without a budget
+	if err != nil {
+		return tools.Result{}, err
 	}
+	defer cpuw.Close()
 	root, err := p.openWorktree(req)
 	if err != nil {
 		return tools.Result{}, err
@@ -89,6 +80,7 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 	// The process writes into the pipes directly (no copying goroutine of exec's), so that
 	// Wait returns when the process exits, not when the last descendant closes its output.
 	cmd.Stdout, cmd.Stderr = outW, errW
+	cpuw.Apply(cmd) // in the call's own cgroup, when there is one
 	err = startLocked(cmd)
 	// The child holds its own copies of the write ends; ours would keep the reads from
 	// ever seeing the end of the output.
@@ -103,6 +95,7 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 		return tools.Result{}, startError(req.ToolName, a.Argv[0], isolate, err)
 	}
 	pgid := cmd.Process.Pid // Setpgid made the child the leader of a group of its own
+	cpuw.Started(pgid, pgid)
 
 	pieces := make(chan piece, 16)
 	var readers sync.WaitGroup
@@ -136,6 +129,7 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 		waitErr = cmd.Wait()
 		// What the process left running in its group ends with the call.
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		endCPUWatched(cpuw) // and what left the group, in the call's cgroup
 		deadline := time.Now().Add(outputGrace)
 		_ = outR.SetReadDeadline(deadline)
 		_ = errR.SetReadDeadline(deadline)
@@ -143,7 +137,7 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 
 	var watched atomic.Int64 // the most CPU time the watcher saw, in ms
 	if budget := req.Policy.BudgetCPU; budget > 0 {
-		go p.watchCPU(runCtx, exited, proc, pgid, budget, &watched, stop)
+		go p.watchCPU(runCtx, exited, cpuw, budget, &watched, stop)
 	}
 
 	s := &streamer{ctx: ctx, emit: emit, chunk: p.opts.ChunkBytes, tailMax: p.opts.StderrTailBytes}
@@ -173,13 +167,13 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 	}
 	// rusage counts the process and the descendants it waited for; the watcher's samples
 	// also saw descendants still running, or orphaned.
-	exact := ps.UserTime() + ps.SystemTime()
+	exact := exactCPU(ps, cpuw)
 	cpu := max(exact, time.Duration(watched.Load())*time.Millisecond)
 	cause := context.Cause(runCtx)
 	switch budget := req.Policy.BudgetCPU; {
 	case errors.Is(cause, errCPUBudget) || (budget > 0 && exact > budget):
 		return tools.Result{}, tool.Errorf(tool.CodeCPUBudgetExceeded,
-			"tool %q: %q and its children used %d ms of CPU time, more than budget_cpu_ms %d; the process group was killed", req.ToolName, a.Argv[0], cpu.Milliseconds(), budget.Milliseconds())
+			"tool %q: %q and its children used %d ms of CPU time, more than budget_cpu_ms %d; its processes were killed", req.ToolName, a.Argv[0], cpu.Milliseconds(), budget.Milliseconds())
 	case ctx.Err() != nil:
 		return tools.Result{}, ctxError(ctx, req.ToolName)
 	case errors.Is(cause, errEmitFailed):
@@ -199,57 +193,6 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 		return tools.Result{}, tool.Errorf(tool.CodeToolFailed, "tool %q: %q %s; the end of its stderr: %s", req.ToolName, a.Argv[0], what, tail)
 	}
 	return jsonResult(req.ToolName, processResult{ExitCode: ps.ExitCode(), StdoutBytes: s.stdout, StderrBytes: s.stderr, CPUMS: cpu.Milliseconds()})
-}
-
-// watchCPU samples the CPU time of the process group every CPUPollInterval until the
-// process exits or runCtx ends, and ends the run with errCPUBudget when the group used more
-// than budget (§18.5.1: terminate when the budget is exhausted). A sample is a sum over
-// files read one after another, so a child reaped between two reads may be counted twice;
-// two samples in a row over the budget are required before the group is killed.
-func (p *Provider) watchCPU(runCtx context.Context, exited <-chan struct{}, proc procfs.FS, pgid int, budget time.Duration, watched *atomic.Int64, stop context.CancelCauseFunc) {
-	t := time.NewTicker(p.opts.CPUPollInterval)
-	defer t.Stop()
-	over := 0
-	for {
-		select {
-		case <-exited:
-			return
-		case <-runCtx.Done():
-			return
-		case <-t.C:
-		}
-		used := groupCPU(proc, pgid)
-		if ms := used.Milliseconds(); ms > watched.Load() {
-			watched.Store(ms)
-		}
-		if used <= budget {
-			over = 0
-			continue
-		}
-		if over++; over >= 2 {
-			stop(errCPUBudget)
-			return
-		}
-	}
-}
-
-// groupCPU sums the CPU time of the processes in the process group pgid: each one's own
-// user and system time and that of the children it has reaped (which have left /proc).
-func groupCPU(proc procfs.FS, pgid int) time.Duration {
-	procs, err := proc.AllProcs()
-	if err != nil {
-		return 0
-	}
-	var ticks uint64
-	for _, pr := range procs {
-		st, err := pr.Stat()
-		if err != nil || st.PGRP != pgid {
-			// Gone since the listing, or not ours.
-			continue
-		}
-		ticks += uint64(st.UTime) + uint64(st.STime) + uint64(max(st.CUTime, 0)) + uint64(max(st.CSTime, 0))
-	}
-	return time.Duration(ticks) * time.Second / userHZ
 }
 
 // isolateNetwork starts the process in a new network namespace, which holds nothing but a
