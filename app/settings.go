@@ -156,13 +156,13 @@ func authMode(at func(*Config) *auth.Mode, def auth.Mode) binding {
 	}}
 }
 
-// accessAudit binds which access decisions are audited, written refused or all.
+// accessAudit binds which access decisions are audited, written refused, all or sample:<n>.
 func accessAudit(at func(*Config) *frontend.AccessAudit, def frontend.AccessAudit) binding {
 	return field[frontend.AccessAudit]{at: at, def: def, typeName: "string", write: frontend.AccessAudit.String,
 		read: func(s string) (frontend.AccessAudit, error) {
 			v, err := frontend.ParseAccessAudit(s)
 			if err != nil {
-				return v, errors.New("want refused or all") // ParseAccessAudit's own error names the variable
+				return v, errors.New("want refused, all or sample:<n>") // ParseAccessAudit's own error names the variable
 			}
 			return v, nil
 		}}
@@ -344,10 +344,11 @@ var settings = []Setting{
 		bind: positiveDuration(func(c *Config) *time.Duration { return &c.AuthClockSkew }, frontend.DefaultClockSkew)},
 	{Flag: "key-overlap", Env: "SW4RM_KEY_OVERLAP", Help: "how long a rotated-out agent key stays valid, §23",
 		bind: positiveDuration(func(c *Config) *time.Duration { return &c.KeyOverlap }, frontend.DefaultKeyOverlap)},
-	{Flag: "audit-access", Env: "SW4RM_AUDIT_ACCESS", Help: "access decisions audited: refused, or all (every allowed call too), §6.5",
-		Doc: "access decisions written to the audit log: `refused` (each refusal, `auth.refused`) or `all` (each allowed call too, " +
-			"`auth.allowed` with its method, principal and mode: one row per call and one per stream, also with authentication off) " +
-			"(§6.5, [docs/security.md](docs/security.md))",
+	{Flag: "audit-access", Env: "SW4RM_AUDIT_ACCESS", Help: "access decisions audited: refused, all (every allowed one too) or sample:N (one allowed in N), §6.5",
+		Doc: "access decisions written to the audit log: `refused` (each refusal, `auth.refused` and `access.refused`), `all` (each allowed decision too, " +
+			"`auth.allowed` with its method, principal and mode: one row per call and one per stream, also with authentication off; `access.allowed` " +
+			"for each tool call, resource access and ACL decision, with the rule that decided) or `sample:N` (every refusal, one allowed decision in N of each kind); " +
+			"every decision, written or not, is counted in `sw4rm_access_decisions_total` (§6.5, [docs/security.md](docs/security.md))",
 		bind: accessAudit(func(c *Config) *frontend.AccessAudit { return &c.AuditAccess }, frontend.AuditRefused)},
 	{Flag: "tls-cert-file", Env: "SW4RM_TLS_CERT_FILE",
 		Help: "PEM certificate of the gRPC and HTTP ports; with --tls-key-file turns on TLS, reloaded when the file changes",
@@ -391,6 +392,14 @@ var settings = []Setting{
 			"`*` allowed (§18.5.3, [docs/tools.md](docs/tools.md))",
 		DefaultDoc: "empty = none",
 		bind:       text(func(c *Config) *string { return &c.ToolPreApproved }, "")},
+	{Flag: "tool-egress-allow", Env: "SW4RM_TOOL_EGRESS_ALLOW",
+		Help: "hosts process.run may reach under network_policy EGRESS_RESTRICTED, host:port entries separated by commas (*.domain, [v6]:port, host:* allowed), docs/tools.md",
+		Doc: "the egress allowlist of the built-in provider: the only targets a `process.run` call under `network_policy` `EGRESS_RESTRICTED` " +
+			"reaches, through the provider's proxy; `host:port` entries separated by commas, `*.domain` for the names below a domain, `[v6]:port`, " +
+			"`host:*` for any port. A loopback, link-local or own address of the host is reached only when an entry names it as an address " +
+			"(§18.5.2, [docs/tools.md](docs/tools.md))",
+		DefaultDoc: "empty = `EGRESS_RESTRICTED` calls are refused",
+		bind:       text(func(c *Config) *string { return &c.ToolEgressAllow }, "")},
 	{Flag: "log-level", Env: "SW4RM_LOG_LEVEL", Help: "debug, info, warn or error",
 		Doc:  "level of the process's log: `debug`, `info`, `warn` or `error`",
 		bind: logLevel(func(c *Config) *slog.Level { return &c.LogLevel }, slog.LevelInfo)},

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/reconcile"
@@ -125,17 +126,20 @@ func TestMalformedValues(t *testing.T) {
 // refused), refuses anything else naming the variable, and reaches the authenticator's
 // configuration.
 func TestAuditAccessSetting(t *testing.T) {
-	for text, want := range map[string]frontend.AccessAudit{"": frontend.AuditRefused, "refused": frontend.AuditRefused, "all": frontend.AuditAll, " ALL ": frontend.AuditAll} {
+	for text, want := range map[string]frontend.AccessAudit{"": frontend.AuditRefused, "refused": frontend.AuditRefused, "all": frontend.AuditAll, " ALL ": frontend.AuditAll,
+		"sample:10": audit.AccessSample(10), "sample:1": frontend.AuditAll} {
 		t.Setenv("SW4RM_AUDIT_ACCESS", text)
 		c, err := DefaultConfig().FromEnv()
 		require.NoError(t, err, text)
 		assert.Equal(t, want, c.AuditAccess, text)
 		assert.Equal(t, want, authConfig(Resolved{Config: c}, nil, nil, nil).Audit, text)
 	}
-	t.Setenv("SW4RM_AUDIT_ACCESS", "allowed")
-	_, err := DefaultConfig().FromEnv()
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), `SW4RM_AUDIT_ACCESS="allowed": want refused or all`)
+	for _, bad := range []string{"allowed", "sample:0", "sample:x", "sample:"} {
+		t.Setenv("SW4RM_AUDIT_ACCESS", bad)
+		_, err := DefaultConfig().FromEnv()
+		require.Error(t, err, bad)
+		assert.Contains(t, err.Error(), `SW4RM_AUDIT_ACCESS="`+bad+`": want refused, all or sample:<n>`)
+	}
 }
 
 // TestVerboseSetting: --verbose alone turns the event stream on the terminal on; SW4RM_VERBOSE

@@ -49,6 +49,8 @@ type App struct {
 	sweepDone chan struct{}
 	metrics   *metrics.Router
 	sink      *audit.Sink
+	// access writes and counts every access decision of the router and the frontend (§6.5).
+	access    *audit.AccessLog
 	router    *router.Router
 	relay     *outbox.Relay
 	stopRelay context.CancelFunc
@@ -230,8 +232,12 @@ func (a *App) startShared(ctx context.Context, p prepared, roles Roles) error {
 		log.Warn("no HITL operators, no HITL agent and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
 	}
 	a.sink = audit.NewAsync(events, st.Audit(), 4096)
-	a.router = router.New(st, routerConfig(cfg, p.sec.acl), a.sink)
+	a.access = audit.NewAccessLog(a.sink, cfg.AuditAccess)
+	rc := routerConfig(cfg, p.sec.acl)
+	rc.Access = a.access
+	a.router = router.New(st, rc, a.sink)
 	a.metrics = metrics.New(st, a.router.Config().BufferCapacity)
+	a.metrics.ObserveAccess(a.access)
 	a.router.SetMetrics(a.metrics)
 	a.startRelay()
 	// ACKs of the scheduler's CONTROL messages, and the sections agents declare, go to the
@@ -320,7 +326,9 @@ func openRepos(ctx context.Context, paths map[string]string, root string) (*repo
 // frontend and the HTTP port, then the import of the configured MCP servers.
 func (a *App) startServer(ctx context.Context, p prepared) error {
 	cfg, log, st := p.Config, a.log, a.store
-	a.auth = frontend.NewAuthenticator(authConfig(p.Resolved, st.Keys(), a.sink, log))
+	ac := authConfig(p.Resolved, st.Keys(), a.sink, log)
+	ac.Access = a.access
+	a.auth = frontend.NewAuthenticator(ac)
 	if cfg.Auth == auth.Off {
 		log.Warn("authentication is off (SW4RM_AUTH=off): any client that reaches the port can act as any agent; fine on a laptop, never on a shared network (docs/security.md)")
 	} else {

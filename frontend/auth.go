@@ -48,7 +48,9 @@ import (
 //
 // Every refusal is audited as auth.refused; with SW4RM_AUDIT_ACCESS=all every allowed call is
 // audited as auth.allowed too (§6.5: every access decision logged), a stream once, when its
-// first message is admitted.
+// first message is admitted; with sample:<n> one allowed call in n is, and every decision is
+// counted (audit.AccessLog). The services' decisions on tool calls and other principals'
+// work are access.* events of the same log (access.go).
 
 // DefaultClockSkew is how far a signed call's timestamp may be from the server's clock.
 const DefaultClockSkew = 30 * time.Second
@@ -138,6 +140,9 @@ type AuthConfig struct {
 	Sink *audit.Sink
 	// Audit is SW4RM_AUDIT_ACCESS: which access decisions get an audit row of their own.
 	Audit AccessAudit
+	// Access writes and counts the access decisions; nil builds one over Sink at Audit. The
+	// services' own decisions (tool calls, resource scopes) go through it too.
+	Access *audit.AccessLog
 	// Log receives the optional mode's notes on unsigned calls.
 	Log *slog.Logger
 	// Now is the clock (time.Now if nil); tests pin it.
@@ -145,36 +150,25 @@ type AuthConfig struct {
 }
 
 // AccessAudit is which access decisions the frontend writes to the audit log (§6.5: "all
-// access decisions MUST be logged and auditable" in multi-tenant production).
-type AccessAudit int
+// access decisions MUST be logged and auditable" in multi-tenant production):
+// audit.AccessLevel, SW4RM_AUDIT_ACCESS.
+type AccessAudit = audit.AccessLevel
 
-const (
-	// AuditRefused audits every refused call as auth.refused; an allowed call is audited
-	// only through the actions it leads to, which name its principal.
-	AuditRefused AccessAudit = iota
-	// AuditAll also audits every allowed call as auth.allowed: one row per unary call and
-	// one per stream, whatever the mode.
-	AuditAll
+// The access audit levels.
+var (
+	// AuditRefused audits every refused call as auth.refused and every refused tool call or
+	// resource access as access.refused; an allowed decision is only counted (the
+	// sw4rm_access_decisions_total metric).
+	AuditRefused = audit.AccessRefused
+	// AuditAll also audits every allowed call as auth.allowed (one row per unary call and one
+	// per stream, whatever the mode) and every allowed tool call and resource access as
+	// access.allowed.
+	AuditAll = audit.AccessAll
 )
 
-// String returns the value's configuration name.
-func (v AccessAudit) String() string {
-	if v == AuditAll {
-		return "all"
-	}
-	return "refused"
-}
-
-// ParseAccessAudit reads SW4RM_AUDIT_ACCESS's value: "refused" or "all" ("" is refused).
-func ParseAccessAudit(s string) (AccessAudit, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "refused":
-		return AuditRefused, nil
-	case "all":
-		return AuditAll, nil
-	}
-	return AuditRefused, fmt.Errorf("SW4RM_AUDIT_ACCESS=%q: want refused or all", s)
-}
+// ParseAccessAudit reads SW4RM_AUDIT_ACCESS's value: "refused" (or ""), "all" or
+// "sample:<n>".
+func ParseAccessAudit(s string) (AccessAudit, error) { return audit.ParseAccessLevel(s) }
 
 // Authenticator proves and authorizes every call the frontend serves. One per process: it
 // caches keys and polls for their changes until Close.
@@ -206,6 +200,9 @@ func NewAuthenticator(cfg AuthConfig) *Authenticator {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Access == nil {
+		cfg.Access = audit.NewAccessLog(cfg.Sink, cfg.Audit)
+	}
 	a := &Authenticator{cfg: cfg, codec: newWireCodec(cfg.Mode != auth.Off), guard: &signing.ReplayGuard{Skew: cfg.Skew},
 		unsigned: rate.Sometimes{Interval: time.Minute}, cache: map[string][]store.AgentKey{}, stop: make(chan struct{})}
 	if cfg.Mode != auth.Off && cfg.Keys != nil {
@@ -217,6 +214,9 @@ func NewAuthenticator(cfg AuthConfig) *Authenticator {
 
 // Mode returns the authentication mode.
 func (a *Authenticator) Mode() auth.Mode { return a.cfg.Mode }
+
+// Access returns the log every access decision goes through.
+func (a *Authenticator) Access() *audit.AccessLog { return a.cfg.Access }
 
 // Close stops watching the keys.
 func (a *Authenticator) Close() {
@@ -487,25 +487,24 @@ func registeringKey(req any, agentID string) (string, []byte) {
 // status; the error_code is permission_denied whatever the gRPC code.
 func (a *Authenticator) refuse(ctx context.Context, method string, p auth.Principal, c codes.Code, reason string) error {
 	reason = strings.TrimPrefix(reason, "signing: ")
-	a.cfg.Sink.Record(ctx, audit.Event{Type: "auth.refused", Actor: p.String(), AgentID: p.Agent, Level: slog.LevelWarn,
+	a.cfg.Access.Refused(ctx, accessKindAuth, audit.Event{Type: "auth.refused", Actor: p.String(), AgentID: p.Agent, Level: slog.LevelWarn,
 		Details: map[string]any{"method": method, "code": c.String(), "reason": reason, "mode": a.cfg.Mode.String()}})
 	return status.Errorf(c, "permission_denied: %s", reason)
 }
 
 // allow returns the context the handler of an allowed call gets, carrying its principal, and
-// with AuditAll audits the decision (§6.5) — the principal anonymous when nothing was proven,
-// as in off mode. The sink is asynchronous, so the call does not wait for the row.
+// audits the decision as SW4RM_AUDIT_ACCESS says (§6.5; counted whatever it says) — the
+// principal anonymous when nothing was proven, as in off mode. The sink is asynchronous, so
+// the call does not wait for the row.
 func (a *Authenticator) allow(ctx context.Context, method string, p auth.Principal) context.Context {
 	ctx = auth.WithPrincipal(ctx, p)
-	if a.cfg.Audit == AuditAll {
-		// The principal is set here, not left to audit.Sink.Attributed, so that an anonymous
-		// caller is named too.
-		d := map[string]any{"method": method, "mode": a.cfg.Mode.String(), "principal": p.String()}
-		if p.KeyID != "" {
-			d["key_id"] = p.KeyID
-		}
-		a.cfg.Sink.Record(ctx, audit.Event{Type: "auth.allowed", Actor: p.String(), AgentID: p.Agent, Level: slog.LevelInfo, Details: d})
+	// The principal is set here, not left to audit.Sink.Attributed, so that an anonymous
+	// caller is named too.
+	d := map[string]any{"method": method, "mode": a.cfg.Mode.String(), "principal": p.String()}
+	if p.KeyID != "" {
+		d["key_id"] = p.KeyID
 	}
+	a.cfg.Access.Allowed(ctx, accessKindAuth, audit.Event{Type: "auth.allowed", Actor: p.String(), AgentID: p.Agent, Level: slog.LevelInfo, Details: d})
 	return ctx
 }
 

@@ -173,9 +173,10 @@ var methodRules = map[string]rule{
 	reasoningpb.ReasoningProxy_EvaluateDebate_FullMethodName:   {who: authenticated},
 	reasoningpb.ReasoningProxy_Summarize_FullMethodName:        {who: authenticated},
 
-	// DAG workflows (§17.7): any proven agent or operator may define a workflow (it is
-	// recorded as the creator) and read definitions back. Starting, reading and resuming runs
-	// are authenticated too until the run slice decides who may act on a run.
+	// DAG workflows (§17.7): any proven agent or operator may call these; the handlers then
+	// decide the workflow itself (access.go): its creator, an operator, or an agent an ACL
+	// rule grants dag:<workflow_id> may add a version, start, read, resume or read back a
+	// definition; a new workflow_id is the ACL's to decide.
 	workflowpb.WorkflowService_CreateWorkflow_FullMethodName:     {who: authenticated},
 	workflowpb.WorkflowService_StartWorkflow_FullMethodName:      {who: authenticated},
 	workflowpb.WorkflowService_GetWorkflowState_FullMethodName:   {who: authenticated},
@@ -205,9 +206,11 @@ var methodRules = map[string]rule{
 	directorypb.DirectoryService_ListDAGRuns_FullMethodName:       {who: authenticated},
 	directorypb.DirectoryService_ListToolCalls_FullMethodName:     {who: authenticated},
 
-	// Tool calls (§18): any proven agent or operator may call a tool; the handler then
-	// checks the rest — an agent calls only for itself (sw4rm-agent-id), a call runs in the
-	// caller's own worktree, and only the call's owner or an operator streams or cancels it.
+	// Tool calls (§18): any proven agent or operator may call; the handler then checks the
+	// rest — an agent calls only for itself (sw4rm-agent-id), the ACL decides the tool and its
+	// execution policy (access.go), a call runs in the caller's own worktree, and only the
+	// call's owner, an operator or an ACL grant of tool_call:<call_id> streams or cancels it
+	// (the provider agent may also stream it).
 	toolpb.ToolService_Call_FullMethodName:       {who: authenticated},
 	toolpb.ToolService_CallStream_FullMethodName: {who: authenticated},
 	toolpb.ToolService_Cancel_FullMethodName:     {who: authenticated},

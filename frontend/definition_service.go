@@ -29,6 +29,9 @@ func (d *definitionService) GetDefinition(ctx context.Context, req *workflowdefp
 	if perr := dag.ValidateDefinitionVersion(id, version); perr != nil {
 		return nil, perr
 	}
+	if err := d.s.decideDAG(ctx, id, "read"); err != nil {
+		return nil, err
+	}
 	rec, latest, err := d.versions(ctx, id, version)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
@@ -49,10 +50,11 @@ type toolService struct {
 }
 
 // caller is who makes a call and for which agent: the proven principal, and the agent whose
-// worktree the call runs in.
+// worktree the call runs in (and whom the ACL decides the call for).
 type caller struct {
 	principal auth.Principal
-	// owner is recorded with the call; only it or an operator may stream or cancel it.
+	// owner is recorded with the call; it, an operator or an ACL grant may stream or cancel
+	// it (decideCall).
 	owner string
 	// agent is the agent the call is made for; "" when none is named.
 	agent string
@@ -75,9 +77,21 @@ func callerOf(ctx context.Context) (caller, error) {
 	return c, nil
 }
 
-// mayAct reports whether c may stream or cancel a call owned by owner.
-func (c caller) mayAct(owner string) bool {
-	return c.principal.Operator != "" || owner == c.owner || owner == "" || (c.principal.Anonymous() && owner == "anonymous")
+// decideCall decides whether c may verb ("read": stream its frames or join it; "cancel")
+// the recorded call rec: its caller and operators may, the agent that provides its tool may
+// read it, and anyone else needs an ACL grant of its scope, tool_call:<call_id> (access.go).
+func (t *toolService) decideCall(ctx context.Context, c caller, rec store.ToolCallRecord, verb string) error {
+	r := resource{kind: "tool call", id: rec.CallID, scope: acl.ToolCallScope(rec.CallID)}
+	if rec.Caller != "" {
+		r.owners = []string{rec.Caller}
+	}
+	if verb == "read" && c.agent != "" && c.agent == rec.ProviderID {
+		// Only an agent's own tools make it a reader: a configured provider's id is no agent.
+		if d, err := t.s.store.ToolProviders().GetTool(ctx, rec.ProviderID, rec.ToolName); err == nil && d.Kind == tool.ProviderKindConnector {
+			r.readers = []string{c.agent}
+		}
+	}
+	return t.s.decideResource(ctx, c.principal, c.owner, c.agent, verb, r)
 }
 
 // prepared is a validated call, ready to start.
@@ -117,6 +131,10 @@ func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c calle
 	pol, err := tool.Effective(req.GetPolicy(), d)
 	if err != nil {
 		return prepared{}, asToolError(err)
+	}
+	// The ACL decides on the effective policy, defaults applied: what the call would run with.
+	if terr := t.s.decideTool(ctx, c, req.GetProviderId(), req.GetToolName(), pol); terr != nil {
+		return prepared{}, terr
 	}
 	args := req.GetArgs()
 	if len(strings.TrimSpace(string(args))) == 0 {
@@ -249,7 +267,7 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 	if !created {
 		// The same call again (a client retrying): join it; its workflow was promised when
 		// it was recorded.
-		if !c.mayAct(rec.Caller) {
+		if err := t.decideCall(ctx, c, rec, "read"); err != nil {
 			return "", protocol.Errorf(commonpb.ErrorCode_DUPLICATE_DETECTED, "call_id %s is another caller's call", callID)
 		}
 		if rec.ProviderID != req.GetProviderId() || rec.ToolName != req.GetToolName() {
@@ -413,8 +431,8 @@ func (t *toolService) resumable(ctx context.Context, callID string) (string, err
 	if err != nil {
 		return "", failed("reading the tool call", err)
 	}
-	if !c.mayAct(rec.Caller) {
-		return "", protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "call %s is another caller's call", callID)
+	if err := t.decideCall(ctx, c, rec, "read"); err != nil {
+		return "", err
 	}
 	return callID, nil
 }
@@ -463,8 +481,8 @@ func (t *toolService) cancellable(ctx context.Context, c caller, callID string) 
 	if err != nil {
 		return nil, failed("reading the tool call", err)
 	}
-	if !c.mayAct(rec.Caller) {
-		return nil, protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "call %s is another caller's call; its owner or an operator may cancel it", callID)
+	if err := t.decideCall(ctx, c, rec, "cancel"); err != nil {
+		return nil, err
 	}
 	if rec.Final {
 		return toolAnswer(callID, tool.CodeAlreadyCompleted, fmt.Sprintf("call %s already ended", callID)), nil

@@ -65,6 +65,10 @@ func (w *workflowService) CreateWorkflow(ctx context.Context, req *workflowpb.Cr
 	if err != nil {
 		return nil, err // a *dag.CycleError (workflow_cycle_detected) or a *protocol.Error (validation_error)
 	}
+	// A new version of another principal's workflow is a change to its work (access.go).
+	if err := w.s.decideDAG(ctx, def.GetWorkflowId(), "create a version of"); err != nil {
+		return nil, err
+	}
 	warnings, err := w.lateBinding(ctx, def, slices.Clone(res.Warnings))
 	if err != nil {
 		return nil, err

@@ -50,6 +50,9 @@ func (w *workflowService) StartWorkflow(ctx context.Context, req *workflowpb.Sta
 	if perr != nil {
 		return nil, perr
 	}
+	if err := w.s.decideDAG(ctx, id, "start"); err != nil {
+		return nil, err
+	}
 	rec, err := w.s.store.Definitions().GetDefinition(ctx, id, 0)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, protocol.Errorf(commonpb.ErrorCode_NO_ROUTE, "no workflow definition %q: create it with CreateWorkflow first", id)
@@ -80,6 +83,9 @@ func (w *workflowService) GetWorkflowState(ctx context.Context, req *workflowpb.
 	if perr := dag.ValidateRunID(req.GetWorkflowId()); perr != nil {
 		return nil, perr
 	}
+	if err := w.s.decideDAG(ctx, req.GetWorkflowId(), "read"); err != nil {
+		return nil, err
+	}
 	st, err := w.state(ctx, req.GetWorkflowId())
 	if err != nil {
 		return nil, err
@@ -98,6 +104,9 @@ func (w *workflowService) ResumeWorkflow(ctx context.Context, req *workflowpb.Re
 		return nil, perr
 	}
 	id, by := req.GetWorkflowId(), auth.FromContext(ctx).String()
+	if err := w.s.decideDAG(ctx, id, "resume"); err != nil {
+		return nil, err
+	}
 	if err := w.resume(ctx, kind, req, data, by); err != nil {
 		return nil, err
 	}

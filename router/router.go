@@ -110,6 +110,9 @@ type Config struct {
 	// ACL is the §6.3 access-control policy checked for every data message (the producer
 	// may send its type, the recipient may receive it); nil allows everything.
 	ACL *acl.Policy
+	// Access logs the ACL's decisions (§6.5, SW4RM_AUDIT_ACCESS); refusals are audited as the
+	// message's rejection whatever it says. Nil logs no allowed decision.
+	Access *audit.AccessLog
 }
 
 func (c Config) withDefaults() Config {

@@ -100,9 +100,39 @@ type Rule struct {
 	// patterns.
 	Providers []string `json:"providers,omitempty"`
 	// Scopes are patterns on the resource scope the rule covers for AccessScope, e.g.
-	// "repo:core/worktree:*".
+	// "repo:core/worktree:*", "dag:build-*", "negotiation:*" (see Scope, DAGScope,
+	// NegotiationScope, ToolCallScope).
 	Scopes []string `json:"scopes,omitempty"`
+	// MaxExecutionPolicy, on an allow rule with Tools, is the strongest execution policy
+	// (§18.5.2, §18.5.3) the rule allows a call: a CallTool request that asks more is denied
+	// by this rule (Decision.Exceeds). Nil: the rule does not bound the policy.
+	MaxExecutionPolicy *ExecutionLimit `json:"max_execution_policy,omitempty"`
 }
+
+// ExecutionLimit bounds a tool call's execution policy. An empty field does not bound it.
+type ExecutionLimit struct {
+	// NetworkPolicy is the widest network policy allowed, one of NetworkPolicies (spelled as
+	// §18.5.2 spells it, e.g. "DENY_ALL").
+	NetworkPolicy string `json:"network_policy,omitempty"`
+	// PrivilegeLevel is the highest privilege level allowed, one of PrivilegeLevels (e.g.
+	// "DEFAULT").
+	PrivilegeLevel string `json:"privilege_level,omitempty"`
+}
+
+// NetworkPolicies are the network policies of §18.5.2 a limit may name, from the narrowest
+// to the widest: a limit allows its own and every one before it.
+func NetworkPolicies() []string {
+	return []string{"DENY_ALL", "EGRESS_RESTRICTED", "EGRESS_UNRESTRICTED", "FULL_ACCESS"}
+}
+
+// PrivilegeLevels are the privilege levels of §18.5.3 (and FULL_ACCESS above them) a limit
+// may name, from the lowest to the highest.
+func PrivilegeLevels() []string {
+	return []string{"MINIMAL", "DEFAULT", "ELEVATED", "PRIVILEGED", "FULL_ACCESS"}
+}
+
+// rank is name's position in names, or -1 when it is not one of them.
+func rank(names []string, name string) int { return slices.Index(names, name) }
 
 // Request is one access to decide.
 type Request struct {
@@ -120,6 +150,12 @@ type Request struct {
 	Provider string `json:"provider,omitempty"`
 	// Scope is the resource, for AccessScope (see Scope).
 	Scope string `json:"scope,omitempty"`
+	// NetworkPolicy is the call's effective network policy, for CallTool; empty is
+	// "DENY_ALL", the spec's default.
+	NetworkPolicy string `json:"network_policy,omitempty"`
+	// PrivilegeLevel is the call's effective privilege level, for CallTool; empty is
+	// "MINIMAL", the spec's default.
+	PrivilegeLevel string `json:"privilege_level,omitempty"`
 }
 
 // Decision is the outcome of Decide.
@@ -131,6 +167,17 @@ type Decision struct {
 	Rule int `json:"rule"`
 	// Reason explains the decision for logs and the audit trail (§6.5).
 	Reason string `json:"reason"`
+	// Exceeds is set when the rule that decided allows the tool but the call asked a wider
+	// execution policy than the rule's MaxExecutionPolicy: then Allowed is false.
+	Exceeds bool `json:"exceeds,omitempty"`
+}
+
+// RuleName is the name of the rule that made d, "" for the default or an unnamed rule.
+func (p *Policy) RuleName(d Decision) string {
+	if p == nil || d.Rule < 0 || d.Rule >= len(p.Rules) {
+		return ""
+	}
+	return p.Rules[d.Rule].Name
 }
 
 // Scope names the resource scope of a worktree, "repo:<repo_id>/worktree:<worktree_id>", or
@@ -142,6 +189,17 @@ func Scope(repoID, worktreeID string) string {
 	}
 	return "repo:" + repoID + "/worktree:" + worktreeID
 }
+
+// DAGScope names the resource scope of a DAG workflow (§17.7), its definitions and runs:
+// "dag:<workflow_id>".
+func DAGScope(workflowID string) string { return "dag:" + workflowID }
+
+// NegotiationScope names the resource scope of a negotiation (§17) or negotiation room:
+// "negotiation:<negotiation_id>".
+func NegotiationScope(negotiationID string) string { return "negotiation:" + negotiationID }
+
+// ToolCallScope names the resource scope of one tool call (§18), its frames: "tool_call:<call_id>".
+func ToolCallScope(callID string) string { return "tool_call:" + callID }
 
 // Load reads and parses the ACL file at path.
 func Load(path string) (*Policy, error) {
@@ -227,6 +285,9 @@ func (rule Rule) validate() error {
 	if len(rule.Providers) > 0 && len(rule.Tools) == 0 {
 		return errors.New("providers without tools")
 	}
+	if err := rule.MaxExecutionPolicy.validate(rule); err != nil {
+		return fmt.Errorf("max_execution_policy: %w", err)
+	}
 	for _, l := range []struct {
 		field    string
 		patterns []string
@@ -248,6 +309,51 @@ func (rule Rule) validate() error {
 		}
 	}
 	return nil
+}
+
+func (l *ExecutionLimit) validate(rule Rule) error {
+	switch {
+	case l == nil:
+		return nil
+	case len(rule.Tools) == 0:
+		return errors.New("without tools: it bounds tool calls")
+	case rule.Effect != Allow:
+		return errors.New("on a deny rule: it bounds what an allow rule allows")
+	case l.NetworkPolicy == "" && l.PrivilegeLevel == "":
+		return errors.New("bounds nothing: give network_policy, privilege_level or both")
+	case l.NetworkPolicy != "" && rank(NetworkPolicies(), l.NetworkPolicy) < 0:
+		return fmt.Errorf("network_policy %q: want one of %s", l.NetworkPolicy, strings.Join(NetworkPolicies(), ", "))
+	case l.PrivilegeLevel != "" && rank(PrivilegeLevels(), l.PrivilegeLevel) < 0:
+		return fmt.Errorf("privilege_level %q: want one of %s", l.PrivilegeLevel, strings.Join(PrivilegeLevels(), ", "))
+	}
+	return nil
+}
+
+// exceeded says how r asks more than the limit allows, "" when it does not. A value r names
+// that is not a known policy counts as exceeding: the evaluator fails closed.
+func (l *ExecutionLimit) exceeded(r Request) string {
+	if l == nil {
+		return ""
+	}
+	network, privilege := r.NetworkPolicy, r.PrivilegeLevel
+	if network == "" {
+		network = NetworkPolicies()[0]
+	}
+	if privilege == "" {
+		privilege = PrivilegeLevels()[0]
+	}
+	var over []string
+	if l.NetworkPolicy != "" {
+		if n := rank(NetworkPolicies(), network); n < 0 || n > rank(NetworkPolicies(), l.NetworkPolicy) {
+			over = append(over, fmt.Sprintf("network_policy %s (at most %s)", network, l.NetworkPolicy))
+		}
+	}
+	if l.PrivilegeLevel != "" {
+		if n := rank(PrivilegeLevels(), privilege); n < 0 || n > rank(PrivilegeLevels(), l.PrivilegeLevel) {
+			over = append(over, fmt.Sprintf("privilege_level %s (at most %s)", privilege, l.PrivilegeLevel))
+		}
+	}
+	return strings.Join(over, " and ")
 }
 
 // messageTypeNames lists the defined message types in enum order.
@@ -277,6 +383,10 @@ func (p *Policy) Decide(r Request) Decision {
 			// An effect other than allow (possible only in a policy decoded without
 			// Validate) denies: the evaluator fails closed.
 			allowed := rule.Effect == Allow
+			if over := rule.MaxExecutionPolicy.exceeded(r); allowed && r.Action == CallTool && over != "" {
+				return Decision{Allowed: false, Rule: i, Exceeds: true,
+					Reason: fmt.Sprintf("rule %d%s allows %s %s but not with %s", i, quotedName(rule.Name), r.Agent, what, over)}
+			}
 			return Decision{Allowed: allowed, Rule: i, Reason: fmt.Sprintf("rule %d%s %s %s %s", i, quotedName(rule.Name), verb(allowed), r.Agent, what)}
 		}
 	}

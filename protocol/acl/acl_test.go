@@ -258,6 +258,8 @@ func TestExample(t *testing.T) {
 		{send("planner-1", toolCall), false},
 		{tool("coder-1", "git.commit", "github"), true},
 		{tool("coder-1", "shell.exec", "local"), false},
+		{acl.Request{Agent: "coder-1", Action: acl.CallTool, Tool: "build.go", Provider: "local", PrivilegeLevel: "DEFAULT"}, true},
+		{acl.Request{Agent: "coder-1", Action: acl.CallTool, Tool: "build.go", Provider: "local", NetworkPolicy: "FULL_ACCESS"}, false},
 		{tool("release-bot", "deploy.service", "staging-eu"), true},
 		{tool("release-bot", "deploy.service", "prod-eu"), false},
 		{tool("release-bot", "deploy.service", ""), false},

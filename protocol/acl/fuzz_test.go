@@ -25,6 +25,7 @@ func FuzzParse(f *testing.F) {
 		`{"default": "allow", "rules": []}`,
 		`{"version": 1, "rules": [{"name": "n", "effect": "deny", "agents": ["a*"], "capabilities": ["c?"], "send": ["CONTROL"], "receive": ["*"], "tools": ["t*"], "providers": ["p"], "scopes": ["repo:*"]}]}`,
 		`{"rules": [{"effect": "allow", "agents": ["*"], "send": []}]}`,
+		`{"rules": [{"effect": "allow", "agents": ["b*"], "tools": ["process.run"], "max_execution_policy": {"network_policy": "DENY_ALL", "privilege_level": "DEFAULT"}}]}`,
 		`{"rules": []} {}`,
 		`null`,
 	} {
@@ -34,6 +35,8 @@ func FuzzParse(f *testing.F) {
 		{Agent: "a1", Action: acl.SendMessage, MessageType: commonpb.MessageType_CONTROL},
 		{Agent: "planner-1", Capabilities: []string{"c1", "review"}, Action: acl.ReceiveMessage, MessageType: commonpb.MessageType_DATA},
 		{Agent: "coder-1", Action: acl.CallTool, Tool: "t1", Provider: "p"},
+		{Agent: "b1", Action: acl.CallTool, Tool: "process.run", Provider: "builtin", NetworkPolicy: "FULL_ACCESS", PrivilegeLevel: "ELEVATED"},
+		{Agent: "coder-1", Action: acl.AccessScope, Scope: acl.DAGScope("build")},
 		{Agent: "coder-1", Action: acl.AccessScope, Scope: acl.Scope("core", "wt")},
 		{Agent: "x", Action: "other"},
 	}
