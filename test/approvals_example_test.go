@@ -139,9 +139,15 @@ func TestApprovalsExample(t *testing.T) {
 				assert.Equal(t, "fallback", o.DecidedBy)
 				assert.Equal(t, hitl.DenyByDefault, o.FallbackPolicy)
 				assert.Equal(t, "deadline", o.FallbackReason)
-				// Janitor got that outcome itself (not only its own deadline).
-				assert.Equal(t, o, res.Outcome, out)
-				assert.Contains(t, out, "nobody decided (deadline): the fallback DENY_BY_DEFAULT answered deny")
+				// Janitor gets that outcome itself, unless its own deadline passes first: the
+				// server answers within the second it keeps after the invocation's deadline,
+				// which a loaded machine can miss; then janitor falls back on its own, and says so.
+				if res.Outcome.InvocationID != "" {
+					assert.Equal(t, o, res.Outcome, out)
+					assert.Contains(t, out, "nobody decided (deadline): the fallback DENY_BY_DEFAULT answered deny")
+				} else {
+					assert.Contains(t, out, "no decision within "+wait.String())
+				}
 				assert.Contains(t, out, "falls back: files the purge for review and purges nothing")
 			})
 		})
