@@ -24,6 +24,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 	"github.com/sw4rm/sw4rm-temporal/tools"
+	"github.com/sw4rm/sw4rm-temporal/tools/builtin"
 	"github.com/sw4rm/sw4rm-temporal/tools/mcp"
 )
 
@@ -174,6 +175,10 @@ type Config struct {
 	// HITL wait: "provider/tool" patterns separated by commas, * allowed, e.g.
 	// "builtin/process.run,ci/*" (§18.5.3, docs/tools.md).
 	ToolPreApproved string
+	// ToolEgressAllow is the built-in provider's egress allowlist for process.run under
+	// network_policy EGRESS_RESTRICTED: host:port entries separated by commas
+	// (builtin.ParseEgressAllow). Empty means such calls are refused (docs/tools.md).
+	ToolEgressAllow string
 	// LogLevel is the level of the process's log, which the command builds.
 	LogLevel slog.Level
 	// AuditLog is the file the event stream is written to, with the process's own lines
@@ -249,6 +254,9 @@ func (c Config) Resolve() (Resolved, error) {
 	r.AdmissionPolicy = taskadmission.Policy{MaxParallel: maxParallel, ConflictThreshold: c.ConflictThreshold, Unavailable: unavailable}
 	if r.MCPProviders, err = mcp.ParseProviders(c.MCPServers); err != nil {
 		return r, settingError("SW4RM_MCP_SERVERS", err)
+	}
+	if _, err = builtin.ParseEgressAllow(c.ToolEgressAllow); err != nil {
+		return r, settingError("SW4RM_TOOL_EGRESS_ALLOW", err)
 	}
 	if r.RepoPaths, err = repos.Parse(c.Repos); err != nil {
 		return r, settingError("SW4RM_REPOS", err)

@@ -63,7 +63,9 @@ func RegisterBuiltinTools(ctx context.Context, execs map[string]tools.Executor, 
 // provider, each configured MCP server, and those the configuration adds. The returned
 // close ends their sessions and processes.
 func toolExecutors(cfg Config, mcpProviders []mcp.Provider, log *slog.Logger) (map[string]tools.Executor, func()) {
-	execs := map[string]tools.Executor{tools.BuiltinProviderID: builtin.New(builtin.Options{})}
+	// Resolve refused a malformed allowlist before anything started.
+	egress, _ := builtin.ParseEgressAllow(cfg.ToolEgressAllow)
+	execs := map[string]tools.Executor{tools.BuiltinProviderID: builtin.New(builtin.Options{EgressAllow: egress})}
 	var closers []func()
 	for _, p := range mcpProviders {
 		e := mcp.NewExecutor(p)

@@ -92,6 +92,9 @@ type Options struct {
 	StderrTailBytes int
 	// Audit is told of every path confine refuses (§19); nil: nobody.
 	Audit confine.AuditFunc
+	// EgressAllow is the egress allowlist of process.run calls under network_policy
+	// EGRESS_RESTRICTED (§18.5.2, ParseEgressAllow); empty: such calls are refused.
+	EgressAllow []EgressRule
 }
 
 // Provider is the built-in tool provider. It holds no per-call state, so one Provider serves

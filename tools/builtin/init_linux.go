@@ -26,6 +26,7 @@ var initHooked atomic.Bool
 // as the first of a new PID namespace through this executable — so that when the worker
 // dies, even by SIGKILL, the kernel ends every process the call started (docs/tools.md).
 func RunInitIfAsked() {
+	netInitIfAsked() // a proxied network namespace's front first (netns_linux.go)
 	if len(os.Args) > 3 && os.Args[1] == initArg {
 		os.Exit(runInit(os.Args[2], os.Args[3:]))
 	}

@@ -29,9 +29,9 @@ var errEmitFailed = errors.New("the call takes no more frames")
 // processRun checks a process.run call against its policy and runs it (runProcess, per
 // platform). The policy checks come first, so that a refused call starts nothing:
 //   - privilege MINIMAL forbids process spawning (§18.5.3);
-//   - network_policy DENY_ALL puts the process in an empty network namespace;
-//     EGRESS_RESTRICTED is refused, because an allowlist needs a proxy or firewall this
-//     provider does not have; EGRESS_UNRESTRICTED and FULL_ACCESS use the host's network.
+//   - network_policy decides the process's network (planNetwork, netPlan): an empty
+//     namespace for DENY_ALL, one whose only way out is the call's egress proxy for
+//     EGRESS_RESTRICTED and EGRESS_UNRESTRICTED, the host's for FULL_ACCESS.
 func (p *Provider) processRun(ctx context.Context, req tools.Request, emit tools.Emit) (tools.Result, error) {
 	var a processArgs
 	if err := decodeArgs(req, &a); err != nil {
@@ -53,18 +53,12 @@ func (p *Provider) processRun(ctx context.Context, req tools.Request, emit tools
 		return tools.Result{}, tool.Errorf(tool.CodePermissionDenied,
 			"tool %q: privilege_level MINIMAL forbids process spawning (§18.5.3); ask for privilege_level DEFAULT or higher", req.ToolName)
 	}
-	var isolate bool
-	switch req.Policy.Network {
-	case "", tool.NetworkDenyAll:
-		isolate = true
-	case tool.NetworkEgressRestricted:
-		return tools.Result{}, tool.Errorf(tool.CodePermissionDenied,
-			"tool %q: network_policy EGRESS_RESTRICTED needs an egress allowlist enforced by a proxy or firewall the deployment provides, and the built-in provider has none; ask for DENY_ALL, or EGRESS_UNRESTRICTED if the host's network is acceptable", req.ToolName)
-	case tool.NetworkEgressUnrestricted, tool.NetworkFullAccess:
-	default:
-		return tools.Result{}, tool.Errorf(tool.CodeValidation, "tool %q: network_policy %q is not one of %v", req.ToolName, req.Policy.Network, tool.NetworkPolicies())
+	nw, err := p.planNetwork(req)
+	if err != nil {
+		return tools.Result{}, err
 	}
-	return p.runProcess(ctx, req, a, isolate, emit)
+	res, err := p.runProcess(ctx, req, a, nw, emit)
+	return nw.finish(req, res, err)
 }
 
 // piece is output read from one of a process's streams.

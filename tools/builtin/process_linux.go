@@ -36,7 +36,7 @@ var errCPUBudget = errors.New("the CPU budget is exhausted")
 // whole process group is killed before the call returns, so nothing it started outlives
 // the call (§18.6: cleanup). It stays one function because every exit path must reach the
 // same kill-the-group cleanup in order; split, those paths would be harder to check.
-func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processArgs, isolate bool, emit tools.Emit) (tools.Result, error) {
+func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processArgs, nw *netPlan, emit tools.Emit) (tools.Result, error) {
 	cpuw, err := newCPUWatch(req, a.Argv[0]) // budget_cpu_ms (cpu_linux.go); nil without a budget
 	if err != nil {
 		return tools.Result{}, err
@@ -51,7 +51,7 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	cmd := confine.Command(runCtx, root, a.Argv[0], a.Argv[1:]...)
-	if isolate {
+	if nw.isolate {
 		isolateNetwork(cmd)
 	}
 	sigR, err := dieWithWorker(cmd)
@@ -60,6 +60,9 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 	}
 	if sigR != nil {
 		defer sigR.Close()
+	}
+	if err := nw.attach(cmd); err != nil {
+		return tools.Result{}, attachError(req.ToolName, a.Argv[0], err)
 	}
 	if a.Stdin != nil {
 		cmd.Stdin = strings.NewReader(*a.Stdin)
@@ -92,8 +95,9 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return tools.Result{}, startError(req.ToolName, a.Argv[0], isolate, err)
+		return tools.Result{}, startError(req.ToolName, a.Argv[0], nw.isolate, err)
 	}
+	nw.start(runCtx)
 	pgid := cmd.Process.Pid // Setpgid made the child the leader of a group of its own
 	cpuw.Started(pgid, pgid)
 

@@ -147,7 +147,7 @@ func TestProcessRunPolicyRefusals(t *testing.T) {
 	}{
 		{"minimal privilege", func(r *tools.Request) { r.Policy.Privilege = tool.PrivilegeMinimal }, tool.CodePermissionDenied, "ask for privilege_level DEFAULT or higher"},
 		{"unresolved privilege", func(r *tools.Request) { r.Policy.Privilege = 0 }, tool.CodePermissionDenied, "MINIMAL forbids process spawning"},
-		{"egress restricted", func(r *tools.Request) { r.Policy.Network = tool.NetworkEgressRestricted }, tool.CodePermissionDenied, "proxy or firewall"},
+		{"egress restricted", func(r *tools.Request) { r.Policy.Network = tool.NetworkEgressRestricted }, tool.CodePermissionDenied, "SW4RM_TOOL_EGRESS_ALLOW"},
 		{"unknown network", func(r *tools.Request) { r.Policy.Network = "SOMETIMES" }, tool.CodeValidation, "SOMETIMES"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -343,8 +343,8 @@ func TestProcessRunCPUBudget(t *testing.T) {
 }
 
 // TestProcessRunNetwork: under DENY_ALL a process sees no network but an unusable loopback
-// and cannot connect even to the host's localhost; under FULL_ACCESS and
-// EGRESS_UNRESTRICTED it can.
+// and cannot connect even to the host's localhost; under FULL_ACCESS it can (the proxied
+// policies are TestNetworkEscapes').
 func TestProcessRunNetwork(t *testing.T) {
 	p := New(Options{})
 	self, err := os.Executable()
@@ -390,7 +390,7 @@ func TestProcessRunNetwork(t *testing.T) {
 	default:
 	}
 
-	for _, policy := range []tool.NetworkPolicy{tool.NetworkFullAccess, tool.NetworkEgressUnrestricted} {
+	for _, policy := range []tool.NetworkPolicy{tool.NetworkFullAccess} {
 		rec := &recorder{}
 		open := func(r *tools.Request) { r.Policy.Network = policy }
 		if _, err := run(context.Background(), p, t.TempDir(), rec, open, self, helperArg, "dial", ln.Addr().String()); err != nil {
