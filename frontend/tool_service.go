@@ -132,6 +132,7 @@ func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c calle
 	if err != nil {
 		return prepared{}, asToolError(err)
 	}
+	pol.Notes = tool.NoteAgentCPUBudget(pol.Notes, pol, providerAgent) // the agent enforces budget_cpu_ms: say so
 	// The ACL decides on the effective policy, defaults applied: what the call would run with.
 	if terr := t.s.decideTool(ctx, c, req.GetProviderId(), req.GetToolName(), pol); terr != nil {
 		return prepared{}, terr

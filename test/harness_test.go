@@ -51,6 +51,7 @@ func temporalCLI() string {
 func TestMain(m *testing.M) {
 	// The built-in provider's processes run under this test binary as their init.
 	builtin.RunInitIfAsked()
+	runBurnMCPIfAsked() // an MCP server of tool_cpu_budget_test.go
 	cli := temporalCLI()
 	if cli == "" {
 		msg := "end-to-end tests need the Temporal CLI: run `make temporal` or set SW4RM_TEMPORAL_CLI"

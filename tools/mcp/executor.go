@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/tools"
 )
@@ -35,6 +37,8 @@ type Executor struct {
 	idle time.Duration
 	// now reads the clock, for the idle sweep.
 	now func() time.Time
+	// cpuPoll is CPUPollInterval, shorter in tests.
+	cpuPoll time.Duration
 
 	mu       sync.Mutex
 	closed   bool
@@ -47,6 +51,8 @@ type session struct {
 	// server, not several.
 	mu     sync.Mutex
 	client *Client
+	// use is shared by calls without budget_cpu_ms and taken whole by one with it (cpu.go).
+	use *semaphore.Weighted
 	// stop ends the context the session was connected under.
 	stop context.CancelFunc
 
@@ -58,7 +64,7 @@ type session struct {
 
 // NewExecutor returns the Executor of provider p. It starts nothing until the first call.
 func NewExecutor(p Provider) *Executor {
-	return &Executor{p: p, connect: Connect, idle: SessionIdleTimeout, now: time.Now, sessions: map[string]*session{}}
+	return &Executor{p: p, connect: Connect, idle: SessionIdleTimeout, now: time.Now, cpuPoll: CPUPollInterval, sessions: map[string]*session{}}
 }
 
 var _ tools.Executor = (*Executor)(nil)
@@ -78,10 +84,10 @@ func (e *Executor) Provider() Provider { return e.p }
 //   - when ctx ends the SDK tells the server (notifications/cancelled, §18.6) and Call
 //     returns CANCELLED, or TOOL_TIMEOUT for a deadline, without waiting for the server;
 //   - when emit fails the call takes no more frames: the tool is cancelled the same way and
-//     Call returns CANCELLED.
-//
-// budget_cpu_ms is not enforced: the server's process serves every call of its session and
-// is not the call's to measure.
+//     Call returns CANCELLED;
+//   - budget_cpu_ms is enforced on a stdio server, the call holding the session alone while
+//     its server's CPU time is measured (callBudgeted), and refused with PERMISSION_DENIED
+//     for an HTTP server, whose CPU time SW4RM cannot see.
 func (e *Executor) Call(ctx context.Context, req tools.Request, emit tools.Emit) (tools.Result, error) {
 	if req.ProviderID != "" && req.ProviderID != e.p.ID {
 		return tools.Result{}, tool.Errorf(tool.CodeInternal, "the executor of provider %q was handed a call for provider %q", e.p.ID, req.ProviderID)
@@ -93,15 +99,22 @@ func (e *Executor) Call(ctx context.Context, req tools.Request, emit tools.Emit)
 	if err != nil {
 		return tools.Result{}, err
 	}
+	if err := e.checkCPUBudget(req, srv); err != nil {
+		return tools.Result{}, err
+	}
 	key := ""
 	if e.p.PerWorktree() {
 		key = filepath.Clean(req.Worktree)
 	}
-	c, release, err := e.session(ctx, key, srv)
+	budgeted := req.Policy.BudgetCPU > 0
+	s, c, release, err := e.session(ctx, key, srv, budgeted)
 	if err != nil {
 		return tools.Result{}, err
 	}
 	defer release()
+	if budgeted {
+		return e.callBudgeted(ctx, s, c, req, emit)
+	}
 	return call(ctx, c, req, emit)
 }
 
@@ -128,17 +141,19 @@ func (e *Executor) checkNetwork(n tool.NetworkPolicy) error {
 }
 
 // session returns the live session for key, connecting one when there is none or it died,
-// and a release func to call when the call is done with it.
-func (e *Executor) session(ctx context.Context, key string, srv Server) (*Client, func(), error) {
+// and a release func to call when the call is done with it. An exclusive call has the
+// session to itself: it waits, within ctx, for the calls in flight on it to end, and the
+// calls that come after it wait for it.
+func (e *Executor) session(ctx context.Context, key string, srv Server, exclusive bool) (*session, *Client, func(), error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return nil, nil, tool.Errorf(tool.CodeInternal, "the executor of MCP provider %q is closed", e.p.ID)
+		return nil, nil, nil, tool.Errorf(tool.CodeInternal, "the executor of MCP provider %q is closed", e.p.ID)
 	}
 	idle := e.sweepLocked()
 	s := e.sessions[key]
 	if s == nil {
-		s = &session{}
+		s = &session{use: newUse()}
 		e.sessions[key] = s
 	}
 	s.inFlight++ // reserved before connecting, so the sweep leaves it alone
@@ -148,11 +163,23 @@ func (e *Executor) session(ctx context.Context, key string, srv Server) (*Client
 		go closeAll(idle)
 	}
 
-	release := func() {
+	weight := int64(1)
+	if exclusive {
+		weight = exclusiveWeight
+	}
+	unreserve := func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		s.inFlight--
 		s.lastUsed = e.now()
+	}
+	if err := s.use.Acquire(ctx, weight); err != nil {
+		unreserve()
+		return nil, nil, nil, classify(ctx, "waiting for MCP provider "+e.p.ID+"'s server to run a call alone (budget_cpu_ms)", err)
+	}
+	release := func() {
+		s.use.Release(weight)
+		unreserve()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -163,7 +190,7 @@ func (e *Executor) session(ctx context.Context, key string, srv Server) (*Client
 		c, stop, err := e.dial(ctx, srv)
 		if err != nil {
 			release()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		e.mu.Lock()
 		closed := e.closed
@@ -172,11 +199,11 @@ func (e *Executor) session(ctx context.Context, key string, srv Server) (*Client
 			_ = c.Close()
 			stop()
 			release()
-			return nil, nil, tool.Errorf(tool.CodeInternal, "the executor of MCP provider %q is closed", e.p.ID)
+			return nil, nil, nil, tool.Errorf(tool.CodeInternal, "the executor of MCP provider %q is closed", e.p.ID)
 		}
 		s.client, s.stop = c, stop
 	}
-	return s.client, release, nil
+	return s, s.client, release, nil
 }
 
 // dial connects to srv. The session must outlive the call that starts it, so it is

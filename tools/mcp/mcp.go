@@ -21,6 +21,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+	"github.com/sw4rm/sw4rm-temporal/tools/cpuwatch"
 )
 
 // ClientName and ClientVersion identify SW4RM to the MCP servers it connects to.
@@ -85,6 +86,8 @@ type Client struct {
 	// broken is set when a call failed because the connection was lost: the session may not
 	// have noticed its end yet, but it can make no more calls.
 	broken atomic.Bool
+	// cpu measures a stdio server's processes, for budget_cpu_ms; nil for other transports.
+	cpu *cpuwatch.Watch
 }
 
 // Connect starts or reaches the server and completes MCP's initialization.
@@ -93,7 +96,14 @@ func Connect(ctx context.Context, s Server) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ConnectTransport(ctx, t)
+	w := watchServer(t) // budget_cpu_ms measures a stdio server's processes (cpu.go)
+	c, err := ConnectTransport(ctx, t)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	c.cpu = serverStarted(t, w)
+	return c, nil
 }
 
 // ConnectTransport connects over any SDK transport — an in-memory one in tests, or one the
@@ -127,8 +137,13 @@ func ConnectTransport(ctx context.Context, t sdk.Transport) (*Client, error) {
 	return cl, nil
 }
 
-// Close ends the session; a stdio server's process is stopped.
-func (c *Client) Close() error { return c.session.Close() }
+// Close ends the session; a stdio server's process is stopped, and with a cgroup whatever it
+// left running too.
+func (c *Client) Close() error {
+	err := c.session.Close()
+	c.cpu.Close()
+	return err
+}
 
 // Done is closed once the session has ended, by Close or by the server: a Client whose Done
 // is closed can make no more calls.

@@ -22,6 +22,9 @@ import (
 const serverEnv = "SW4RM_TEST_MCP_STDIO_SERVER"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(burnServerEnv) == "1" {
+		os.Exit(runBurnServer()) // a stdio server whose tools use CPU (cpu_test.go)
+	}
 	if os.Getenv(serverEnv) == "1" {
 		if err := newServer(nil).Run(context.Background(), &sdk.StdioTransport{}); err != nil {
 			os.Exit(1)
