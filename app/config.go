@@ -175,6 +175,8 @@ type Config struct {
 	// HITL wait: "provider/tool" patterns separated by commas, * allowed, e.g.
 	// "builtin/process.run,ci/*" (§18.5.3, docs/tools.md).
 	ToolPreApproved string
+	// ToolApprovalTimeout bounds a tool call's wait for an operator's approval (§18.5.3).
+	ToolApprovalTimeout time.Duration
 	// ToolEgressAllow is the built-in provider's egress allowlist for process.run under
 	// network_policy EGRESS_RESTRICTED: host:port entries separated by commas
 	// (builtin.ParseEgressAllow). Empty means such calls are refused (docs/tools.md).

@@ -392,6 +392,12 @@ var settings = []Setting{
 			"`*` allowed (§18.5.3, [docs/tools.md](docs/tools.md))",
 		DefaultDoc: "empty = none",
 		bind:       text(func(c *Config) *string { return &c.ToolPreApproved }, "")},
+	{Flag: "tool-approval-timeout", Env: "SW4RM_TOOL_APPROVAL_TIMEOUT",
+		Help: "how long a tool call waits for an operator's approval (ELEVATED and above, network FULL_ACCESS) before it is refused, docs/tools.md",
+		Doc: "how long a tool call at `privilege_level` `ELEVATED` or above, or with `network_policy` `FULL_ACCESS`, waits in its HITL invocation " +
+			"(`TOOL_PRIVILEGE_ESCALATION`, named in the response header `sw4rm-hitl-invocation-id`) for an operator's approval; past it the call " +
+			"is refused `PERMISSION_DENIED` (§18.5.3, [docs/tools.md](docs/tools.md))",
+		bind: positiveDuration(func(c *Config) *time.Duration { return &c.ToolApprovalTimeout }, 10*time.Minute)},
 	{Flag: "tool-egress-allow", Env: "SW4RM_TOOL_EGRESS_ALLOW",
 		Help: "hosts process.run may reach under network_policy EGRESS_RESTRICTED, host:port entries separated by commas (*.domain, [v6]:port, host:* allowed), docs/tools.md",
 		Doc: "the egress allowlist of the built-in provider: the only targets a `process.run` call under `network_policy` `EGRESS_RESTRICTED` " +

@@ -64,6 +64,7 @@ func TestDefaults(t *testing.T) {
 		Auth: auth.Off, AuthClockSkew: frontend.DefaultClockSkew, KeyOverlap: frontend.DefaultKeyOverlap, AuditAccess: frontend.AuditRefused,
 		GroupCommitFlushers:       postgres.DefaultGroupCommitFlushers,
 		ActivityReconcileInterval: reconcile.DefaultInterval, ActivityReconcileGrace: reconcile.DefaultGrace,
+		ToolApprovalTimeout: 10 * time.Minute,
 	}
 	assert.Equal(t, want, DefaultConfig())
 }

@@ -63,6 +63,9 @@ type Config struct {
 	// HITL wait (§18.5.3: "unless policy pre-approves"): "provider/tool" patterns, * allowed
 	// (SW4RM_TOOL_PREAPPROVED).
 	ToolPreApproved []string
+	// ToolApprovalTimeout bounds a tool call's wait for an operator's approval
+	// (SW4RM_TOOL_APPROVAL_TIMEOUT); zero means the HITL default.
+	ToolApprovalTimeout time.Duration
 	// AgentInitTimeout bounds INITIALIZING (§8.3); zero means the workflow default.
 	AgentInitTimeout time.Duration
 	// HeartbeatInterval is how often the scheduler heartbeats each agent (§14); zero means

@@ -177,9 +177,20 @@ func (t *toolService) prepare(ctx context.Context, req *toolpb.ToolCall, c calle
 			Caller:      c.owner,
 			TaskQueue:   workflows.ToolTaskQueue(t.s.cfg.TaskQueue, req.GetProviderId()),
 			PreApproved: t.s.cfg.preApproved(req.GetProviderId(), req.GetToolName()),
+			Approval:    t.s.cfg.approval(callID, req.GetProviderId(), req.GetToolName(), pol),
 		},
 		notes: pol.Notes,
 	}, nil
+}
+
+// approval is the approval a call waits for: none when its policy needs none
+// (tool.Policy.ApprovalReasons) or the deployment pre-approves the tool.
+func (c Config) approval(callID, providerID, toolName string, pol tool.Policy) *workflows.ToolApproval {
+	why := pol.ApprovalReasons()
+	if len(why) == 0 || c.preApproved(providerID, toolName) {
+		return nil
+	}
+	return &workflows.ToolApproval{InvocationID: workflows.ToolApprovalID(callID), Timeout: c.ToolApprovalTimeout, Reasons: why}
 }
 
 // preApproved reports whether the deployment pre-approves PRIVILEGED and FULL_ACCESS calls of
@@ -254,6 +265,9 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 	}
 	if len(p.notes) > 0 {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.ToolPolicyNoteHeader, strconv.QuoteToASCII(strings.Join(p.notes, "; "))))
+	}
+	if p.in.Approval != nil {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.ToolApprovalHeader, p.in.Approval.InvocationID))
 	}
 	start, err := bridge.NewOutboxEntry(workflows.OutboxToolStart, workflows.ToolWorkflowID(callID), workflows.ToolStartPayload{Input: p.in})
 	if err != nil {

@@ -462,7 +462,7 @@ func TestBuiltinToolsInWorktree(t *testing.T) {
 			assert.Equal(t, "ok", summaryOf(t, frames[len(frames)-1]).Status)
 
 			// network_policy (§18.5.2): DENY_ALL, the default, leaves the process only the
-			// loopback interface; EGRESS_RESTRICTED cannot be enforced here and is refused.
+			// loopback interface; EGRESS_RESTRICTED is refused, since no allowlist is configured.
 			f, err = tc.Call(ctx, &toolpb.ToolCall{ProviderId: b, ToolName: "process.run", Args: []byte(`{"argv":["cat","/proc/net/dev"]}`),
 				Policy: &toolpb.ExecutionPolicy{PrivilegeLevel: "DEFAULT"}})
 			require.NoError(t, err)

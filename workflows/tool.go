@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	enums "go.temporal.io/api/enums/v1"
@@ -114,6 +115,10 @@ type ToolCallInput struct {
 	// PreApproved reports that the deployment's policy pre-approves this tool at PRIVILEGED
 	// and FULL_ACCESS, so no HITL wait is needed (§18.5.3).
 	PreApproved bool `json:",omitempty"`
+	// Approval, when set, is the approval the call waits for before it runs, decided by the
+	// frontend (tool.Policy.ApprovalReasons); PreApproved is then not used. Runs recorded
+	// before it existed have none and follow NeedsApproval and PreApproved, as they did.
+	Approval *ToolApproval `json:",omitempty"`
 	// ProviderAgent, when set, is the agent that provides the tool (a provider registered
 	// over ConnectorService, §18.2): the call is routed to it as a TOOL_CALL envelope and
 	// ends with its TOOL_RESULT or TOOL_ERROR, instead of running on a tool worker.
@@ -123,6 +128,22 @@ type ToolCallInput struct {
 	ReplyTo     string `json:",omitempty"`
 	Correlation string `json:",omitempty"`
 }
+
+// ToolApproval is the HITL approval a call waits for (TOOL_PRIVILEGE_ESCALATION, §18.5.3).
+type ToolApproval struct {
+	// InvocationID is the HITL invocation's id (ToolApprovalID), known to the frontend so
+	// that it can tell the caller.
+	InvocationID string
+	// Timeout bounds the wait; past it the call is refused (deny by default). Zero means
+	// the HITL default.
+	Timeout time.Duration `json:",omitempty"`
+	// Reasons say why the call needs it.
+	Reasons []string
+}
+
+// ToolApprovalID is the HITL invocation id of call callID's approval: one per call, so a
+// caller that joins the call again is told the same one.
+func ToolApprovalID(callID string) string { return "tool-approval-" + callID }
 
 // ToolCancel is the payload of ToolCancelUpdate.
 type ToolCancel struct {
@@ -210,7 +231,7 @@ func (r *toolRun) run(ctx workflow.Context) (ToolCallResult, error) {
 			"privilege_level", pol.Privilege.String(), "caller", r.in.Caller)
 		r.local(ctx, "RecordToolEscalation", r.endRecord(""))
 	}
-	if pol.NeedsApproval() && !r.in.PreApproved {
+	if r.in.Approval != nil || (pol.NeedsApproval() && !r.in.PreApproved) {
 		code, msg = r.approve(work)
 	}
 	var res activities.RunToolResult
@@ -252,20 +273,27 @@ func (r *toolRun) run(ctx workflow.Context) (ToolCallResult, error) {
 // refuses the call with PERMISSION_DENIED.
 func (r *toolRun) approve(ctx workflow.Context) (tool.Code, string) {
 	req := r.in.Request
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&r.st.HitlID); err != nil {
+	facts := []string{
+		fmt.Sprintf("%s asks to run tool %s of provider %s at privilege level %s (§18.5.3)", orScheduler(r.in.Caller), req.ToolName, req.ProviderID, req.Policy.Privilege),
+		fmt.Sprintf("call %s, network policy %s, arguments of %d bytes", req.CallID, req.Policy.Network, len(req.Args)),
+	}
+	var timeout time.Duration
+	if a := r.in.Approval; a != nil {
+		// The frontend named the invocation and told the caller; no side effect needed.
+		r.st.HitlID, timeout = a.InvocationID, a.Timeout
+		facts = append(facts, "it needs approval for "+strings.Join(a.Reasons, " and "))
+	} else if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newUUID() }).Get(&r.st.HitlID); err != nil {
 		return tool.CodeInternal, err.Error()
 	}
 	r.st.State = "awaiting_approval"
 	inv := hitl.Invocation{
 		InvocationID: r.st.HitlID, ReasonType: commonpb.HitlReasonType_TOOL_PRIVILEGE_ESCALATION.String(),
 		CorrelationID: req.CallID, RequestedBy: ToolWorkflowID(req.CallID),
-		Subject: hitl.Subject{AgentID: r.in.Caller},
-		Context: hitl.Context{Facts: []string{
-			fmt.Sprintf("%s asks to run tool %s of provider %s at privilege level %s (§18.5.3)", orScheduler(r.in.Caller), req.ToolName, req.ProviderID, req.Policy.Privilege),
-			fmt.Sprintf("call %s, network policy %s, arguments of %d bytes", req.CallID, req.Policy.Network, len(req.Args)),
-		}},
-		ProposedActions: []string{"approve: run the call at " + req.Policy.Privilege.String(), "deny: refuse it (PERMISSION_DENIED)"},
+		Subject:         hitl.Subject{AgentID: r.in.Caller},
+		Context:         hitl.Context{Facts: facts},
+		ProposedActions: []string{"approve: run the call at " + req.Policy.Privilege.String() + " with network policy " + string(req.Policy.Network), "deny: refuse it (PERMISSION_DENIED)"},
 		Fallback:        hitl.Fallback{Policy: hitl.DenyByDefault},
+		Timeout:         timeout,
 	}
 	out, err := RequestHITL(ctx, inv)
 	r.st.State = "running"

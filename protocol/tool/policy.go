@@ -230,6 +230,22 @@ func containsNetwork(n NetworkPolicy) bool {
 // HITL wait with reason TOOL_PRIVILEGE_ESCALATION unless policy pre-approves it.
 func (p Policy) NeedsApproval() bool { return p.Privilege >= PrivilegePrivileged }
 
+// ApprovalReasons lists why the call must wait for an operator's approval before it runs,
+// unless the deployment pre-approves the tool; none means it need not. §18.5.3: ELEVATED and
+// PRIVILEGED "SHOULD trigger HITL escalation with reason_type=TOOL_PRIVILEGE_ESCALATION unless
+// explicitly pre-approved by policy" (PRIVILEGED MUST); §18.5.2: FULL_ACCESS, inbound and
+// outbound, "SHOULD require explicit HITL approval".
+func (p Policy) ApprovalReasons() []string {
+	var why []string
+	if p.Privilege >= PrivilegeElevated {
+		why = append(why, "privilege_level "+p.Privilege.String())
+	}
+	if p.Network == NetworkFullAccess {
+		why = append(why, "network_policy FULL_ACCESS (the host's network, inbound and outbound)")
+	}
+	return why
+}
+
 // Escalated reports whether the call runs above the agent's standard privileges (ELEVATED and
 // above), which §18.5.3 requires to be logged: at WARN from PRIVILEGED up (NeedsApproval).
 func (p Policy) Escalated() bool { return p.Privilege >= PrivilegeElevated }

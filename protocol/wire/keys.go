@@ -115,6 +115,10 @@ const (
 	// ToolPolicyNoteHeader says where the effective policy differs from the one asked, e.g.
 	// retries dropped for a non-idempotent tool (§18.3).
 	ToolPolicyNoteHeader = "sw4rm-tool-policy-note"
+	// ToolApprovalHeader is the HITL invocation a call waits in for an operator's approval
+	// (§18.5.3, TOOL_PRIVILEGE_ESCALATION), sent as soon as the call is recorded so the
+	// caller can point an operator at it.
+	ToolApprovalHeader = "sw4rm-hitl-invocation-id"
 )
 
 // Handoff (§17.6, docs/handoff.md).
