@@ -181,6 +181,15 @@ type Config struct {
 	// network_policy EGRESS_RESTRICTED: host:port entries separated by commas
 	// (builtin.ParseEgressAllow). Empty means such calls are refused (docs/tools.md).
 	ToolEgressAllow string
+	// ToolReadPaths are paths process.run's processes may read and execute besides the
+	// system paths (sandbox.DefaultReadPaths): absolute paths separated by commas.
+	ToolReadPaths string
+	// ToolWritePaths are paths every process.run process may also write, such as a shared
+	// build cache; empty means none (docs/tools.md says why a shared path is a risk).
+	ToolWritePaths string
+	// ToolMaxProcs, ToolMaxFileBytes, ToolMaxMemoryBytes and ToolMaxOpenFiles are the
+	// resource limits of one process.run call (sandbox.Limits).
+	ToolMaxProcs, ToolMaxFileBytes, ToolMaxMemoryBytes, ToolMaxOpenFiles int
 	// LogLevel is the level of the process's log, which the command builds.
 	LogLevel slog.Level
 	// AuditLog is the file the event stream is written to, with the process's own lines
@@ -256,6 +265,9 @@ func (c Config) Resolve() (Resolved, error) {
 	r.AdmissionPolicy = taskadmission.Policy{MaxParallel: maxParallel, ConflictThreshold: c.ConflictThreshold, Unavailable: unavailable}
 	if r.MCPProviders, err = mcp.ParseProviders(c.MCPServers); err != nil {
 		return r, settingError("SW4RM_MCP_SERVERS", err)
+	}
+	if _, err = c.toolSandbox(); err != nil {
+		return r, err
 	}
 	if _, err = builtin.ParseEgressAllow(c.ToolEgressAllow); err != nil {
 		return r, settingError("SW4RM_TOOL_EGRESS_ALLOW", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/reconcile"
@@ -406,6 +407,35 @@ var settings = []Setting{
 			"(§18.5.2, [docs/tools.md](docs/tools.md))",
 		DefaultDoc: "empty = `EGRESS_RESTRICTED` calls are refused",
 		bind:       text(func(c *Config) *string { return &c.ToolEgressAllow }, "")},
+	{Flag: "tool-read-paths", Env: "SW4RM_TOOL_READ_PATHS",
+		Help: "paths process.run's processes may read and execute besides the system paths, absolute, separated by commas, docs/tools.md",
+		Doc: "paths a `process.run` process may read and execute besides the system paths the sandbox grants (`/usr`, `/lib*`, certificates, …): " +
+			"absolute paths separated by commas, e.g. a toolchain in `/opt` or a read-only module cache (§18.4, [docs/tools.md](docs/tools.md))",
+		DefaultDoc: "empty = the system paths only",
+		bind:       text(func(c *Config) *string { return &c.ToolReadPaths }, "")},
+	{Flag: "tool-write-paths", Env: "SW4RM_TOOL_WRITE_PATHS",
+		Help: "paths every process.run process may also write, such as a shared build cache, absolute, separated by commas, docs/tools.md",
+		Doc: "paths every `process.run` process may write besides its worktree and its private `$TMPDIR`, absolute, separated by commas: a build " +
+			"cache shared by the calls (Go's `GOCACHE`). A shared writable path lets one call plant what another reads: leave it empty when agents " +
+			"do not trust each other (§18.4, [docs/tools.md](docs/tools.md))",
+		DefaultDoc: "empty = none; `sw4rm dev`: the machine's `go env GOCACHE`",
+		bind:       text(func(c *Config) *string { return &c.ToolWritePaths }, "")},
+	{Flag: "tool-max-procs", Env: "SW4RM_TOOL_MAX_PROCS",
+		Help: "the processes and threads of one process.run call (pids cgroup, RLIMIT_NPROC), docs/tools.md",
+		Doc:  "the processes and threads of one `process.run` call: a pids cgroup where the server may make one, and `RLIMIT_NPROC`; past it a fork fails and the call is `PERMISSION_DENIED` ([docs/tools.md](docs/tools.md))",
+		bind: positiveInt(func(c *Config) *int { return &c.ToolMaxProcs }, sandbox.DefaultProcs)},
+	{Flag: "tool-max-file-bytes", Env: "SW4RM_TOOL_MAX_FILE_BYTES",
+		Help: "the largest file a process.run process may write, in bytes (RLIMIT_FSIZE), docs/tools.md",
+		Doc:  "the largest file a `process.run` process may write, in bytes (`RLIMIT_FSIZE`); past it the process gets `SIGXFSZ` and the call is `PERMISSION_DENIED` ([docs/tools.md](docs/tools.md))",
+		bind: positiveInt(func(c *Config) *int { return &c.ToolMaxFileBytes }, sandbox.DefaultFileBytes)},
+	{Flag: "tool-max-memory-bytes", Env: "SW4RM_TOOL_MAX_MEMORY_BYTES",
+		Help: "the address space of each process.run process, in bytes (RLIMIT_AS), docs/tools.md",
+		Doc:  "the address space of each `process.run` process, in bytes (`RLIMIT_AS`: virtual memory, which runtimes reserve generously; below about 2 GiB Go programs cannot start); past it allocation fails and the call is `PERMISSION_DENIED` ([docs/tools.md](docs/tools.md))",
+		bind: positiveInt(func(c *Config) *int { return &c.ToolMaxMemoryBytes }, sandbox.DefaultMemoryBytes)},
+	{Flag: "tool-max-open-files", Env: "SW4RM_TOOL_MAX_OPEN_FILES",
+		Help: "the open files of each process.run process (RLIMIT_NOFILE), docs/tools.md",
+		Doc:  "the open files of each `process.run` process (`RLIMIT_NOFILE`); past it `open` fails and the call is `PERMISSION_DENIED` ([docs/tools.md](docs/tools.md))",
+		bind: positiveInt(func(c *Config) *int { return &c.ToolMaxOpenFiles }, sandbox.DefaultOpenFiles)},
 	{Flag: "log-level", Env: "SW4RM_LOG_LEVEL", Help: "debug, info, warn or error",
 		Doc:  "level of the process's log: `debug`, `info`, `warn` or `error`",
 		bind: logLevel(func(c *Config) *slog.Level { return &c.LogLevel }, slog.LevelInfo)},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/reconcile"
 	"github.com/sw4rm/sw4rm-temporal/router"
@@ -65,6 +66,8 @@ func TestDefaults(t *testing.T) {
 		GroupCommitFlushers:       postgres.DefaultGroupCommitFlushers,
 		ActivityReconcileInterval: reconcile.DefaultInterval, ActivityReconcileGrace: reconcile.DefaultGrace,
 		ToolApprovalTimeout: 10 * time.Minute,
+		ToolMaxProcs:        sandbox.DefaultProcs, ToolMaxFileBytes: sandbox.DefaultFileBytes,
+		ToolMaxMemoryBytes: sandbox.DefaultMemoryBytes, ToolMaxOpenFiles: sandbox.DefaultOpenFiles,
 	}
 	assert.Equal(t, want, DefaultConfig())
 }

@@ -10,6 +10,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
@@ -65,7 +66,8 @@ func RegisterBuiltinTools(ctx context.Context, execs map[string]tools.Executor, 
 func toolExecutors(cfg Config, mcpProviders []mcp.Provider, log *slog.Logger) (map[string]tools.Executor, func()) {
 	// Resolve refused a malformed allowlist before anything started.
 	egress, _ := builtin.ParseEgressAllow(cfg.ToolEgressAllow)
-	execs := map[string]tools.Executor{tools.BuiltinProviderID: builtin.New(builtin.Options{EgressAllow: egress})}
+	sb, _ := cfg.toolSandbox() // refused by Resolve when malformed
+	execs := map[string]tools.Executor{tools.BuiltinProviderID: builtin.New(builtin.Options{EgressAllow: egress, Sandbox: sb})}
 	var closers []func()
 	for _, p := range mcpProviders {
 		e := mcp.NewExecutor(p)
@@ -187,4 +189,21 @@ func (s *worktreeSessionSweep) boundPaths(ctx context.Context) ([]string, error)
 		}
 	}
 	return paths, nil
+}
+
+// toolSandbox is the confinement of process.run's processes the settings describe
+// (SW4RM_TOOL_READ_PATHS, SW4RM_TOOL_WRITE_PATHS, SW4RM_TOOL_MAX_*; docs/tools.md). Its error
+// names the setting at fault.
+func (c Config) toolSandbox() (*sandbox.Policy, error) {
+	read, err := sandbox.ParsePaths(c.ToolReadPaths)
+	if err != nil {
+		return nil, settingError("SW4RM_TOOL_READ_PATHS", err)
+	}
+	write, err := sandbox.ParsePaths(c.ToolWritePaths)
+	if err != nil {
+		return nil, settingError("SW4RM_TOOL_WRITE_PATHS", err)
+	}
+	return &sandbox.Policy{ReadPaths: read, WritePaths: write, Limits: sandbox.Limits{
+		Procs: c.ToolMaxProcs, FileBytes: int64(c.ToolMaxFileBytes), MemoryBytes: int64(c.ToolMaxMemoryBytes), OpenFiles: c.ToolMaxOpenFiles,
+	}}, nil
 }

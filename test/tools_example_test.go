@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -55,6 +56,8 @@ func TestToolsExample(t *testing.T) {
 			cfg := newConfig(t, kind)
 			cfg.Repos = coder.RepoID + "=" + repo
 			cfg.MCPServers = coder.FSProvider + "[network=DENY_ALL]=stdio:" + fsBin + " {worktree}"
+			// The example's go test shares the machine's build cache, as `sw4rm dev` lets it.
+			cfg.ToolWritePaths = goEnv(t, "GOCACHE")
 			sys := start(t, cfg)
 			// The server imports the filesystem server's tools in the background.
 			require.Eventually(t, func() bool {
@@ -207,4 +210,14 @@ func worktreeOf(out string) string {
 	}
 	path, _, _ := strings.Cut(rest, " (branch ")
 	return path
+}
+
+// goEnv is `go env name`.
+func goEnv(t *testing.T, name string) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", name).Output()
+	if err != nil {
+		t.Fatalf("go env %s: %v", name, err)
+	}
+	return strings.TrimSpace(string(out))
 }

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -66,6 +68,7 @@ func newRootWith(start startFunc) *cobra.Command {
 			}
 			if roles.Server && roles.Worker {
 				c = devDefaults(cmd, c, log)
+				c = devToolWritePaths(cmd, c)
 			}
 			return serveUntilSignalled(start, c, roles, log)
 		}
@@ -116,6 +119,22 @@ func devAuditLog(cmd *cobra.Command, c app.Config) app.Config {
 		return c
 	}
 	c.AuditLog = app.DevAuditLog
+	return c
+}
+
+// devToolWritePaths lets `sw4rm dev`'s process.run calls share the machine's Go build cache
+// (`go env GOCACHE`), unless SW4RM_TOOL_WRITE_PATHS or --tool-write-paths is set (even to
+// empty): without it every call in a new worktree compiles the standard library again,
+// which takes most of a minute. On a laptop the agents are the developer's own; a shared
+// deployment leaves the setting empty (docs/tools.md).
+func devToolWritePaths(cmd *cobra.Command, c app.Config) app.Config {
+	if _, inEnv := os.LookupEnv("SW4RM_TOOL_WRITE_PATHS"); inEnv || cmd.Flags().Changed("tool-write-paths") {
+		return c
+	}
+	out, err := exec.Command("go", "env", "GOCACHE").Output()
+	if cache := strings.TrimSpace(string(out)); err == nil && filepath.IsAbs(cache) {
+		c.ToolWritePaths = cache
+	}
 	return c
 }
 

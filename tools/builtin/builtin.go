@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/confine"
+	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/tools"
@@ -92,6 +93,9 @@ type Options struct {
 	StderrTailBytes int
 	// Audit is told of every path confine refuses (§19); nil: nobody.
 	Audit confine.AuditFunc
+	// Sandbox confines process.run's processes (package sandbox: Landlock and resource
+	// limits); nil: sandbox.DefaultPolicy().
+	Sandbox *sandbox.Policy
 	// EgressAllow is the egress allowlist of process.run calls under network_policy
 	// EGRESS_RESTRICTED (§18.5.2, ParseEgressAllow); empty: such calls are refused.
 	EgressAllow []EgressRule
@@ -129,6 +133,9 @@ func New(opts Options) *Provider {
 	}
 	if opts.StderrTailBytes <= 0 {
 		opts.StderrTailBytes = DefaultStderrTailBytes
+	}
+	if opts.Sandbox == nil {
+		opts.Sandbox = defaultSandbox()
 	}
 	p := &Provider{opts: opts, descs: map[string]*connectorpb.ToolDescriptor{}}
 	for _, d := range descriptors() {

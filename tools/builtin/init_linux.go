@@ -9,6 +9,8 @@ import (
 	"os/signal"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 )
 
 // initArg, as the first argument of the server's own executable, makes it the init process of
@@ -31,6 +33,7 @@ func RunInitIfAsked() {
 		os.Exit(runInit(os.Args[2], os.Args[3:]))
 	}
 	initHooked.Store(true)
+	sandbox.SetHooked() // the sandbox may start its programs through this init (confine/sandbox)
 }
 
 // runInit is PID 1 of a call's namespace: it starts the program (path, with argv), passes on
@@ -39,6 +42,10 @@ func RunInitIfAsked() {
 // of a signal of its own; the exit code is then 128 + the signal's number, like a shell's.
 // When it exits the kernel ends whatever is left in the namespace.
 func runInit(path string, argv []string) int {
+	if err := sandbox.ApplyFromEnv(); err != nil { // Landlock and resource limits, before the program
+		fmt.Fprintf(os.Stderr, "sw4rm sandbox: %v\n", err)
+		return 126
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	child, err := os.StartProcess(path, argv, &os.ProcAttr{Env: os.Environ(), Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})

@@ -61,6 +61,13 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 	if sigR != nil {
 		defer sigR.Close()
 	}
+	sb, err := p.sandboxProcess(req, a, cmd) // Landlock and resource limits (sandbox_linux.go)
+	if err != nil {
+		return tools.Result{}, err
+	}
+	if sb != nil {
+		defer sb.Cleanup()
+	}
 	if err := nw.attach(cmd); err != nil {
 		return tools.Result{}, attachError(req.ToolName, a.Argv[0], err)
 	}
@@ -191,6 +198,9 @@ func (p *Provider) runProcess(ctx context.Context, req tools.Request, a processA
 			what = "was killed by signal " + sig.String()
 		}
 		tail := s.stderrTail()
+		if err := sandboxRefusal(sb, req.ToolName, a.Argv[0], what, tail); err != nil {
+			return tools.Result{}, err
+		}
 		if tail == "" {
 			tail = "(nothing)"
 		}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package sandbox
+
+import "os/exec"
+
+func wrapPlatform(*exec.Cmd) {}
