@@ -82,6 +82,7 @@ func (p Provider) ServerFor(worktree string) (Server, error) {
 	for i := 1; i < len(s.Command); i++ {
 		s.Command[i] = strings.ReplaceAll(s.Command[i], WorktreePlaceholder, worktree)
 	}
+	s.Worktree = worktree // what its sandbox lets it write
 	return s, nil
 }
 
@@ -155,6 +156,8 @@ func parseProvider(part string) (Provider, error) {
 			// The worktree is the agent's to write: a program from it would be the agent's.
 			return Provider{}, fmt.Errorf("%s may stand for an argument, not for the program", WorktreePlaceholder)
 		}
+		// A server declared DENY_ALL gets no network at all (Server.IsolateNetwork).
+		p.Server.IsolateNetwork = p.Network == tool.NetworkDenyAll
 	case strings.HasPrefix(target, "http://"), strings.HasPrefix(target, "https://"):
 		if strings.Contains(target, WorktreePlaceholder) {
 			return Provider{}, fmt.Errorf("%s is for stdio servers, which SW4RM starts; a URL names a server that is already running", WorktreePlaceholder)

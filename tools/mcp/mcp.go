@@ -19,6 +19,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/tools/cpuwatch"
@@ -44,8 +45,17 @@ type Server struct {
 	// stdin is closed, before it is sent SIGTERM, then SIGKILL after as long again (0: the
 	// SDK's default, 5 s). A server still busy with a cancelled call may take that long.
 	StopTimeout time.Duration
+	// IsolateNetwork starts the command in a network namespace of its own, empty but for a
+	// loopback that is down (Linux; elsewhere the server is not started): what a server
+	// declared network=DENY_ALL gets, so the declaration is enforced rather than trusted.
+	IsolateNetwork bool
+	// Sandbox, when set, confines a stdio server's process (confineServer); nil: confined
+	// only by its arguments.
+	Sandbox *sandbox.Policy
+	// Worktree is the worktree a per-worktree server serves (ServerFor sets it), which its
+	// sandbox lets it write.
+	Worktree string
 	// URL is the server's streamable HTTP endpoint.
-	URL string
 	// HTTPClient makes the HTTP requests (nil: http.DefaultClient).
 	HTTPClient *http.Client
 }
@@ -63,6 +73,11 @@ func (s Server) transport(ctx context.Context) (sdk.Transport, error) {
 		cmd := exec.CommandContext(context.WithoutCancel(ctx), s.Command[0], s.Command[1:]...) //nolint:gosec // the operator configures the server's command line
 		cmd.Env = s.Env
 		cmd.Dir = s.Dir
+		if s.IsolateNetwork {
+			if err := isolateNetwork(cmd); err != nil {
+				return nil, err
+			}
+		}
 		return &sdk.CommandTransport{Command: cmd, TerminateDuration: s.StopTimeout}, nil
 	case s.URL != "":
 		if !strings.HasPrefix(s.URL, "http://") && !strings.HasPrefix(s.URL, "https://") {
@@ -96,12 +111,18 @@ func Connect(ctx context.Context, s Server) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	cleanup, err := s.confineServer(t) // Landlock and resource limits (sandbox.go)
+	if err != nil {
+		return nil, err
+	}
 	w := watchServer(t) // budget_cpu_ms measures a stdio server's processes (cpu.go)
 	c, err := ConnectTransport(ctx, t)
 	if err != nil {
 		w.Close()
+		cleanup()
 		return nil, err
 	}
+	go func() { <-c.done; cleanup() }()
 	c.cpu = serverStarted(t, w)
 	return c, nil
 }
