@@ -266,8 +266,13 @@ func (c Config) Resolve() (Resolved, error) {
 	if r.MCPProviders, err = mcp.ParseProviders(c.MCPServers); err != nil {
 		return r, settingError("SW4RM_MCP_SERVERS", err)
 	}
-	if _, err = c.toolSandbox(); err != nil {
+	sb, err := c.toolSandbox()
+	if err != nil {
 		return r, err
+	}
+	for i := range r.MCPProviders {
+		// Every stdio server is confined as process.run is (tools/mcp sandbox.go).
+		r.MCPProviders[i].Server.Sandbox = sb
 	}
 	if _, err = builtin.ParseEgressAllow(c.ToolEgressAllow); err != nil {
 		return r, settingError("SW4RM_TOOL_EGRESS_ALLOW", err)

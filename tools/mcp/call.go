@@ -99,7 +99,9 @@ func (c *Client) CallToolProgress(ctx context.Context, name string, args json.Ra
 			msg = "the tool reported an error without a message"
 		}
 		code := tool.CodeToolFailed
-		if strings.Contains(strings.ToLower(msg), "access denied") {
+		if lower := strings.ToLower(msg); strings.Contains(lower, "access denied") || strings.Contains(lower, "eacces") || strings.Contains(lower, "eperm") {
+			// "access denied": the server's own refusal; EACCES and EPERM: the kernel's, in
+			// a sandboxed server (Node reports "EACCES: permission denied, open ...").
 			code = tool.CodePermissionDenied
 		}
 		return r, tool.Errorf(code, "tool %q: %s", name, msg)

@@ -82,6 +82,7 @@ func (p Provider) ServerFor(worktree string) (Server, error) {
 	for i := 1; i < len(s.Command); i++ {
 		s.Command[i] = strings.ReplaceAll(s.Command[i], WorktreePlaceholder, worktree)
 	}
+	s.Worktree = worktree // what its sandbox lets it write
 	return s, nil
 }
 

@@ -19,6 +19,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/tools/cpuwatch"
@@ -48,6 +49,12 @@ type Server struct {
 	// loopback that is down (Linux; elsewhere the server is not started): what a server
 	// declared network=DENY_ALL gets, so the declaration is enforced rather than trusted.
 	IsolateNetwork bool
+	// Sandbox, when set, confines a stdio server's process (confineServer); nil: confined
+	// only by its arguments.
+	Sandbox *sandbox.Policy
+	// Worktree is the worktree a per-worktree server serves (ServerFor sets it), which its
+	// sandbox lets it write.
+	Worktree string
 	// URL is the server's streamable HTTP endpoint.
 	URL string
 	// HTTPClient makes the HTTP requests (nil: http.DefaultClient).
@@ -105,12 +112,18 @@ func Connect(ctx context.Context, s Server) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	cleanup, err := s.confineServer(t) // Landlock and resource limits (sandbox.go)
+	if err != nil {
+		return nil, err
+	}
 	w := watchServer(t) // budget_cpu_ms measures a stdio server's processes (cpu.go)
 	c, err := ConnectTransport(ctx, t)
 	if err != nil {
 		w.Close()
+		cleanup()
 		return nil, err
 	}
+	go func() { <-c.done; cleanup() }()
 	c.cpu = serverStarted(t, w)
 	return c, nil
 }
