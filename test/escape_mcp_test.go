@@ -22,7 +22,7 @@ import (
 // The escape suite's figure is logged like tools/builtin's.
 func TestEscapeMCPServer(t *testing.T) {
 	bin := mcpServerBin(t, "mcp-server-filesystem")
-	if _, err := sandbox.DefaultPolicy().Prepare(sandbox.Request{}); err != nil {
+	if err := sandbox.Available(); err != nil {
 		t.Skipf("the host cannot confine processes: %v", err)
 	}
 	base, err := filepath.EvalSymlinks(t.TempDir())

@@ -93,6 +93,7 @@ func findPidsParent() string {
 		_, err := os.Stat(filepath.Join(probe, "pids.max"))
 		_ = os.Remove(probe)
 		if err == nil {
+			sweepCgroups(d)
 			return d
 		}
 	}
@@ -151,5 +152,17 @@ func removeCgroup(dir string) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sweepCgroups removes the call cgroups a process that died mid-call left under parent:
+// those older than a minute, which no call is about to join. The kernel refuses to remove
+// one that still holds a process, so a running call keeps its own.
+func sweepCgroups(parent string) {
+	matches, _ := filepath.Glob(filepath.Join(parent, "sw4rm-tool-*"))
+	for _, d := range matches {
+		if fi, err := os.Stat(d); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			_ = os.Remove(d)
+		}
 	}
 }

@@ -278,3 +278,7 @@ func installRoot(path string) string {
 	}
 	return root
 }
+
+// Available reports why the host cannot confine a process (Landlock is missing or
+// disabled), nil when it can.
+func Available() error { return available() }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -104,6 +105,10 @@ type Client struct {
 	broken atomic.Bool
 	// cpu measures a stdio server's processes, for budget_cpu_ms; nil for other transports.
 	cpu *cpuwatch.Watch
+	// unconfine removes a sandboxed server's temporary directory and cgroup, once: when the
+	// session ends, and at the latest when Close returns, so a process that exits right
+	// after Close leaves nothing behind.
+	unconfine func()
 }
 
 // Connect starts or reaches the server and completes MCP's initialization.
@@ -123,7 +128,8 @@ func Connect(ctx context.Context, s Server) (*Client, error) {
 		cleanup()
 		return nil, err
 	}
-	go func() { <-c.done; cleanup() }()
+	c.unconfine = sync.OnceFunc(cleanup)
+	go func() { <-c.done; c.unconfine() }()
 	c.cpu = serverStarted(t, w)
 	return c, nil
 }
@@ -164,6 +170,9 @@ func ConnectTransport(ctx context.Context, t sdk.Transport) (*Client, error) {
 func (c *Client) Close() error {
 	err := c.session.Close()
 	c.cpu.Close()
+	if c.unconfine != nil {
+		c.unconfine()
+	}
 	return err
 }
 
