@@ -20,34 +20,46 @@ func wrapPlatform(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	if pidNamespaces() {
+	if PIDNamespaces() {
 		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID
-		ownUserNamespace(cmd.SysProcAttr)
+		OwnUserNamespace(cmd.SysProcAttr)
 	}
 }
 
-// ownUserNamespace adds the user namespace a server that is not root needs to create other
-// namespaces; its user and group are mapped to themselves, so the process gains no
-// privilege (as tools/builtin does for process.run).
-func ownUserNamespace(attr *syscall.SysProcAttr) {
-	if os.Geteuid() == 0 || attr.Cloneflags&syscall.CLONE_NEWUSER != 0 {
+// OwnUserNamespace adds to attr the user namespace a server that is not root needs to create
+// other namespaces; its user and group are mapped to themselves, so the process gains no
+// privilege. A root server needs none, and attr is left as it is.
+func OwnUserNamespace(attr *syscall.SysProcAttr) {
+	if os.Geteuid() == 0 {
+		return
+	}
+	MappedUserNamespace(attr)
+}
+
+// MappedUserNamespace adds to attr a user namespace of its own in which the server's user and
+// group — root's too — are mapped to themselves: the process gains no privilege and holds no
+// capability over the host's namespaces, so it cannot join them (setns through
+// /proc/<pid>/ns/*). attr is left as it is when it already asks for a user namespace.
+func MappedUserNamespace(attr *syscall.SysProcAttr) {
+	if attr.Cloneflags&syscall.CLONE_NEWUSER != 0 {
 		return
 	}
 	attr.Cloneflags |= syscall.CLONE_NEWUSER
 	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
 	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+	// Writing a gid map unprivileged requires setgroups to be denied.
 	attr.GidMappingsEnableSetgroups = false
 }
 
-// pidNamespaces reports, once per process, whether the host lets this server start a
+// PIDNamespaces reports, once per process, whether the host lets this server start a
 // process in a new PID namespace: a trial run of `true` in one.
-var pidNamespaces = sync.OnceValue(func() bool {
+var PIDNamespaces = sync.OnceValue(func() bool {
 	path, err := exec.LookPath("true")
 	if err != nil {
 		return false
 	}
 	cmd := exec.Command(path)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
-	ownUserNamespace(cmd.SysProcAttr)
+	OwnUserNamespace(cmd.SysProcAttr)
 	return cmd.Run() == nil
 })

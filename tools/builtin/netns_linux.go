@@ -18,6 +18,8 @@ import (
 	"unsafe"
 
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
+
+	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 )
 
 // initNetArg, before initArg in the init's arguments as "__sw4rm-tool-net <fd>", asks the
@@ -65,12 +67,7 @@ func (n *netPlan) attach(cmd *exec.Cmd) error {
 		return nil
 	}
 	attr := cmd.SysProcAttr
-	if attr.Cloneflags&syscall.CLONE_NEWUSER == 0 {
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
-		attr.GidMappingsEnableSetgroups = false
-	}
+	sandbox.MappedUserNamespace(attr)
 	if n.proxy == nil {
 		return nil
 	}

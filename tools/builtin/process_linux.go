@@ -20,6 +20,8 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/confine"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/tools"
+
+	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 )
 
 // outputGrace is how long output is still read after the process group was killed: only a
@@ -220,21 +222,7 @@ func isolateNetwork(cmd *exec.Cmd) {
 	}
 	attr := cmd.SysProcAttr
 	attr.Cloneflags |= syscall.CLONE_NEWNET
-	ownUserNamespace(attr)
-}
-
-// ownUserNamespace adds the user namespace a server that is not root needs to create other
-// namespaces; the process's user and group are mapped to themselves in it, so it gains no
-// privilege.
-func ownUserNamespace(attr *syscall.SysProcAttr) {
-	if os.Geteuid() == 0 || attr.Cloneflags&syscall.CLONE_NEWUSER != 0 {
-		return
-	}
-	attr.Cloneflags |= syscall.CLONE_NEWUSER
-	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
-	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
-	// Writing a gid map unprivileged requires setgroups to be denied.
-	attr.GidMappingsEnableSetgroups = false
+	sandbox.OwnUserNamespace(attr)
 }
 
 // dieWithWorker makes the process die with the worker that started it — a worker killed with
@@ -266,7 +254,7 @@ func dieWithWorker(cmd *exec.Cmd) (*os.File, error) {
 	cmd.Path = self
 	cmd.ExtraFiles = append(cmd.ExtraFiles, w) // fd 3 in the init
 	attr.Cloneflags |= syscall.CLONE_NEWPID
-	ownUserNamespace(attr)
+	sandbox.OwnUserNamespace(attr)
 	return r, nil
 }
 
@@ -286,18 +274,9 @@ func reportedSignal(r *os.File) (syscall.Signal, bool) {
 	return syscall.Signal(sig), true
 }
 
-// pidNamespaces reports, once per process, whether the host lets this server start a
-// process in a new PID namespace: a trial run of `true` in one.
-var pidNamespaces = sync.OnceValue(func() bool {
-	path, err := exec.LookPath("true")
-	if err != nil {
-		return false
-	}
-	cmd := exec.Command(path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
-	ownUserNamespace(cmd.SysProcAttr)
-	return cmd.Run() == nil
-})
+// pidNamespaces reports whether the host lets this server start a process in a new PID
+// namespace (sandbox.PIDNamespaces: one trial per process, shared with the MCP servers).
+var pidNamespaces = sandbox.PIDNamespaces
 
 // startLocked starts cmd from a goroutine locked to its OS thread: Pdeathsig fires when the
 // thread that started the process ends, and the Go runtime ends a thread only when a

@@ -3,9 +3,10 @@
 package mcp
 
 import (
-	"os"
 	"os/exec"
 	"syscall"
+
+	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 )
 
 // isolateNetwork makes cmd start in a new network namespace, with a user namespace of its
@@ -17,11 +18,7 @@ func isolateNetwork(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	attr := cmd.SysProcAttr
-	attr.Cloneflags |= syscall.CLONE_NEWNET | syscall.CLONE_NEWUSER
-	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
-	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
-	// Writing a gid map unprivileged requires setgroups to be denied.
-	attr.GidMappingsEnableSetgroups = false
+	cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNET
+	sandbox.MappedUserNamespace(cmd.SysProcAttr)
 	return nil
 }
