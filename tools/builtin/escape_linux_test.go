@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
@@ -22,7 +23,8 @@ import (
 // The framework is for every _test.go file of this package: build an escapeEnv
 // (newEscapeEnv), list escapeAttempts, and hand them to runEscapeSuite with a group name,
 // which runs each attempt and its twin as subtests and logs the group's figure,
-// "escape suite (<group>): N attempts, N refused, N twins passed".
+// "escape suite (<group>): N attempts, N refused, N twins passed". Every group adds to one
+// count (escapeTotal), which TestMain prints once the package's tests are over.
 
 // escapeAttempt is one attempt and its twin.
 type escapeAttempt struct {
@@ -32,6 +34,9 @@ type escapeAttempt struct {
 	attempt func(t *testing.T) error
 	// want is the code the attempt must be refused with.
 	want tool.Code
+	// msg, if set, must be in the attempt's error: for a refusal whose code alone does not
+	// say it was refused (TOOL_FAILED for "No such process").
+	msg string
 	// twin runs the legitimate twin, which must succeed.
 	twin func(t *testing.T) error
 }
@@ -43,8 +48,8 @@ func runEscapeSuite(t *testing.T, group string, attempts []escapeAttempt) {
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {
 			err := a.attempt(t)
-			if got := tool.CodeOf(err); err == nil || got != a.want {
-				t.Errorf("attempt: error = %v, want code %s", err, a.want)
+			if got := tool.CodeOf(err); err == nil || got != a.want || !strings.Contains(err.Error(), a.msg) {
+				t.Errorf("attempt: error = %v, want code %s containing %q", err, a.want, a.msg)
 			} else {
 				refused++
 			}
@@ -56,9 +61,37 @@ func runEscapeSuite(t *testing.T, group string, attempts []escapeAttempt) {
 		})
 	}
 	t.Logf("escape suite (%s): %d attempts, %d refused, %d twins passed", group, len(attempts), refused, twins)
+	escapeTotal.add(len(attempts), refused, twins)
 	if refused != len(attempts) || twins != len(attempts) {
 		t.Errorf("escape suite (%s): %d of %d refused, %d twins passed", group, refused, len(attempts), twins)
 	}
+}
+
+// escapeCount is the package's escape figure, the sum of the groups that ran.
+type escapeCount struct {
+	mu                       sync.Mutex
+	attempts, refused, twins int
+}
+
+// escapeTotal counts every group's attempts: runEscapeSuite's and TestNetworkEscapes'.
+var escapeTotal escapeCount
+
+func (c *escapeCount) add(attempts, refused, twins int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.attempts += attempts
+	c.refused += refused
+	c.twins += twins
+}
+
+// String is the final line of the package's test output (when any group ran).
+func (c *escapeCount) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.attempts == 0 {
+		return ""
+	}
+	return fmt.Sprintf("escape suite: %d attempts, %d refused, %d twins passed", c.attempts, c.refused, c.twins)
 }
 
 // escapeEnv is what the attempts aim at: a repository with two linked worktrees (the

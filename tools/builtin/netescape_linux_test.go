@@ -316,6 +316,7 @@ func TestNetworkEscapes(t *testing.T) {
 		}
 	}
 	fmt.Printf("network escapes: %d attempts, %d refused, %d twins passed\n", len(escapes), refused, passed)
+	escapeTotal.add(len(escapes), refused, passed)
 	if refused != len(escapes) || passed != len(twins) {
 		t.Errorf("network escapes: %d of %d refused, %d of %d twins passed", refused, len(escapes), passed, len(twins))
 	}

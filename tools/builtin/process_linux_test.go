@@ -32,7 +32,12 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == helperArg {
 		os.Exit(helper(os.Args[2:]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// The escape suite's figure over every group that ran (escape_linux_test.go).
+	if line := escapeTotal.String(); line != "" {
+		fmt.Println(line)
+	}
+	os.Exit(code)
 }
 
 func helper(args []string) int {
