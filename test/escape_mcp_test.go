@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,8 +18,10 @@ import (
 // sandbox as process.run (tools/mcp sandbox.go). It is started here with "/" among its
 // allowed directories — an operator's mistake — so that nothing but the kernel stands
 // between it and the server's files: reads of the server's home and SSH key, its
-// configuration, another worktree, and writes outside the worktree are refused
-// PERMISSION_DENIED, while the same operations inside the worktree and its twin paths work.
+// configuration, another worktree, the worker's environment and root through /proc, a link
+// in the worktree to the SSH key, and writes outside the worktree (/dev/shm, /tmp, a new
+// directory, a file moved out) are refused PERMISSION_DENIED, while the same operations
+// inside the worktree and its twin paths work.
 // The escape suite's figure is logged like tools/builtin's.
 func TestEscapeMCPServer(t *testing.T) {
 	bin := mcpServerBin(t, "mcp-server-filesystem")
@@ -45,6 +48,20 @@ func TestEscapeMCPServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A link in the worktree to the SSH key, and one to a file of the worktree (the twin).
+	if err := os.Symlink(ssh, filepath.Join(wt, "key")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(wt, "README"), filepath.Join(wt, "readme-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wt, "movable"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wt, "movable2"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	worker := os.Getpid()
 	p := mcp.Provider{ID: "fs", Server: mcp.Server{Command: []string{bin, mcp.WorktreePlaceholder, "/"}, Sandbox: sandbox.DefaultPolicy()}}
 	s, err := p.ServerFor(wt)
 	if err != nil {
@@ -71,6 +88,12 @@ func TestEscapeMCPServer(t *testing.T) {
 	list := func(path string) func() error {
 		return func() error { return call("list_directory", map[string]any{"path": path}) }
 	}
+	mkdir := func(path string) func() error {
+		return func() error { return call("create_directory", map[string]any{"path": path}) }
+	}
+	move := func(from, to string) func() error {
+		return func() error { return call("move_file", map[string]any{"source": from, "destination": to}) }
+	}
 	attempts := []struct {
 		name          string
 		attempt, twin func() error
@@ -82,6 +105,13 @@ func TestEscapeMCPServer(t *testing.T) {
 		{"write another agent's worktree", write(filepath.Join(other, "pwned")), write(filepath.Join(wt, "mine"))},
 		{"write outside the worktree", write(filepath.Join(base, "new")), write(filepath.Join(wt, "new"))},
 		{"read /etc/shadow", read("/etc/shadow"), read("/etc/passwd")},
+		{"read the worker's environment", read(fmt.Sprintf("/proc/%d/environ", worker)), read("/proc/self/status")},
+		{"read through the worker's /proc/<pid>/root", read(fmt.Sprintf("/proc/%d/root%s", worker, ssh)), read(filepath.Join(wt, "README"))},
+		{"write /dev/shm", write("/dev/shm/sw4rm-escape-mcp"), write(filepath.Join(wt, "shm"))},
+		{"write /tmp outside its $TMPDIR", write("/tmp/sw4rm-escape-mcp"), write(filepath.Join(wt, "tmp"))},
+		{"create a directory outside the worktree", mkdir(filepath.Join(base, "newdir")), mkdir(filepath.Join(wt, "newdir"))},
+		{"move a file of the worktree out", move(filepath.Join(wt, "movable"), filepath.Join(base, "moved")), move(filepath.Join(wt, "movable2"), filepath.Join(wt, "moved"))},
+		{"a symbolic link in the worktree to the SSH key", read(filepath.Join(wt, "key")), read(filepath.Join(wt, "readme-link"))},
 	}
 	var refused, twins int
 	for _, a := range attempts {
@@ -99,5 +129,11 @@ func TestEscapeMCPServer(t *testing.T) {
 	t.Logf("escape suite (MCP filesystem server): %d attempts, %d refused, %d twins passed", len(attempts), refused, twins)
 	if _, err := os.Stat(filepath.Join(other, "pwned")); err == nil {
 		t.Error("another agent's worktree was written")
+	}
+	for _, path := range []string{"/dev/shm/sw4rm-escape-mcp", "/tmp/sw4rm-escape-mcp", filepath.Join(base, "newdir"), filepath.Join(base, "moved")} {
+		if _, err := os.Lstat(path); err == nil {
+			t.Errorf("%s was written", path)
+			_ = os.RemoveAll(path)
+		}
 	}
 }
