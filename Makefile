@@ -31,7 +31,7 @@ TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
 export SW4RM_MCP_SERVERS_DIR := $(MCP_SERVERS_DIR)
 
-.PHONY: all help build dev tools temporal test test-examples test-unit test-e2e test-faults test-scale bench proto lint workflowcheck mcp-servers clean
+.PHONY: all help build dev tools temporal test test-escape test-examples test-unit test-e2e test-faults test-scale bench proto lint workflowcheck mcp-servers clean
 
 all: build
 
@@ -76,7 +76,8 @@ dev: tools build
 ## that its figures are printed (docs/reliability.md).
 test: $(TEMPORAL) workflowcheck lint mcp-servers
 	go vet ./...
-	go test -race -count=1 -timeout 20m $$(go list ./... | grep -v /test/faults$$)
+	go test -race -count=1 -timeout 20m -skip '$(ESCAPE_TESTS)' $$(go list ./... | grep -v /test/faults$$)
+	$(MAKE) test-escape
 	$(MAKE) test-scale
 	go test -race -count=1 -timeout 15m -v ./test/faults
 	$(MAKE) test-examples
@@ -86,6 +87,17 @@ test: $(TEMPORAL) workflowcheck lint mcp-servers
 ## (scripts/examples.sh; `make dev` on ports of its own, 15000 and up).
 test-examples: tools build mcp-servers
 	./scripts/examples.sh
+
+## test-escape: the escape suite (docs/tools.md, "The escape suite"): every attempt from
+## inside process.run and an MCP server with its twin. Prints each group's figure, then the
+## sum of all groups; on a failure, the whole output.
+ESCAPE_TESTS := ^(TestEscapeFilesystem|TestEscapeLimits|TestEscapeProcesses|TestNetworkEscapes|TestEscapeMCPServer)$$
+test-escape: $(TEMPORAL) mcp-servers
+	@go test -race -count=1 -timeout 15m -v -run '$(ESCAPE_TESTS)' ./tools/builtin/ ./test/ > .escape.out 2>&1; s=$$?; \
+	grep -E 'escape suite \(|^network escapes:' .escape.out | sed -E 's/^.*(escape suite \(|network escapes:)/\1/' > .escape-groups.out; \
+	cat .escape-groups.out; \
+	awk -F'[:,]' '{a+=$$2; r+=$$3; t+=$$4} END {printf "escape suite: %d attempts, %d refused, %d twins passed\n", a, r, t}' .escape-groups.out; \
+	[ $$s -eq 0 ] || { cat .escape.out; exit $$s; }
 
 ## test-scale: the 1,000-node DAG run end to end (PostgreSQL; a few minutes), without the
 ## race detector, which makes it several times slower (docs/dag.md, "Scale").
@@ -144,7 +156,7 @@ $(GOLANGCI_LINT):
 	GOBIN=$(TOOLS_BIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 clean:
-	rm -rf bin .bench.out
+	rm -rf bin .bench.out .escape.out .escape-groups.out
 
 ## example-room: run the negotiation room example against a running server (`make dev`;
 ## SW4RM_SERVER overrides localhost:50051). See examples/negotiation-room/README.md.
