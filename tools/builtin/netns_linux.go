@@ -17,9 +17,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
-
 	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
+	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 )
 
 // initNetArg, before initArg in the init's arguments as "__sw4rm-tool-net <fd>", asks the

@@ -18,10 +18,9 @@ import (
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/confine"
+	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/tools"
-
-	"github.com/sw4rm/sw4rm-temporal/confine/sandbox"
 )
 
 // outputGrace is how long output is still read after the process group was killed: only a
