@@ -267,7 +267,7 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.ToolPolicyNoteHeader, strconv.QuoteToASCII(strings.Join(p.notes, "; "))))
 	}
 	if p.in.Approval != nil {
-		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.ToolApprovalHeader, p.in.Approval.InvocationID))
+		_ = grpc.SetHeader(ctx, metadata.Pairs(wire.HITLInvocationIDHeader, p.in.Approval.InvocationID))
 	}
 	start, err := bridge.NewOutboxEntry(workflows.OutboxToolStart, workflows.ToolWorkflowID(callID), workflows.ToolStartPayload{Input: p.in})
 	if err != nil {

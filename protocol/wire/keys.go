@@ -115,10 +115,6 @@ const (
 	// ToolPolicyNoteHeader says where the effective policy differs from the one asked, e.g.
 	// retries dropped for a non-idempotent tool (§18.3).
 	ToolPolicyNoteHeader = "sw4rm-tool-policy-note"
-	// ToolApprovalHeader is the HITL invocation a call waits in for an operator's approval
-	// (§18.5.3, TOOL_PRIVILEGE_ESCALATION), sent as soon as the call is recorded so the
-	// caller can point an operator at it.
-	ToolApprovalHeader = "sw4rm-hitl-invocation-id"
 )
 
 // Handoff (§17.6, docs/handoff.md).
@@ -142,8 +138,10 @@ const (
 
 // HITL (§15, docs/hitl.md).
 const (
-	// HITLInvocationIDHeader is the response header in which HitlService.Decide names the
-	// invocation it raised, before it blocks, so the caller can point an operator at it.
+	// HITLInvocationIDHeader is the response header that names the HITL invocation a call
+	// waits in, sent before it blocks so the caller can point an operator at it: the one
+	// HitlService.Decide raised, or the approval a ToolService call at ELEVATED or above, or
+	// with network FULL_ACCESS, waits for (§18.5.3, TOOL_PRIVILEGE_ESCALATION).
 	HITLInvocationIDHeader = "sw4rm-hitl-invocation-id"
 )
 
