@@ -10,6 +10,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/directorypb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
@@ -23,7 +24,10 @@ const dagRunsScanMax = 10 * protocol.MaxListLimit
 // for the run. The order is visibility's: open runs first, then closed ones, most recently
 // closed first. An operator, or an anonymous caller that authentication off or optional
 // lets through, sees every run; an agent the runs of the workflows whose definitions it
-// created (a run has no other owner: §17.7 assigns its nodes to many agents).
+// created (a run has no other owner: §17.7 assigns its nodes to many agents) and, with an
+// ACL file, of the workflows a rule grants it (scope dag:<workflow_id>). Visibility cannot
+// filter by grant, so the runs are filtered after listing, reading at most dagRunsScanMax
+// executions: a page may then hold fewer runs than the limit.
 func (d *directoryService) ListDAGRuns(ctx context.Context, req *directorypb.ListDAGRunsRequest) (*directorypb.ListDAGRunsResponse, error) {
 	if perr := protocol.ValidateListDAGRuns(req); perr != nil {
 		return nil, perr
@@ -39,7 +43,7 @@ func (d *directoryService) ListDAGRuns(ctx context.Context, req *directorypb.Lis
 	if st := req.GetState(); st != "" {
 		q += " AND " + workflows.DAGStateKey.GetName() + " = '" + st + "'"
 	}
-	mine := map[string]bool{} // workflow_id → whether the agent created a version of it
+	mine := map[string]bool{} // workflow_id → whether the agent may list its runs
 	out := &directorypb.ListDAGRunsResponse{}
 	var token []byte
 	for scanned := 0; len(out.Runs) < limit && scanned < dagRunsScanMax; {
@@ -54,7 +58,7 @@ func (d *directoryService) ListDAGRuns(ctx context.Context, req *directorypb.Lis
 			if p.Operator == "" && p.Agent != "" {
 				ok, known := mine[id]
 				if !known {
-					if ok, err = d.createdBy(ctx, id, p.String()); err != nil {
+					if ok, err = d.mayList(ctx, p, id); err != nil {
 						return nil, err
 					}
 					mine[id] = ok
@@ -92,4 +96,26 @@ func (d *directoryService) createdBy(ctx context.Context, workflowID, principal 
 		}
 	}
 	return false, nil
+}
+
+// mayList reports whether agent principal p may list the runs of workflowID: it created a
+// version of the definition, or the ACL grants it dag:<workflow_id>. A grant is an allowed
+// access decision of the access log, once per workflow and listing; a run the agent may not
+// see is left out of the page, not refused, so it writes no access.refused row.
+func (d *directoryService) mayList(ctx context.Context, p auth.Principal, workflowID string) (bool, error) {
+	ok, err := d.createdBy(ctx, workflowID, p.String())
+	if err != nil || ok || d.s.cfg.ACL == nil {
+		return ok, err
+	}
+	caps, err := d.s.capabilities(ctx, p.Agent)
+	if err != nil {
+		return false, failed("reading the capabilities of "+p.Agent, err)
+	}
+	scope := acl.DAGScope(workflowID)
+	dec := d.s.cfg.ACL.Decide(acl.Request{Agent: p.Agent, Capabilities: caps, Action: acl.AccessScope, Scope: scope})
+	if dec.Allowed {
+		d.s.record(ctx, p, p.Agent, workflowID, decision{allowed: true, decidedBy: decidedByACL, acl: dec, reason: dec.Reason},
+			map[string]any{"action": string(acl.AccessScope), "scope": scope, "verb": "list the runs of"})
+	}
+	return dec.Allowed, nil
 }

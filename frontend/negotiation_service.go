@@ -283,7 +283,8 @@ func (n *negotiationService) Abort(ctx context.Context, req *negotiationpb.Abort
 
 // mayAct lets p decide (participants false) or abort (participants true) negotiation id: an
 // operator or an anonymous caller (SW4RM_AUTH=off trusts it; the workflow still checks) may,
-// as may its opener and, for participants, any participant.
+// as may its opener and, for participants, any participant; anyone else needs an ACL grant
+// of negotiation:<id> (decideNegotiation), and each decision is in the access log.
 func (n *negotiationService) mayAct(ctx context.Context, p auth.Principal, id string, participants bool) error {
 	if p.Anonymous() || p.Operator != "" {
 		return nil
@@ -292,15 +293,11 @@ func (n *negotiationService) mayAct(ctx context.Context, p auth.Principal, id st
 	if err != nil {
 		return err
 	}
-	switch {
-	case st.Opener == p.String():
-		return nil
-	case !participants:
-		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "only the negotiation's opener (%s) or an operator may decide negotiation %s", st.Opener, id)
-	case !slices.Contains(st.Participants, p.Agent):
-		return protocol.Errorf(commonpb.ErrorCode_PERMISSION_DENIED, "%s is neither a participant nor the opener of negotiation %s", p, id)
+	verb := "decide"
+	if participants {
+		verb = "abort"
 	}
-	return nil
+	return n.s.decideNegotiation(ctx, id, verb, st, participants)
 }
 
 // state queries the negotiation's workflow, open or closed.

@@ -22,11 +22,23 @@ import (
 
 // GetEffectivePolicy answers the effective policy of a negotiation (§17.2): the one the
 // negotiation persisted when it opened (artifact kind "policy", version "effective"), or,
-// in the moment before it did, the one its workflow runs.
+// in the moment before it did, the one its workflow runs. An agent reads only the policy
+// of a negotiation it opened or takes part in, unless an ACL rule grants its scope.
 func (p *schedulerPolicyService) GetEffectivePolicy(ctx context.Context, req *schedulerpb.GetEffectivePolicyRequest) (*schedulerpb.GetEffectivePolicyResponse, error) {
 	id := req.GetNegotiationId()
 	if perr := negotiation.ValidateID(id); perr != nil {
 		return nil, perr
+	}
+	// A negotiation's policy is its opener's and participants' (and operators'): another
+	// agent needs an ACL grant of negotiation:<id> (decideNegotiation).
+	if pr := auth.FromContext(ctx); pr.Agent != "" && pr.Operator == "" {
+		st, err := negotiationState(ctx, p.s, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.s.decideNegotiation(ctx, id, "read", st, true); err != nil {
+			return nil, err
+		}
 	}
 	eff, err := p.storedEffective(ctx, id)
 	if err != nil {

