@@ -196,8 +196,9 @@ var methodRules = map[string]rule{
 	// agents choose tools from descriptors), any proven caller's. A handoff is its parties'
 	// and operators' (§17.6): the handler checks the caller against the handoff it names, and
 	// gives the context snapshot to the parties alone. Tasks and tool calls are their agent's,
-	// DAG runs their definition's creator's: the handlers list an operator everything, an
-	// agent its own work, and refuse an agent that names another's.
+	// DAG runs their definition's creator's and those of agents an ACL rule grants dag:<id>:
+	// the handlers list an operator everything, an agent its own work and what it is granted,
+	// and refuse an agent that names another's.
 	directorypb.DirectoryService_GetAgent_FullMethodName:          {who: authenticated},
 	directorypb.DirectoryService_ListAgents_FullMethodName:        {who: authenticated},
 	directorypb.DirectoryService_GetHandoff_FullMethodName:        {who: authenticated},
