@@ -72,8 +72,9 @@ dev: tools build
 	./scripts/dev.sh "$(TEMPORAL)" "$(BIN)" $$("$(BIN)" search-attributes) $(TEMPORAL_DEV_FLAGS)
 
 ## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it), the
-## 1,000-node DAG run without the race detector, then the fault suite on its own, verbose so
-## that its figures are printed (docs/reliability.md).
+## escape suite, the 1,000-node DAG run without the race detector, the fault suite on its
+## own, verbose so that its figures are printed (docs/reliability.md), and last the examples
+## against `make dev`.
 test: $(TEMPORAL) workflowcheck lint mcp-servers
 	go vet ./...
 	go test -race -count=1 -timeout 20m -skip '$(ESCAPE_TESTS)' $$(go list ./... | grep -v /test/faults$$)
