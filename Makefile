@@ -92,7 +92,7 @@ test-examples: tools build mcp-servers
 ## test-escape: the escape suite (docs/tools.md, "The escape suite"): every attempt from
 ## inside process.run and an MCP server with its twin. Prints each group's figure, then the
 ## sum of all groups; on a failure, the whole output.
-ESCAPE_TESTS := ^(TestEscapeFilesystem|TestEscapeLimits|TestEscapeProcesses|TestNetworkEscapes|TestEscapeMCPServer)$$
+ESCAPE_TESTS := ^(TestEscapeFilesystem|TestEscapeLimits|TestEscapeProcesses|TestEscapeUnixSockets|TestNetworkEscapes|TestEscapeMCPServer)$$
 test-escape: $(TEMPORAL) mcp-servers
 	@go test -race -count=1 -timeout 15m -v -run '$(ESCAPE_TESTS)' ./tools/builtin/ ./test/ > .escape.out 2>&1; s=$$?; \
 	grep -E 'escape suite \(|^network escapes:' .escape.out | sed -E 's/^.*(escape suite \(|network escapes:)/\1/' > .escape-groups.out; \

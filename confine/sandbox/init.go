@@ -23,9 +23,16 @@ var ErrNoInit = errors.New("this executable does not run the sandbox's init (too
 // Wrap makes cmd start through this executable's init process (InitArg), which applies r's
 // confinement and then starts cmd's program, and adds r's environment. A command already
 // rewritten to start through the init (tools/builtin does it for the PID namespace) only
-// gains the environment. cmd.Env must be set (a nil Env would give the program the server's
-// whole environment).
+// gains the environment. Either way cmd starts in a mount namespace of its own, in which
+// the init hides the host's /run (Spec.PrivateRun). cmd.Env must be set (a nil Env would
+// give the program the server's whole environment).
 func (r *Run) Wrap(cmd *exec.Cmd) error {
+	// A mount namespace of its own, where the init hides /run's sockets (mountns_linux.go).
+	private, err := privateRun(cmd)
+	if err != nil {
+		return err
+	}
+	r.Spec.PrivateRun = private
 	env, err := r.Env()
 	if err != nil {
 		return err

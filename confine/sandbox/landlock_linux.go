@@ -67,6 +67,12 @@ func ApplyFromEnv() error {
 			return fmt.Errorf("joining the call's pids cgroup: %w", err)
 		}
 	}
+	// Before Landlock, which forbids changing the mounts.
+	if spec.PrivateRun {
+		if err := hideRunDirs(spec); err != nil {
+			return fmt.Errorf("hiding the host's /run: %w", err)
+		}
+	}
 	if err := setLimits(spec.Limits); err != nil {
 		return fmt.Errorf("setting the resource limits: %w", err)
 	}

@@ -143,6 +143,9 @@ type Spec struct {
 	// PidsCgroup is the cgroup directory the init moves itself into before it starts the
 	// program, whose pids.max bounds the call's processes; empty: none.
 	PidsCgroup string `json:"pids_cgroup,omitempty"`
+	// PrivateRun says the init runs in a mount namespace of its own (Wrap), where it hides
+	// /run, and with it the host daemons' UNIX sockets, under an empty tmpfs.
+	PrivateRun bool `json:"private_run,omitempty"`
 }
 
 // Request names what one confined process is for.

@@ -251,74 +251,125 @@ func TestNetworkEscapes(t *testing.T) {
 		return err
 	}
 
-	escapes := []netAttempt{
-		{name: "EGRESS_UNRESTRICTED: PostgreSQL's port on the host's loopback, ignoring the proxy", policy: tool.NetworkEgressUnrestricted,
-			argv: helper("direct", postgres.addr()), code: tool.CodeToolFailed, want: "exited with code 3", reached: postgres},
-		{name: "EGRESS_UNRESTRICTED: PostgreSQL's port through the proxy (CONNECT)", policy: tool.NetworkEgressUnrestricted,
-			argv: helper("connect", postgres.addr()), code: tool.CodePermissionDenied, want: "a loopback address of the host", reached: postgres},
-		{name: "EGRESS_UNRESTRICTED: Temporal's port through the proxy (SOCKS5)", policy: tool.NetworkEgressUnrestricted,
-			argv: helper("socks", temporal.addr()), code: tool.CodePermissionDenied, want: "a loopback address of the host", reached: temporal},
-		{name: "EGRESS_UNRESTRICTED: Temporal's port as localhost through the proxy (a name for loopback)", policy: tool.NetworkEgressUnrestricted,
-			argv: helper("socks", "localhost:"+temporal.port()), code: tool.CodePermissionDenied, want: "loopback", reached: temporal},
-		{name: "EGRESS_UNRESTRICTED: another loopback service by plain http:// through the proxy", policy: tool.NetworkEgressUnrestricted,
-			argv: helper("get", other.addr()), code: tool.CodePermissionDenied, want: "a loopback address of the host", reached: other},
-		{name: "EGRESS_UNRESTRICTED: the host through 0.0.0.0", policy: tool.NetworkEgressUnrestricted,
-			argv: helper("connect", "0.0.0.0:"+other.port()), code: tool.CodePermissionDenied, want: "unspecified", reached: other},
-		{name: "EGRESS_UNRESTRICTED: the host through an IPv4-mapped IPv6 loopback", policy: tool.NetworkEgressUnrestricted,
-			argv: helper("connect", "[::ffff:127.0.0.1]:"+other.port()), code: tool.CodePermissionDenied, want: "loopback", reached: other},
-		{name: "EGRESS_UNRESTRICTED: join the worker's network namespace (setns)", policy: tool.NetworkEgressUnrestricted,
-			argv: helper("setns", ownPid, postgres.addr()), code: tool.CodeToolFailed, want: "exited with code 3", reached: postgres},
-		{name: "EGRESS_RESTRICTED: a host not in the allowlist", policy: tool.NetworkEgressRestricted, allow: allowList,
-			argv: helper("connect", second.addr()), code: tool.CodePermissionDenied, want: "not in the egress allowlist", reached: second},
-		{name: "EGRESS_RESTRICTED: the allowlisted host on another port (PostgreSQL's)", policy: tool.NetworkEgressRestricted, allow: allowList,
-			argv: helper("socks", postgres.addr()), code: tool.CodePermissionDenied, want: "not in the egress allowlist", reached: postgres},
-		{name: "EGRESS_RESTRICTED: the allowlisted address by a name that resolves to it", policy: tool.NetworkEgressRestricted, allow: allowList + ",localhost:" + allowed.port(),
-			argv: helper("socks", "localhost:"+allowed.port()), code: tool.CodePermissionDenied, want: "loopback", reached: allowed},
-		{name: "EGRESS_RESTRICTED: the allowlisted host, ignoring the proxy", policy: tool.NetworkEgressRestricted, allow: allowList,
-			argv: helper("direct", allowed.addr()), code: tool.CodeToolFailed, want: "exited with code 3", reached: allowed},
-		{name: "EGRESS_UNRESTRICTED: listen on a port and be reached from outside", policy: tool.NetworkEgressUnrestricted,
-			argv: helper("listen", inPort), code: tool.CodeToolFailed, want: "exited with code 5", during: dialIn},
-		{name: "DENY_ALL: PostgreSQL's port on the host's loopback", policy: tool.NetworkDenyAll,
-			argv: helper("direct", postgres.addr()), code: tool.CodeToolFailed, want: "exited with code 3", reached: postgres},
-		{name: "DENY_ALL: the proxy address of the proxied policies", policy: tool.NetworkDenyAll,
-			argv: helper("direct", EgressProxyAddr), code: tool.CodeToolFailed, want: "exited with code 3"},
-		{name: "DENY_ALL: join the worker's network namespace (setns)", policy: tool.NetworkDenyAll,
-			argv: helper("setns", ownPid, postgres.addr()), code: tool.CodeToolFailed, want: "exited with code 3", reached: postgres},
+	// ownListener is a twin's command: the process listens on inPort inside its own
+	// namespace and dials it through host.
+	ownListener := func(host string) []string {
+		return []string{"sh", "-c", fmt.Sprintf("%s %s listen %s & sleep 0.3; %s %s direct %s:%s; wait", self, netHelperArg, inPort, self, netHelperArg, host, inPort)}
 	}
-	twins := []netAttempt{
-		{name: "EGRESS_RESTRICTED: the allowlisted loopback service through the proxy (CONNECT)", policy: tool.NetworkEgressRestricted, allow: allowList,
-			argv: helper("connect", allowed.addr()), reached: allowed},
-		{name: "EGRESS_RESTRICTED: the allowlisted loopback service through the proxy (SOCKS5)", policy: tool.NetworkEgressRestricted, allow: allowList,
-			argv: helper("socks", allowed.addr()), reached: allowed},
-		{name: "EGRESS_RESTRICTED: the allowlisted loopback service by plain http://", policy: tool.NetworkEgressRestricted, allow: allowList,
-			argv: helper("get", allowed.addr()), reached: allowed},
-		{name: "EGRESS_RESTRICTED: a second loopback address, once allowlisted", policy: tool.NetworkEgressRestricted, allow: allowList + "," + second.addr(),
-			argv: helper("connect", second.addr()), reached: second},
-		{name: "EGRESS_UNRESTRICTED: the process's own listener inside its namespace", policy: tool.NetworkEgressUnrestricted,
-			argv: []string{"sh", "-c", fmt.Sprintf("%s %s listen %s & sleep 0.3; %s %s direct 127.0.0.1:%s; wait", self, netHelperArg, inPort, self, netHelperArg, inPort)}},
-		{name: "FULL_ACCESS: PostgreSQL's port on the host's loopback", policy: tool.NetworkFullAccess,
-			argv: helper("direct", postgres.addr()), reached: postgres},
-		{name: "FULL_ACCESS: listen on a port and be reached from outside", policy: tool.NetworkFullAccess,
-			argv: helper("listen", inPort), during: dialIn},
-		{name: "DENY_ALL: only lo, and no proxy in the environment", policy: tool.NetworkDenyAll,
-			argv: []string{"sh", "-c", `test -z "$HTTPS_PROXY$https_proxy$ALL_PROXY" && test "$(grep -c : /proc/net/dev)" = 1 && grep -q '^ *lo:' /proc/net/dev`}},
+	// Each escape attempt with its legitimate twin: the same action on an allowed resource,
+	// or the allowed resource by the same path.
+	pairs := [][2]netAttempt{ // the escape, its twin
+		{
+			{name: "EGRESS_UNRESTRICTED: PostgreSQL's port on the host's loopback, ignoring the proxy", policy: tool.NetworkEgressUnrestricted,
+				argv: helper("direct", postgres.addr()), code: tool.CodeToolFailed, want: "exited with code 3", reached: postgres},
+			{name: "EGRESS_UNRESTRICTED: the process's own listener inside its namespace", policy: tool.NetworkEgressUnrestricted,
+				argv: []string{"sh", "-c", fmt.Sprintf("%s %s listen %s & sleep 0.3; %s %s direct 127.0.0.1:%s; wait", self, netHelperArg, inPort, self, netHelperArg, inPort)}},
+		},
+		{
+			{name: "EGRESS_UNRESTRICTED: PostgreSQL's port through the proxy (CONNECT)", policy: tool.NetworkEgressUnrestricted,
+				argv: helper("connect", postgres.addr()), code: tool.CodePermissionDenied, want: "a loopback address of the host", reached: postgres},
+			{name: "EGRESS_RESTRICTED: the allowlisted loopback service through the proxy (CONNECT)", policy: tool.NetworkEgressRestricted, allow: allowList,
+				argv: helper("connect", allowed.addr()), reached: allowed},
+		},
+		{
+			{name: "EGRESS_UNRESTRICTED: Temporal's port through the proxy (SOCKS5)", policy: tool.NetworkEgressUnrestricted,
+				argv: helper("socks", temporal.addr()), code: tool.CodePermissionDenied, want: "a loopback address of the host", reached: temporal},
+			{name: "EGRESS_RESTRICTED: the allowlisted loopback service through the proxy (SOCKS5)", policy: tool.NetworkEgressRestricted, allow: allowList,
+				argv: helper("socks", allowed.addr()), reached: allowed},
+		},
+		{
+			{name: "EGRESS_UNRESTRICTED: Temporal's port as localhost through the proxy (a name for loopback)", policy: tool.NetworkEgressUnrestricted,
+				argv: helper("socks", "localhost:"+temporal.port()), code: tool.CodePermissionDenied, want: "loopback", reached: temporal},
+			{name: "EGRESS_UNRESTRICTED: the process's own listener by the name localhost inside its namespace", policy: tool.NetworkEgressUnrestricted,
+				argv: ownListener("localhost")},
+		},
+		{
+			{name: "EGRESS_UNRESTRICTED: another loopback service by plain http:// through the proxy", policy: tool.NetworkEgressUnrestricted,
+				argv: helper("get", other.addr()), code: tool.CodePermissionDenied, want: "a loopback address of the host", reached: other},
+			{name: "EGRESS_RESTRICTED: the allowlisted loopback service by plain http://", policy: tool.NetworkEgressRestricted, allow: allowList,
+				argv: helper("get", allowed.addr()), reached: allowed},
+		},
+		{
+			{name: "EGRESS_UNRESTRICTED: the host through 0.0.0.0", policy: tool.NetworkEgressUnrestricted,
+				argv: helper("connect", "0.0.0.0:"+other.port()), code: tool.CodePermissionDenied, want: "unspecified", reached: other},
+			{name: "EGRESS_UNRESTRICTED: the process's own listener through 0.0.0.0 inside its namespace", policy: tool.NetworkEgressUnrestricted,
+				argv: ownListener("0.0.0.0")},
+		},
+		{
+			{name: "EGRESS_UNRESTRICTED: the host through an IPv4-mapped IPv6 loopback", policy: tool.NetworkEgressUnrestricted,
+				argv: helper("connect", "[::ffff:127.0.0.1]:"+other.port()), code: tool.CodePermissionDenied, want: "loopback", reached: other},
+			{name: "EGRESS_UNRESTRICTED: the process's own listener through an IPv4-mapped IPv6 loopback inside its namespace", policy: tool.NetworkEgressUnrestricted,
+				argv: ownListener("[::ffff:127.0.0.1]")},
+		},
+		{
+			{name: "EGRESS_UNRESTRICTED: join the worker's network namespace (setns)", policy: tool.NetworkEgressUnrestricted,
+				argv: helper("setns", ownPid, postgres.addr()), code: tool.CodeToolFailed, want: "exited with code 3", reached: postgres},
+			{name: "EGRESS_UNRESTRICTED: the process's own network namespace (/proc/self/ns/net)", policy: tool.NetworkEgressUnrestricted,
+				argv: []string{"sh", "-c", "readlink /proc/self/ns/net | grep -q '^net:'"}},
+		},
+		{
+			{name: "EGRESS_RESTRICTED: a host not in the allowlist", policy: tool.NetworkEgressRestricted, allow: allowList,
+				argv: helper("connect", second.addr()), code: tool.CodePermissionDenied, want: "not in the egress allowlist", reached: second},
+			{name: "EGRESS_RESTRICTED: a second loopback address, once allowlisted", policy: tool.NetworkEgressRestricted, allow: allowList + "," + second.addr(),
+				argv: helper("connect", second.addr()), reached: second},
+		},
+		{
+			{name: "EGRESS_RESTRICTED: the allowlisted host on another port (PostgreSQL's)", policy: tool.NetworkEgressRestricted, allow: allowList,
+				argv: helper("socks", postgres.addr()), code: tool.CodePermissionDenied, want: "not in the egress allowlist", reached: postgres},
+			{name: "EGRESS_RESTRICTED: PostgreSQL's port once allowlisted (SOCKS5)", policy: tool.NetworkEgressRestricted, allow: allowList + "," + postgres.addr(),
+				argv: helper("socks", postgres.addr()), reached: postgres},
+		},
+		{
+			{name: "EGRESS_RESTRICTED: the allowlisted address by a name that resolves to it", policy: tool.NetworkEgressRestricted, allow: allowList + ",localhost:" + allowed.port(),
+				argv: helper("socks", "localhost:"+allowed.port()), code: tool.CodePermissionDenied, want: "loopback", reached: allowed},
+			{name: "EGRESS_RESTRICTED: the allowlisted address by its address, the name allowlisted too (SOCKS5)", policy: tool.NetworkEgressRestricted, allow: allowList + ",localhost:" + allowed.port(),
+				argv: helper("socks", allowed.addr()), reached: allowed},
+		},
+		{
+			{name: "EGRESS_RESTRICTED: the allowlisted host, ignoring the proxy", policy: tool.NetworkEgressRestricted, allow: allowList,
+				argv: helper("direct", allowed.addr()), code: tool.CodeToolFailed, want: "exited with code 3", reached: allowed},
+			{name: "FULL_ACCESS: the allowlisted host, directly", policy: tool.NetworkFullAccess,
+				argv: helper("direct", allowed.addr()), reached: allowed},
+		},
+		{
+			{name: "EGRESS_UNRESTRICTED: listen on a port and be reached from outside", policy: tool.NetworkEgressUnrestricted,
+				argv: helper("listen", inPort), code: tool.CodeToolFailed, want: "exited with code 5", during: dialIn},
+			{name: "FULL_ACCESS: listen on a port and be reached from outside", policy: tool.NetworkFullAccess,
+				argv: helper("listen", inPort), during: dialIn},
+		},
+		{
+			{name: "DENY_ALL: PostgreSQL's port on the host's loopback", policy: tool.NetworkDenyAll,
+				argv: helper("direct", postgres.addr()), code: tool.CodeToolFailed, want: "exited with code 3", reached: postgres},
+			{name: "FULL_ACCESS: PostgreSQL's port on the host's loopback", policy: tool.NetworkFullAccess,
+				argv: helper("direct", postgres.addr()), reached: postgres},
+		},
+		{
+			{name: "DENY_ALL: the proxy address of the proxied policies", policy: tool.NetworkDenyAll,
+				argv: helper("direct", EgressProxyAddr), code: tool.CodeToolFailed, want: "exited with code 3"},
+			{name: "EGRESS_UNRESTRICTED: the proxy address, in the proxied namespace", policy: tool.NetworkEgressUnrestricted,
+				argv: helper("direct", EgressProxyAddr)},
+		},
+		{
+			{name: "DENY_ALL: join the worker's network namespace (setns)", policy: tool.NetworkDenyAll,
+				argv: helper("setns", ownPid, postgres.addr()), code: tool.CodeToolFailed, want: "exited with code 3", reached: postgres},
+			{name: "DENY_ALL: only lo, and no proxy in the environment", policy: tool.NetworkDenyAll,
+				argv: []string{"sh", "-c", `test -z "$HTTPS_PROXY$https_proxy$ALL_PROXY" && test "$(grep -c : /proc/net/dev)" = 1 && grep -q '^ *lo:' /proc/net/dev`}},
+		},
 	}
 
 	refused, passed := 0, 0
-	for _, a := range escapes {
-		if runNetAttempt(t, a) {
+	for _, pr := range pairs {
+		if runNetAttempt(t, pr[0]) {
 			refused++
 		}
-	}
-	for _, a := range twins {
-		if runNetAttempt(t, a) {
+		if runNetAttempt(t, pr[1]) {
 			passed++
 		}
 	}
-	fmt.Printf("network escapes: %d attempts, %d refused, %d twins passed\n", len(escapes), refused, passed)
-	escapeTotal.add(len(escapes), refused, passed)
-	if refused != len(escapes) || passed != len(twins) {
-		t.Errorf("network escapes: %d of %d refused, %d of %d twins passed", refused, len(escapes), passed, len(twins))
+	fmt.Printf("network escapes: %d attempts, %d refused, %d twins passed\n", len(pairs), refused, passed)
+	escapeTotal.add(len(pairs), refused, passed)
+	if refused != len(pairs) || passed != len(pairs) {
+		t.Errorf("network escapes: %d of %d refused, %d of %d twins passed", refused, len(pairs), passed, len(pairs))
 	}
 }
 
