@@ -137,7 +137,9 @@ func runCLI(t *testing.T, sys *system, token string, args ...string) (string, er
 func runCLIArgs(t *testing.T, _ *system, token string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(sw4rmCLI(t), args...)
-	cmd.Env = append(os.Environ(), "SW4RM_OPERATOR_TOKEN="+token)
+	// A cache directory of its own: a `sw4rm dev` run on this machine leaves the dev
+	// operator's token in the user's cache, which the CLI would offer when given none.
+	cmd.Env = append(os.Environ(), "SW4RM_OPERATOR_TOKEN="+token, "XDG_CACHE_HOME="+t.TempDir())
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
