@@ -102,6 +102,21 @@ type escapeEnv struct {
 	p                                                *Provider
 }
 
+// escapePython returns the system's python3, which the sandbox's system paths hold (not a
+// shim in a home), for the attempts written in it. Without it the test is skipped, or fails
+// under CI=true: .ci/run installs it, so the suite never shrinks unseen.
+func escapePython(t *testing.T) string {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not installed; .ci/run installs it", python)
+		}
+		t.Skipf("%s is not installed", python)
+	}
+	return python
+}
+
 // newEscapeEnv builds the tree and a provider confined by policy (nil: the default).
 func newEscapeEnv(t *testing.T, policy *sandbox.Policy) *escapeEnv {
 	t.Helper()
@@ -238,11 +253,7 @@ func TestEscapeFilesystem(t *testing.T) {
 // stopped by their limits and refused PERMISSION_DENIED naming the limit; their twins, the
 // same work under the limit, succeed.
 func TestEscapeLimits(t *testing.T) {
-	// The system's python, which the sandbox's system paths hold (not a shim in a home).
-	python := "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		t.Skip("/usr/bin/python3 is not installed")
-	}
+	python := escapePython(t)
 	e := newEscapeEnv(t, &sandbox.Policy{Limits: sandbox.Limits{Procs: 64, FileBytes: 1 << 20, MemoryBytes: 2 << 30, OpenFiles: 64}})
 	py := func(code string) string { return python + " -c '" + code + "'" }
 	runEscapeSuite(t, "limits", []escapeAttempt{

@@ -26,10 +26,7 @@ import (
 // and not), or outrun its CPU budget by leaving its session; each refused with its code, and
 // each twin — the same operation on its own process, file or budget — works.
 func TestEscapeProcesses(t *testing.T) {
-	python := "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		t.Skip("/usr/bin/python3 is not installed")
-	}
+	python := escapePython(t)
 	if !initHooked.Load() || !pidNamespaces() {
 		t.Skip("process.run has no init or no PID namespaces here (docs/tools.md)")
 	}

@@ -21,10 +21,7 @@ import (
 // program failure, TOOL_FAILED). Each twin — a socket the program makes in its worktree or
 // its $TMPDIR and connects to itself — works.
 func TestEscapeUnixSockets(t *testing.T) {
-	python := "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		t.Skip("/usr/bin/python3 is not installed")
-	}
+	python := escapePython(t)
 	if !initHooked.Load() || !pidNamespaces() {
 		t.Skip("process.run has no init or no PID namespaces here (docs/tools.md)")
 	}
