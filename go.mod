@@ -3,6 +3,7 @@ module github.com/sw4rm/sw4rm-temporal
 go 1.26.0
 
 require (
+	connectrpc.com/vanguard v0.4.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/landlock-lsm/go-landlock v0.11.2
@@ -18,6 +19,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	go.temporal.io/api v1.64.1
 	go.temporal.io/sdk v1.50.0
+	golang.org/x/net v0.58.0
 	golang.org/x/sync v0.22.0
 	golang.org/x/sys v0.49.0
 	golang.org/x/text v0.41.0
@@ -28,6 +30,7 @@ require (
 )
 
 require (
+	connectrpc.com/connect v1.19.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/facebookgo/clock v0.0.0-20150410010913-600d898af40a // indirect
@@ -54,7 +57,6 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect

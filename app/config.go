@@ -52,6 +52,9 @@ type Config struct {
 	BufferCapacity int
 	// MaxPayloadBytes is the payload limit (§5.4).
 	MaxPayloadBytes int
+	// StreamKeepAlive is how long a stream over Connect or gRPC-Web may stay silent before
+	// it is sent an empty item, so that proxies do not cut it as idle.
+	StreamKeepAlive time.Duration
 	// AgentInitTimeout bounds INITIALIZING (§8.3).
 	AgentInitTimeout time.Duration
 	// HeartbeatInterval is how often each agent is heartbeated (§14).

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sw4rm/sw4rm-temporal/frontend"
@@ -38,9 +37,10 @@ func ServerTLS(cfg Config, log *slog.Logger) (*tls.Config, error) {
 }
 
 // grpcServerOptions are the options of the gRPC frontend's server: the frontend's codec and
-// interceptors with auth (nil: SW4RM_AUTH=off), the message-size bound, keepalives and, with tlsCfg, TLS.
-func grpcServerOptions(cfg Config, log *slog.Logger, tlsCfg *tls.Config, auth *frontend.Authenticator) []grpc.ServerOption {
-	opts := append(frontend.ServerOptions(log, auth),
+// interceptors with auth (nil: SW4RM_AUTH=off), the message-size bound and keepalives. TLS is
+// not among them: the port's listener (portMux) terminates it for every protocol.
+func grpcServerOptions(cfg Config, log *slog.Logger, auth *frontend.Authenticator) []grpc.ServerOption {
+	return append(frontend.ServerOptions(log, auth),
 		// Well above the payload limit, so that oversize payloads reach the router and get
 		// oversize_payload, a NACK and a dead letter (§5.4, §21.1) rather than gRPC's own
 		// RESOURCE_EXHAUSTED; bounded, so that no request is held in memory unbounded.
@@ -49,15 +49,13 @@ func grpcServerOptions(cfg Config, log *slog.Logger, tlsCfg *tls.Config, auth *f
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
-	if tlsCfg != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
-	}
-	return opts
 }
 
-// serve listens on cfg.GRPCAddr and serves there the gRPC services register adds, and,
-// unless cfg.HTTPAddr is empty, serves handler on cfg.HTTPAddr. With tlsCfg both ports speak
-// only TLS (mutual TLS when it requires client certificates). Stop closes them.
+// serve listens on cfg.GRPCAddr and serves there the gRPC services register adds — as native
+// gRPC over HTTP/2, and as Connect and gRPC-Web over HTTP/1.1 and HTTP/2 (§5.1; portMux tells
+// them apart) — and, unless cfg.HTTPAddr is empty, serves handler on cfg.HTTPAddr. With
+// tlsCfg both ports speak only TLS (mutual TLS when it requires client certificates). Stop
+// closes them.
 func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server), handler http.Handler) error {
 	log := a.log
 	var err error
@@ -65,14 +63,26 @@ func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server),
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 	}
-	a.grpc = grpc.NewServer(grpcServerOptions(cfg, log, tlsCfg, a.auth)...)
+	a.grpc = grpc.NewServer(grpcServerOptions(cfg, log, a.auth)...)
 	register(a.grpc)
+	connect, err := frontend.HTTPHandler(a.grpc, frontend.MaxRequestBytes(cfg.MaxPayloadBytes))
+	if err != nil {
+		_ = a.grpcLis.Close()
+		return err
+	}
+	mux := newPortMux(a.grpcLis, tlsCfg, log)
 	go func() {
-		if err := a.grpc.Serve(a.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := a.grpc.Serve(mux.grpc); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			log.Error("gRPC server stopped", "error", err)
 		}
 	}()
-	log.Info("gRPC frontend listening", "addr", a.grpcLis.Addr().String(), "tls", tlsCfg != nil)
+	a.portHTTP = portHTTPServer(connect, log)
+	go func() {
+		if err := a.portHTTP.Serve(mux.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("Connect and gRPC-Web server stopped", "error", err)
+		}
+	}()
+	log.Info("gRPC frontend listening", "addr", a.grpcLis.Addr().String(), "tls", tlsCfg != nil, "protocols", "gRPC, Connect, gRPC-Web; HTTP/2 and HTTP/1.1")
 	if cfg.HTTPAddr == "" {
 		return nil
 	}
@@ -99,6 +109,24 @@ func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server),
 	}()
 	log.Info("HTTP listening", "addr", a.httpLis.Addr().String(), "tls", tlsCfg != nil, "paths", "/healthz /metrics")
 	return nil
+}
+
+// portHTTPServer is the net/http server of the gRPC port: Connect and gRPC-Web over HTTP/1.1
+// and HTTP/2 (cleartext HTTP/2 too: portMux has already terminated any TLS). It sets no read
+// or write timeout, which would cut StreamIncoming and CallStream; HTTP/2 pings find dead
+// peers, as gRPC's keepalives do.
+func portHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		HTTP2:             &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 10 * time.Second},
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 // HTTPScheme is "https" when the HTTP port speaks TLS, else "http".

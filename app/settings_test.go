@@ -56,7 +56,7 @@ func TestEveryFieldIsOneSetting(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	want := Config{
 		TemporalAddress: "127.0.0.1:7233", Namespace: "default", TaskQueue: "sw4rm", GRPCAddr: ":50051", HTTPAddr: ":8080",
-		BufferCapacity: router.DefaultBufferCapacity, MaxPayloadBytes: 1 << 20, AgentInitTimeout: 60 * time.Second,
+		BufferCapacity: router.DefaultBufferCapacity, MaxPayloadBytes: 1 << 20, StreamKeepAlive: frontend.DefaultStreamKeepAlive, AgentInitTimeout: 60 * time.Second,
 		HeartbeatInterval: 30 * time.Second, HeartbeatMisses: 3, DeliveryLease: router.DefaultLease, HITLTimeout: time.Hour,
 		RoomTimeout: 10 * time.Minute, HandoffCompletionTimeout: time.Hour, RoomStrategy: "confidence_weighted", AckTimeout: router.DefaultAckTimeout,
 		MaxRetries: router.DefaultMaxRetries, DedupWindow: router.DefaultDedupWindow, StreamRetention: router.DefaultStreamRetention,

@@ -33,15 +33,17 @@ import (
 
 // App is a running SW4RM process.
 type App struct {
-	cfg       Config
-	log       *slog.Logger
-	store     store.Store
-	temporal  client.Client
-	worker    sdkworker.Worker
-	grpc      *grpc.Server
-	grpcLis   net.Listener
-	http      *http.Server
-	httpLis   net.Listener
+	cfg      Config
+	log      *slog.Logger
+	store    store.Store
+	temporal client.Client
+	worker   sdkworker.Worker
+	grpc     *grpc.Server
+	grpcLis  net.Listener
+	http     *http.Server
+	httpLis  net.Listener
+	// portHTTP serves Connect and gRPC-Web on the gRPC port (portMux).
+	portHTTP  *http.Server
 	httpTLS   bool
 	stopOnce  sync.Once
 	stopSweep context.CancelFunc

@@ -20,6 +20,13 @@ func (a *App) stop() {
 			a.grpc.Stop() // open StreamIncoming calls never end on their own
 		}
 	}
+	if a.portHTTP != nil {
+		// Streams over Connect and gRPC-Web never end on their own either: Close, not Shutdown.
+		_ = a.portHTTP.Close()
+	}
+	if a.grpcLis != nil {
+		_ = a.grpcLis.Close() // the servers closed only portMux's listeners
+	}
 	if a.auth != nil {
 		a.auth.Close()
 	}

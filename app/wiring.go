@@ -46,7 +46,7 @@ func frontendConfig(r Resolved, decisionKey ed25519.PrivateKey, policy *acl.Poli
 		HITLPolicy: r.HITLPolicy, HITLDecisionKey: decisionKey, HITLTimeout: r.HITLTimeout,
 		RoomPolicy: r.RoomPolicy, RoomTimeout: r.RoomTimeout, HandoffCompletionTimeout: r.HandoffCompletionTimeout, PreemptTimeout: r.PreemptTimeout, TerminateGrace: r.TerminateGrace,
 		SchedulerPolicy: r.AdmissionPolicy, ACL: policy, Auth: authn, Reasoning: engine, ToolPreApproved: r.PreApprovedTools,
-		ToolApprovalTimeout: r.ToolApprovalTimeout}
+		ToolApprovalTimeout: r.ToolApprovalTimeout, StreamKeepAlive: r.StreamKeepAlive}
 }
 
 // newActivities are the workers' activities over the process's store, router, sink, Temporal

@@ -287,6 +287,9 @@ func (a *Authenticator) keysOf(ctx context.Context, agentID string) ([]store.Age
 
 func (a *Authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	d := a.codec.take(req)
+	if d.err == nil {
+		d = sentDigest(ctx, d)
+	}
 	if d.err != nil {
 		return nil, malformed(info.FullMethod, d.err)
 	}
@@ -335,12 +338,25 @@ func (s *authStream) RecvMsg(m any) error {
 	if s.admitted {
 		return nil
 	}
+	if d = sentDigest(s.ctx, d); d.err != nil {
+		return malformed(s.method, d.err)
+	}
 	ctx, err := s.a.admit(s.ctx, s.method, m, d)
 	if err != nil {
 		return err
 	}
 	s.ctx, s.admitted = ctx, true
 	return nil
+}
+
+// sentDigest is what a signature of the call whose context is ctx covers: the digest the
+// codec took, unless the call arrived as Connect or gRPC-Web, whose bytes as sent the HTTP
+// handler hashed before vanguard re-encoded them (connect.go).
+func sentDigest(ctx context.Context, d decoded) decoded {
+	if w, ok := wireDigestOf(ctx); ok {
+		return w
+	}
+	return d
 }
 
 // malformed is the answer to a request that does not decode.

@@ -76,6 +76,8 @@ func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.
 	if rec.State == commonpb.AgentState_INITIALIZING {
 		r.s.signalReady(ctx, agentID, "stream")
 	}
+	stream, stop := keepAlive(stream, r.s.cfg.StreamKeepAlive)
+	defer stop()
 	err = r.s.router.Stream(ctx, agentID, resumeAfter, func(d store.Delivery) error {
 		return stream.Send(&routerpb.StreamItem{Msg: protocol.AckIn(d.Envelope, dialect()), Seq: d.Seq})
 	})

@@ -66,6 +66,10 @@ type Config struct {
 	// ToolApprovalTimeout bounds a tool call's wait for an operator's approval
 	// (SW4RM_TOOL_APPROVAL_TIMEOUT); zero means the HITL default.
 	ToolApprovalTimeout time.Duration
+	// StreamKeepAlive is how long a stream over Connect or gRPC-Web stays silent before it
+	// is sent an empty keep-alive item (SW4RM_STREAM_KEEPALIVE); zero means
+	// DefaultStreamKeepAlive.
+	StreamKeepAlive time.Duration
 	// AgentInitTimeout bounds INITIALIZING (§8.3); zero means the workflow default.
 	AgentInitTimeout time.Duration
 	// HeartbeatInterval is how often the scheduler heartbeats each agent (§14); zero means

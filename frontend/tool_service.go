@@ -402,6 +402,8 @@ func (t *toolService) streamOf(ctx context.Context, req *toolpb.ToolCall, ss grp
 // sendFrames streams the call's stored frames after frame after, as they come, up to and
 // including the final one.
 func (t *toolService) sendFrames(ctx context.Context, ss grpc.ServerStreamingServer[toolpb.ToolFrame], callID string, after uint64) error {
+	ss, stop := keepAlive(ss, t.s.cfg.StreamKeepAlive)
+	defer stop()
 	wait := toolPollMin
 	for {
 		fs, err := t.s.store.ToolCalls().Frames(ctx, callID, after, 256)
