@@ -1,0 +1,117 @@
+package test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/protocol/signing"
+)
+
+// connectPost makes a Connect call over HTTP/1.1 with plain net/http, as a client that knows
+// nothing of gRPC would, signed as agent with key over body exactly as sent when key is set.
+// signed, when not nil, is signed in place of body: a client that signed one encoding and
+// sent another.
+func connectPost(t *testing.T, addr, method, contentType string, body []byte, agent string, key ed25519.PrivateKey, signed []byte, header map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+method, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("Connect-Protocol-Version", "1")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	if key != nil {
+		if signed == nil {
+			signed = body
+		}
+		for k, v := range signing.Sign(key, signing.Call{Method: method, AgentID: agent, Timestamp: time.Now(), Nonce: nonce(), Body: signed}) {
+			req.Header.Set(k, v)
+		}
+	}
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: false}}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1", resp.Proto)
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	return resp
+}
+
+func readAll(t *testing.T, r io.Reader) string {
+	t.Helper()
+	b, err := io.ReadAll(r)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// envelope frames msg as one Connect streaming message.
+func envelope(msg []byte) []byte {
+	out := make([]byte, 5, 5+len(msg))
+	binary.BigEndian.PutUint32(out[1:], uint32(len(msg)))
+	return append(out, msg...)
+}
+
+// TestSignedJSONOverHTTP1 (§6.2 over §5.1's HTTP/1.1 fallback): in required mode an agent that
+// speaks only Connect JSON over HTTP/1.1 registers its key and calls as itself, its signature
+// covering the JSON bytes it sent (docs/signing.md); a signature of another encoding of the
+// same message is refused; a gzip body is hashed as sent before compression; and a signed
+// StreamIncoming over HTTP/1.1 is admitted and kept alive with empty items.
+func TestSignedJSONOverHTTP1(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			cfg := authConfig(t, kind, auth.Required)
+			cfg.StreamKeepAlive = 200 * time.Millisecond
+			sys := start(t, cfg)
+			addr := sys.app.GRPCAddr()
+			pub, key, err := ed25519.GenerateKey(rand.Reader)
+			require.NoError(t, err)
+			agent := uniq(t, "json-agent")
+
+			register := fmt.Appendf(nil, `{"agent": {"agent_id": %q, "name": "json agent", "public_key": %q}}`, agent, base64.StdEncoding.EncodeToString(pub))
+			resp := connectPost(t, addr, "/sw4rm.registry.RegistryService/RegisterAgent", "application/json", register, agent, key, nil, nil)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			assert.JSONEq(t, `{"accepted": true, "reason": ""}`, readAll(t, resp.Body))
+
+			heartbeat := fmt.Appendf(nil, `{"agent_id":%q,"state":"RUNNING"}`, agent)
+			resp = connectPost(t, addr, "/sw4rm.registry.RegistryService/Heartbeat", "application/json", heartbeat, agent, key, nil, nil)
+			require.Equal(t, http.StatusOK, resp.StatusCode, readAll(t, resp.Body))
+
+			// The same message, other bytes: the signature of the compact form does not cover them.
+			spaced := fmt.Appendf(nil, `{ "agent_id": %q, "state": "RUNNING" }`, agent)
+			resp = connectPost(t, addr, "/sw4rm.registry.RegistryService/Heartbeat", "application/json", spaced, agent, key, heartbeat, nil)
+			assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+			assert.Contains(t, readAll(t, resp.Body), "permission_denied")
+
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			_, _ = zw.Write(heartbeat)
+			require.NoError(t, zw.Close())
+			resp = connectPost(t, addr, "/sw4rm.registry.RegistryService/Heartbeat", "application/json", gz.Bytes(), agent, key, heartbeat, map[string]string{"Content-Encoding": "gzip"})
+			assert.Equal(t, http.StatusOK, resp.StatusCode, "a gzip body is signed as its uncompressed bytes: %s", readAll(t, resp.Body))
+
+			stream := fmt.Appendf(nil, `{"agent_id":%q}`, agent)
+			resp = connectPost(t, addr, "/sw4rm.router.RouterService/StreamIncoming", "application/connect+json", envelope(stream), agent, key, stream, nil)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			head := make([]byte, 5)
+			_, err = io.ReadFull(resp.Body, head)
+			require.NoError(t, err)
+			require.Equal(t, byte(0), head[0], "a message, not the end of the stream")
+			item := make([]byte, binary.BigEndian.Uint32(head[1:]))
+			_, err = io.ReadFull(resp.Body, item)
+			require.NoError(t, err)
+			assert.JSONEq(t, `{"msg": null, "seq": "0"}`, string(item), "an empty keep-alive item")
+		})
+	}
+}
