@@ -107,7 +107,7 @@ func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server),
 			log.Error("HTTP server stopped", "error", err)
 		}
 	}()
-	log.Info("HTTP listening", "addr", a.httpLis.Addr().String(), "tls", tlsCfg != nil, "paths", "/healthz /metrics")
+	log.Info("HTTP listening", "addr", a.httpLis.Addr().String(), "tls", tlsCfg != nil, "paths", "/healthz /metrics "+DescriptorsPath)
 	return nil
 }
 

@@ -361,10 +361,11 @@ func (a *App) startServer(ctx context.Context, p prepared) error {
 	return nil
 }
 
-// httpHandler serves the HTTP port: /metrics and /healthz.
+// httpHandler serves the HTTP port: /metrics, /healthz and the gRPC port's descriptor set.
 func (a *App) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.metrics.Handler())
+	mux.Handle("GET "+DescriptorsPath, descriptorsHandler(&a.grpc))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = fmt.Fprintf(w, "ok store=%s\n", a.store.Kind())
