@@ -7,6 +7,7 @@ package sdk
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,8 +41,12 @@ var ReconnectParams = grpc.ConnectParams{
 
 // Agent is one agent's connection to a SW4RM server.
 type Agent struct {
-	id       string
-	conn     *grpc.ClientConn
+	id string
+	// conn carries every call; grpcConn is the same connection when it is gRPC's (nil over
+	// HTTP/1.1); closer closes conn.
+	conn     grpc.ClientConnInterface
+	grpcConn *grpc.ClientConn
+	closer   io.Closer
 	router   routerpb.RouterServiceClient
 	registry registrypb.RegistryServiceClient
 	seq      atomic.Uint64
@@ -59,6 +64,8 @@ type dialConfig struct {
 	key     ed25519.PrivateKey
 	keyFile string
 	noEnv   bool
+	// transport is TransportGRPC or TransportHTTP1 when an option chose one.
+	transport string
 }
 
 // sdkOption is one of the SDK's own Dial options. It travels among the grpc.DialOptions
@@ -111,6 +118,13 @@ func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	transport, err := transportOf(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if transport == TransportHTTP1 {
+		return dialHTTP1(addr, agentID, grpcOpts, signer)
+	}
 	// gRPC's default reconnect backoff grows to two minutes, so an agent whose server was
 	// away for a while would come back long after the server did, whatever Serve's own
 	// backoff. dialOptions puts ReconnectParams first, so that options passed later win.
@@ -127,8 +141,46 @@ func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sw4rm: dial %s: %w", addr, err)
 	}
+	a := newAgent(agentID, conn, signer)
+	a.grpcConn = conn
+	return a, nil
+}
+
+// dialHTTP1 is Dial over HTTP/1.1 (WithHTTP1): the TLS of the last WithTLS or WithTLSConfig
+// among opts, else of the environment.
+func dialHTTP1(addr, agentID string, opts []grpc.DialOption, signer *Signer) (*Agent, error) {
+	var tlsCfg *tls.Config
+	explicit := false
+	for _, o := range opts {
+		if t, ok := o.(tlsOption); ok {
+			cfg, err := t.tlsConfig()
+			if err != nil {
+				return nil, err
+			}
+			tlsCfg, explicit = cfg, true
+		}
+	}
+	if !explicit {
+		cfg, err := tlsConfigFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		tlsCfg = cfg
+	}
+	conn, err := newConnectConn(addr, tlsCfg, signer)
+	if err != nil {
+		return nil, err
+	}
+	return newAgent(agentID, conn, signer), nil
+}
+
+// newAgent is the agent agentID calling over conn, which it closes on Close.
+func newAgent(agentID string, conn interface {
+	grpc.ClientConnInterface
+	io.Closer
+}, signer *Signer) *Agent {
 	a := &Agent{
-		id: agentID, conn: conn,
+		id: agentID, conn: conn, closer: conn,
 		router:   routerpb.NewRouterServiceClient(conn),
 		registry: registrypb.NewRegistryServiceClient(conn),
 		retry:    newRetrier(),
@@ -138,7 +190,7 @@ func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
 	// (producer_id, sequence_number) for messages without a token (§11.2): starting from the
 	// clock keeps a restarted agent from reusing the numbers of its previous run.
 	a.seq.Store(uint64(time.Now().UnixMicro()))
-	return a, nil
+	return a
 }
 
 // ID is the agent's id.
@@ -147,11 +199,16 @@ func (a *Agent) ID() string { return a.id }
 // Signer is what signs the agent's calls, nil when they are not signed.
 func (a *Agent) Signer() *Signer { return a.signer }
 
-// Conn exposes the gRPC connection for services the SDK does not wrap yet.
-func (a *Agent) Conn() *grpc.ClientConn { return a.conn }
+// Conn exposes the gRPC connection for services the SDK does not wrap yet. It is nil when
+// the agent calls over HTTP/1.1 (WithHTTP1, SW4RM_TRANSPORT=http1); ClientConn serves both.
+func (a *Agent) Conn() *grpc.ClientConn { return a.grpcConn }
+
+// ClientConn is the agent's connection for any generated client (pb.NewXServiceClient),
+// whichever transport it dialled: its calls are signed when the agent signs.
+func (a *Agent) ClientConn() grpc.ClientConnInterface { return a.conn }
 
 // Close closes the connection.
-func (a *Agent) Close() error { return a.conn.Close() }
+func (a *Agent) Close() error { return a.closer.Close() }
 
 // RejectedError is a protocol rejection by the server: the spec's error_code and the reason.
 type RejectedError struct {
@@ -475,6 +532,11 @@ func (a *Agent) receive(ctx context.Context) (*Stream, error) {
 // returns (see Agent.SetMaxRetries and Delivery.Retry).
 func (s *Stream) Next() (*Delivery, error) {
 	item, err := s.stream.Recv()
+	// Over HTTP/1.1 the server sends an empty item (seq 0, no msg) when the stream has been
+	// silent for a while, so that proxies do not cut it; it is no delivery.
+	for err == nil && item.GetSeq() == 0 && item.GetMsg() == nil {
+		item, err = s.stream.Recv()
+	}
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, io.EOF

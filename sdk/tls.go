@@ -51,29 +51,50 @@ func WithTLSConfig(cfg *tls.Config) grpc.DialOption {
 }
 
 func (o tlsOption) credentials() (credentials.TransportCredentials, error) {
+	cfg, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// tlsConfig is the option's TLS configuration: the one given, or the one its files make.
+func (o tlsOption) tlsConfig() (*tls.Config, error) {
 	if o.config != nil {
-		return credentials.NewTLS(o.config), nil
+		return o.config, nil
 	}
 	cfg, err := tlsfiles.ClientConfig(o.caFile, o.certFile, o.keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("sw4rm: TLS: %w", err)
 	}
-	return credentials.NewTLS(cfg), nil
+	return cfg, nil
+}
+
+// tlsConfigFromEnv is the TLS configuration TLSFromEnv describes, nil for plaintext.
+func tlsConfigFromEnv() (*tls.Config, error) {
+	ca, cert, key := os.Getenv(EnvTLSCAFile), os.Getenv(EnvTLSClientCertFile), os.Getenv(EnvTLSClientKeyFile)
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
+	}
+	cfg, err := tlsOption{caFile: ca, certFile: cert, keyFile: key}.tlsConfig()
+	if err != nil {
+		return nil, fmt.Errorf("%w (from %s, %s, %s)", err, EnvTLSCAFile, EnvTLSClientCertFile, EnvTLSClientKeyFile)
+	}
+	return cfg, nil
 }
 
 // TLSFromEnv returns the transport credentials that SW4RM_TLS_CA_FILE,
 // SW4RM_TLS_CLIENT_CERT_FILE and SW4RM_TLS_CLIENT_KEY_FILE describe: TLS when any is set,
 // plaintext when none is.
 func TLSFromEnv() (credentials.TransportCredentials, error) {
-	ca, cert, key := os.Getenv(EnvTLSCAFile), os.Getenv(EnvTLSClientCertFile), os.Getenv(EnvTLSClientKeyFile)
-	if ca == "" && cert == "" && key == "" {
+	cfg, err := tlsConfigFromEnv()
+	switch {
+	case err != nil:
+		return nil, err
+	case cfg == nil:
 		return insecure.NewCredentials(), nil
 	}
-	creds, err := tlsOption{caFile: ca, certFile: cert, keyFile: key}.credentials()
-	if err != nil {
-		return nil, fmt.Errorf("%w (from %s, %s, %s)", err, EnvTLSCAFile, EnvTLSClientCertFile, EnvTLSClientKeyFile)
-	}
-	return creds, nil
+	return credentials.NewTLS(cfg), nil
 }
 
 // dialOptions resolves Dial's options: the reconnect backoff and a transport first — from a

@@ -9,7 +9,7 @@
 //		Node("lint", "linter").After("build").
 //		Node("package", "packager").After("test", "lint").
 //		Build()
-//	created, err := dag.Create(ctx, agent.Conn(), def)
+//	created, err := dag.Create(ctx, agent.ClientConn(), def)
 //
 // Mappings use JSON Pointers (RFC 6901) into the run's workflow_data: Input(key, pointer)
 // gives the node's input key the value at pointer; Output(key, pointer) writes the node's

@@ -47,7 +47,7 @@ type Client struct {
 
 // New returns the handoff client of a dialled agent.
 func New(a *sdk.Agent) *Client {
-	return &Client{agent: a, svc: handoffpb.NewHandoffServiceClient(a.Conn())}
+	return &Client{agent: a, svc: handoffpb.NewHandoffServiceClient(a.ClientConn())}
 }
 
 // Request is a handoff to request (§17.6).

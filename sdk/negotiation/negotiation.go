@@ -53,7 +53,7 @@ type Client struct {
 
 // New returns the negotiation client of a dialled agent.
 func New(a *sdk.Agent) *Client {
-	return &Client{agent: a, svc: negotiationpb.NewNegotiationServiceClient(a.Conn()), policy: schedulerpb.NewSchedulerPolicyServiceClient(a.Conn())}
+	return &Client{agent: a, svc: negotiationpb.NewNegotiationServiceClient(a.ClientConn()), policy: schedulerpb.NewSchedulerPolicyServiceClient(a.ClientConn())}
 }
 
 // Options open a negotiation.

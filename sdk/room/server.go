@@ -76,7 +76,7 @@ func WithRoomID(roomID string) ServerStoreOption {
 }
 
 // NewServerStore returns a ServerStore that calls the SW4RM server over conn, for example an
-// sdk.Agent's Conn().
+// sdk.Agent's ClientConn().
 func NewServerStore(conn grpc.ClientConnInterface, opts ...ServerStoreOption) *ServerStore {
 	s := &ServerStore{
 		rooms:     negotiationroompb.NewNegotiationRoomServiceClient(conn),

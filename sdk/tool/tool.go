@@ -69,7 +69,7 @@ type Client struct {
 }
 
 // New returns the tool client of a dialled agent: its calls run in the agent's worktree.
-func New(a *sdk.Agent) *Client { return NewFor(a.Conn(), a.ID()) }
+func New(a *sdk.Agent) *Client { return NewFor(a.ClientConn(), a.ID()) }
 
 // NewFor returns a tool client over conn for agent (an operator calling for an agent, or any
 // caller when the server's authentication is off).
@@ -222,6 +222,10 @@ func (s *Stream) Recv() (*toolpb.ToolFrame, error) {
 			return nil, io.EOF
 		}
 		f, err := s.st.Recv()
+		if err == nil && f.GetFrameNo() == 0 {
+			// A keep-alive the server sends a silent stream over HTTP/1.1: no frame.
+			continue
+		}
 		if err == nil {
 			s.last = f.GetFrameNo()
 			s.done = f.GetFinal()

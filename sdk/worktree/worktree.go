@@ -89,7 +89,7 @@ type Client struct {
 
 // New returns the worktree client of a dialled agent.
 func New(a *sdk.Agent) *Client {
-	return &Client{agent: a, svc: worktreepb.NewWorktreeServiceClient(a.Conn())}
+	return &Client{agent: a, svc: worktreepb.NewWorktreeServiceClient(a.ClientConn())}
 }
 
 // Bind binds the agent to its home worktree (repoID, worktreeID). The worktree is made (on
