@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -112,6 +113,40 @@ func TestSignedJSONOverHTTP1(t *testing.T) {
 			_, err = io.ReadFull(resp.Body, item)
 			require.NoError(t, err)
 			assert.JSONEq(t, `{"msg": null, "seq": "0"}`, string(item), "an empty keep-alive item")
+		})
+	}
+}
+
+// TestMalformedJSONOverHTTP1: a JSON request that does not decode gets the error table's
+// answer over Connect as over gRPC (a malformed protobuf request): invalid_argument, a
+// validation_error message and the sw4rm-error-code metadata — for a unary call and for a
+// stream.
+func TestMalformedJSONOverHTTP1(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			sys := start(t, newConfig(t, kind))
+			addr := sys.app.GRPCAddr()
+			resp := connectPost(t, addr, "/sw4rm.router.RouterService/SendMessage", "application/json", []byte(`{"msg":{"message_id":`), "", nil, nil, nil)
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+			assert.Equal(t, "VALIDATION_ERROR", resp.Header.Get("Sw4rm-Error-Code"))
+			var e struct{ Code, Message string }
+			require.NoError(t, json.Unmarshal([]byte(readAll(t, resp.Body)), &e))
+			assert.Equal(t, "invalid_argument", e.Code)
+			assert.Contains(t, e.Message, "validation_error: the request is not valid JSON for sw4rm.router.SendMessageRequest")
+
+			resp = connectPost(t, addr, "/sw4rm.router.RouterService/StreamIncoming", "application/connect+json", envelope([]byte(`{"agent_id": 7}`)), "", nil, nil, nil)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "a Connect stream's error is its end message")
+			body := []byte(readAll(t, resp.Body))
+			require.GreaterOrEqual(t, len(body), 5)
+			assert.Equal(t, byte(2), body[0], "the end-of-stream message")
+			var end struct {
+				Error    struct{ Code, Message string }
+				Metadata map[string][]string
+			}
+			require.NoError(t, json.Unmarshal(body[5:], &end))
+			assert.Equal(t, "invalid_argument", end.Error.Code)
+			assert.Contains(t, end.Error.Message, "validation_error")
+			assert.Equal(t, []string{"VALIDATION_ERROR"}, http.Header(end.Metadata).Values("Sw4rm-Error-Code"))
 		})
 	}
 }
