@@ -38,7 +38,8 @@ func TestVectorsInNode(t *testing.T) {
 	for name, change := range map[string][2]string{
 		"signature": {`"signature_b64url": "VFHg5mG3`, `"signature_b64url": "VFHg5mG4`},
 		"body":      {`"body_hex": "0a076167656e742d61"`, `"body_hex": "0a076167656e742d62"`},
-		"pre-image": {`\n1767225600000\nAAECAwQFBgcICQoLDA0ODw\n`, `\n1767225600001\nAAECAwQFBgcICQoLDA0ODw\n`},
+		"pre-image": {`\n1767225600000\nAAECAwQFBgcICQoLDA0ODw\n7418`, `\n1767225600001\nAAECAwQFBgcICQoLDA0ODw\n7418`},
+		"JSON call": {`"signature_b64url": "IU0uAvYK`, `"signature_b64url": "IU0uAvYL`},
 	} {
 		require.Equal(t, 1, bytes.Count(raw, []byte(change[0])), name)
 		bad := filepath.Join(t.TempDir(), "vectors.json")

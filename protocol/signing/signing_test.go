@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	_ "github.com/sw4rm/sw4rm-temporal/proto/registrypb" // the complete call's request type
+	_ "github.com/sw4rm/sw4rm-temporal/proto/routerpb"   // the streaming call's request type
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
@@ -38,6 +39,13 @@ type vector struct {
 	} `json:"request"`
 	Frame    string            `json:"grpc_frame_hex"`
 	Metadata map[string]string `json:"metadata"`
+	// A call over Connect or gRPC-Web gives its content type, the JSON it sends, the type of
+	// message that JSON is, and the HTTP request body (body_hex is the part the digest covers).
+	Protocol    string `json:"protocol"`
+	ContentType string `json:"content_type"`
+	MessageType string `json:"message_type"`
+	JSON        string `json:"json"`
+	HTTPBody    string `json:"http_body_hex"`
 }
 
 func decodeHex(t *testing.T, s string) []byte {
@@ -55,7 +63,7 @@ func TestVectors(t *testing.T) {
 	var vs []vector
 	require.NoError(t, json.Unmarshal(raw, &vs))
 	require.NotEmpty(t, vs)
-	complete := 0
+	complete, overHTTP := 0, 0
 	for _, v := range vs {
 		priv := ed25519.NewKeyFromSeed(decodeHex(t, v.Seed))
 		pub := priv.Public().(ed25519.PublicKey)
@@ -72,8 +80,37 @@ func TestVectors(t *testing.T) {
 			complete++
 			checkCompleteCall(t, v, c.Body, md)
 		}
+		if v.Protocol != "" {
+			overHTTP++
+			checkHTTPCall(t, v, c.Body, md)
+		}
 	}
 	require.NotZero(t, complete, "the vectors include a complete call")
+	require.NotZero(t, overHTTP, "the vectors include a call over Connect")
+}
+
+// checkHTTPCall: a Connect vector's body is its JSON as sent, a valid message of its type
+// whose protobuf encoding is other bytes (so a server that re-encoded would hash those); its
+// HTTP body is that JSON, enveloped behind the 5-byte prefix when the content type is a
+// streaming one; and its metadata, sent as HTTP headers, is what Sign returns.
+func checkHTTPCall(t *testing.T, v vector, body []byte, md map[string]string) {
+	t.Helper()
+	require.Equal(t, v.JSON, string(body), "body_hex is the JSON's bytes")
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(v.MessageType))
+	require.NoError(t, err, v.MessageType)
+	msg := mt.New().Interface()
+	require.NoError(t, protojson.Unmarshal(body, msg))
+	encoded, err := proto.Marshal(msg)
+	require.NoError(t, err)
+	require.NotEqual(t, body, encoded, "the JSON is not the protobuf encoding")
+	want := body
+	if v.ContentType == "application/connect+json" || v.ContentType == "application/grpc-web+json" {
+		want = append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body))), body...)
+	} else {
+		require.Equal(t, "application/json", v.ContentType)
+	}
+	require.Equal(t, hex.EncodeToString(want), v.HTTPBody)
+	require.Equal(t, md, v.Metadata)
 }
 
 // checkCompleteCall: a complete-call vector's body is the protobuf encoding of its request,
