@@ -31,7 +31,7 @@ TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
 export SW4RM_MCP_SERVERS_DIR := $(MCP_SERVERS_DIR)
 
-.PHONY: all help build dev tools temporal test test-escape test-examples test-unit test-e2e test-faults test-scale bench proto lint workflowcheck mcp-servers clean
+.PHONY: all help build dev tools temporal test test-escape test-examples test-unit test-e2e test-faults test-scale bench proto browser-bundle lint workflowcheck mcp-servers clean
 
 all: build
 
@@ -123,6 +123,14 @@ bench: $(TEMPORAL)
 ## proto: regenerate the Go code of proto/sw4rm/*.proto with pinned generators.
 proto:
 	bash proto/generate.sh
+
+## browser-bundle: remake the page of the browser test (test/browser: the TypeScript
+## protoc-gen-es generates from proto/, and the esbuild bundle of it and src/) with the tools
+## test/browser/package-lock.json pins; commit gen/ and dist/. Needs Node.js and npm, which
+## the test does not: it serves the committed bundle, and fails if its inputs changed since.
+browser-bundle:
+	npm ci --prefix test/browser --no-audit --no-fund --ignore-scripts
+	npm run --prefix test/browser build
 
 ## workflowcheck: static determinism check of workflow code.
 workflowcheck: $(WORKFLOWCHECK)
