@@ -23,6 +23,7 @@
 import { createHash, createPrivateKey, createPublicKey, randomBytes, sign, verify } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import http2 from 'node:http2';
+import { pathToFileURL } from 'node:url';
 
 const VERSION = 'sw4rm-sig-v1';
 const HEARTBEAT = '/sw4rm.registry.RegistryService/Heartbeat';
@@ -32,7 +33,7 @@ const HEARTBEAT = '/sw4rm.registry.RegistryService/Heartbeat';
 // PKCS#8 DER of an Ed25519 private key is this fixed 16-byte prefix followed by the seed.
 const PKCS8_ED25519_PREFIX = Buffer.from('302e020100300506032b657004220420', 'hex');
 
-function keyFromSeed(seed) {
+export function keyFromSeed(seed) {
   if (seed.length !== 32) throw new Error(`an Ed25519 seed is 32 bytes, not ${seed.length}`);
   const privateKey = createPrivateKey({ key: Buffer.concat([PKCS8_ED25519_PREFIX, seed]), format: 'der', type: 'pkcs8' });
   const publicKey = createPublicKey(privateKey);
@@ -41,7 +42,7 @@ function keyFromSeed(seed) {
   return { privateKey, publicKey, raw };
 }
 
-function parseSeed(text) {
+export function parseSeed(text) {
   const t = text.trim();
   if (/^[0-9a-fA-F]{64}$/.test(t)) return Buffer.from(t, 'hex');
   const b = Buffer.from(t.replace(/-/g, '+').replace(/_/g, '/'), 'base64');
@@ -54,12 +55,12 @@ function parseSeed(text) {
 // preimage is six lines, each ended by "\n": the version, the full gRPC method, the agent id,
 // the Unix time in milliseconds, the nonce, and the lower-case hex SHA-256 of the request's
 // bytes exactly as sent.
-function preimage({ method, agentId, timestampMs, nonce, body }) {
+export function preimage({ method, agentId, timestampMs, nonce, body }) {
   const digest = createHash('sha256').update(body).digest('hex');
   return Buffer.from([VERSION, method, agentId, String(timestampMs), nonce, digest].map((l) => l + '\n').join(''), 'utf8');
 }
 
-function signCall(privateKey, call) {
+export function signCall(privateKey, call) {
   // Ed25519 takes no separate digest algorithm: null.
   const signature = sign(null, preimage(call), privateKey).toString('base64url');
   return {
@@ -72,7 +73,7 @@ function signCall(privateKey, call) {
 
 // --- Protobuf, by hand ---------------------------------------------------------------------------
 
-function varint(n) {
+export function varint(n) {
   const out = [];
   let v = BigInt(n);
   do {
@@ -85,7 +86,7 @@ function varint(n) {
 }
 
 // stringField is a length-delimited field (wire type 2).
-function stringField(number, value) {
+export function stringField(number, value) {
   const bytes = Buffer.from(value, 'utf8');
   return Buffer.concat([varint((number << 3) | 2), varint(bytes.length), bytes]);
 }
@@ -105,7 +106,7 @@ const ENCODERS = {
     Buffer.concat([f.agent_id ? stringField(1, f.agent_id) : Buffer.alloc(0), f.reason ? stringField(2, f.reason) : Buffer.alloc(0)]),
 };
 
-function encodeRequest(type, fields) {
+export function encodeRequest(type, fields) {
   const enc = ENCODERS[type];
   if (!enc) throw new Error(`no encoder for ${type}`);
   return enc(fields);
@@ -267,7 +268,10 @@ async function main() {
   console.log(`response-hex: ${res.response.toString('hex')}`);
 }
 
-main().catch((err) => {
-  console.error(`signed_call: ${err.message}`);
-  process.exit(2);
-});
+// Run as a program, not when signed_call_connect.mjs imports the functions above.
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().catch((err) => {
+    console.error(`signed_call: ${err.message}`);
+    process.exit(2);
+  });
+}
