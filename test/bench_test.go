@@ -27,98 +27,110 @@ import (
 
 // BenchmarkRouterSendToFulfilled measures one message's whole life over gRPC with SDK agents:
 // A sends, B receives it on its stream, confirms the delivery and ACKs FULFILLED, and A
-// receives the forwarded FULFILLED ACK. It reports the rate and p50/p99 latency per store.
+// receives the forwarded FULFILLED ACK. It reports the rate and p50/p99 latency per store,
+// and again with both agents on HTTP/1.1 (the Connect protocol, sdk.WithHTTP1: §5.1's
+// fallback) as the variant <store>-http1, which benchreport sets beside the gRPC run.
 func BenchmarkRouterSendToFulfilled(b *testing.B) {
 	for _, kind := range storeKinds {
-		b.Run(kind, func(b *testing.B) {
-			ctx := context.Background()
-			a, bb, aStream, bStream := routerPair(b, kind)
-
-			// B: confirm and fulfil everything it gets, noting when each message arrived so the
-			// send→deliver latency can be reported apart from the whole round trip.
-			delivered := make(chan time.Time, 64)
-			go func() {
-				for {
-					d, err := bStream.Next()
-					if err != nil {
-						return
-					}
-					if d.Envelope.GetMessageType() == commonpb.MessageType_DATA {
-						delivered <- time.Now()
-					}
-					_, _ = d.Confirm(ctx)
-					if d.Envelope.GetMessageType() == commonpb.MessageType_DATA {
-						_ = d.Ack(ctx, commonpb.AckStage_FULFILLED, 0, "")
-					}
-				}
-			}()
-			fulfilled := make(chan string, 64)
-			go func() {
-				for {
-					d, err := aStream.Next()
-					if err != nil {
-						close(fulfilled)
-						return
-					}
-					_, _ = d.Confirm(ctx)
-					if p, ok := d.AckPayload(); ok && p.Stage == commonpb.AckStage_FULFILLED {
-						fulfilled <- p.AckForMessageID
-					}
-				}
-			}()
-
-			payload := []byte(`{"task_type":"CreateTicket","title":"Fix header overlap"}`)
-			// one sends a message and waits for its FULFILLED ACK; it returns the time to the
-			// delivery at B and to the ACK at A.
-			one := func() (toDeliver, toFulfilled time.Duration) {
-				t0 := time.Now()
-				env, err := a.Send(ctx, sdk.Message{To: bb.ID(), Payload: payload})
-				if err != nil {
-					b.Fatal(err)
-				}
-				toDeliver = (<-delivered).Sub(t0)
-				for id := range fulfilled {
-					if id == env.GetMessageId() {
-						break
-					}
-				}
-				return toDeliver, time.Since(t0)
-			}
-			for range warmupMessages {
-				one()
-			}
-			lat := make([]time.Duration, 0, b.N)
-			deliver := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for range b.N {
-				d, l := one()
-				deliver = append(deliver, d)
-				lat = append(lat, l)
-			}
-			b.StopTimer()
-			reportLatency(b, lat)
-			slices.Sort(deliver)
-			b.ReportMetric(float64(deliver[len(deliver)/2].Microseconds())/1000, "deliver-p50-ms")
-			b.ReportMetric(float64(deliver[min(len(deliver)-1, len(deliver)*99/100)].Microseconds())/1000, "deliver-p99-ms")
-		})
+		for _, variant := range []struct {
+			suffix string
+			opts   []grpc.DialOption
+		}{{"", nil}, {"-http1", []grpc.DialOption{sdk.WithHTTP1()}}} {
+			b.Run(kind+variant.suffix, func(b *testing.B) { benchSendToFulfilled(b, kind, variant.opts...) })
+		}
 	}
+}
+
+// benchSendToFulfilled is BenchmarkRouterSendToFulfilled on one store, its agents dialled
+// with opts.
+func benchSendToFulfilled(b *testing.B, kind string, opts ...grpc.DialOption) {
+	ctx := context.Background()
+	a, bb, aStream, bStream := routerPair(b, kind, opts...)
+
+	// B: confirm and fulfil everything it gets, noting when each message arrived so the
+	// send→deliver latency can be reported apart from the whole round trip.
+	delivered := make(chan time.Time, 64)
+	go func() {
+		for {
+			d, err := bStream.Next()
+			if err != nil {
+				return
+			}
+			if d.Envelope.GetMessageType() == commonpb.MessageType_DATA {
+				delivered <- time.Now()
+			}
+			_, _ = d.Confirm(ctx)
+			if d.Envelope.GetMessageType() == commonpb.MessageType_DATA {
+				_ = d.Ack(ctx, commonpb.AckStage_FULFILLED, 0, "")
+			}
+		}
+	}()
+	fulfilled := make(chan string, 64)
+	go func() {
+		for {
+			d, err := aStream.Next()
+			if err != nil {
+				close(fulfilled)
+				return
+			}
+			_, _ = d.Confirm(ctx)
+			if p, ok := d.AckPayload(); ok && p.Stage == commonpb.AckStage_FULFILLED {
+				fulfilled <- p.AckForMessageID
+			}
+		}
+	}()
+
+	payload := []byte(`{"task_type":"CreateTicket","title":"Fix header overlap"}`)
+	// one sends a message and waits for its FULFILLED ACK; it returns the time to the
+	// delivery at B and to the ACK at A.
+	one := func() (toDeliver, toFulfilled time.Duration) {
+		t0 := time.Now()
+		env, err := a.Send(ctx, sdk.Message{To: bb.ID(), Payload: payload})
+		if err != nil {
+			b.Fatal(err)
+		}
+		toDeliver = (<-delivered).Sub(t0)
+		for id := range fulfilled {
+			if id == env.GetMessageId() {
+				break
+			}
+		}
+		return toDeliver, time.Since(t0)
+	}
+	for range warmupMessages {
+		one()
+	}
+	lat := make([]time.Duration, 0, b.N)
+	deliver := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		d, l := one()
+		deliver = append(deliver, d)
+		lat = append(lat, l)
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+	slices.Sort(deliver)
+	b.ReportMetric(float64(deliver[len(deliver)/2].Microseconds())/1000, "deliver-p50-ms")
+	b.ReportMetric(float64(deliver[min(len(deliver)-1, len(deliver)*99/100)].Microseconds())/1000, "deliver-p99-ms")
 }
 
 // routerPair starts sw4rm with the given store and two agents, A (RUNNABLE) and B, each with
 // its stream open, for the router benchmarks.
-func routerPair(b *testing.B, kind string) (a, bb *sdk.Agent, aStream, bStream *sdk.Stream) {
-	_, a, bb, aStream, bStream = routerPairAuth(b, kind, auth.Off)
+func routerPair(b *testing.B, kind string, opts ...grpc.DialOption) (a, bb *sdk.Agent, aStream, bStream *sdk.Stream) {
+	_, a, bb, aStream, bStream = routerPairAuth(b, kind, auth.Off, opts...)
 	return a, bb, aStream, bStream
 }
 
 // routerPairAuth is routerPair with authentication in mode; outside off, both agents sign
-// every call (§6.2) and the server verifies each signature and nonce.
-func routerPairAuth(b *testing.B, kind string, mode auth.Mode) (sys *system, a, bb *sdk.Agent, aStream, bStream *sdk.Stream) {
+// every call (§6.2) and the server verifies each signature and nonce. opts are the agents'
+// Dial options in off mode.
+func routerPairAuth(b *testing.B, kind string, mode auth.Mode, opts ...grpc.DialOption) (sys *system, a, bb *sdk.Agent, aStream, bStream *sdk.Stream) {
 	ctx := context.Background()
 	sys = start(b, authConfig(b, kind, mode))
 	dial := func(name string) *sdk.Agent {
 		if mode == auth.Off {
-			return dialAgent(b, sys, name)
+			return dialAgent(b, sys, name, opts...)
 		}
 		return dialSigned(b, sys, name).Agent
 	}

@@ -91,9 +91,9 @@ func registryEvent(event, agentID string) func(*sdk.Delivery) bool {
 	}
 }
 
-func dialAgent(t testing.TB, sys *system, name string) *sdk.Agent {
+func dialAgent(t testing.TB, sys *system, name string, opts ...grpc.DialOption) *sdk.Agent {
 	t.Helper()
-	a, err := sdk.Dial(sys.app.GRPCAddr(), uniq(t, name))
+	a, err := sdk.Dial(sys.app.GRPCAddr(), uniq(t, name), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close() })
 	require.NoError(t, a.Register(context.Background(), &registrypb.AgentDescriptor{

@@ -109,6 +109,7 @@ func main() {
 // the variant's name, and the largest ratio of its time per operation to the plain run's.
 var variantTargets = map[string]float64{
 	"-auth-required": 1.10, // SW4RM_AUTH=required with every call signed, next to off (docs/security.md)
+	"-http1":         1.50, // the same over HTTP/1.1 with the Connect protocol, next to native gRPC (docs/http1.md)
 }
 
 // variants prints each variant next to its plain run, e.g. RouterThroughput/postgres-auth-required
