@@ -192,10 +192,10 @@ expect "a stream's error: the end-of-stream message" "$out" \
 # --- docs/http1.md, "Discovery" -----------------------------------------------------------------
 
 if [[ -n ${SW4RM_HTTP_ADDR:-} ]]; then
-  curl -sS -f "http://$SW4RM_HTTP_ADDR/descriptors.binpb" -o sw4rm.binpb
+  curl -sS -f "http://$SW4RM_HTTP_ADDR/descriptors.binpb" -o descriptors.binpb
   # A FileDescriptorSet's first byte is field 1's tag (0x0a), and it names the services.
-  expect "descriptors.binpb: a FileDescriptorSet" "$(od -An -tx1 -N1 sw4rm.binpb | tr -d ' ')" '^0a$'
-  expect "descriptors.binpb: RouterService is in it" "$(grep -ac RouterService sw4rm.binpb)" '^[1-9]'
+  expect "descriptors.binpb: a FileDescriptorSet" "$(od -An -tx1 -N1 descriptors.binpb | tr -d ' ')" '^0a$'
+  expect "descriptors.binpb: RouterService is in it" "$(grep -ac RouterService descriptors.binpb)" '^[1-9]'
 fi
 
 echo "PASS: every call of docs/http1.md answered as documented"
