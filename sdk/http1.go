@@ -256,7 +256,7 @@ func (c *connectConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, meth
 	if err != nil {
 		return nil, err
 	}
-	return &connectStream{c: c, ctx: ctx, stop: stop, method: method, opts: opts}, nil
+	return &connectStream{c: c, ctx: ctx, stop: stop, method: method, opts: opts, ready: make(chan struct{})}, nil
 }
 
 // connectStream is a server stream over the Connect protocol, as a grpc.ClientStream.
@@ -272,12 +272,12 @@ type connectStream struct {
 	sent bool
 
 	openOnce sync.Once
+	ready    chan struct{} // closed once the server answered the request (or it failed)
 	st       *connect.ServerStreamForClient[rawMessage]
 	openErr  error
 
 	endOnce sync.Once
 	trailer metadata.MD // set when the stream ended
-	ended   chan struct{}
 }
 
 // SendMsg keeps the stream's one request; CloseSend sends it.
@@ -291,45 +291,67 @@ func (s *connectStream) SendMsg(m any) error {
 	return nil
 }
 
-// CloseSend opens the stream with its request.
+// CloseSend sends the request; RecvMsg and Header wait for the server's answer.
 func (s *connectStream) CloseSend() error {
-	return s.open()
+	s.open()
+	select {
+	case <-s.ready:
+		return s.openErr
+	default:
+		return nil
+	}
 }
 
-// open sends the request (once) and reports why that failed.
-func (s *connectStream) open() error {
+// open sends the request, once. The server's answer comes in the background: connect
+// returns from a server stream's call only once the response's headers arrive, which over
+// HTTP/1.1 is with the first message — a keep-alive, for an idle inbox, many seconds later —
+// whereas a gRPC stream opens at once; RecvMsg waits for it instead.
+func (s *connectStream) open() {
 	s.openOnce.Do(func() {
-		s.ended = make(chan struct{})
 		s.mu.Lock()
 		req := s.req
 		s.req, s.sent = nil, true
 		s.mu.Unlock()
-		if req == nil {
-			s.openErr = status.Errorf(codes.Internal, "sw4rm: %s: no request was sent", s.method)
-		} else {
-			var body []byte
-			var h http.Header
-			if body, h, s.openErr = s.c.encode(s.ctx, s.method, req); s.openErr == nil {
-				r := connect.NewRequest(&rawMessage{b: body})
-				for k, vs := range h {
-					r.Header()[k] = vs
-				}
-				var err error
-				if s.st, err = s.c.client(s.method).CallServerStream(s.ctx, r); err != nil {
-					s.openErr = toStatus(err)
-				}
-			}
-		}
-		if s.openErr != nil {
+		fail := func(err error) {
+			s.openErr = err
 			s.end(nil, nil)
+			close(s.ready)
 		}
+		if req == nil {
+			fail(status.Errorf(codes.Internal, "sw4rm: %s: no request was sent", s.method))
+			return
+		}
+		body, h, err := s.c.encode(s.ctx, s.method, req)
+		if err != nil {
+			fail(err)
+			return
+		}
+		r := connect.NewRequest(&rawMessage{b: body})
+		for k, vs := range h {
+			r.Header()[k] = vs
+		}
+		go func() {
+			st, err := s.c.client(s.method).CallServerStream(s.ctx, r)
+			if err != nil {
+				fail(toStatus(err))
+				return
+			}
+			s.st = st
+			close(s.ready)
+		}()
 	})
+}
+
+// opened waits for the server's answer to the request.
+func (s *connectStream) opened() error {
+	s.open()
+	<-s.ready // CallServerStream ends with the call's context
 	return s.openErr
 }
 
 // RecvMsg receives the next message; io.EOF once the server ended the stream cleanly.
 func (s *connectStream) RecvMsg(m any) error {
-	if err := s.open(); err != nil {
+	if err := s.opened(); err != nil {
 		return err
 	}
 	out, ok := m.(proto.Message)
@@ -367,13 +389,12 @@ func (s *connectStream) end(header, trailer metadata.MD) {
 			_ = s.st.Close()
 		}
 		s.stop()
-		close(s.ended)
 	})
 }
 
 // Header waits for the server's response header.
 func (s *connectStream) Header() (metadata.MD, error) {
-	if err := s.open(); err != nil {
+	if err := s.opened(); err != nil {
 		return nil, err
 	}
 	return toMetadata(s.st.ResponseHeader()), nil

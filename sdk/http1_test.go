@@ -86,14 +86,18 @@ func (f *fakeServices) Heartbeat(ctx context.Context, _ *registrypb.HeartbeatReq
 	return nil, status.FromContextError(ctx.Err()).Err()
 }
 
+// holdFirst is how long StreamIncoming with x-hold stays silent before its first delivery.
+const holdFirst = 500 * time.Millisecond
+
 // StreamIncoming sends two deliveries with keep-alives (seq 0, no msg) around them, or, with
-// the x-hold header, one delivery and then nothing until the call ends.
+// the x-hold header, one delivery after holdFirst and then nothing until the call ends.
 func (f *fakeServices) StreamIncoming(req *routerpb.StreamRequest, ss grpc.ServerStreamingServer[routerpb.StreamItem]) error {
 	md := f.record(ss.Context())
 	item := func(seq int64) *routerpb.StreamItem {
 		return &routerpb.StreamItem{Seq: seq, Msg: &commonpb.Envelope{MessageId: "m" + string(rune('0'+seq)), ProducerId: "p", MessageType: commonpb.MessageType_DATA}}
 	}
 	if len(md.Get("x-hold")) > 0 {
+		time.Sleep(holdFirst) // silent at first, as an idle inbox is
 		if err := ss.Send(item(1)); err != nil {
 			return err
 		}
@@ -327,12 +331,16 @@ func TestHTTP1StreamsSkipKeepAlives(t *testing.T) {
 	assert.Equal(t, []uint64{1, 2}, frames)
 }
 
-// TestHTTP1CloseEndsStreams: closing the agent ends its open stream, and later calls fail.
+// TestHTTP1CloseEndsStreams: a stream opens at once even while the server is silent (as a
+// gRPC stream does; the server's answer comes with its first message), closing the agent
+// ends the open stream, and later calls fail.
 func TestHTTP1CloseEndsStreams(t *testing.T) {
 	srv := newHTTP1Server(t, false)
 	a := dialHTTP1(t, srv.addr())
+	start := time.Now()
 	st, err := a.Receive(metadata.AppendToOutgoingContext(context.Background(), "x-hold", "1"))
 	require.NoError(t, err)
+	assert.Less(t, time.Since(start), holdFirst/2, "Receive does not wait for the first delivery")
 	d, err := st.Next()
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), d.Seq)
