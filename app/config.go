@@ -52,6 +52,9 @@ type Config struct {
 	BufferCapacity int
 	// MaxPayloadBytes is the payload limit (§5.4).
 	MaxPayloadBytes int
+	// CORSOrigins lists the web origins whose pages may call the gRPC port from a browser
+	// (Connect, gRPC-Web), separated by commas; empty allows none.
+	CORSOrigins string
 	// StreamKeepAlive is how long a stream over Connect or gRPC-Web may stay silent before
 	// it is sent an empty item, so that proxies do not cut it as idle.
 	StreamKeepAlive time.Duration
@@ -256,6 +259,9 @@ func (c Config) Resolve() (Resolved, error) {
 	}
 	if r.RoomPolicy.Strategy, err = voting.ParseStrategy(c.RoomStrategy); err != nil {
 		return r, settingError("SW4RM_ROOM_STRATEGY", err)
+	}
+	if err := frontend.CheckCORSOrigins(splitList(c.CORSOrigins)); err != nil {
+		return r, settingError("SW4RM_CORS_ORIGINS", err)
 	}
 	maxParallel, err := ParseMaxParallel(c.MaxParallel)
 	if err != nil {

@@ -70,6 +70,9 @@ func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server),
 		_ = a.grpcLis.Close()
 		return err
 	}
+	if origins := splitList(cfg.CORSOrigins); len(origins) > 0 {
+		connect = frontend.WithCORS(connect, origins)
+	}
 	mux := newPortMux(a.grpcLis, tlsCfg, log)
 	go func() {
 		if err := a.grpc.Serve(mux.grpc); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
