@@ -21,7 +21,7 @@ import (
 // BenchmarkPort: one small unary call (grpc.health.v1.Health/Check) on each path the gRPC
 // port offers, in cleartext on loopback — the figures docs/http1.md gives for why native gRPC
 // stays on grpc-go's own transport rather than on net/http (grpc.Server.ServeHTTP), which
-// would let one server take every protocol. Run: go test ./app -run '^$' -bench '^BenchmarkPort$'.
+// would let one server take every protocol. Run: go test ./app -run '^$' -bench BenchmarkPort.
 func BenchmarkPort(b *testing.B) {
 	g := grpc.NewServer()
 	healthpb.RegisterHealthServer(g, health.NewServer())

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
@@ -248,27 +247,4 @@ func TestAckDropper(t *testing.T) {
 		}
 		assert.Equal(t, want, got, "reads of %d bytes", size)
 	}
-}
-
-// BenchmarkPortUnary is one unary call (grpc.health.v1 Check) through portMux over native
-// gRPC and over Connect on HTTP/1.1: the transport's own cost, without SW4RM's work.
-func BenchmarkPortUnary(b *testing.B) {
-	p := serveMuxed(b, nil)
-	b.Run("grpc", func(b *testing.B) {
-		conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		require.NoError(b, err)
-		defer conn.Close()
-		hc := healthpb.NewHealthClient(conn)
-		for b.Loop() {
-			_, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
-			require.NoError(b, err)
-		}
-	})
-	b.Run("connect-http1", func(b *testing.B) {
-		c := connect.NewClient[healthpb.HealthCheckRequest, healthpb.HealthCheckResponse](http1Client(nil), "http://"+p.addr+"/grpc.health.v1.Health/Check")
-		for b.Loop() {
-			_, err := c.CallUnary(context.Background(), connect.NewRequest(&healthpb.HealthCheckRequest{}))
-			require.NoError(b, err)
-		}
-	})
 }
