@@ -247,7 +247,9 @@ func (c *connectConn) Invoke(ctx context.Context, method string, args, reply any
 }
 
 // NewStream opens a server stream: its one request is sent at CloseSend (which the generated
-// clients call right after SendMsg), so that the signature, a header, can cover it.
+// clients call right after SendMsg), so that the signature, a header, can cover it. A desc
+// that streams neither way is a unary call made through the stream API; it is made as a
+// Connect unary call, whose header comes with its answer.
 func (c *connectConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	if desc.ClientStreams {
 		return nil, status.Errorf(codes.Unimplemented, "sw4rm: %s streams requests, which HTTP/1.1 cannot carry; dial with gRPC", method)
@@ -256,16 +258,18 @@ func (c *connectConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, meth
 	if err != nil {
 		return nil, err
 	}
-	return &connectStream{c: c, ctx: ctx, stop: stop, method: method, opts: opts, ready: make(chan struct{})}, nil
+	return &connectStream{c: c, ctx: ctx, stop: stop, method: method, opts: opts, unary: !desc.ServerStreams, ready: make(chan struct{})}, nil
 }
 
-// connectStream is a server stream over the Connect protocol, as a grpc.ClientStream.
+// connectStream is a server stream (or a unary call) over the Connect protocol, as a
+// grpc.ClientStream.
 type connectStream struct {
 	c      *connectConn
 	ctx    context.Context
 	stop   func()
 	method string
 	opts   []grpc.CallOption
+	unary  bool
 
 	mu   sync.Mutex
 	req  any // the one request, until the stream opens
@@ -274,10 +278,13 @@ type connectStream struct {
 	openOnce sync.Once
 	ready    chan struct{} // closed once the server answered the request (or it failed)
 	st       *connect.ServerStreamForClient[rawMessage]
+	resp     *connect.Response[rawMessage] // a unary call's answer
+	header   metadata.MD                   // a unary call's, or a failed call's
 	openErr  error
 
 	endOnce sync.Once
 	trailer metadata.MD // set when the stream ended
+	read    bool        // a unary call's answer was received
 }
 
 // SendMsg keeps the stream's one request; CloseSend sends it.
@@ -313,8 +320,13 @@ func (s *connectStream) open() {
 		s.req, s.sent = nil, true
 		s.mu.Unlock()
 		fail := func(err error) {
-			s.openErr = err
-			s.end(nil, nil)
+			var meta metadata.MD
+			var ce *connect.Error
+			if errors.As(err, &ce) {
+				meta = toMetadata(ce.Meta())
+			}
+			s.header, s.openErr = meta, toStatus(err)
+			s.end(meta, meta)
 			close(s.ready)
 		}
 		if req == nil {
@@ -331,9 +343,19 @@ func (s *connectStream) open() {
 			r.Header()[k] = vs
 		}
 		go func() {
+			if s.unary {
+				resp, err := s.c.client(s.method).CallUnary(s.ctx, r)
+				if err != nil {
+					fail(err)
+					return
+				}
+				s.resp, s.header = resp, toMetadata(resp.Header())
+				close(s.ready)
+				return
+			}
 			st, err := s.c.client(s.method).CallServerStream(s.ctx, r)
 			if err != nil {
-				fail(toStatus(err))
+				fail(err)
 				return
 			}
 			s.st = st
@@ -345,7 +367,7 @@ func (s *connectStream) open() {
 // opened waits for the server's answer to the request.
 func (s *connectStream) opened() error {
 	s.open()
-	<-s.ready // CallServerStream ends with the call's context
+	<-s.ready // the call ends with its context
 	return s.openErr
 }
 
@@ -357,6 +379,20 @@ func (s *connectStream) RecvMsg(m any) error {
 	out, ok := m.(proto.Message)
 	if !ok {
 		return status.Errorf(codes.Internal, "sw4rm: %s: a reply is a protobuf message, not %T", s.method, m)
+	}
+	if s.unary {
+		s.mu.Lock()
+		read := s.read
+		s.read = true
+		s.mu.Unlock()
+		if read {
+			return io.EOF
+		}
+		s.end(s.header, toMetadata(s.resp.Trailer()))
+		if err := proto.Unmarshal(s.resp.Msg.b, out); err != nil {
+			return status.Errorf(codes.Internal, "sw4rm: unmarshal %s reply: %v", s.method, err)
+		}
+		return nil
 	}
 	if s.st.Receive() {
 		if err := proto.Unmarshal(s.st.Msg().b, out); err != nil {
@@ -392,10 +428,14 @@ func (s *connectStream) end(header, trailer metadata.MD) {
 	})
 }
 
-// Header waits for the server's response header.
+// Header waits for the server's response header: a stream's first, a unary call's with its
+// answer. A failed call's header is its error's metadata, with the error.
 func (s *connectStream) Header() (metadata.MD, error) {
 	if err := s.opened(); err != nil {
-		return nil, err
+		return s.header, err
+	}
+	if s.unary {
+		return s.header, nil
 	}
 	return toMetadata(s.st.ResponseHeader()), nil
 }

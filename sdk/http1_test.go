@@ -391,3 +391,34 @@ func TestTransportFromEnv(t *testing.T) {
 	_, err = sdk.Dial(srv.addr(), "agent-1", sdk.WithoutSigning())
 	assert.ErrorContains(t, err, sdk.EnvTransport)
 }
+
+// TestHTTP1UnaryThroughStreamAPI: a unary call made through NewStream (to read its header
+// apart from its answer) is made as a Connect unary call: Header, the answer, io.EOF, the
+// trailer; a refusal is its status from Header and RecvMsg alike.
+func TestHTTP1UnaryThroughStreamAPI(t *testing.T) {
+	srv := newHTTP1Server(t, false)
+	a := dialHTTP1(t, srv.addr())
+	call := func(name string) grpc.ClientStream {
+		cs, err := a.ClientConn().NewStream(context.Background(), &grpc.StreamDesc{StreamName: "RegisterAgent"}, registrypb.RegistryService_RegisterAgent_FullMethodName)
+		require.NoError(t, err)
+		require.NoError(t, cs.SendMsg(&registrypb.RegisterAgentRequest{Agent: &registrypb.AgentDescriptor{AgentId: "agent-1", Name: name}}))
+		require.NoError(t, cs.CloseSend())
+		return cs
+	}
+	cs := call("one")
+	md, err := cs.Header()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"h1"}, md.Get("x-head"))
+	var resp registrypb.RegisterAgentResponse
+	require.NoError(t, cs.RecvMsg(&resp))
+	assert.True(t, resp.GetAccepted())
+	assert.ErrorIs(t, cs.RecvMsg(&resp), io.EOF)
+	assert.Equal(t, []string{"t1"}, cs.Trailer().Get("x-tail"))
+	assert.Equal(t, "application/proto", srv.wire()[0].ct, "a Connect unary call")
+
+	cs = call("refuse")
+	_, err = cs.Header()
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	assert.Equal(t, codes.InvalidArgument, status.Code(cs.RecvMsg(&resp)))
+	assert.Equal(t, []string{"VALIDATION_ERROR"}, cs.Trailer().Get(wire.ErrorCodeTrailer))
+}
