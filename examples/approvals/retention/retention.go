@@ -235,7 +235,7 @@ func (e *example) ask(ctx context.Context, janitor *sdk.Agent, n int) (hitl.Outc
 	// the server keeps to answer in): so the human has Wait, and then the fallback decides.
 	wctx, cancel := context.WithTimeout(ctx, e.opts.Wait+time.Second)
 	defer cancel()
-	call, err := decide(wctx, janitor.Conn(), &hitlpb.HitlInvocation{
+	call, err := decide(wctx, janitor.ClientConn(), &hitlpb.HitlInvocation{
 		ReasonType: commonpb.HitlReasonType_SECURITY_APPROVAL, Context: question,
 		ProposedActions: []string{"approve", "deny"}, Priority: 5,
 	})
@@ -352,7 +352,7 @@ func (e *example) join(ctx context.Context, id, description string) (*sdk.Agent,
 // provide registers records.purge as a tool of the records agent (ConnectorService) and
 // serves its calls from the agent's message stream (TOOL_CALL envelopes, §18.2).
 func (e *example) provide(ctx context.Context, records *sdk.Agent) error {
-	resp, err := connectorpb.NewConnectorServiceClient(records.Conn()).RegisterProvider(ctx, &connectorpb.ProviderRegisterRequest{
+	resp, err := connectorpb.NewConnectorServiceClient(records.ClientConn()).RegisterProvider(ctx, &connectorpb.ProviderRegisterRequest{
 		ProviderId: records.ID(), Tools: []*connectorpb.ToolDescriptor{{
 			ToolName: Tool,
 			InputSchema: `{"type":"object","properties":{"tenant":{"type":"string"},"older_than_years":{"type":"integer","minimum":1}},` +

@@ -406,7 +406,7 @@ func Run(ctx context.Context, server string, opts Options) (res *Result, err err
 		return res, err
 	}
 	// Any authenticated caller may create and run a workflow; the builder's connection does.
-	conn := agents[roleBuilder].Conn()
+	conn := agents[roleBuilder].ClientConn()
 	created, err := dag.Create(ctx, conn, def)
 	if err != nil {
 		return res, fmt.Errorf("create workflow %s: %w", s.workflowID, err)

@@ -191,7 +191,7 @@ func (s *session) contract(ctx context.Context) (*ContractResult, error) {
 // decisionReport reads the negotiation's DecisionReport, the artifact decision/final (§17.4),
 // through ActivityService.ListArtifacts.
 func decisionReport(ctx context.Context, a *sdk.Agent, id string) (*policypb.DecisionReport, error) {
-	resp, err := activitypb.NewActivityServiceClient(a.Conn()).ListArtifacts(ctx, &activitypb.ListArtifactsRequest{NegotiationId: id})
+	resp, err := activitypb.NewActivityServiceClient(a.ClientConn()).ListArtifacts(ctx, &activitypb.ListArtifactsRequest{NegotiationId: id})
 	if err != nil {
 		return nil, fmt.Errorf("artifacts of %s: %w", id, err)
 	}

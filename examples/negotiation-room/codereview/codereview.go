@@ -261,7 +261,7 @@ func Run(ctx context.Context, server string, opts Options) (res *Result, err err
 	}()
 
 	// The producer's room client talks to the server's NegotiationRoomService.
-	client := room.NewWithStore(room.NewServerStore(producer.agent.Conn(), room.WithRoomID(roomID)))
+	client := room.NewWithStore(room.NewServerStore(producer.agent.ClientConn(), room.WithRoomID(roomID)))
 	var last *negotiationroompb.NegotiationDecision
 	for i, draft := range Drafts {
 		p := &negotiationroompb.NegotiationProposal{
@@ -382,7 +382,7 @@ func printDecision(out *printer, version int, d *negotiationroompb.NegotiationDe
 // payload is the protojson of a NegotiationProposal) is reviewed and voted on; the final
 // decision, which the coordinator also sends to the critics, is reported on notices.
 func runCritic(ctx context.Context, out *printer, c critic, m *member, notices chan<- notice, cast *ballots) {
-	client := room.NewWithStore(room.NewServerStore(m.agent.Conn()))
+	client := room.NewWithStore(room.NewServerStore(m.agent.ClientConn()))
 	for {
 		d, err := m.stream.Next()
 		if err != nil {
