@@ -230,11 +230,11 @@ func firstMessage(r *http.Request, ct string, maxRequest int) (msg []byte, read 
 // is sent an empty keep-alive item: well under the idle timeouts of common proxies (60 s).
 const DefaultStreamKeepAlive = 15 * time.Second
 
-// keepAlive returns ss, sending an empty item (seq 0 or frame_no 0, which clients skip) each
-// time it has been silent for every, when the call arrived as Connect or gRPC-Web: HTTP/1.1
-// has no ping, and a proxy cuts a response that stays silent. A native gRPC stream is
-// returned as it is (HTTP/2 pings keep it). stop ends the keep-alives; call it before the
-// handler returns.
+// keepAlive returns ss, sending an empty item (seq 0 or frame_no 0, which clients skip) when
+// it opens and each time it has been silent for every, when the call arrived as Connect or
+// gRPC-Web: HTTP/1.1 has no ping, and a proxy cuts a response that stays silent. A native
+// gRPC stream is returned as it is (HTTP/2 pings keep it). stop ends the keep-alives; call
+// it before the handler returns.
 func keepAlive[T any](ss grpc.ServerStreamingServer[T], every time.Duration) (_ grpc.ServerStreamingServer[T], stop func()) {
 	ctx := ss.Context()
 	if ProtocolOf(ctx) == ProtocolGRPC {
@@ -243,7 +243,10 @@ func keepAlive[T any](ss grpc.ServerStreamingServer[T], every time.Duration) (_ 
 	if every <= 0 {
 		every = DefaultStreamKeepAlive
 	}
-	k := &keepAliveStream[T]{ServerStreamingServer: ss, every: every, timer: time.NewTimer(every)}
+	// The first item goes at once: vanguard sends a stream's response headers with its first
+	// message, and a client that waits for the headers before it reads (connect-go's
+	// CallServerStream) would otherwise wait a whole interval on a quiet stream.
+	k := &keepAliveStream[T]{ServerStreamingServer: ss, every: every, timer: time.NewTimer(0)}
 	done := make(chan struct{})
 	go func() {
 		for {
