@@ -511,6 +511,12 @@ func toStatus(err error) error {
 		}
 		return status.Error(codes.Unknown, err.Error())
 	}
+	if !connect.IsWireError(ce) && errors.Is(ce, io.ErrUnexpectedEOF) {
+		// Not the server's answer but connect-go's account of a connection that broke
+		// mid-message ("incomplete envelope", InvalidArgument): over gRPC that is
+		// Unavailable, the code callers (Serve among them) retry.
+		return status.Error(codes.Unavailable, ce.Message())
+	}
 	sp := &spb.Status{Code: int32(ce.Code()), Message: ce.Message()}
 	for _, d := range ce.Details() {
 		sp.Details = append(sp.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type(), Value: d.Bytes()})
