@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
@@ -11,14 +12,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/signing"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
+	"github.com/sw4rm/sw4rm-temporal/sdk"
 )
 
 // connectPost makes a Connect call over HTTP/1.1 with plain net/http, as a client that knows
@@ -147,6 +154,99 @@ func TestMalformedJSONOverHTTP1(t *testing.T) {
 			assert.Equal(t, "invalid_argument", end.Error.Code)
 			assert.Contains(t, end.Error.Message, "validation_error")
 			assert.Equal(t, []string{"VALIDATION_ERROR"}, http.Header(end.Metadata).Values("Sw4rm-Error-Code"))
+		})
+	}
+}
+
+// grpcWebFrames reads gRPC-Web frames from r: each message frame's payload goes to msgs,
+// and the trailer frame (flag 0x80) ends the reading with its text.
+func grpcWebFrames(r io.Reader, msgs chan<- []byte) (trailer string, err error) {
+	defer close(msgs)
+	head := make([]byte, 5)
+	for {
+		if _, err := io.ReadFull(r, head); err != nil {
+			return "", err
+		}
+		body := make([]byte, binary.BigEndian.Uint32(head[1:]))
+		if _, err := io.ReadFull(r, body); err != nil {
+			return "", err
+		}
+		if head[0]&0x80 != 0 {
+			return string(body), nil
+		}
+		msgs <- body
+	}
+}
+
+// TestGRPCWebStreamOverHTTP1: StreamIncoming over gRPC-Web on HTTP/1.1 (a browser's
+// grpc-web client) delivers in order what another agent sends, and a second stream opened with sw4rm-resume-after gets what the first delivered but
+// nobody confirmed after that seq — and nothing before it.
+func TestGRPCWebStreamOverHTTP1(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, newConfig(t, kind))
+			a := dialAgent(t, sys, "a")
+			b := dialAgent(t, sys, "b") // b streams only over gRPC-Web
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+
+			open := func(resumeAfter int64) (<-chan []byte, func()) {
+				req, err := proto.Marshal(&routerpb.StreamRequest{AgentId: b.ID()})
+				require.NoError(t, err)
+				sctx, stop := context.WithCancel(ctx)
+				hr, err := http.NewRequestWithContext(sctx, http.MethodPost, "http://"+sys.app.GRPCAddr()+routerpb.RouterService_StreamIncoming_FullMethodName, bytes.NewReader(envelope(req)))
+				require.NoError(t, err)
+				hr.Header.Set("Content-Type", "application/grpc-web+proto")
+				hr.Header.Set("X-Grpc-Web", "1")
+				if resumeAfter > 0 {
+					hr.Header.Set(wire.ResumeAfterKey, strconv.FormatInt(resumeAfter, 10))
+				}
+				resp, err := (&http.Client{Transport: &http.Transport{ForceAttemptHTTP2: false}}).Do(hr)
+				require.NoError(t, err)
+				require.Equal(t, "HTTP/1.1", resp.Proto)
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+				msgs := make(chan []byte, 16)
+				go func() { _, _ = grpcWebFrames(resp.Body, msgs) }()
+				return msgs, func() { stop(); _ = resp.Body.Close() }
+			}
+			next := func(msgs <-chan []byte) *routerpb.StreamItem {
+				for {
+					select {
+					case body, ok := <-msgs:
+						require.True(t, ok, "the stream ended")
+						var item routerpb.StreamItem
+						require.NoError(t, proto.Unmarshal(body, &item))
+						// Keep-alives and the registry's notifications pass.
+						if item.GetMsg().GetMessageType() == commonpb.MessageType_DATA {
+							return &item
+						}
+					case <-ctx.Done():
+						t.Fatal("no delivery")
+					}
+				}
+			}
+
+			msgs, stop := open(0)
+			var sent []string
+			for i := range 3 {
+				env, err := a.Send(ctx, sdk.Message{To: b.ID(), Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
+				require.NoError(t, err)
+				sent = append(sent, env.GetMessageId())
+			}
+			var items []*routerpb.StreamItem
+			for range sent {
+				items = append(items, next(msgs))
+			}
+			for i, it := range items {
+				assert.Equal(t, sent[i], it.GetMsg().GetMessageId(), "in order")
+			}
+			stop() // cut, nothing confirmed
+
+			msgs, stop = open(items[0].GetSeq())
+			defer stop()
+			assert.Equal(t, sent[1], next(msgs).GetMsg().GetMessageId(), "resumed after the first")
+			assert.Equal(t, sent[2], next(msgs).GetMsg().GetMessageId())
 		})
 	}
 }
