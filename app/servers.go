@@ -73,6 +73,9 @@ func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server),
 	if origins := splitList(cfg.CORSOrigins); len(origins) > 0 {
 		connect = frontend.WithCORS(connect, origins)
 	}
+	if a.inproc != nil {
+		go func() { _ = a.grpc.Serve(a.inproc) }()
+	}
 	mux := newPortMux(a.grpcLis, tlsCfg, log)
 	go func() {
 		if err := a.grpc.Serve(mux.grpc); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

@@ -232,6 +232,10 @@ var settings = []Setting{
 	{Flag: "stream-keepalive", Env: "SW4RM_STREAM_KEEPALIVE", Help: "silence after which a Connect or gRPC-Web stream is sent an empty keep-alive item",
 		Doc:  "how long `StreamIncoming` and `CallStream` over Connect or gRPC-Web (HTTP/1.1) stay silent before they send an empty keep-alive item (`seq` 0, `frame_no` 0), which clients skip, so that proxies do not cut them as idle (docs/http1.md); native gRPC uses HTTP/2 pings",
 		bind: positiveDuration(func(c *Config) *time.Duration { return &c.StreamKeepAlive }, frontend.DefaultStreamKeepAlive)},
+	{Flag: "temporal-ui", Env: "SW4RM_TEMPORAL_UI", Help: "the Temporal UI's base URL, for the console's links to runs; empty shows none",
+		Doc:        "the Temporal UI's base URL (e.g. `http://localhost:8233`), which the operator console links each run to (`hitl/<id>`, `dag/<id>`, tasks); empty shows no links. `make dev` sets it",
+		DefaultDoc: "empty = no links",
+		bind:       text(func(c *Config) *string { return &c.TemporalUI }, "")},
 	{Flag: "cors-origins", Env: "SW4RM_CORS_ORIGINS", Help: "web origins whose pages may call the gRPC port from a browser, separated by commas (scheme://host[:port], or *)",
 		Doc: "web origins (`scheme://host[:port]`, or `*`) whose pages may call the gRPC port from a browser over Connect or gRPC-Web, " +
 			"separated by commas: the port answers their CORS preflights and lets them read the `sw4rm-*` headers and trailers " +

@@ -13,10 +13,12 @@ import (
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/bridge"
+	"github.com/sw4rm/sw4rm-temporal/console"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/metrics"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
@@ -43,10 +45,15 @@ type App struct {
 	http     *http.Server
 	httpLis  net.Listener
 	// portHTTP serves Connect and gRPC-Web on the gRPC port (portMux).
-	portHTTP  *http.Server
-	httpTLS   bool
-	stopOnce  sync.Once
-	stopSweep context.CancelFunc
+	portHTTP *http.Server
+	// inproc is the gRPC server's in-process listener, the console's way in (newConsole).
+	inproc *bufconn.Listener
+	// console is the operator console on the HTTP port; consoleConn its connection.
+	console     *console.Console
+	consoleConn *grpc.ClientConn
+	httpTLS     bool
+	stopOnce    sync.Once
+	stopSweep   context.CancelFunc
 	// sweepDone closes when the router's Run has returned (its last writes are made).
 	sweepDone chan struct{}
 	metrics   *metrics.Router
@@ -348,6 +355,9 @@ func (a *App) startServer(ctx context.Context, p prepared) error {
 	if err := RegisterBuiltinTools(ctx, a.toolExecutors, st.ToolProviders()); err != nil {
 		return err
 	}
+	if err := a.newConsole(p, p.sec.tls != nil); err != nil {
+		return err
+	}
 	if err := a.serve(cfg, p.sec.tls, func(g *grpc.Server) { fe.Register(g) }, a.httpHandler()); err != nil {
 		return err
 	}
@@ -366,6 +376,9 @@ func (a *App) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.metrics.Handler())
 	mux.Handle("GET "+DescriptorsPath, descriptorsHandler(&a.grpc))
+	if a.console != nil {
+		mux.Handle(console.Prefix, a.console.Handler())
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = fmt.Fprintf(w, "ok store=%s\n", a.store.Kind())

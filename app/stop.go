@@ -27,6 +27,9 @@ func (a *App) stop() {
 	if a.grpcLis != nil {
 		_ = a.grpcLis.Close() // the servers closed only portMux's listeners
 	}
+	if a.consoleConn != nil {
+		_ = a.consoleConn.Close()
+	}
 	if a.auth != nil {
 		a.auth.Close()
 	}

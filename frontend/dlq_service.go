@@ -217,11 +217,16 @@ func dlqAlreadyRequeued(e store.DLQEntry) string {
 	return fmt.Sprintf("dead letter %d was already requeued as %s at %s", e.ID, e.RequeuedAs, e.RequeuedAt.UTC().Format(time.RFC3339))
 }
 
-// viaOf names the door an operator's call came through: "cli" for the sw4rm CLI (its
-// wire.ClientKey metadata), else "grpc".
+// viaOf names the door an operator's call came through: "cli" for the sw4rm CLI, "web" for
+// the operator console (their wire.ClientKey metadata), else "grpc".
 func viaOf(ctx context.Context) string {
-	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(wire.ClientKey)) > 0 && md.Get(wire.ClientKey)[0] == wire.ClientCLI {
-		return "cli"
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(wire.ClientKey)) > 0 {
+		switch md.Get(wire.ClientKey)[0] {
+		case wire.ClientCLI:
+			return "cli"
+		case wire.ClientConsole:
+			return "web"
+		}
 	}
 	return "grpc"
 }

@@ -80,6 +80,7 @@ cat <<MSG
 
   Temporal UI     http://localhost:$ui_port   (agent lifecycles are workflows named agent/<agent_id>)
   SW4RM gRPC      localhost:${grpc##*:}       (all 15 SW4RM services; try: bin/grpcurl -plaintext localhost:${grpc##*:} list)
+  Console         http://localhost:$http_port/console/   (approvals, agents, tasks, DAG runs, dead letters; sign in with the operator token)
   Health          http://localhost:$http_port/healthz
   Metrics         http://localhost:$http_port/metrics
   Audit log       ${SW4RM_AUDIT_LOG-.tmp/sw4rm-audit.log}   (tail -f it; SW4RM_VERBOSE=1 make dev shows it here)
@@ -91,4 +92,6 @@ cat <<MSG
 
 MSG
 export SW4RM_TEMPORAL_ADDRESS="$address"
+# The console links each run to the Temporal UI.
+export SW4RM_TEMPORAL_UI="${SW4RM_TEMPORAL_UI-http://localhost:$ui_port}"
 "$sw4rm" dev

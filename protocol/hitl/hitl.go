@@ -198,7 +198,7 @@ type Decision struct {
 	// here is a reusable secret stored there. Runs started since attested decisions refuse it;
 	// only runs recorded before accept it (see workflows.HitlWait).
 	Token string `json:"token,omitempty"`
-	// Via records the door: "cli", "grpc", "signal" (empty means signal) or ViaMessage, a
+	// Via records the door: "cli", "web" (the console), "grpc", "signal" (empty means signal) or ViaMessage, a
 	// HITL agent's reply on the message plane.
 	Via string `json:"via,omitempty"`
 	// Attestation proves the decision: a short-lived signature over it by the deployment's

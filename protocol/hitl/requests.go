@@ -39,7 +39,7 @@ func ParseIdempotencyKey(values []string) (string, *protocol.Error) {
 }
 
 // DecisionOf checks an operator's HitlAdminService.Decide request and returns the decision it
-// makes, by operator through the door via ("cli" or "grpc").
+// makes, by operator through the door via ("cli", "web" or "grpc").
 func DecisionOf(req *hitladminpb.DecideRequest, operator, via string) (Decision, *protocol.Error) {
 	action, err := ParseAction(req.GetDecision())
 	if err != nil {

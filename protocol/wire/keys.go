@@ -45,6 +45,9 @@ const ClientKey = "sw4rm-client"
 // ClientCLI is ClientKey's value on calls made by the sw4rm CLI.
 const ClientCLI = "cli"
 
+// ClientConsole is ClientKey's value on calls made by the operator console (the door "web").
+const ClientConsole = "web"
+
 // Messaging (§5.5, §12, docs/architecture.md "Addressing", docs/messaging.md).
 const (
 	// RecipientKey is the SendMessage request metadata naming the recipient agent (§12
