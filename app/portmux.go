@@ -44,9 +44,16 @@ type portMux struct {
 	sniffTimeout time.Duration
 }
 
-// newPortMux starts classifying the connections ln accepts; close ln to stop it.
-func newPortMux(ln net.Listener, tlsCfg *tls.Config, log *slog.Logger) *portMux {
-	m := &portMux{ln: ln, log: log, grpc: newChanListener(ln.Addr()), http: newChanListener(ln.Addr()), sniffTimeout: 10 * time.Second}
+// defaultSniffTimeout bounds how long a connection may take to show what it speaks.
+const defaultSniffTimeout = 10 * time.Second
+
+// newPortMux starts classifying the connections ln accepts; close ln to stop it. sniffTimeout
+// is portMux.sniffTimeout; zero means defaultSniffTimeout.
+func newPortMux(ln net.Listener, tlsCfg *tls.Config, log *slog.Logger, sniffTimeout time.Duration) *portMux {
+	if sniffTimeout <= 0 {
+		sniffTimeout = defaultSniffTimeout
+	}
+	m := &portMux{ln: ln, log: log, grpc: newChanListener(ln.Addr()), http: newChanListener(ln.Addr()), sniffTimeout: sniffTimeout}
 	if tlsCfg != nil {
 		m.tls = tlsCfg.Clone()
 		m.tls.NextProtos = []string{"h2", "http/1.1"}

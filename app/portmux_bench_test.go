@@ -31,7 +31,7 @@ func BenchmarkPort(b *testing.B) {
 	// The port as App.serve serves it.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(b, err)
-	m := newPortMux(ln, nil, slog.New(slog.DiscardHandler))
+	m := newPortMux(ln, nil, slog.New(slog.DiscardHandler), 0)
 	srv := portHTTPServer(h, slog.New(slog.DiscardHandler))
 	go func() { _ = g.Serve(m.grpc) }()
 	go func() { _ = srv.Serve(m.http) }()

@@ -53,8 +53,7 @@ func serveMuxed(t testing.TB, tlsCfg *tls.Config) *muxed {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	m := newPortMux(ln, tlsCfg, slog.New(slog.DiscardHandler))
-	m.sniffTimeout = 500 * time.Millisecond
+	m := newPortMux(ln, tlsCfg, slog.New(slog.DiscardHandler), 500*time.Millisecond)
 	g := grpc.NewServer()
 	healthpb.RegisterHealthServer(g, health.NewServer())
 	h, err := frontend.HTTPHandler(g, 1<<20)

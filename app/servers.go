@@ -76,7 +76,7 @@ func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server),
 	if a.inproc != nil {
 		go func() { _ = a.grpc.Serve(a.inproc) }()
 	}
-	mux := newPortMux(a.grpcLis, tlsCfg, log)
+	mux := newPortMux(a.grpcLis, tlsCfg, log, 0)
 	go func() {
 		if err := a.grpc.Serve(mux.grpc); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			log.Error("gRPC server stopped", "error", err)
