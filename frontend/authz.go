@@ -206,6 +206,9 @@ var methodRules = map[string]rule{
 	directorypb.DirectoryService_ListTasks_FullMethodName:         {who: authenticated},
 	directorypb.DirectoryService_ListDAGRuns_FullMethodName:       {who: authenticated},
 	directorypb.DirectoryService_ListToolCalls_FullMethodName:     {who: authenticated},
+	// Negotiations are their participants' (§17), but the listing shows every one with its
+	// drafts and transcript, as the operator console does: operators only.
+	directorypb.DirectoryService_ListNegotiations_FullMethodName: {who: operator},
 
 	// Tool calls (§18): any proven agent or operator may call; the handler then checks the
 	// rest — an agent calls only for itself (sw4rm-agent-id), the ACL decides the tool and its

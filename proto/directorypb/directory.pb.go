@@ -1377,6 +1377,573 @@ func (x *ListToolCallsResponse) GetCalls() []*ToolCallEntry {
 	return nil
 }
 
+// ListNegotiationsRequest filters the listing of negotiations and room reviews.
+type ListNegotiationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only negotiations and reviews in this state: "open" (still running, paused for a human
+	// included) or "closed"; empty for both.
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// Only this negotiation (and no room review); empty for every one.
+	NegotiationId string `protobuf:"bytes,2,opt,name=negotiation_id,json=negotiationId,proto3" json:"negotiation_id,omitempty"`
+	// At most this many negotiations, and at most this many reviews; 0 means 100, at most 1000.
+	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNegotiationsRequest) Reset() {
+	*x = ListNegotiationsRequest{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNegotiationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNegotiationsRequest) ProtoMessage() {}
+
+func (x *ListNegotiationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNegotiationsRequest.ProtoReflect.Descriptor instead.
+func (*ListNegotiationsRequest) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListNegotiationsRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListNegotiationsRequest) GetNegotiationId() string {
+	if x != nil {
+		return x.NegotiationId
+	}
+	return ""
+}
+
+func (x *ListNegotiationsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// NegotiationEntry is one negotiation (§17) as its workflow last recorded it.
+type NegotiationEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The negotiation; its workflow is negotiation/<negotiation_id>.
+	NegotiationId string `protobuf:"bytes,1,opt,name=negotiation_id,json=negotiationId,proto3" json:"negotiation_id,omitempty"`
+	// What it is about.
+	Topic string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	// "contract" (propose, counter, evaluate) or "debate" (rounds of turns).
+	Mode string `protobuf:"bytes,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	// The participants, in turn order.
+	Participants []string `protobuf:"bytes,4,rep,name=participants,proto3" json:"participants,omitempty"`
+	// Who opened it: "agent:<agent_id>", "operator:<name>" or "anonymous".
+	Opener string `protobuf:"bytes,5,opt,name=opener,proto3" json:"opener,omitempty"`
+	// "open", "paused_for_hitl", "decided" or "aborted".
+	Status string `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
+	// The round reached: the number of accepted versions in contract mode, the last round with
+	// a turn in debate mode.
+	Round uint32 `protobuf:"varint,7,opt,name=round,proto3" json:"round,omitempty"`
+	// The effective policy's round limit (§17.2); 0 when it sets none.
+	MaxRounds uint32 `protobuf:"varint,8,opt,name=max_rounds,json=maxRounds,proto3" json:"max_rounds,omitempty"`
+	// Contract mode: the accepted versions with their scores, oldest first.
+	Versions []*NegotiationVersionEntry `protobuf:"bytes,9,rep,name=versions,proto3" json:"versions,omitempty"`
+	// Debate mode: the transcript, in order.
+	Turns []*DebateTurnEntry `protobuf:"bytes,10,rep,name=turns,proto3" json:"turns,omitempty"`
+	// Who decided a decided negotiation: "consensus", "hitl" or "policy".
+	DecidedBy string `protobuf:"bytes,11,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// Why it stopped: threshold_met, max_rounds, oscillation, budget or timeout.
+	StopReason string `protobuf:"bytes,12,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	// Why an aborted negotiation was aborted.
+	AbortReason string `protobuf:"bytes,13,opt,name=abort_reason,json=abortReason,proto3" json:"abort_reason,omitempty"`
+	// The HITL invocation it waits for while paused_for_hitl.
+	HitlInvocationId string `protobuf:"bytes,14,opt,name=hitl_invocation_id,json=hitlInvocationId,proto3" json:"hitl_invocation_id,omitempty"`
+	// When it opened.
+	OpenedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=opened_at,json=openedAt,proto3" json:"opened_at,omitempty"`
+	// When its debate_timeout fires.
+	DeadlineAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=deadline_at,json=deadlineAt,proto3" json:"deadline_at,omitempty"`
+	// The run's status in Temporal, e.g. "Running", "Completed".
+	ExecutionStatus string `protobuf:"bytes,17,opt,name=execution_status,json=executionStatus,proto3" json:"execution_status,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *NegotiationEntry) Reset() {
+	*x = NegotiationEntry{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NegotiationEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NegotiationEntry) ProtoMessage() {}
+
+func (x *NegotiationEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NegotiationEntry.ProtoReflect.Descriptor instead.
+func (*NegotiationEntry) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *NegotiationEntry) GetNegotiationId() string {
+	if x != nil {
+		return x.NegotiationId
+	}
+	return ""
+}
+
+func (x *NegotiationEntry) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *NegotiationEntry) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *NegotiationEntry) GetParticipants() []string {
+	if x != nil {
+		return x.Participants
+	}
+	return nil
+}
+
+func (x *NegotiationEntry) GetOpener() string {
+	if x != nil {
+		return x.Opener
+	}
+	return ""
+}
+
+func (x *NegotiationEntry) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *NegotiationEntry) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *NegotiationEntry) GetMaxRounds() uint32 {
+	if x != nil {
+		return x.MaxRounds
+	}
+	return 0
+}
+
+func (x *NegotiationEntry) GetVersions() []*NegotiationVersionEntry {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *NegotiationEntry) GetTurns() []*DebateTurnEntry {
+	if x != nil {
+		return x.Turns
+	}
+	return nil
+}
+
+func (x *NegotiationEntry) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *NegotiationEntry) GetStopReason() string {
+	if x != nil {
+		return x.StopReason
+	}
+	return ""
+}
+
+func (x *NegotiationEntry) GetAbortReason() string {
+	if x != nil {
+		return x.AbortReason
+	}
+	return ""
+}
+
+func (x *NegotiationEntry) GetHitlInvocationId() string {
+	if x != nil {
+		return x.HitlInvocationId
+	}
+	return ""
+}
+
+func (x *NegotiationEntry) GetOpenedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OpenedAt
+	}
+	return nil
+}
+
+func (x *NegotiationEntry) GetDeadlineAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeadlineAt
+	}
+	return nil
+}
+
+func (x *NegotiationEntry) GetExecutionStatus() string {
+	if x != nil {
+		return x.ExecutionStatus
+	}
+	return ""
+}
+
+// NegotiationVersionEntry is one accepted draft of a contract negotiation.
+type NegotiationVersionEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version number, from 1.
+	N uint32 `protobuf:"varint,1,opt,name=n,proto3" json:"n,omitempty"`
+	// The participant that submitted it.
+	Author string `protobuf:"bytes,2,opt,name=author,proto3" json:"author,omitempty"`
+	// Whether it was a counter-proposal.
+	Counter bool `protobuf:"varint,3,opt,name=counter,proto3" json:"counter,omitempty"`
+	// The draft's MIME type.
+	ContentType string `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// The draft.
+	Payload []byte `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
+	// The blended score (0-1, §17.3).
+	Score float32 `protobuf:"fixed32,6,opt,name=score,proto3" json:"score,omitempty"`
+	// The participants' confidences in this version, by agent_id.
+	Evaluations map[string]float64 `protobuf:"bytes,7,rep,name=evaluations,proto3" json:"evaluations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	// The participants' notes on this version, by agent_id.
+	Notes         map[string]string `protobuf:"bytes,8,rep,name=notes,proto3" json:"notes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NegotiationVersionEntry) Reset() {
+	*x = NegotiationVersionEntry{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NegotiationVersionEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NegotiationVersionEntry) ProtoMessage() {}
+
+func (x *NegotiationVersionEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NegotiationVersionEntry.ProtoReflect.Descriptor instead.
+func (*NegotiationVersionEntry) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *NegotiationVersionEntry) GetN() uint32 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
+func (x *NegotiationVersionEntry) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *NegotiationVersionEntry) GetCounter() bool {
+	if x != nil {
+		return x.Counter
+	}
+	return false
+}
+
+func (x *NegotiationVersionEntry) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *NegotiationVersionEntry) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *NegotiationVersionEntry) GetScore() float32 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *NegotiationVersionEntry) GetEvaluations() map[string]float64 {
+	if x != nil {
+		return x.Evaluations
+	}
+	return nil
+}
+
+func (x *NegotiationVersionEntry) GetNotes() map[string]string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+// DebateTurnEntry is one participant's turn of a debate.
+type DebateTurnEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The round, from 1.
+	Round uint32 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	// The participant.
+	Agent string `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	// What it answered.
+	Text          string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DebateTurnEntry) Reset() {
+	*x = DebateTurnEntry{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DebateTurnEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DebateTurnEntry) ProtoMessage() {}
+
+func (x *DebateTurnEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DebateTurnEntry.ProtoReflect.Descriptor instead.
+func (*DebateTurnEntry) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DebateTurnEntry) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *DebateTurnEntry) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *DebateTurnEntry) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+// RoomReviewEntry is one review of an artifact in a negotiation room (§17.5); its votes and
+// decision are NegotiationRoomService's GetVotes and GetDecision.
+type RoomReviewEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The room.
+	RoomId string `protobuf:"bytes,1,opt,name=room_id,json=roomId,proto3" json:"room_id,omitempty"`
+	// The artifact under review.
+	ArtifactId string `protobuf:"bytes,2,opt,name=artifact_id,json=artifactId,proto3" json:"artifact_id,omitempty"`
+	// The coordinator's status in Temporal, e.g. "Running", "Completed".
+	ExecutionStatus string `protobuf:"bytes,3,opt,name=execution_status,json=executionStatus,proto3" json:"execution_status,omitempty"`
+	// When the review started.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// When it closed; unset while open.
+	ClosedAt      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=closed_at,json=closedAt,proto3" json:"closed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomReviewEntry) Reset() {
+	*x = RoomReviewEntry{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomReviewEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomReviewEntry) ProtoMessage() {}
+
+func (x *RoomReviewEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomReviewEntry.ProtoReflect.Descriptor instead.
+func (*RoomReviewEntry) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RoomReviewEntry) GetRoomId() string {
+	if x != nil {
+		return x.RoomId
+	}
+	return ""
+}
+
+func (x *RoomReviewEntry) GetArtifactId() string {
+	if x != nil {
+		return x.ArtifactId
+	}
+	return ""
+}
+
+func (x *RoomReviewEntry) GetExecutionStatus() string {
+	if x != nil {
+		return x.ExecutionStatus
+	}
+	return ""
+}
+
+func (x *RoomReviewEntry) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *RoomReviewEntry) GetClosedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClosedAt
+	}
+	return nil
+}
+
+// ListNegotiationsResponse is the listing.
+type ListNegotiationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The negotiations: open ones first, then closed ones, most recently closed first.
+	Negotiations []*NegotiationEntry `protobuf:"bytes,1,rep,name=negotiations,proto3" json:"negotiations,omitempty"`
+	// The room reviews, in the same order.
+	Reviews       []*RoomReviewEntry `protobuf:"bytes,2,rep,name=reviews,proto3" json:"reviews,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNegotiationsResponse) Reset() {
+	*x = ListNegotiationsResponse{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNegotiationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNegotiationsResponse) ProtoMessage() {}
+
+func (x *ListNegotiationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNegotiationsResponse.ProtoReflect.Descriptor instead.
+func (*ListNegotiationsResponse) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListNegotiationsResponse) GetNegotiations() []*NegotiationEntry {
+	if x != nil {
+		return x.Negotiations
+	}
+	return nil
+}
+
+func (x *ListNegotiationsResponse) GetReviews() []*RoomReviewEntry {
+	if x != nil {
+		return x.Reviews
+	}
+	return nil
+}
+
 var File_sw4rmext_directory_proto protoreflect.FileDescriptor
 
 const file_sw4rmext_directory_proto_rawDesc = "" +
@@ -1498,7 +2065,65 @@ const file_sw4rmext_directory_proto_rawDesc = "" +
 	"created_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"S\n" +
 	"\x15ListToolCallsResponse\x12:\n" +
-	"\x05calls\x18\x01 \x03(\v2$.sw4rmext.directory.v1.ToolCallEntryR\x05calls2\xd3\x05\n" +
+	"\x05calls\x18\x01 \x03(\v2$.sw4rmext.directory.v1.ToolCallEntryR\x05calls\"l\n" +
+	"\x17ListNegotiationsRequest\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12%\n" +
+	"\x0enegotiation_id\x18\x02 \x01(\tR\rnegotiationId\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xa8\x05\n" +
+	"\x10NegotiationEntry\x12%\n" +
+	"\x0enegotiation_id\x18\x01 \x01(\tR\rnegotiationId\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\tR\x04mode\x12\"\n" +
+	"\fparticipants\x18\x04 \x03(\tR\fparticipants\x12\x16\n" +
+	"\x06opener\x18\x05 \x01(\tR\x06opener\x12\x16\n" +
+	"\x06status\x18\x06 \x01(\tR\x06status\x12\x14\n" +
+	"\x05round\x18\a \x01(\rR\x05round\x12\x1d\n" +
+	"\n" +
+	"max_rounds\x18\b \x01(\rR\tmaxRounds\x12J\n" +
+	"\bversions\x18\t \x03(\v2..sw4rmext.directory.v1.NegotiationVersionEntryR\bversions\x12<\n" +
+	"\x05turns\x18\n" +
+	" \x03(\v2&.sw4rmext.directory.v1.DebateTurnEntryR\x05turns\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\v \x01(\tR\tdecidedBy\x12\x1f\n" +
+	"\vstop_reason\x18\f \x01(\tR\n" +
+	"stopReason\x12!\n" +
+	"\fabort_reason\x18\r \x01(\tR\vabortReason\x12,\n" +
+	"\x12hitl_invocation_id\x18\x0e \x01(\tR\x10hitlInvocationId\x127\n" +
+	"\topened_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\bopenedAt\x12;\n" +
+	"\vdeadline_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"deadlineAt\x12)\n" +
+	"\x10execution_status\x18\x11 \x01(\tR\x0fexecutionStatus\"\xda\x03\n" +
+	"\x17NegotiationVersionEntry\x12\f\n" +
+	"\x01n\x18\x01 \x01(\rR\x01n\x12\x16\n" +
+	"\x06author\x18\x02 \x01(\tR\x06author\x12\x18\n" +
+	"\acounter\x18\x03 \x01(\bR\acounter\x12!\n" +
+	"\fcontent_type\x18\x04 \x01(\tR\vcontentType\x12\x18\n" +
+	"\apayload\x18\x05 \x01(\fR\apayload\x12\x14\n" +
+	"\x05score\x18\x06 \x01(\x02R\x05score\x12a\n" +
+	"\vevaluations\x18\a \x03(\v2?.sw4rmext.directory.v1.NegotiationVersionEntry.EvaluationsEntryR\vevaluations\x12O\n" +
+	"\x05notes\x18\b \x03(\v29.sw4rmext.directory.v1.NegotiationVersionEntry.NotesEntryR\x05notes\x1a>\n" +
+	"\x10EvaluationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1a8\n" +
+	"\n" +
+	"NotesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
+	"\x0fDebateTurnEntry\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12\x14\n" +
+	"\x05agent\x18\x02 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xea\x01\n" +
+	"\x0fRoomReviewEntry\x12\x17\n" +
+	"\aroom_id\x18\x01 \x01(\tR\x06roomId\x12\x1f\n" +
+	"\vartifact_id\x18\x02 \x01(\tR\n" +
+	"artifactId\x12)\n" +
+	"\x10execution_status\x18\x03 \x01(\tR\x0fexecutionStatus\x129\n" +
+	"\n" +
+	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x127\n" +
+	"\tclosed_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\"\xa9\x01\n" +
+	"\x18ListNegotiationsResponse\x12K\n" +
+	"\fnegotiations\x18\x01 \x03(\v2'.sw4rmext.directory.v1.NegotiationEntryR\fnegotiations\x12@\n" +
+	"\areviews\x18\x02 \x03(\v2&.sw4rmext.directory.v1.RoomReviewEntryR\areviews2\xc8\x06\n" +
 	"\x10DirectoryService\x12U\n" +
 	"\bGetAgent\x12&.sw4rmext.directory.v1.GetAgentRequest\x1a!.sw4rmext.directory.v1.AgentEntry\x12a\n" +
 	"\n" +
@@ -1508,7 +2133,8 @@ const file_sw4rmext_directory_proto_rawDesc = "" +
 	"\x11ListToolProviders\x12/.sw4rmext.directory.v1.ListToolProvidersRequest\x1a0.sw4rmext.directory.v1.ListToolProvidersResponse\x12^\n" +
 	"\tListTasks\x12'.sw4rmext.directory.v1.ListTasksRequest\x1a(.sw4rmext.directory.v1.ListTasksResponse\x12d\n" +
 	"\vListDAGRuns\x12).sw4rmext.directory.v1.ListDAGRunsRequest\x1a*.sw4rmext.directory.v1.ListDAGRunsResponse\x12j\n" +
-	"\rListToolCalls\x12+.sw4rmext.directory.v1.ListToolCallsRequest\x1a,.sw4rmext.directory.v1.ListToolCallsResponseB?Z=github.com/sw4rm/sw4rm-temporal/proto/directorypb;directorypbb\x06proto3"
+	"\rListToolCalls\x12+.sw4rmext.directory.v1.ListToolCallsRequest\x1a,.sw4rmext.directory.v1.ListToolCallsResponse\x12s\n" +
+	"\x10ListNegotiations\x12..sw4rmext.directory.v1.ListNegotiationsRequest\x1a/.sw4rmext.directory.v1.ListNegotiationsResponseB?Z=github.com/sw4rm/sw4rm-temporal/proto/directorypb;directorypbb\x06proto3"
 
 var (
 	file_sw4rmext_directory_proto_rawDescOnce sync.Once
@@ -1522,7 +2148,7 @@ func file_sw4rmext_directory_proto_rawDescGZIP() []byte {
 	return file_sw4rmext_directory_proto_rawDescData
 }
 
-var file_sw4rmext_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_sw4rmext_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_sw4rmext_directory_proto_goTypes = []any{
 	(*GetAgentRequest)(nil),            // 0: sw4rmext.directory.v1.GetAgentRequest
 	(*AgentEntry)(nil),                 // 1: sw4rmext.directory.v1.AgentEntry
@@ -1542,49 +2168,69 @@ var file_sw4rmext_directory_proto_goTypes = []any{
 	(*ListToolCallsRequest)(nil),       // 15: sw4rmext.directory.v1.ListToolCallsRequest
 	(*ToolCallEntry)(nil),              // 16: sw4rmext.directory.v1.ToolCallEntry
 	(*ListToolCallsResponse)(nil),      // 17: sw4rmext.directory.v1.ListToolCallsResponse
-	nil,                                // 18: sw4rmext.directory.v1.AgentEntry.HealthEntry
-	(*registrypb.AgentDescriptor)(nil), // 19: sw4rm.registry.AgentDescriptor
-	(*timestamppb.Timestamp)(nil),      // 20: google.protobuf.Timestamp
-	(*connectorpb.ToolDescriptor)(nil), // 21: sw4rm.connector.ToolDescriptor
+	(*ListNegotiationsRequest)(nil),    // 18: sw4rmext.directory.v1.ListNegotiationsRequest
+	(*NegotiationEntry)(nil),           // 19: sw4rmext.directory.v1.NegotiationEntry
+	(*NegotiationVersionEntry)(nil),    // 20: sw4rmext.directory.v1.NegotiationVersionEntry
+	(*DebateTurnEntry)(nil),            // 21: sw4rmext.directory.v1.DebateTurnEntry
+	(*RoomReviewEntry)(nil),            // 22: sw4rmext.directory.v1.RoomReviewEntry
+	(*ListNegotiationsResponse)(nil),   // 23: sw4rmext.directory.v1.ListNegotiationsResponse
+	nil,                                // 24: sw4rmext.directory.v1.AgentEntry.HealthEntry
+	nil,                                // 25: sw4rmext.directory.v1.NegotiationVersionEntry.EvaluationsEntry
+	nil,                                // 26: sw4rmext.directory.v1.NegotiationVersionEntry.NotesEntry
+	(*registrypb.AgentDescriptor)(nil), // 27: sw4rm.registry.AgentDescriptor
+	(*timestamppb.Timestamp)(nil),      // 28: google.protobuf.Timestamp
+	(*connectorpb.ToolDescriptor)(nil), // 29: sw4rm.connector.ToolDescriptor
 }
 var file_sw4rmext_directory_proto_depIdxs = []int32{
-	19, // 0: sw4rmext.directory.v1.AgentEntry.agent:type_name -> sw4rm.registry.AgentDescriptor
-	18, // 1: sw4rmext.directory.v1.AgentEntry.health:type_name -> sw4rmext.directory.v1.AgentEntry.HealthEntry
-	20, // 2: sw4rmext.directory.v1.AgentEntry.registered_at:type_name -> google.protobuf.Timestamp
-	20, // 3: sw4rmext.directory.v1.AgentEntry.last_heartbeat:type_name -> google.protobuf.Timestamp
+	27, // 0: sw4rmext.directory.v1.AgentEntry.agent:type_name -> sw4rm.registry.AgentDescriptor
+	24, // 1: sw4rmext.directory.v1.AgentEntry.health:type_name -> sw4rmext.directory.v1.AgentEntry.HealthEntry
+	28, // 2: sw4rmext.directory.v1.AgentEntry.registered_at:type_name -> google.protobuf.Timestamp
+	28, // 3: sw4rmext.directory.v1.AgentEntry.last_heartbeat:type_name -> google.protobuf.Timestamp
 	1,  // 4: sw4rmext.directory.v1.ListAgentsResponse.agents:type_name -> sw4rmext.directory.v1.AgentEntry
-	20, // 5: sw4rmext.directory.v1.HandoffEntry.created_at:type_name -> google.protobuf.Timestamp
-	20, // 6: sw4rmext.directory.v1.HandoffEntry.updated_at:type_name -> google.protobuf.Timestamp
-	21, // 7: sw4rmext.directory.v1.ToolProvider.tools:type_name -> sw4rm.connector.ToolDescriptor
-	20, // 8: sw4rmext.directory.v1.ToolProvider.registered_at:type_name -> google.protobuf.Timestamp
+	28, // 5: sw4rmext.directory.v1.HandoffEntry.created_at:type_name -> google.protobuf.Timestamp
+	28, // 6: sw4rmext.directory.v1.HandoffEntry.updated_at:type_name -> google.protobuf.Timestamp
+	29, // 7: sw4rmext.directory.v1.ToolProvider.tools:type_name -> sw4rm.connector.ToolDescriptor
+	28, // 8: sw4rmext.directory.v1.ToolProvider.registered_at:type_name -> google.protobuf.Timestamp
 	7,  // 9: sw4rmext.directory.v1.ListToolProvidersResponse.providers:type_name -> sw4rmext.directory.v1.ToolProvider
-	20, // 10: sw4rmext.directory.v1.TaskEntry.created_at:type_name -> google.protobuf.Timestamp
-	20, // 11: sw4rmext.directory.v1.TaskEntry.completed_at:type_name -> google.protobuf.Timestamp
+	28, // 10: sw4rmext.directory.v1.TaskEntry.created_at:type_name -> google.protobuf.Timestamp
+	28, // 11: sw4rmext.directory.v1.TaskEntry.completed_at:type_name -> google.protobuf.Timestamp
 	10, // 12: sw4rmext.directory.v1.ListTasksResponse.tasks:type_name -> sw4rmext.directory.v1.TaskEntry
-	20, // 13: sw4rmext.directory.v1.DAGRun.started_at:type_name -> google.protobuf.Timestamp
-	20, // 14: sw4rmext.directory.v1.DAGRun.closed_at:type_name -> google.protobuf.Timestamp
+	28, // 13: sw4rmext.directory.v1.DAGRun.started_at:type_name -> google.protobuf.Timestamp
+	28, // 14: sw4rmext.directory.v1.DAGRun.closed_at:type_name -> google.protobuf.Timestamp
 	13, // 15: sw4rmext.directory.v1.ListDAGRunsResponse.runs:type_name -> sw4rmext.directory.v1.DAGRun
-	20, // 16: sw4rmext.directory.v1.ToolCallEntry.created_at:type_name -> google.protobuf.Timestamp
+	28, // 16: sw4rmext.directory.v1.ToolCallEntry.created_at:type_name -> google.protobuf.Timestamp
 	16, // 17: sw4rmext.directory.v1.ListToolCallsResponse.calls:type_name -> sw4rmext.directory.v1.ToolCallEntry
-	0,  // 18: sw4rmext.directory.v1.DirectoryService.GetAgent:input_type -> sw4rmext.directory.v1.GetAgentRequest
-	2,  // 19: sw4rmext.directory.v1.DirectoryService.ListAgents:input_type -> sw4rmext.directory.v1.ListAgentsRequest
-	4,  // 20: sw4rmext.directory.v1.DirectoryService.GetHandoff:input_type -> sw4rmext.directory.v1.GetHandoffRequest
-	6,  // 21: sw4rmext.directory.v1.DirectoryService.ListToolProviders:input_type -> sw4rmext.directory.v1.ListToolProvidersRequest
-	9,  // 22: sw4rmext.directory.v1.DirectoryService.ListTasks:input_type -> sw4rmext.directory.v1.ListTasksRequest
-	12, // 23: sw4rmext.directory.v1.DirectoryService.ListDAGRuns:input_type -> sw4rmext.directory.v1.ListDAGRunsRequest
-	15, // 24: sw4rmext.directory.v1.DirectoryService.ListToolCalls:input_type -> sw4rmext.directory.v1.ListToolCallsRequest
-	1,  // 25: sw4rmext.directory.v1.DirectoryService.GetAgent:output_type -> sw4rmext.directory.v1.AgentEntry
-	3,  // 26: sw4rmext.directory.v1.DirectoryService.ListAgents:output_type -> sw4rmext.directory.v1.ListAgentsResponse
-	5,  // 27: sw4rmext.directory.v1.DirectoryService.GetHandoff:output_type -> sw4rmext.directory.v1.HandoffEntry
-	8,  // 28: sw4rmext.directory.v1.DirectoryService.ListToolProviders:output_type -> sw4rmext.directory.v1.ListToolProvidersResponse
-	11, // 29: sw4rmext.directory.v1.DirectoryService.ListTasks:output_type -> sw4rmext.directory.v1.ListTasksResponse
-	14, // 30: sw4rmext.directory.v1.DirectoryService.ListDAGRuns:output_type -> sw4rmext.directory.v1.ListDAGRunsResponse
-	17, // 31: sw4rmext.directory.v1.DirectoryService.ListToolCalls:output_type -> sw4rmext.directory.v1.ListToolCallsResponse
-	25, // [25:32] is the sub-list for method output_type
-	18, // [18:25] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	20, // 18: sw4rmext.directory.v1.NegotiationEntry.versions:type_name -> sw4rmext.directory.v1.NegotiationVersionEntry
+	21, // 19: sw4rmext.directory.v1.NegotiationEntry.turns:type_name -> sw4rmext.directory.v1.DebateTurnEntry
+	28, // 20: sw4rmext.directory.v1.NegotiationEntry.opened_at:type_name -> google.protobuf.Timestamp
+	28, // 21: sw4rmext.directory.v1.NegotiationEntry.deadline_at:type_name -> google.protobuf.Timestamp
+	25, // 22: sw4rmext.directory.v1.NegotiationVersionEntry.evaluations:type_name -> sw4rmext.directory.v1.NegotiationVersionEntry.EvaluationsEntry
+	26, // 23: sw4rmext.directory.v1.NegotiationVersionEntry.notes:type_name -> sw4rmext.directory.v1.NegotiationVersionEntry.NotesEntry
+	28, // 24: sw4rmext.directory.v1.RoomReviewEntry.started_at:type_name -> google.protobuf.Timestamp
+	28, // 25: sw4rmext.directory.v1.RoomReviewEntry.closed_at:type_name -> google.protobuf.Timestamp
+	19, // 26: sw4rmext.directory.v1.ListNegotiationsResponse.negotiations:type_name -> sw4rmext.directory.v1.NegotiationEntry
+	22, // 27: sw4rmext.directory.v1.ListNegotiationsResponse.reviews:type_name -> sw4rmext.directory.v1.RoomReviewEntry
+	0,  // 28: sw4rmext.directory.v1.DirectoryService.GetAgent:input_type -> sw4rmext.directory.v1.GetAgentRequest
+	2,  // 29: sw4rmext.directory.v1.DirectoryService.ListAgents:input_type -> sw4rmext.directory.v1.ListAgentsRequest
+	4,  // 30: sw4rmext.directory.v1.DirectoryService.GetHandoff:input_type -> sw4rmext.directory.v1.GetHandoffRequest
+	6,  // 31: sw4rmext.directory.v1.DirectoryService.ListToolProviders:input_type -> sw4rmext.directory.v1.ListToolProvidersRequest
+	9,  // 32: sw4rmext.directory.v1.DirectoryService.ListTasks:input_type -> sw4rmext.directory.v1.ListTasksRequest
+	12, // 33: sw4rmext.directory.v1.DirectoryService.ListDAGRuns:input_type -> sw4rmext.directory.v1.ListDAGRunsRequest
+	15, // 34: sw4rmext.directory.v1.DirectoryService.ListToolCalls:input_type -> sw4rmext.directory.v1.ListToolCallsRequest
+	18, // 35: sw4rmext.directory.v1.DirectoryService.ListNegotiations:input_type -> sw4rmext.directory.v1.ListNegotiationsRequest
+	1,  // 36: sw4rmext.directory.v1.DirectoryService.GetAgent:output_type -> sw4rmext.directory.v1.AgentEntry
+	3,  // 37: sw4rmext.directory.v1.DirectoryService.ListAgents:output_type -> sw4rmext.directory.v1.ListAgentsResponse
+	5,  // 38: sw4rmext.directory.v1.DirectoryService.GetHandoff:output_type -> sw4rmext.directory.v1.HandoffEntry
+	8,  // 39: sw4rmext.directory.v1.DirectoryService.ListToolProviders:output_type -> sw4rmext.directory.v1.ListToolProvidersResponse
+	11, // 40: sw4rmext.directory.v1.DirectoryService.ListTasks:output_type -> sw4rmext.directory.v1.ListTasksResponse
+	14, // 41: sw4rmext.directory.v1.DirectoryService.ListDAGRuns:output_type -> sw4rmext.directory.v1.ListDAGRunsResponse
+	17, // 42: sw4rmext.directory.v1.DirectoryService.ListToolCalls:output_type -> sw4rmext.directory.v1.ListToolCallsResponse
+	23, // 43: sw4rmext.directory.v1.DirectoryService.ListNegotiations:output_type -> sw4rmext.directory.v1.ListNegotiationsResponse
+	36, // [36:44] is the sub-list for method output_type
+	28, // [28:36] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_sw4rmext_directory_proto_init() }
@@ -1598,7 +2244,7 @@ func file_sw4rmext_directory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sw4rmext_directory_proto_rawDesc), len(file_sw4rmext_directory_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

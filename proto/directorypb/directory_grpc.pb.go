@@ -52,6 +52,7 @@ const (
 	DirectoryService_ListTasks_FullMethodName         = "/sw4rmext.directory.v1.DirectoryService/ListTasks"
 	DirectoryService_ListDAGRuns_FullMethodName       = "/sw4rmext.directory.v1.DirectoryService/ListDAGRuns"
 	DirectoryService_ListToolCalls_FullMethodName     = "/sw4rmext.directory.v1.DirectoryService/ListToolCalls"
+	DirectoryService_ListNegotiations_FullMethodName  = "/sw4rmext.directory.v1.DirectoryService/ListNegotiations"
 )
 
 // DirectoryServiceClient is the client API for DirectoryService service.
@@ -79,6 +80,10 @@ type DirectoryServiceClient interface {
 	ListDAGRuns(ctx context.Context, in *ListDAGRunsRequest, opts ...grpc.CallOption) (*ListDAGRunsResponse, error)
 	// ListToolCalls returns tool calls (§18) with how each ended, most recently made first.
 	ListToolCalls(ctx context.Context, in *ListToolCallsRequest, opts ...grpc.CallOption) (*ListToolCallsResponse, error)
+	// ListNegotiations returns negotiations (§17) with their round, scores and transcript, and
+	// the reviews of the negotiation rooms (§17.5), from Temporal's visibility store: open ones
+	// first, then closed ones, most recently closed first. Operators only.
+	ListNegotiations(ctx context.Context, in *ListNegotiationsRequest, opts ...grpc.CallOption) (*ListNegotiationsResponse, error)
 }
 
 type directoryServiceClient struct {
@@ -159,6 +164,16 @@ func (c *directoryServiceClient) ListToolCalls(ctx context.Context, in *ListTool
 	return out, nil
 }
 
+func (c *directoryServiceClient) ListNegotiations(ctx context.Context, in *ListNegotiationsRequest, opts ...grpc.CallOption) (*ListNegotiationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListNegotiationsResponse)
+	err := c.cc.Invoke(ctx, DirectoryService_ListNegotiations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DirectoryServiceServer is the server API for DirectoryService service.
 // All implementations must embed UnimplementedDirectoryServiceServer
 // for forward compatibility.
@@ -184,6 +199,10 @@ type DirectoryServiceServer interface {
 	ListDAGRuns(context.Context, *ListDAGRunsRequest) (*ListDAGRunsResponse, error)
 	// ListToolCalls returns tool calls (§18) with how each ended, most recently made first.
 	ListToolCalls(context.Context, *ListToolCallsRequest) (*ListToolCallsResponse, error)
+	// ListNegotiations returns negotiations (§17) with their round, scores and transcript, and
+	// the reviews of the negotiation rooms (§17.5), from Temporal's visibility store: open ones
+	// first, then closed ones, most recently closed first. Operators only.
+	ListNegotiations(context.Context, *ListNegotiationsRequest) (*ListNegotiationsResponse, error)
 	mustEmbedUnimplementedDirectoryServiceServer()
 }
 
@@ -214,6 +233,9 @@ func (UnimplementedDirectoryServiceServer) ListDAGRuns(context.Context, *ListDAG
 }
 func (UnimplementedDirectoryServiceServer) ListToolCalls(context.Context, *ListToolCallsRequest) (*ListToolCallsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListToolCalls not implemented")
+}
+func (UnimplementedDirectoryServiceServer) ListNegotiations(context.Context, *ListNegotiationsRequest) (*ListNegotiationsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListNegotiations not implemented")
 }
 func (UnimplementedDirectoryServiceServer) mustEmbedUnimplementedDirectoryServiceServer() {}
 func (UnimplementedDirectoryServiceServer) testEmbeddedByValue()                          {}
@@ -362,6 +384,24 @@ func _DirectoryService_ListToolCalls_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DirectoryService_ListNegotiations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListNegotiationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DirectoryServiceServer).ListNegotiations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DirectoryService_ListNegotiations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DirectoryServiceServer).ListNegotiations(ctx, req.(*ListNegotiationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DirectoryService_ServiceDesc is the grpc.ServiceDesc for DirectoryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -396,6 +436,10 @@ var DirectoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListToolCalls",
 			Handler:    _DirectoryService_ListToolCalls_Handler,
+		},
+		{
+			MethodName: "ListNegotiations",
+			Handler:    _DirectoryService_ListNegotiations_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -42,7 +42,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sw4rmext/directory.proto.
  */
 export const file_sw4rmext_directory: GenFile = /*@__PURE__*/
-  fileDesc("ChhzdzRybWV4dC9kaXJlY3RvcnkucHJvdG8SFXN3NHJtZXh0LmRpcmVjdG9yeS52MSIjCg9HZXRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkioAIKCkFnZW50RW50cnkSLgoFYWdlbnQYASABKAsyHy5zdzRybS5yZWdpc3RyeS5BZ2VudERlc2NyaXB0b3ISDQoFc3RhdGUYAiABKAkSPQoGaGVhbHRoGAMgAygLMi0uc3c0cm1leHQuZGlyZWN0b3J5LnYxLkFnZW50RW50cnkuSGVhbHRoRW50cnkSMQoNcmVnaXN0ZXJlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoObGFzdF9oZWFydGJlYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi0KC0hlYWx0aEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNgoRTGlzdEFnZW50c1JlcXVlc3QSEgoKY2FwYWJpbGl0eRgBIAEoCRINCgVzdGF0ZRgCIAEoCSJHChJMaXN0QWdlbnRzUmVzcG9uc2USMQoGYWdlbnRzGAEgAygLMiEuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkFnZW50RW50cnkiJwoRR2V0SGFuZG9mZlJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSKFAwoMSGFuZG9mZkVudHJ5EhIKCnJlcXVlc3RfaWQYASABKAkSDQoFc3RhdGUYAiABKAkSEgoKZnJvbV9hZ2VudBgDIAEoCRIQCgh0b19hZ2VudBgEIAEoCRISCgpvZmZlcmVkX3RvGAUgASgJEhMKC2FjY2VwdGVkX2J5GAYgASgJEh0KFWNhcGFiaWxpdGllc19yZXF1aXJlZBgHIAMoCRIOCgZyZWFzb24YCCABKAkSEgoKZW5kX3JlYXNvbhgJIAEoCRIWCg5jb3JyZWxhdGlvbl9pZBgKIAEoCRIQCghwcmlvcml0eRgLIAEoBRIcChRjb250ZXh0X2NvbnRlbnRfdHlwZRgMIAEoCRIuCgpjcmVhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBjb250ZXh0X3NuYXBzaG90GA8gASgMIigKGExpc3RUb29sUHJvdmlkZXJzUmVxdWVzdBIMCgRraW5kGAEgASgJIpQBCgxUb29sUHJvdmlkZXISEwoLcHJvdmlkZXJfaWQYASABKAkSDAoEa2luZBgCIAEoCRIuCgV0b29scxgDIAMoCzIfLnN3NHJtLmNvbm5lY3Rvci5Ub29sRGVzY3JpcHRvchIxCg1yZWdpc3RlcmVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJTChlMaXN0VG9vbFByb3ZpZGVyc1Jlc3BvbnNlEjYKCXByb3ZpZGVycxgBIAMoCzIjLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5Ub29sUHJvdmlkZXIiUwoQTGlzdFRhc2tzUmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIPCgd0YXNrX2lkGAMgASgJEg0KBWxpbWl0GAQgASgNIv4BCglUYXNrRW50cnkSEAoIYWdlbnRfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIPCgdyZXBvX2lkGAQgASgJEhMKC3dvcmt0cmVlX2lkGAUgASgJEg4KBmJyYW5jaBgGIAEoCRITCgtkZXNjcmlwdGlvbhgHIAEoCRISCgp3YWl0aW5nX29uGAggASgJEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDGNvbXBsZXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiRAoRTGlzdFRhc2tzUmVzcG9uc2USLwoFdGFza3MYASADKAsyIC5zdzRybWV4dC5kaXJlY3RvcnkudjEuVGFza0VudHJ5Ik4KEkxpc3REQUdSdW5zUmVxdWVzdBIaChJ3b3JrZmxvd19pZF9wcmVmaXgYASABKAkSDQoFc3RhdGUYAiABKAkSDQoFbGltaXQYAyABKA0itQEKBkRBR1J1bhITCgt3b3JrZmxvd19pZBgBIAEoCRIOCgZydW5faWQYAiABKAkSDQoFc3RhdGUYAyABKAkSGAoQZXhlY3V0aW9uX3N0YXR1cxgEIAEoCRIuCgpzdGFydGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCgljbG9zZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkIKE0xpc3REQUdSdW5zUmVzcG9uc2USKwoEcnVucxgBIAMoCzIdLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5EQUdSdW4ibAoUTGlzdFRvb2xDYWxsc1JlcXVlc3QSDgoGY2FsbGVyGAEgASgJEhMKC3Byb3ZpZGVyX2lkGAIgASgJEhEKCXRvb2xfbmFtZRgDIAEoCRINCgVzdGF0ZRgEIAEoCRINCgVsaW1pdBgFIAEoDSLbAQoNVG9vbENhbGxFbnRyeRIPCgdjYWxsX2lkGAEgASgJEg4KBmNhbGxlchgCIAEoCRITCgtwcm92aWRlcl9pZBgDIAEoCRIRCgl0b29sX25hbWUYBCABKAkSDQoFc3RhdGUYBSABKAkSEgoKZXJyb3JfY29kZRgGIAEoCRIPCgdtZXNzYWdlGAcgASgJEg4KBmZyYW1lcxgIIAEoBBINCgVieXRlcxgJIAEoBBIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJMChVMaXN0VG9vbENhbGxzUmVzcG9uc2USMwoFY2FsbHMYASADKAsyJC5zdzRybWV4dC5kaXJlY3RvcnkudjEuVG9vbENhbGxFbnRyeTLTBQoQRGlyZWN0b3J5U2VydmljZRJVCghHZXRBZ2VudBImLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5HZXRBZ2VudFJlcXVlc3QaIS5zdzRybWV4dC5kaXJlY3RvcnkudjEuQWdlbnRFbnRyeRJhCgpMaXN0QWdlbnRzEiguc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gikuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RBZ2VudHNSZXNwb25zZRJbCgpHZXRIYW5kb2ZmEiguc3c0cm1leHQuZGlyZWN0b3J5LnYxLkdldEhhbmRvZmZSZXF1ZXN0GiMuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkhhbmRvZmZFbnRyeRJ2ChFMaXN0VG9vbFByb3ZpZGVycxIvLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0VG9vbFByb3ZpZGVyc1JlcXVlc3QaMC5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdFRvb2xQcm92aWRlcnNSZXNwb25zZRJeCglMaXN0VGFza3MSJy5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdFRhc2tzUmVxdWVzdBooLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0VGFza3NSZXNwb25zZRJkCgtMaXN0REFHUnVucxIpLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0REFHUnVuc1JlcXVlc3QaKi5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdERBR1J1bnNSZXNwb25zZRJqCg1MaXN0VG9vbENhbGxzEisuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RUb29sQ2FsbHNSZXF1ZXN0Giwuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RUb29sQ2FsbHNSZXNwb25zZUI/Wj1naXRodWIuY29tL3N3NHJtL3N3NHJtLXRlbXBvcmFsL3Byb3RvL2RpcmVjdG9yeXBiO2RpcmVjdG9yeXBiYgZwcm90bzM", [file_google_protobuf_timestamp, file_sw4rm_connector, file_sw4rm_registry]);
+  fileDesc("ChhzdzRybWV4dC9kaXJlY3RvcnkucHJvdG8SFXN3NHJtZXh0LmRpcmVjdG9yeS52MSIjCg9HZXRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkioAIKCkFnZW50RW50cnkSLgoFYWdlbnQYASABKAsyHy5zdzRybS5yZWdpc3RyeS5BZ2VudERlc2NyaXB0b3ISDQoFc3RhdGUYAiABKAkSPQoGaGVhbHRoGAMgAygLMi0uc3c0cm1leHQuZGlyZWN0b3J5LnYxLkFnZW50RW50cnkuSGVhbHRoRW50cnkSMQoNcmVnaXN0ZXJlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoObGFzdF9oZWFydGJlYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi0KC0hlYWx0aEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNgoRTGlzdEFnZW50c1JlcXVlc3QSEgoKY2FwYWJpbGl0eRgBIAEoCRINCgVzdGF0ZRgCIAEoCSJHChJMaXN0QWdlbnRzUmVzcG9uc2USMQoGYWdlbnRzGAEgAygLMiEuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkFnZW50RW50cnkiJwoRR2V0SGFuZG9mZlJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSKFAwoMSGFuZG9mZkVudHJ5EhIKCnJlcXVlc3RfaWQYASABKAkSDQoFc3RhdGUYAiABKAkSEgoKZnJvbV9hZ2VudBgDIAEoCRIQCgh0b19hZ2VudBgEIAEoCRISCgpvZmZlcmVkX3RvGAUgASgJEhMKC2FjY2VwdGVkX2J5GAYgASgJEh0KFWNhcGFiaWxpdGllc19yZXF1aXJlZBgHIAMoCRIOCgZyZWFzb24YCCABKAkSEgoKZW5kX3JlYXNvbhgJIAEoCRIWCg5jb3JyZWxhdGlvbl9pZBgKIAEoCRIQCghwcmlvcml0eRgLIAEoBRIcChRjb250ZXh0X2NvbnRlbnRfdHlwZRgMIAEoCRIuCgpjcmVhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBjb250ZXh0X3NuYXBzaG90GA8gASgMIigKGExpc3RUb29sUHJvdmlkZXJzUmVxdWVzdBIMCgRraW5kGAEgASgJIpQBCgxUb29sUHJvdmlkZXISEwoLcHJvdmlkZXJfaWQYASABKAkSDAoEa2luZBgCIAEoCRIuCgV0b29scxgDIAMoCzIfLnN3NHJtLmNvbm5lY3Rvci5Ub29sRGVzY3JpcHRvchIxCg1yZWdpc3RlcmVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJTChlMaXN0VG9vbFByb3ZpZGVyc1Jlc3BvbnNlEjYKCXByb3ZpZGVycxgBIAMoCzIjLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5Ub29sUHJvdmlkZXIiUwoQTGlzdFRhc2tzUmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIPCgd0YXNrX2lkGAMgASgJEg0KBWxpbWl0GAQgASgNIv4BCglUYXNrRW50cnkSEAoIYWdlbnRfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIPCgdyZXBvX2lkGAQgASgJEhMKC3dvcmt0cmVlX2lkGAUgASgJEg4KBmJyYW5jaBgGIAEoCRITCgtkZXNjcmlwdGlvbhgHIAEoCRISCgp3YWl0aW5nX29uGAggASgJEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDGNvbXBsZXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiRAoRTGlzdFRhc2tzUmVzcG9uc2USLwoFdGFza3MYASADKAsyIC5zdzRybWV4dC5kaXJlY3RvcnkudjEuVGFza0VudHJ5Ik4KEkxpc3REQUdSdW5zUmVxdWVzdBIaChJ3b3JrZmxvd19pZF9wcmVmaXgYASABKAkSDQoFc3RhdGUYAiABKAkSDQoFbGltaXQYAyABKA0itQEKBkRBR1J1bhITCgt3b3JrZmxvd19pZBgBIAEoCRIOCgZydW5faWQYAiABKAkSDQoFc3RhdGUYAyABKAkSGAoQZXhlY3V0aW9uX3N0YXR1cxgEIAEoCRIuCgpzdGFydGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCgljbG9zZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkIKE0xpc3REQUdSdW5zUmVzcG9uc2USKwoEcnVucxgBIAMoCzIdLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5EQUdSdW4ibAoUTGlzdFRvb2xDYWxsc1JlcXVlc3QSDgoGY2FsbGVyGAEgASgJEhMKC3Byb3ZpZGVyX2lkGAIgASgJEhEKCXRvb2xfbmFtZRgDIAEoCRINCgVzdGF0ZRgEIAEoCRINCgVsaW1pdBgFIAEoDSLbAQoNVG9vbENhbGxFbnRyeRIPCgdjYWxsX2lkGAEgASgJEg4KBmNhbGxlchgCIAEoCRITCgtwcm92aWRlcl9pZBgDIAEoCRIRCgl0b29sX25hbWUYBCABKAkSDQoFc3RhdGUYBSABKAkSEgoKZXJyb3JfY29kZRgGIAEoCRIPCgdtZXNzYWdlGAcgASgJEg4KBmZyYW1lcxgIIAEoBBINCgVieXRlcxgJIAEoBBIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJMChVMaXN0VG9vbENhbGxzUmVzcG9uc2USMwoFY2FsbHMYASADKAsyJC5zdzRybWV4dC5kaXJlY3RvcnkudjEuVG9vbENhbGxFbnRyeSJPChdMaXN0TmVnb3RpYXRpb25zUmVxdWVzdBINCgVzdGF0ZRgBIAEoCRIWCg5uZWdvdGlhdGlvbl9pZBgCIAEoCRINCgVsaW1pdBgDIAEoDSLuAwoQTmVnb3RpYXRpb25FbnRyeRIWCg5uZWdvdGlhdGlvbl9pZBgBIAEoCRINCgV0b3BpYxgCIAEoCRIMCgRtb2RlGAMgASgJEhQKDHBhcnRpY2lwYW50cxgEIAMoCRIOCgZvcGVuZXIYBSABKAkSDgoGc3RhdHVzGAYgASgJEg0KBXJvdW5kGAcgASgNEhIKCm1heF9yb3VuZHMYCCABKA0SQAoIdmVyc2lvbnMYCSADKAsyLi5zdzRybWV4dC5kaXJlY3RvcnkudjEuTmVnb3RpYXRpb25WZXJzaW9uRW50cnkSNQoFdHVybnMYCiADKAsyJi5zdzRybWV4dC5kaXJlY3RvcnkudjEuRGViYXRlVHVybkVudHJ5EhIKCmRlY2lkZWRfYnkYCyABKAkSEwoLc3RvcF9yZWFzb24YDCABKAkSFAoMYWJvcnRfcmVhc29uGA0gASgJEhoKEmhpdGxfaW52b2NhdGlvbl9pZBgOIAEoCRItCglvcGVuZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2RlYWRsaW5lX2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBleGVjdXRpb25fc3RhdHVzGBEgASgJIv0CChdOZWdvdGlhdGlvblZlcnNpb25FbnRyeRIJCgFuGAEgASgNEg4KBmF1dGhvchgCIAEoCRIPCgdjb3VudGVyGAMgASgIEhQKDGNvbnRlbnRfdHlwZRgEIAEoCRIPCgdwYXlsb2FkGAUgASgMEg0KBXNjb3JlGAYgASgCElQKC2V2YWx1YXRpb25zGAcgAygLMj8uc3c0cm1leHQuZGlyZWN0b3J5LnYxLk5lZ290aWF0aW9uVmVyc2lvbkVudHJ5LkV2YWx1YXRpb25zRW50cnkSSAoFbm90ZXMYCCADKAsyOS5zdzRybWV4dC5kaXJlY3RvcnkudjEuTmVnb3RpYXRpb25WZXJzaW9uRW50cnkuTm90ZXNFbnRyeRoyChBFdmFsdWF0aW9uc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAToCOAEaLAoKTm90ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIj0KD0RlYmF0ZVR1cm5FbnRyeRINCgVyb3VuZBgBIAEoDRINCgVhZ2VudBgCIAEoCRIMCgR0ZXh0GAMgASgJIrABCg9Sb29tUmV2aWV3RW50cnkSDwoHcm9vbV9pZBgBIAEoCRITCgthcnRpZmFjdF9pZBgCIAEoCRIYChBleGVjdXRpb25fc3RhdHVzGAMgASgJEi4KCnN0YXJ0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCWNsb3NlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAikgEKGExpc3ROZWdvdGlhdGlvbnNSZXNwb25zZRI9CgxuZWdvdGlhdGlvbnMYASADKAsyJy5zdzRybWV4dC5kaXJlY3RvcnkudjEuTmVnb3RpYXRpb25FbnRyeRI3CgdyZXZpZXdzGAIgAygLMiYuc3c0cm1leHQuZGlyZWN0b3J5LnYxLlJvb21SZXZpZXdFbnRyeTLIBgoQRGlyZWN0b3J5U2VydmljZRJVCghHZXRBZ2VudBImLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5HZXRBZ2VudFJlcXVlc3QaIS5zdzRybWV4dC5kaXJlY3RvcnkudjEuQWdlbnRFbnRyeRJhCgpMaXN0QWdlbnRzEiguc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gikuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RBZ2VudHNSZXNwb25zZRJbCgpHZXRIYW5kb2ZmEiguc3c0cm1leHQuZGlyZWN0b3J5LnYxLkdldEhhbmRvZmZSZXF1ZXN0GiMuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkhhbmRvZmZFbnRyeRJ2ChFMaXN0VG9vbFByb3ZpZGVycxIvLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0VG9vbFByb3ZpZGVyc1JlcXVlc3QaMC5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdFRvb2xQcm92aWRlcnNSZXNwb25zZRJeCglMaXN0VGFza3MSJy5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdFRhc2tzUmVxdWVzdBooLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0VGFza3NSZXNwb25zZRJkCgtMaXN0REFHUnVucxIpLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0REFHUnVuc1JlcXVlc3QaKi5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdERBR1J1bnNSZXNwb25zZRJqCg1MaXN0VG9vbENhbGxzEisuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RUb29sQ2FsbHNSZXF1ZXN0Giwuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RUb29sQ2FsbHNSZXNwb25zZRJzChBMaXN0TmVnb3RpYXRpb25zEi4uc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3ROZWdvdGlhdGlvbnNSZXF1ZXN0Gi8uc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3ROZWdvdGlhdGlvbnNSZXNwb25zZUI/Wj1naXRodWIuY29tL3N3NHJtL3N3NHJtLXRlbXBvcmFsL3Byb3RvL2RpcmVjdG9yeXBiO2RpcmVjdG9yeXBiYgZwcm90bzM", [file_google_protobuf_timestamp, file_sw4rm_connector, file_sw4rm_registry]);
 
 /**
  * GetAgentRequest names an agent.
@@ -814,6 +814,359 @@ export const ListToolCallsResponseSchema: GenMessage<ListToolCallsResponse> = /*
   messageDesc(file_sw4rmext_directory, 17);
 
 /**
+ * ListNegotiationsRequest filters the listing of negotiations and room reviews.
+ *
+ * @generated from message sw4rmext.directory.v1.ListNegotiationsRequest
+ */
+export type ListNegotiationsRequest = Message<"sw4rmext.directory.v1.ListNegotiationsRequest"> & {
+  /**
+   * Only negotiations and reviews in this state: "open" (still running, paused for a human
+   * included) or "closed"; empty for both.
+   *
+   * @generated from field: string state = 1;
+   */
+  state: string;
+
+  /**
+   * Only this negotiation (and no room review); empty for every one.
+   *
+   * @generated from field: string negotiation_id = 2;
+   */
+  negotiationId: string;
+
+  /**
+   * At most this many negotiations, and at most this many reviews; 0 means 100, at most 1000.
+   *
+   * @generated from field: uint32 limit = 3;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message sw4rmext.directory.v1.ListNegotiationsRequest.
+ * Use `create(ListNegotiationsRequestSchema)` to create a new message.
+ */
+export const ListNegotiationsRequestSchema: GenMessage<ListNegotiationsRequest> = /*@__PURE__*/
+  messageDesc(file_sw4rmext_directory, 18);
+
+/**
+ * NegotiationEntry is one negotiation (§17) as its workflow last recorded it.
+ *
+ * @generated from message sw4rmext.directory.v1.NegotiationEntry
+ */
+export type NegotiationEntry = Message<"sw4rmext.directory.v1.NegotiationEntry"> & {
+  /**
+   * The negotiation; its workflow is negotiation/<negotiation_id>.
+   *
+   * @generated from field: string negotiation_id = 1;
+   */
+  negotiationId: string;
+
+  /**
+   * What it is about.
+   *
+   * @generated from field: string topic = 2;
+   */
+  topic: string;
+
+  /**
+   * "contract" (propose, counter, evaluate) or "debate" (rounds of turns).
+   *
+   * @generated from field: string mode = 3;
+   */
+  mode: string;
+
+  /**
+   * The participants, in turn order.
+   *
+   * @generated from field: repeated string participants = 4;
+   */
+  participants: string[];
+
+  /**
+   * Who opened it: "agent:<agent_id>", "operator:<name>" or "anonymous".
+   *
+   * @generated from field: string opener = 5;
+   */
+  opener: string;
+
+  /**
+   * "open", "paused_for_hitl", "decided" or "aborted".
+   *
+   * @generated from field: string status = 6;
+   */
+  status: string;
+
+  /**
+   * The round reached: the number of accepted versions in contract mode, the last round with
+   * a turn in debate mode.
+   *
+   * @generated from field: uint32 round = 7;
+   */
+  round: number;
+
+  /**
+   * The effective policy's round limit (§17.2); 0 when it sets none.
+   *
+   * @generated from field: uint32 max_rounds = 8;
+   */
+  maxRounds: number;
+
+  /**
+   * Contract mode: the accepted versions with their scores, oldest first.
+   *
+   * @generated from field: repeated sw4rmext.directory.v1.NegotiationVersionEntry versions = 9;
+   */
+  versions: NegotiationVersionEntry[];
+
+  /**
+   * Debate mode: the transcript, in order.
+   *
+   * @generated from field: repeated sw4rmext.directory.v1.DebateTurnEntry turns = 10;
+   */
+  turns: DebateTurnEntry[];
+
+  /**
+   * Who decided a decided negotiation: "consensus", "hitl" or "policy".
+   *
+   * @generated from field: string decided_by = 11;
+   */
+  decidedBy: string;
+
+  /**
+   * Why it stopped: threshold_met, max_rounds, oscillation, budget or timeout.
+   *
+   * @generated from field: string stop_reason = 12;
+   */
+  stopReason: string;
+
+  /**
+   * Why an aborted negotiation was aborted.
+   *
+   * @generated from field: string abort_reason = 13;
+   */
+  abortReason: string;
+
+  /**
+   * The HITL invocation it waits for while paused_for_hitl.
+   *
+   * @generated from field: string hitl_invocation_id = 14;
+   */
+  hitlInvocationId: string;
+
+  /**
+   * When it opened.
+   *
+   * @generated from field: google.protobuf.Timestamp opened_at = 15;
+   */
+  openedAt?: Timestamp | undefined;
+
+  /**
+   * When its debate_timeout fires.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline_at = 16;
+   */
+  deadlineAt?: Timestamp | undefined;
+
+  /**
+   * The run's status in Temporal, e.g. "Running", "Completed".
+   *
+   * @generated from field: string execution_status = 17;
+   */
+  executionStatus: string;
+};
+
+/**
+ * Describes the message sw4rmext.directory.v1.NegotiationEntry.
+ * Use `create(NegotiationEntrySchema)` to create a new message.
+ */
+export const NegotiationEntrySchema: GenMessage<NegotiationEntry> = /*@__PURE__*/
+  messageDesc(file_sw4rmext_directory, 19);
+
+/**
+ * NegotiationVersionEntry is one accepted draft of a contract negotiation.
+ *
+ * @generated from message sw4rmext.directory.v1.NegotiationVersionEntry
+ */
+export type NegotiationVersionEntry = Message<"sw4rmext.directory.v1.NegotiationVersionEntry"> & {
+  /**
+   * The version number, from 1.
+   *
+   * @generated from field: uint32 n = 1;
+   */
+  n: number;
+
+  /**
+   * The participant that submitted it.
+   *
+   * @generated from field: string author = 2;
+   */
+  author: string;
+
+  /**
+   * Whether it was a counter-proposal.
+   *
+   * @generated from field: bool counter = 3;
+   */
+  counter: boolean;
+
+  /**
+   * The draft's MIME type.
+   *
+   * @generated from field: string content_type = 4;
+   */
+  contentType: string;
+
+  /**
+   * The draft.
+   *
+   * @generated from field: bytes payload = 5;
+   */
+  payload: Uint8Array;
+
+  /**
+   * The blended score (0-1, §17.3).
+   *
+   * @generated from field: float score = 6;
+   */
+  score: number;
+
+  /**
+   * The participants' confidences in this version, by agent_id.
+   *
+   * @generated from field: map<string, double> evaluations = 7;
+   */
+  evaluations: { [key: string]: number };
+
+  /**
+   * The participants' notes on this version, by agent_id.
+   *
+   * @generated from field: map<string, string> notes = 8;
+   */
+  notes: { [key: string]: string };
+};
+
+/**
+ * Describes the message sw4rmext.directory.v1.NegotiationVersionEntry.
+ * Use `create(NegotiationVersionEntrySchema)` to create a new message.
+ */
+export const NegotiationVersionEntrySchema: GenMessage<NegotiationVersionEntry> = /*@__PURE__*/
+  messageDesc(file_sw4rmext_directory, 20);
+
+/**
+ * DebateTurnEntry is one participant's turn of a debate.
+ *
+ * @generated from message sw4rmext.directory.v1.DebateTurnEntry
+ */
+export type DebateTurnEntry = Message<"sw4rmext.directory.v1.DebateTurnEntry"> & {
+  /**
+   * The round, from 1.
+   *
+   * @generated from field: uint32 round = 1;
+   */
+  round: number;
+
+  /**
+   * The participant.
+   *
+   * @generated from field: string agent = 2;
+   */
+  agent: string;
+
+  /**
+   * What it answered.
+   *
+   * @generated from field: string text = 3;
+   */
+  text: string;
+};
+
+/**
+ * Describes the message sw4rmext.directory.v1.DebateTurnEntry.
+ * Use `create(DebateTurnEntrySchema)` to create a new message.
+ */
+export const DebateTurnEntrySchema: GenMessage<DebateTurnEntry> = /*@__PURE__*/
+  messageDesc(file_sw4rmext_directory, 21);
+
+/**
+ * RoomReviewEntry is one review of an artifact in a negotiation room (§17.5); its votes and
+ * decision are NegotiationRoomService's GetVotes and GetDecision.
+ *
+ * @generated from message sw4rmext.directory.v1.RoomReviewEntry
+ */
+export type RoomReviewEntry = Message<"sw4rmext.directory.v1.RoomReviewEntry"> & {
+  /**
+   * The room.
+   *
+   * @generated from field: string room_id = 1;
+   */
+  roomId: string;
+
+  /**
+   * The artifact under review.
+   *
+   * @generated from field: string artifact_id = 2;
+   */
+  artifactId: string;
+
+  /**
+   * The coordinator's status in Temporal, e.g. "Running", "Completed".
+   *
+   * @generated from field: string execution_status = 3;
+   */
+  executionStatus: string;
+
+  /**
+   * When the review started.
+   *
+   * @generated from field: google.protobuf.Timestamp started_at = 4;
+   */
+  startedAt?: Timestamp | undefined;
+
+  /**
+   * When it closed; unset while open.
+   *
+   * @generated from field: google.protobuf.Timestamp closed_at = 5;
+   */
+  closedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message sw4rmext.directory.v1.RoomReviewEntry.
+ * Use `create(RoomReviewEntrySchema)` to create a new message.
+ */
+export const RoomReviewEntrySchema: GenMessage<RoomReviewEntry> = /*@__PURE__*/
+  messageDesc(file_sw4rmext_directory, 22);
+
+/**
+ * ListNegotiationsResponse is the listing.
+ *
+ * @generated from message sw4rmext.directory.v1.ListNegotiationsResponse
+ */
+export type ListNegotiationsResponse = Message<"sw4rmext.directory.v1.ListNegotiationsResponse"> & {
+  /**
+   * The negotiations: open ones first, then closed ones, most recently closed first.
+   *
+   * @generated from field: repeated sw4rmext.directory.v1.NegotiationEntry negotiations = 1;
+   */
+  negotiations: NegotiationEntry[];
+
+  /**
+   * The room reviews, in the same order.
+   *
+   * @generated from field: repeated sw4rmext.directory.v1.RoomReviewEntry reviews = 2;
+   */
+  reviews: RoomReviewEntry[];
+};
+
+/**
+ * Describes the message sw4rmext.directory.v1.ListNegotiationsResponse.
+ * Use `create(ListNegotiationsResponseSchema)` to create a new message.
+ */
+export const ListNegotiationsResponseSchema: GenMessage<ListNegotiationsResponse> = /*@__PURE__*/
+  messageDesc(file_sw4rmext_directory, 23);
+
+/**
  * DirectoryService reads the registry, the handoff projection and the tool providers.
  *
  * @generated from service sw4rmext.directory.v1.DirectoryService
@@ -893,6 +1246,18 @@ export const DirectoryService: GenService<{
     methodKind: "unary";
     input: typeof ListToolCallsRequestSchema;
     output: typeof ListToolCallsResponseSchema;
+  },
+  /**
+   * ListNegotiations returns negotiations (§17) with their round, scores and transcript, and
+   * the reviews of the negotiation rooms (§17.5), from Temporal's visibility store: open ones
+   * first, then closed ones, most recently closed first. Operators only.
+   *
+   * @generated from rpc sw4rmext.directory.v1.DirectoryService.ListNegotiations
+   */
+  listNegotiations: {
+    methodKind: "unary";
+    input: typeof ListNegotiationsRequestSchema;
+    output: typeof ListNegotiationsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_sw4rmext_directory, 0);
