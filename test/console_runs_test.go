@@ -90,7 +90,9 @@ func runsNodeFill(node string) string {
 // whose boxes change colour and state text live (over SSE, without a reload) as nodes run,
 // finish and fail; a failed node is resumed from the page's form and the run completes; each
 // node links to its task, whose Temporal run the Tasks page links to; the DAG runs page
-// lists the run; the Agents page lists the agent with its state. Screenshots of each page.
+// lists the run; the Agents page lists the agent with its state. axe-core finds no serious
+// violation on the run's page (the other pages are TestConsoleAccessibility's). Screenshots of
+// each page.
 func TestConsoleRunsDAGLive(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
@@ -160,6 +162,7 @@ func TestConsoleRunsDAGLive(t *testing.T) {
 			assert.Contains(t, runsEval(t, tab, `document.getElementById("status").textContent`), "Resumed "+id+" from node second")
 			assert.Equal(t, 2, g.attempts["second"])
 			consoleScreenshot(t, tab, "dag-run-completed-"+kind)
+			assert.Empty(t, consoleAxe(t, tab), "axe-core on the run's page: no serious or critical violation")
 
 			// The Tasks page lists the node's task with its Temporal run.
 			c := consoleClient(t)
