@@ -141,9 +141,10 @@ func TestConsoleInboxInBrowser(t *testing.T) {
 			assert.Contains(t, inboxText(t, tab, `#status`), "Approved "+id+" (by "+authOperator+" via web)")
 			assert.Equal(t, "Approved", inboxText(t, tab, `#item-state`))
 			require.NoError(t, inboxCallEnd(t, done), "the approved call completes")
+			// The audit event follows the recorded outcome: the page's event stream brings it.
+			inboxWaitText(t, tab, `#item-audit`, "hitl.decided")
 			audit := inboxText(t, tab, `#item-audit`)
 			assert.Contains(t, audit, "hitl.invoked")
-			assert.Contains(t, audit, "hitl.decided")
 			assert.Contains(t, audit, authOperator)
 			assert.Contains(t, audit, "web")
 			assert.Contains(t, audit, "scoped to the test database")
@@ -241,7 +242,8 @@ func inboxPost(t *testing.T, c *http.Client, base, path string, form url.Values)
 // refusals answer 400 with the error code — a modification that is not JSON (nothing is
 // sent), a missing comment, an unknown decision — 404 for an unknown invocation, and a second
 // decision on a decided invocation 400 naming who decided; repeating the applied one is
-// answered again; the fragment and the event stream need a session.
+// answered again; a deferral refuses a tool call; the fragment, the event stream and a
+// decision need a session.
 func TestConsoleInboxForms(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
@@ -318,6 +320,16 @@ func TestConsoleInboxForms(t *testing.T) {
 			code, _, body = inboxPost(t, c, base, path, url.Values{"decision": {"deny"}, "rationale": {"too late"}})
 			assert.Equal(t, http.StatusBadRequest, code)
 			assert.Contains(t, body, "was already decided: approve by "+authOperator)
+
+			// Defer hands the question back undecided: for a tool call, a refusal.
+			id, done = inboxElevatedCall(t, sys, caller, `{}`)
+			code, loc, _ = inboxPost(t, c, base, "inbox/"+url.PathEscape(id)+"/decide", url.Values{"decision": {"defer"}, "rationale": {"ask me tomorrow"}})
+			require.Equal(t, http.StatusSeeOther, code)
+			assert.Equal(t, codes.PermissionDenied, status.Code(inboxCallEnd(t, done)))
+			_, body = consoleGet(t, c, strings.TrimSuffix(base, console.Prefix)+loc)
+			assert.Contains(t, body, `id="item-state">Deferred<`)
+			_, body = consoleGet(t, c, base+"inbox/list?tab=decided")
+			assert.Contains(t, body, `data-invocation="`+id+`"`)
 		})
 	}
 }
