@@ -3,6 +3,8 @@ package frontend
 import (
 	"context"
 	"strings"
+	"sync"
+	"time"
 
 	"go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -13,12 +15,19 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
+// negotiationQueries bounds the state queries one ListNegotiations runs at once, and
+// negotiationQueryTimeout each one's wait.
+const (
+	negotiationQueries      = 8
+	negotiationQueryTimeout = 3 * time.Second
+)
+
 // ListNegotiations lists negotiations (§17) and negotiation-room reviews (§17.5) through
 // Temporal's visibility: each lives only in Temporal (negotiation/<id>, room/<room>/<artifact>),
 // and visibility is what lists workflows. Each negotiation's round, scores and transcript
 // come from its state query, asked of the listed execution; a negotiation whose query fails
-// (its worker is away) is listed with its execution status alone rather than failing the
-// listing. Only operators call it (the authorization rule), so nothing is filtered by caller.
+// or takes longer than negotiationQueryTimeout (its worker is away) is listed with its
+// execution status alone rather than failing the listing. Only operators call it (the authorization rule), so nothing is filtered by caller.
 func (d *directoryService) ListNegotiations(ctx context.Context, req *directorypb.ListNegotiationsRequest) (*directorypb.ListNegotiationsResponse, error) {
 	if perr := protocol.ValidateListNegotiations(req); perr != nil {
 		return nil, perr
@@ -42,9 +51,20 @@ func (d *directoryService) ListNegotiations(ctx context.Context, req *directoryp
 	if err != nil {
 		return nil, temporalUnavailable("list the negotiations", err)
 	}
-	for _, ex := range negs {
-		out.Negotiations = append(out.Negotiations, d.negotiationEntry(ctx, ex))
+	// The state queries run side by side, each bounded: a query waits for a worker, and a
+	// negotiation whose worker is away must not hold up the whole listing.
+	out.Negotiations = make([]*directorypb.NegotiationEntry, len(negs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, negotiationQueries)
+	for i, ex := range negs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out.Negotiations[i] = d.negotiationEntry(ctx, ex)
+		}()
 	}
+	wg.Wait()
 	if req.GetNegotiationId() != "" {
 		return out, nil
 	}
@@ -81,7 +101,9 @@ func (d *directoryService) negotiationEntry(ctx context.Context, ex *workflow.Wo
 	wid := ex.GetExecution().GetWorkflowId()
 	id, _ := strings.CutPrefix(wid, workflows.NegotiationWorkflowID(""))
 	e := &directorypb.NegotiationEntry{NegotiationId: id, ExecutionStatus: ex.GetStatus().String(), OpenedAt: ex.GetStartTime()}
-	v, err := d.s.temporal.QueryWorkflow(ctx, wid, ex.GetExecution().GetRunId(), workflows.NegotiationStateQuery)
+	qctx, cancel := context.WithTimeout(ctx, negotiationQueryTimeout)
+	defer cancel()
+	v, err := d.s.temporal.QueryWorkflow(qctx, wid, ex.GetExecution().GetRunId(), workflows.NegotiationStateQuery)
 	if err != nil {
 		return e
 	}
