@@ -105,6 +105,7 @@ func TestConsoleDeadLetters(t *testing.T) {
 			dlDo(t, tab, 20*time.Second, chromedp.WaitVisible(chromedp.CSS(row)))
 			assert.Contains(t, dlWaitText(t, tab, row, "terminal_error"), "PERMISSION_DENIED")
 			consoleScreenshot(t, tab, "dead-letters")
+			assert.Empty(t, consoleAxe(t, tab), "axe-core on the list with an entry")
 
 			// Inspect it.
 			dlDo(t, tab, 20*time.Second, chromedp.Click(chromedp.CSS(row+` a`)), chromedp.WaitVisible(chromedp.CSS(`#dl-payload`)))
@@ -118,6 +119,7 @@ func TestConsoleDeadLetters(t *testing.T) {
 			assert.Contains(t, page, bob.ID())
 			assert.Contains(t, page, "FAILED", "the attempt history")
 			consoleScreenshot(t, tab, "dead-letter")
+			assert.Empty(t, consoleAxe(t, tab), "axe-core on the entry")
 
 			// Requeue it: the flash names the new message, which reaches the recipient.
 			dlDo(t, tab, 20*time.Second, chromedp.Click(chromedp.CSS(`#dl-requeue`)), chromedp.WaitNotPresent(chromedp.CSS(`#dl-requeue`)))
@@ -233,6 +235,7 @@ func TestConsoleNegotiations(t *testing.T) {
 			assert.Contains(t, dlWaitText(t, tab, sec+` .neg-draft`, `"price": 5`), `"api": "orders"`)
 			assert.NotEmpty(t, dlWaitText(t, tab, sec+` .neg-score`, "."))
 			consoleScreenshot(t, tab, "negotiations")
+			assert.Empty(t, consoleAxe(t, tab), "axe-core on a negotiation with a draft")
 
 			c := consoleClient(t)
 			require.Equal(t, http.StatusSeeOther, consoleSignIn(t, c, base, authOperatorToken).StatusCode)
