@@ -170,17 +170,10 @@ func (c *Console) deadLettersEvents(w http.ResponseWriter, r *http.Request, s *s
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	rendered := r.URL.Query().Get("fp")
 	serveChanges(w, r, "changed", func(ctx context.Context) (string, error) {
 		entries, err := c.deadLettersList(ctx, s, f)
 		if err != nil {
 			return "", fmt.Errorf("%s", callError(err))
-		}
-		// The page's own fingerprint stands for the first poll, so a change between the
-		// page's rendering and the stream's start is sent too.
-		if fp := rendered; fp != "" {
-			rendered = ""
-			return fp, nil
 		}
 		return deadLettersFingerprint(entries), nil
 	})

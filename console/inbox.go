@@ -257,6 +257,8 @@ type inboxData struct {
 	Limited bool
 	// Error is a failure of the fragment's listing.
 	Error string
+	// Fingerprint is inboxFingerprint when the page was read, where its stream starts.
+	Fingerprint string
 }
 
 // IsItem tells the template which view this is: the list.
@@ -312,7 +314,9 @@ func (c *Console) inboxLoad(ctx context.Context, s *session, f inboxFilter) (inb
 
 // inboxPage is the list, with its tabs and filters.
 func (c *Console) inboxPage(w http.ResponseWriter, r *http.Request, s *session) {
+	fp, _ := c.inboxFingerprint(r.Context(), s, "") // none: the stream takes its own
 	d, err := c.inboxLoad(r.Context(), s, inboxFilterOf(r.URL.Query()))
+	d.Fingerprint = fp
 	pd := pageData{Title: "Approvals", Nav: "inbox", Flash: inboxFlash(r), Data: d}
 	if err != nil {
 		pd.Error = callError(err)
@@ -333,31 +337,37 @@ func (c *Console) inboxList(w http.ResponseWriter, r *http.Request, s *session) 
 // inboxEvents sends "changed" when the invocations change (a new one, a decision through any
 // door, a fallback), or with ?id= when that invocation or its audit trail changes.
 func (c *Console) inboxEvents(w http.ResponseWriter, r *http.Request, s *session) {
-	client := hitladminpb.NewHitlAdminServiceClient(c.cfg.Conn)
 	id := r.URL.Query().Get("id")
-	serveChanges(w, r, "changed", func(ctx context.Context) (string, error) {
-		h := sha256.New()
-		if id != "" {
-			inv, err := client.GetInvocation(outgoing(ctx, s), &hitladminpb.GetInvocationRequest{InvocationId: id})
-			if err != nil {
-				return "", err
-			}
-			hist, err := client.History(outgoing(ctx, s), &hitladminpb.HistoryRequest{InvocationId: id})
-			if err != nil {
-				return "", err
-			}
-			fmt.Fprintf(h, "%s|%s|%d|%d", inv.GetStatus(), inv.GetOutcomeJson(), inv.GetDeadline().AsTime().UnixNano(), len(hist.GetEvents()))
-		} else {
-			resp, err := client.ListInvocations(outgoing(ctx, s), &hitladminpb.ListInvocationsRequest{IncludeDecided: true, Limit: inboxListLimit})
-			if err != nil {
-				return "", err
-			}
-			for _, inv := range resp.GetInvocations() {
-				fmt.Fprintf(h, "%s|%s|%d|%d\n", inv.GetInvocationId(), inv.GetStatus(), len(inv.GetOutcomeJson()), inv.GetDeadline().AsTime().UnixNano())
-			}
+	serveChanges(w, r, "changed", func(ctx context.Context) (string, error) { return c.inboxFingerprint(ctx, s, id) })
+}
+
+// inboxFingerprint is a hash of what the inbox shows — every invocation's status and
+// deadline, or with id that invocation's and the length of its audit trail — which the event
+// streams compare. A page takes it before it reads what it shows, so that a change in between
+// makes its stream refresh it rather than go unseen.
+func (c *Console) inboxFingerprint(ctx context.Context, s *session, id string) (string, error) {
+	client := hitladminpb.NewHitlAdminServiceClient(c.cfg.Conn)
+	h := sha256.New()
+	if id != "" {
+		inv, err := client.GetInvocation(outgoing(ctx, s), &hitladminpb.GetInvocationRequest{InvocationId: id})
+		if err != nil {
+			return "", err
 		}
-		return hex.EncodeToString(h.Sum(nil))[:16], nil
-	})
+		hist, err := client.History(outgoing(ctx, s), &hitladminpb.HistoryRequest{InvocationId: id})
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s|%s|%d|%d", inv.GetStatus(), inv.GetOutcomeJson(), inv.GetDeadline().AsTime().UnixNano(), len(hist.GetEvents()))
+	} else {
+		resp, err := client.ListInvocations(outgoing(ctx, s), &hitladminpb.ListInvocationsRequest{IncludeDecided: true, Limit: inboxListLimit})
+		if err != nil {
+			return "", err
+		}
+		for _, inv := range resp.GetInvocations() {
+			fmt.Fprintf(h, "%s|%s|%d|%d\n", inv.GetInvocationId(), inv.GetStatus(), len(inv.GetOutcomeJson()), inv.GetDeadline().AsTime().UnixNano())
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
 // inboxItemData is the item page's data.
@@ -371,6 +381,8 @@ type inboxItemData struct {
 	PatchHint string
 	// Fragment is true when the state is rendered alone for htmx.
 	Fragment bool
+	// Fingerprint is inboxFingerprint when the page was read, where its stream starts.
+	Fingerprint string
 }
 
 // IsItem tells the template which view this is: one item.
@@ -381,7 +393,7 @@ func (d inboxItemData) StateURL() string { return d.Item.Href() + "/state" }
 
 // EventsURL is the item's event stream.
 func (d inboxItemData) EventsURL() string {
-	return Prefix + "inbox/events?id=" + urlQueryEscape(d.Item.ID)
+	return Prefix + "inbox/events?id=" + urlQueryEscape(d.Item.ID) + "&fp=" + urlQueryEscape(d.Fingerprint)
 }
 
 // DecideURL is where the decision form posts.
@@ -462,7 +474,9 @@ func patchHint(reason string) string {
 // inboxItemPage is one invocation: its context, fallback, audit trail and decision form.
 func (c *Console) inboxItemPage(w http.ResponseWriter, r *http.Request, s *session) {
 	id := r.PathValue("id")
+	fp, _ := c.inboxFingerprint(r.Context(), s, id) // none: the stream takes its own
 	d, err := c.inboxLoadItem(r.Context(), s, id)
+	d.Fingerprint = fp
 	if d.Item.ID == "" {
 		d.Item.ID = id
 	}

@@ -142,20 +142,14 @@ func (c *Console) negotiationsPage(w http.ResponseWriter, r *http.Request, s *se
 }
 
 // negotiationsEvents sends "changed" when the listing changes: a negotiation opens, a draft,
-// an evaluation or a turn lands, one closes, a review gets a vote or a decision. The page's
-// own fingerprint (fp) stands for the first poll, so a change between the page's rendering
-// and the stream's start is sent too.
+// an evaluation or a turn lands, one closes, a review gets a vote or a decision. The page
+// names its own fingerprint (fp), from which the stream starts.
 func (c *Console) negotiationsEvents(w http.ResponseWriter, r *http.Request, s *session) {
 	_, req := negotiationsRequest(r.URL.Query())
-	rendered := r.URL.Query().Get("fp")
 	serveChanges(w, r, "changed", func(ctx context.Context) (string, error) {
 		resp, err := directorypb.NewDirectoryServiceClient(c.cfg.Conn).ListNegotiations(outgoing(ctx, s), req)
 		if err != nil {
 			return "", fmt.Errorf("%s", callError(err))
-		}
-		if fp := rendered; fp != "" {
-			rendered = ""
-			return fp, nil
 		}
 		return negotiationsFingerprint(resp), nil
 	})

@@ -434,13 +434,7 @@ const dagNoRun = "no run"
 // first reads, so a node that finished while the page loaded still changes the picture.
 func (c *Console) dagRunEvents(w http.ResponseWriter, r *http.Request, s *session) {
 	id := dagRunID(r)
-	shown := r.URL.Query().Get("fp")
 	serveChanges(w, r, "changed", func(ctx context.Context) (string, error) {
-		if shown != "" {
-			fp := shown
-			shown = ""
-			return fp, nil
-		}
 		st, err := workflowpb.NewWorkflowServiceClient(c.cfg.Conn).GetWorkflowState(outgoing(ctx, s), &workflowpb.GetWorkflowStateRequest{WorkflowId: id})
 		if status.Code(err) == codes.NotFound {
 			return dagNoRun, nil

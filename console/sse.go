@@ -12,7 +12,9 @@ const pollEvery = time.Second
 
 // serveChanges is a Server-Sent Events stream that sends the event name each time the
 // fingerprint poll returns changes (a hash of what a page shows, read through the frontend),
-// and a comment every 15 s so proxies keep the stream open. htmx's SSE extension reloads the
+// and a comment every 15 s so proxies keep the stream open. The stream compares with the
+// fingerprint of what the page showed when the request names it (?fp=), else with its own
+// first poll: a change between the page's rendering and the stream's start is then sent too. htmx's SSE extension reloads the
 // page's fragment on the event (sse-connect and hx-trigger="sse:<name>"), so a change made
 // through any door — CLI, gRPC, a signal, another console — shows within pollEvery. A poll
 // that fails ends the stream with an "error" event; the browser's EventSource reconnects.
@@ -26,7 +28,11 @@ func serveChanges(w http.ResponseWriter, r *http.Request, name string, poll func
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	ctx := r.Context()
-	last, err := poll(ctx)
+	last := r.URL.Query().Get("fp")
+	var err error
+	if last == "" {
+		last, err = poll(ctx)
+	}
 	if err != nil {
 		_, _ = fmt.Fprintf(w, "event: error\ndata: %s\n\n", sseData(err.Error()))
 		flusher.Flush()

@@ -269,7 +269,7 @@ func TestConsoleInboxForms(t *testing.T) {
 			code, body := consoleGet(t, c, base+"inbox")
 			assert.Equal(t, http.StatusOK, code)
 			assert.Contains(t, body, `data-invocation="`+id+`"`)
-			assert.Contains(t, body, `sse-connect="`+console.Prefix+`inbox/events"`)
+			assert.Contains(t, body, `sse-connect="`+console.Prefix+`inbox/events?fp=`, "the stream starts from what the page shows")
 			for q, want := range map[string]bool{
 				"reason=TOOL_PRIVILEGE_ESCALATION": true, "reason=CONFLICT": false,
 				"correlation=" + strings.TrimPrefix(id, "tool-approval-"): true, "correlation=nope": false,
