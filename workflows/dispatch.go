@@ -213,6 +213,9 @@ type DispatchStatus struct {
 	NonPreemptible bool
 	// Queue lists the waiting task ids in dispatch order.
 	Queue []string
+	// QueuePriorities are the priorities of Queue's tasks, index for index. An answer of a
+	// worker that predates the field omits it; a reader then knows the order, not the values.
+	QueuePriorities []int32 `json:",omitempty"`
 	// WaitingOn lists the requests the running task waits on (004 §2).
 	WaitingOn []string `json:",omitempty"`
 }
@@ -270,9 +273,11 @@ func newDispatcher(ctx workflow.Context, w *agentLifecycle, d Dispatch) *dispatc
 }
 
 func (p *dispatcher) status() DispatchStatus {
-	s := DispatchStatus{Queue: make([]string, 0, len(p.d.Queue))}
+	// A query's answer is not recorded in the history, so what it adds changes no replay.
+	s := DispatchStatus{Queue: make([]string, 0, len(p.d.Queue)), QueuePriorities: make([]int32, 0, len(p.d.Queue))}
 	for _, q := range p.d.Queue {
 		s.Queue = append(s.Queue, q.TaskID)
+		s.QueuePriorities = append(s.QueuePriorities, q.Priority)
 	}
 	if r := p.d.Running; r != nil {
 		s.Running, s.RunningPriority = r.TaskID, r.Priority

@@ -215,7 +215,12 @@ func TestDispatchCooperativePreemption(t *testing.T) {
 	})
 	step(6*time.Second, func() {
 		preempt = onlyControl(t, h.controls(), protocol.ControlPreemptRequest, "low")
-		require.True(t, h.tasks().PreemptPending)
+		st := h.tasks()
+		require.True(t, st.PreemptPending)
+		require.Equal(t, "low", st.Running)
+		require.Equal(t, int32(5), st.RunningPriority)
+		require.Equal(t, []string{"urgent", "same"}, st.Queue, "the queue in dispatch order")
+		require.Equal(t, []int32{-10, 5}, st.QueuePriorities, "each queued task's priority, index for index")
 		h.ack(preempt.id, commonpb.AckStage_RECEIVED, 0, "")
 		h.ack(preempt.id, commonpb.AckStage_FULFILLED, 0, "yielded")
 	})
