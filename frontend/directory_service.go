@@ -31,7 +31,8 @@ type directoryService struct {
 	s *Server
 }
 
-// GetAgent returns one agent's registry record; an unknown agent is no_route.
+// GetAgent returns one agent's registry record with its inbound buffer and scheduler state
+// (addAgentLoad); an unknown agent is no_route.
 func (d *directoryService) GetAgent(ctx context.Context, req *directorypb.GetAgentRequest) (*directorypb.AgentEntry, error) {
 	if perr := protocol.ValidateGetAgent(req); perr != nil {
 		return nil, perr
@@ -43,11 +44,14 @@ func (d *directoryService) GetAgent(ctx context.Context, req *directorypb.GetAge
 	if err != nil {
 		return nil, failed("registry lookup", err)
 	}
-	return agentEntry(rec), nil
+	e := agentEntry(rec)
+	d.addAgentLoad(ctx, []*directorypb.AgentEntry{e})
+	return e, nil
 }
 
 // ListAgents returns the registered agents ordered by agent_id, those that declare the
-// capability and are in the state when the request names them.
+// capability and are in the state when the request names them, each with its inbound buffer
+// and scheduler state (addAgentLoad).
 func (d *directoryService) ListAgents(ctx context.Context, req *directorypb.ListAgentsRequest) (*directorypb.ListAgentsResponse, error) {
 	if perr := protocol.ValidateListAgents(req); perr != nil {
 		return nil, perr
@@ -66,6 +70,7 @@ func (d *directoryService) ListAgents(ctx context.Context, req *directorypb.List
 		}
 		out.Agents = append(out.Agents, agentEntry(rec))
 	}
+	d.addAgentLoad(ctx, out.Agents)
 	return out, nil
 }
 

@@ -8,7 +8,8 @@
 // Every call needs a proven caller when authentication is on: a call signed as its agent
 // (§6.2, §23: the sw4rm-agent, sw4rm-timestamp, sw4rm-nonce and sw4rm-signature metadata of
 // docs/signing.md) or an operator token in the metadata "authorization: Bearer <token>". Agents and tool providers are discovery data (§14, §18.1),
-// readable by any proven caller; a handoff only by its parties — the originator, the agent it
+// readable by any proven caller, but an agent's inbound buffer depth and scheduler state only
+// by operators and the agent itself; a handoff only by its parties — the originator, the agent it
 // is offered to or that accepted it — and operators, and its context snapshot only by its
 // parties. Tasks and tool calls are their agent's: an operator lists everyone's, an agent
 // only its own (an empty agent filter means its own; another agent's is refused). A DAG run
@@ -110,6 +111,16 @@ type AgentEntry struct {
 	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
 	// When it last sent a heartbeat; unset if never.
 	LastHeartbeat *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_heartbeat,json=lastHeartbeat,proto3" json:"last_heartbeat,omitempty"`
+	// How many messages its inbound buffer holds unconfirmed, control traffic included (§13).
+	// Set for an operator, an anonymous caller and the agent itself; zero for another agent.
+	InboundDepth int64 `protobuf:"varint,6,opt,name=inbound_depth,json=inboundDepth,proto3" json:"inbound_depth,omitempty"`
+	// The inbound buffer's capacity the router enforces (SW4RM_BUFFER_CAPACITY, §13): a
+	// message beyond it is refused with buffer_full. Zero when the server does not route.
+	BufferCapacity int64 `protobuf:"varint,7,opt,name=buffer_capacity,json=bufferCapacity,proto3" json:"buffer_capacity,omitempty"`
+	// What its scheduler holds (§7): the running task and the queued ones. Unset when its
+	// lifecycle workflow is not running or did not answer in time, and for another agent than
+	// the caller (operators and anonymous callers see every agent's).
+	Dispatch      *AgentDispatch `protobuf:"bytes,8,opt,name=dispatch,proto3" json:"dispatch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -179,6 +190,164 @@ func (x *AgentEntry) GetLastHeartbeat() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AgentEntry) GetInboundDepth() int64 {
+	if x != nil {
+		return x.InboundDepth
+	}
+	return 0
+}
+
+func (x *AgentEntry) GetBufferCapacity() int64 {
+	if x != nil {
+		return x.BufferCapacity
+	}
+	return 0
+}
+
+func (x *AgentEntry) GetDispatch() *AgentDispatch {
+	if x != nil {
+		return x.Dispatch
+	}
+	return nil
+}
+
+// AgentDispatch is an agent's scheduling state as its lifecycle workflow answers it (§7).
+type AgentDispatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task the agent holds; empty when idle.
+	RunningTask string `protobuf:"bytes,1,opt,name=running_task,json=runningTask,proto3" json:"running_task,omitempty"`
+	// The running task's priority, -19 (highest) .. 20 (lowest) (§7.1).
+	RunningPriority int32 `protobuf:"varint,2,opt,name=running_priority,json=runningPriority,proto3" json:"running_priority,omitempty"`
+	// A PREEMPT_REQUEST for the running task is unanswered (§7.2).
+	PreemptPending bool `protobuf:"varint,3,opt,name=preempt_pending,json=preemptPending,proto3" json:"preempt_pending,omitempty"`
+	// The running task is inside a declared non-preemptible section (§7.2).
+	NonPreemptible bool `protobuf:"varint,4,opt,name=non_preemptible,json=nonPreemptible,proto3" json:"non_preemptible,omitempty"`
+	// The waiting tasks in dispatch order: priority, then submission (§7.1).
+	Queued        []*QueuedTask `protobuf:"bytes,5,rep,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentDispatch) Reset() {
+	*x = AgentDispatch{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentDispatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentDispatch) ProtoMessage() {}
+
+func (x *AgentDispatch) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentDispatch.ProtoReflect.Descriptor instead.
+func (*AgentDispatch) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AgentDispatch) GetRunningTask() string {
+	if x != nil {
+		return x.RunningTask
+	}
+	return ""
+}
+
+func (x *AgentDispatch) GetRunningPriority() int32 {
+	if x != nil {
+		return x.RunningPriority
+	}
+	return 0
+}
+
+func (x *AgentDispatch) GetPreemptPending() bool {
+	if x != nil {
+		return x.PreemptPending
+	}
+	return false
+}
+
+func (x *AgentDispatch) GetNonPreemptible() bool {
+	if x != nil {
+		return x.NonPreemptible
+	}
+	return false
+}
+
+func (x *AgentDispatch) GetQueued() []*QueuedTask {
+	if x != nil {
+		return x.Queued
+	}
+	return nil
+}
+
+// QueuedTask is one waiting task of an agent's scheduler.
+type QueuedTask struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task's id.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Its priority, -19 (highest) .. 20 (lowest); 0 when the workflow's answer did not say.
+	Priority      int32 `protobuf:"varint,2,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuedTask) Reset() {
+	*x = QueuedTask{}
+	mi := &file_sw4rmext_directory_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuedTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuedTask) ProtoMessage() {}
+
+func (x *QueuedTask) ProtoReflect() protoreflect.Message {
+	mi := &file_sw4rmext_directory_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuedTask.ProtoReflect.Descriptor instead.
+func (*QueuedTask) Descriptor() ([]byte, []int) {
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *QueuedTask) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *QueuedTask) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 // ListAgentsRequest filters the listing.
 type ListAgentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -192,7 +361,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[2]
+	mi := &file_sw4rmext_directory_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -204,7 +373,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[2]
+	mi := &file_sw4rmext_directory_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -217,7 +386,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{2}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListAgentsRequest) GetCapability() string {
@@ -245,7 +414,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[3]
+	mi := &file_sw4rmext_directory_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -257,7 +426,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[3]
+	mi := &file_sw4rmext_directory_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -270,7 +439,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{3}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*AgentEntry {
@@ -291,7 +460,7 @@ type GetHandoffRequest struct {
 
 func (x *GetHandoffRequest) Reset() {
 	*x = GetHandoffRequest{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[4]
+	mi := &file_sw4rmext_directory_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +472,7 @@ func (x *GetHandoffRequest) String() string {
 func (*GetHandoffRequest) ProtoMessage() {}
 
 func (x *GetHandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[4]
+	mi := &file_sw4rmext_directory_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +485,7 @@ func (x *GetHandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHandoffRequest.ProtoReflect.Descriptor instead.
 func (*GetHandoffRequest) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{4}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetHandoffRequest) GetRequestId() string {
@@ -366,7 +535,7 @@ type HandoffEntry struct {
 
 func (x *HandoffEntry) Reset() {
 	*x = HandoffEntry{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[5]
+	mi := &file_sw4rmext_directory_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +547,7 @@ func (x *HandoffEntry) String() string {
 func (*HandoffEntry) ProtoMessage() {}
 
 func (x *HandoffEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[5]
+	mi := &file_sw4rmext_directory_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +560,7 @@ func (x *HandoffEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffEntry.ProtoReflect.Descriptor instead.
 func (*HandoffEntry) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{5}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HandoffEntry) GetRequestId() string {
@@ -511,7 +680,7 @@ type ListToolProvidersRequest struct {
 
 func (x *ListToolProvidersRequest) Reset() {
 	*x = ListToolProvidersRequest{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[6]
+	mi := &file_sw4rmext_directory_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +692,7 @@ func (x *ListToolProvidersRequest) String() string {
 func (*ListToolProvidersRequest) ProtoMessage() {}
 
 func (x *ListToolProvidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[6]
+	mi := &file_sw4rmext_directory_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +705,7 @@ func (x *ListToolProvidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolProvidersRequest.ProtoReflect.Descriptor instead.
 func (*ListToolProvidersRequest) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{6}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListToolProvidersRequest) GetKind() string {
@@ -563,7 +732,7 @@ type ToolProvider struct {
 
 func (x *ToolProvider) Reset() {
 	*x = ToolProvider{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[7]
+	mi := &file_sw4rmext_directory_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +744,7 @@ func (x *ToolProvider) String() string {
 func (*ToolProvider) ProtoMessage() {}
 
 func (x *ToolProvider) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[7]
+	mi := &file_sw4rmext_directory_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +757,7 @@ func (x *ToolProvider) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolProvider.ProtoReflect.Descriptor instead.
 func (*ToolProvider) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{7}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ToolProvider) GetProviderId() string {
@@ -630,7 +799,7 @@ type ListToolProvidersResponse struct {
 
 func (x *ListToolProvidersResponse) Reset() {
 	*x = ListToolProvidersResponse{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[8]
+	mi := &file_sw4rmext_directory_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +811,7 @@ func (x *ListToolProvidersResponse) String() string {
 func (*ListToolProvidersResponse) ProtoMessage() {}
 
 func (x *ListToolProvidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[8]
+	mi := &file_sw4rmext_directory_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +824,7 @@ func (x *ListToolProvidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolProvidersResponse.ProtoReflect.Descriptor instead.
 func (*ListToolProvidersResponse) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{8}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListToolProvidersResponse) GetProviders() []*ToolProvider {
@@ -684,7 +853,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[9]
+	mi := &file_sw4rmext_directory_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +865,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[9]
+	mi := &file_sw4rmext_directory_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +878,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{9}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListTasksRequest) GetAgentId() string {
@@ -769,7 +938,7 @@ type TaskEntry struct {
 
 func (x *TaskEntry) Reset() {
 	*x = TaskEntry{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[10]
+	mi := &file_sw4rmext_directory_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +950,7 @@ func (x *TaskEntry) String() string {
 func (*TaskEntry) ProtoMessage() {}
 
 func (x *TaskEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[10]
+	mi := &file_sw4rmext_directory_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +963,7 @@ func (x *TaskEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEntry.ProtoReflect.Descriptor instead.
 func (*TaskEntry) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{10}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskEntry) GetAgentId() string {
@@ -878,7 +1047,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[11]
+	mi := &file_sw4rmext_directory_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1059,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[11]
+	mi := &file_sw4rmext_directory_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1072,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{11}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListTasksResponse) GetTasks() []*TaskEntry {
@@ -929,7 +1098,7 @@ type ListDAGRunsRequest struct {
 
 func (x *ListDAGRunsRequest) Reset() {
 	*x = ListDAGRunsRequest{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[12]
+	mi := &file_sw4rmext_directory_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1110,7 @@ func (x *ListDAGRunsRequest) String() string {
 func (*ListDAGRunsRequest) ProtoMessage() {}
 
 func (x *ListDAGRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[12]
+	mi := &file_sw4rmext_directory_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1123,7 @@ func (x *ListDAGRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDAGRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListDAGRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{12}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListDAGRunsRequest) GetWorkflowIdPrefix() string {
@@ -1002,7 +1171,7 @@ type DAGRun struct {
 
 func (x *DAGRun) Reset() {
 	*x = DAGRun{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[13]
+	mi := &file_sw4rmext_directory_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1183,7 @@ func (x *DAGRun) String() string {
 func (*DAGRun) ProtoMessage() {}
 
 func (x *DAGRun) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[13]
+	mi := &file_sw4rmext_directory_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1196,7 @@ func (x *DAGRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DAGRun.ProtoReflect.Descriptor instead.
 func (*DAGRun) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{13}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DAGRun) GetWorkflowId() string {
@@ -1083,7 +1252,7 @@ type ListDAGRunsResponse struct {
 
 func (x *ListDAGRunsResponse) Reset() {
 	*x = ListDAGRunsResponse{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[14]
+	mi := &file_sw4rmext_directory_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1264,7 @@ func (x *ListDAGRunsResponse) String() string {
 func (*ListDAGRunsResponse) ProtoMessage() {}
 
 func (x *ListDAGRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[14]
+	mi := &file_sw4rmext_directory_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1277,7 @@ func (x *ListDAGRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDAGRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListDAGRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{14}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListDAGRunsResponse) GetRuns() []*DAGRun {
@@ -1141,7 +1310,7 @@ type ListToolCallsRequest struct {
 
 func (x *ListToolCallsRequest) Reset() {
 	*x = ListToolCallsRequest{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[15]
+	mi := &file_sw4rmext_directory_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1322,7 @@ func (x *ListToolCallsRequest) String() string {
 func (*ListToolCallsRequest) ProtoMessage() {}
 
 func (x *ListToolCallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[15]
+	mi := &file_sw4rmext_directory_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1335,7 @@ func (x *ListToolCallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolCallsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolCallsRequest) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{15}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListToolCallsRequest) GetCaller() string {
@@ -1233,7 +1402,7 @@ type ToolCallEntry struct {
 
 func (x *ToolCallEntry) Reset() {
 	*x = ToolCallEntry{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[16]
+	mi := &file_sw4rmext_directory_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1414,7 @@ func (x *ToolCallEntry) String() string {
 func (*ToolCallEntry) ProtoMessage() {}
 
 func (x *ToolCallEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[16]
+	mi := &file_sw4rmext_directory_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1427,7 @@ func (x *ToolCallEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallEntry.ProtoReflect.Descriptor instead.
 func (*ToolCallEntry) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{16}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolCallEntry) GetCallId() string {
@@ -1342,7 +1511,7 @@ type ListToolCallsResponse struct {
 
 func (x *ListToolCallsResponse) Reset() {
 	*x = ListToolCallsResponse{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[17]
+	mi := &file_sw4rmext_directory_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1523,7 @@ func (x *ListToolCallsResponse) String() string {
 func (*ListToolCallsResponse) ProtoMessage() {}
 
 func (x *ListToolCallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[17]
+	mi := &file_sw4rmext_directory_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1536,7 @@ func (x *ListToolCallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolCallsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolCallsResponse) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{17}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListToolCallsResponse) GetCalls() []*ToolCallEntry {
@@ -1393,7 +1562,7 @@ type ListNegotiationsRequest struct {
 
 func (x *ListNegotiationsRequest) Reset() {
 	*x = ListNegotiationsRequest{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[18]
+	mi := &file_sw4rmext_directory_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1574,7 @@ func (x *ListNegotiationsRequest) String() string {
 func (*ListNegotiationsRequest) ProtoMessage() {}
 
 func (x *ListNegotiationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[18]
+	mi := &file_sw4rmext_directory_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1587,7 @@ func (x *ListNegotiationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNegotiationsRequest.ProtoReflect.Descriptor instead.
 func (*ListNegotiationsRequest) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{18}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListNegotiationsRequest) GetState() string {
@@ -1486,7 +1655,7 @@ type NegotiationEntry struct {
 
 func (x *NegotiationEntry) Reset() {
 	*x = NegotiationEntry{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[19]
+	mi := &file_sw4rmext_directory_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1667,7 @@ func (x *NegotiationEntry) String() string {
 func (*NegotiationEntry) ProtoMessage() {}
 
 func (x *NegotiationEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[19]
+	mi := &file_sw4rmext_directory_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1680,7 @@ func (x *NegotiationEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NegotiationEntry.ProtoReflect.Descriptor instead.
 func (*NegotiationEntry) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{19}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NegotiationEntry) GetNegotiationId() string {
@@ -1658,7 +1827,7 @@ type NegotiationVersionEntry struct {
 
 func (x *NegotiationVersionEntry) Reset() {
 	*x = NegotiationVersionEntry{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[20]
+	mi := &file_sw4rmext_directory_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1839,7 @@ func (x *NegotiationVersionEntry) String() string {
 func (*NegotiationVersionEntry) ProtoMessage() {}
 
 func (x *NegotiationVersionEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[20]
+	mi := &file_sw4rmext_directory_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1852,7 @@ func (x *NegotiationVersionEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NegotiationVersionEntry.ProtoReflect.Descriptor instead.
 func (*NegotiationVersionEntry) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{20}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NegotiationVersionEntry) GetN() uint32 {
@@ -1757,7 +1926,7 @@ type DebateTurnEntry struct {
 
 func (x *DebateTurnEntry) Reset() {
 	*x = DebateTurnEntry{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[21]
+	mi := &file_sw4rmext_directory_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1938,7 @@ func (x *DebateTurnEntry) String() string {
 func (*DebateTurnEntry) ProtoMessage() {}
 
 func (x *DebateTurnEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[21]
+	mi := &file_sw4rmext_directory_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1951,7 @@ func (x *DebateTurnEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DebateTurnEntry.ProtoReflect.Descriptor instead.
 func (*DebateTurnEntry) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{21}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DebateTurnEntry) GetRound() uint32 {
@@ -1826,7 +1995,7 @@ type RoomReviewEntry struct {
 
 func (x *RoomReviewEntry) Reset() {
 	*x = RoomReviewEntry{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[22]
+	mi := &file_sw4rmext_directory_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2007,7 @@ func (x *RoomReviewEntry) String() string {
 func (*RoomReviewEntry) ProtoMessage() {}
 
 func (x *RoomReviewEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[22]
+	mi := &file_sw4rmext_directory_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2020,7 @@ func (x *RoomReviewEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoomReviewEntry.ProtoReflect.Descriptor instead.
 func (*RoomReviewEntry) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{22}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RoomReviewEntry) GetRoomId() string {
@@ -1902,7 +2071,7 @@ type ListNegotiationsResponse struct {
 
 func (x *ListNegotiationsResponse) Reset() {
 	*x = ListNegotiationsResponse{}
-	mi := &file_sw4rmext_directory_proto_msgTypes[23]
+	mi := &file_sw4rmext_directory_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2083,7 @@ func (x *ListNegotiationsResponse) String() string {
 func (*ListNegotiationsResponse) ProtoMessage() {}
 
 func (x *ListNegotiationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sw4rmext_directory_proto_msgTypes[23]
+	mi := &file_sw4rmext_directory_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2096,7 @@ func (x *ListNegotiationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNegotiationsResponse.ProtoReflect.Descriptor instead.
 func (*ListNegotiationsResponse) Descriptor() ([]byte, []int) {
-	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{23}
+	return file_sw4rmext_directory_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListNegotiationsResponse) GetNegotiations() []*NegotiationEntry {
@@ -1950,17 +2119,30 @@ const file_sw4rmext_directory_proto_rawDesc = "" +
 	"\n" +
 	"\x18sw4rmext/directory.proto\x12\x15sw4rmext.directory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15sw4rm/connector.proto\x1a\x14sw4rm/registry.proto\",\n" +
 	"\x0fGetAgentRequest\x12\x19\n" +
-	"\bagent_id\x18\x01 \x01(\tR\aagentId\"\xdf\x02\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\"\xef\x03\n" +
 	"\n" +
 	"AgentEntry\x125\n" +
 	"\x05agent\x18\x01 \x01(\v2\x1f.sw4rm.registry.AgentDescriptorR\x05agent\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12E\n" +
 	"\x06health\x18\x03 \x03(\v2-.sw4rmext.directory.v1.AgentEntry.HealthEntryR\x06health\x12?\n" +
 	"\rregistered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x12A\n" +
-	"\x0elast_heartbeat\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\x1a9\n" +
+	"\x0elast_heartbeat\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\x12#\n" +
+	"\rinbound_depth\x18\x06 \x01(\x03R\finboundDepth\x12'\n" +
+	"\x0fbuffer_capacity\x18\a \x01(\x03R\x0ebufferCapacity\x12@\n" +
+	"\bdispatch\x18\b \x01(\v2$.sw4rmext.directory.v1.AgentDispatchR\bdispatch\x1a9\n" +
 	"\vHealthEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xea\x01\n" +
+	"\rAgentDispatch\x12!\n" +
+	"\frunning_task\x18\x01 \x01(\tR\vrunningTask\x12)\n" +
+	"\x10running_priority\x18\x02 \x01(\x05R\x0frunningPriority\x12'\n" +
+	"\x0fpreempt_pending\x18\x03 \x01(\bR\x0epreemptPending\x12'\n" +
+	"\x0fnon_preemptible\x18\x04 \x01(\bR\x0enonPreemptible\x129\n" +
+	"\x06queued\x18\x05 \x03(\v2!.sw4rmext.directory.v1.QueuedTaskR\x06queued\"A\n" +
+	"\n" +
+	"QueuedTask\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1a\n" +
+	"\bpriority\x18\x02 \x01(\x05R\bpriority\"I\n" +
 	"\x11ListAgentsRequest\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
@@ -2148,89 +2330,93 @@ func file_sw4rmext_directory_proto_rawDescGZIP() []byte {
 	return file_sw4rmext_directory_proto_rawDescData
 }
 
-var file_sw4rmext_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_sw4rmext_directory_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_sw4rmext_directory_proto_goTypes = []any{
 	(*GetAgentRequest)(nil),            // 0: sw4rmext.directory.v1.GetAgentRequest
 	(*AgentEntry)(nil),                 // 1: sw4rmext.directory.v1.AgentEntry
-	(*ListAgentsRequest)(nil),          // 2: sw4rmext.directory.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),         // 3: sw4rmext.directory.v1.ListAgentsResponse
-	(*GetHandoffRequest)(nil),          // 4: sw4rmext.directory.v1.GetHandoffRequest
-	(*HandoffEntry)(nil),               // 5: sw4rmext.directory.v1.HandoffEntry
-	(*ListToolProvidersRequest)(nil),   // 6: sw4rmext.directory.v1.ListToolProvidersRequest
-	(*ToolProvider)(nil),               // 7: sw4rmext.directory.v1.ToolProvider
-	(*ListToolProvidersResponse)(nil),  // 8: sw4rmext.directory.v1.ListToolProvidersResponse
-	(*ListTasksRequest)(nil),           // 9: sw4rmext.directory.v1.ListTasksRequest
-	(*TaskEntry)(nil),                  // 10: sw4rmext.directory.v1.TaskEntry
-	(*ListTasksResponse)(nil),          // 11: sw4rmext.directory.v1.ListTasksResponse
-	(*ListDAGRunsRequest)(nil),         // 12: sw4rmext.directory.v1.ListDAGRunsRequest
-	(*DAGRun)(nil),                     // 13: sw4rmext.directory.v1.DAGRun
-	(*ListDAGRunsResponse)(nil),        // 14: sw4rmext.directory.v1.ListDAGRunsResponse
-	(*ListToolCallsRequest)(nil),       // 15: sw4rmext.directory.v1.ListToolCallsRequest
-	(*ToolCallEntry)(nil),              // 16: sw4rmext.directory.v1.ToolCallEntry
-	(*ListToolCallsResponse)(nil),      // 17: sw4rmext.directory.v1.ListToolCallsResponse
-	(*ListNegotiationsRequest)(nil),    // 18: sw4rmext.directory.v1.ListNegotiationsRequest
-	(*NegotiationEntry)(nil),           // 19: sw4rmext.directory.v1.NegotiationEntry
-	(*NegotiationVersionEntry)(nil),    // 20: sw4rmext.directory.v1.NegotiationVersionEntry
-	(*DebateTurnEntry)(nil),            // 21: sw4rmext.directory.v1.DebateTurnEntry
-	(*RoomReviewEntry)(nil),            // 22: sw4rmext.directory.v1.RoomReviewEntry
-	(*ListNegotiationsResponse)(nil),   // 23: sw4rmext.directory.v1.ListNegotiationsResponse
-	nil,                                // 24: sw4rmext.directory.v1.AgentEntry.HealthEntry
-	nil,                                // 25: sw4rmext.directory.v1.NegotiationVersionEntry.EvaluationsEntry
-	nil,                                // 26: sw4rmext.directory.v1.NegotiationVersionEntry.NotesEntry
-	(*registrypb.AgentDescriptor)(nil), // 27: sw4rm.registry.AgentDescriptor
-	(*timestamppb.Timestamp)(nil),      // 28: google.protobuf.Timestamp
-	(*connectorpb.ToolDescriptor)(nil), // 29: sw4rm.connector.ToolDescriptor
+	(*AgentDispatch)(nil),              // 2: sw4rmext.directory.v1.AgentDispatch
+	(*QueuedTask)(nil),                 // 3: sw4rmext.directory.v1.QueuedTask
+	(*ListAgentsRequest)(nil),          // 4: sw4rmext.directory.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),         // 5: sw4rmext.directory.v1.ListAgentsResponse
+	(*GetHandoffRequest)(nil),          // 6: sw4rmext.directory.v1.GetHandoffRequest
+	(*HandoffEntry)(nil),               // 7: sw4rmext.directory.v1.HandoffEntry
+	(*ListToolProvidersRequest)(nil),   // 8: sw4rmext.directory.v1.ListToolProvidersRequest
+	(*ToolProvider)(nil),               // 9: sw4rmext.directory.v1.ToolProvider
+	(*ListToolProvidersResponse)(nil),  // 10: sw4rmext.directory.v1.ListToolProvidersResponse
+	(*ListTasksRequest)(nil),           // 11: sw4rmext.directory.v1.ListTasksRequest
+	(*TaskEntry)(nil),                  // 12: sw4rmext.directory.v1.TaskEntry
+	(*ListTasksResponse)(nil),          // 13: sw4rmext.directory.v1.ListTasksResponse
+	(*ListDAGRunsRequest)(nil),         // 14: sw4rmext.directory.v1.ListDAGRunsRequest
+	(*DAGRun)(nil),                     // 15: sw4rmext.directory.v1.DAGRun
+	(*ListDAGRunsResponse)(nil),        // 16: sw4rmext.directory.v1.ListDAGRunsResponse
+	(*ListToolCallsRequest)(nil),       // 17: sw4rmext.directory.v1.ListToolCallsRequest
+	(*ToolCallEntry)(nil),              // 18: sw4rmext.directory.v1.ToolCallEntry
+	(*ListToolCallsResponse)(nil),      // 19: sw4rmext.directory.v1.ListToolCallsResponse
+	(*ListNegotiationsRequest)(nil),    // 20: sw4rmext.directory.v1.ListNegotiationsRequest
+	(*NegotiationEntry)(nil),           // 21: sw4rmext.directory.v1.NegotiationEntry
+	(*NegotiationVersionEntry)(nil),    // 22: sw4rmext.directory.v1.NegotiationVersionEntry
+	(*DebateTurnEntry)(nil),            // 23: sw4rmext.directory.v1.DebateTurnEntry
+	(*RoomReviewEntry)(nil),            // 24: sw4rmext.directory.v1.RoomReviewEntry
+	(*ListNegotiationsResponse)(nil),   // 25: sw4rmext.directory.v1.ListNegotiationsResponse
+	nil,                                // 26: sw4rmext.directory.v1.AgentEntry.HealthEntry
+	nil,                                // 27: sw4rmext.directory.v1.NegotiationVersionEntry.EvaluationsEntry
+	nil,                                // 28: sw4rmext.directory.v1.NegotiationVersionEntry.NotesEntry
+	(*registrypb.AgentDescriptor)(nil), // 29: sw4rm.registry.AgentDescriptor
+	(*timestamppb.Timestamp)(nil),      // 30: google.protobuf.Timestamp
+	(*connectorpb.ToolDescriptor)(nil), // 31: sw4rm.connector.ToolDescriptor
 }
 var file_sw4rmext_directory_proto_depIdxs = []int32{
-	27, // 0: sw4rmext.directory.v1.AgentEntry.agent:type_name -> sw4rm.registry.AgentDescriptor
-	24, // 1: sw4rmext.directory.v1.AgentEntry.health:type_name -> sw4rmext.directory.v1.AgentEntry.HealthEntry
-	28, // 2: sw4rmext.directory.v1.AgentEntry.registered_at:type_name -> google.protobuf.Timestamp
-	28, // 3: sw4rmext.directory.v1.AgentEntry.last_heartbeat:type_name -> google.protobuf.Timestamp
-	1,  // 4: sw4rmext.directory.v1.ListAgentsResponse.agents:type_name -> sw4rmext.directory.v1.AgentEntry
-	28, // 5: sw4rmext.directory.v1.HandoffEntry.created_at:type_name -> google.protobuf.Timestamp
-	28, // 6: sw4rmext.directory.v1.HandoffEntry.updated_at:type_name -> google.protobuf.Timestamp
-	29, // 7: sw4rmext.directory.v1.ToolProvider.tools:type_name -> sw4rm.connector.ToolDescriptor
-	28, // 8: sw4rmext.directory.v1.ToolProvider.registered_at:type_name -> google.protobuf.Timestamp
-	7,  // 9: sw4rmext.directory.v1.ListToolProvidersResponse.providers:type_name -> sw4rmext.directory.v1.ToolProvider
-	28, // 10: sw4rmext.directory.v1.TaskEntry.created_at:type_name -> google.protobuf.Timestamp
-	28, // 11: sw4rmext.directory.v1.TaskEntry.completed_at:type_name -> google.protobuf.Timestamp
-	10, // 12: sw4rmext.directory.v1.ListTasksResponse.tasks:type_name -> sw4rmext.directory.v1.TaskEntry
-	28, // 13: sw4rmext.directory.v1.DAGRun.started_at:type_name -> google.protobuf.Timestamp
-	28, // 14: sw4rmext.directory.v1.DAGRun.closed_at:type_name -> google.protobuf.Timestamp
-	13, // 15: sw4rmext.directory.v1.ListDAGRunsResponse.runs:type_name -> sw4rmext.directory.v1.DAGRun
-	28, // 16: sw4rmext.directory.v1.ToolCallEntry.created_at:type_name -> google.protobuf.Timestamp
-	16, // 17: sw4rmext.directory.v1.ListToolCallsResponse.calls:type_name -> sw4rmext.directory.v1.ToolCallEntry
-	20, // 18: sw4rmext.directory.v1.NegotiationEntry.versions:type_name -> sw4rmext.directory.v1.NegotiationVersionEntry
-	21, // 19: sw4rmext.directory.v1.NegotiationEntry.turns:type_name -> sw4rmext.directory.v1.DebateTurnEntry
-	28, // 20: sw4rmext.directory.v1.NegotiationEntry.opened_at:type_name -> google.protobuf.Timestamp
-	28, // 21: sw4rmext.directory.v1.NegotiationEntry.deadline_at:type_name -> google.protobuf.Timestamp
-	25, // 22: sw4rmext.directory.v1.NegotiationVersionEntry.evaluations:type_name -> sw4rmext.directory.v1.NegotiationVersionEntry.EvaluationsEntry
-	26, // 23: sw4rmext.directory.v1.NegotiationVersionEntry.notes:type_name -> sw4rmext.directory.v1.NegotiationVersionEntry.NotesEntry
-	28, // 24: sw4rmext.directory.v1.RoomReviewEntry.started_at:type_name -> google.protobuf.Timestamp
-	28, // 25: sw4rmext.directory.v1.RoomReviewEntry.closed_at:type_name -> google.protobuf.Timestamp
-	19, // 26: sw4rmext.directory.v1.ListNegotiationsResponse.negotiations:type_name -> sw4rmext.directory.v1.NegotiationEntry
-	22, // 27: sw4rmext.directory.v1.ListNegotiationsResponse.reviews:type_name -> sw4rmext.directory.v1.RoomReviewEntry
-	0,  // 28: sw4rmext.directory.v1.DirectoryService.GetAgent:input_type -> sw4rmext.directory.v1.GetAgentRequest
-	2,  // 29: sw4rmext.directory.v1.DirectoryService.ListAgents:input_type -> sw4rmext.directory.v1.ListAgentsRequest
-	4,  // 30: sw4rmext.directory.v1.DirectoryService.GetHandoff:input_type -> sw4rmext.directory.v1.GetHandoffRequest
-	6,  // 31: sw4rmext.directory.v1.DirectoryService.ListToolProviders:input_type -> sw4rmext.directory.v1.ListToolProvidersRequest
-	9,  // 32: sw4rmext.directory.v1.DirectoryService.ListTasks:input_type -> sw4rmext.directory.v1.ListTasksRequest
-	12, // 33: sw4rmext.directory.v1.DirectoryService.ListDAGRuns:input_type -> sw4rmext.directory.v1.ListDAGRunsRequest
-	15, // 34: sw4rmext.directory.v1.DirectoryService.ListToolCalls:input_type -> sw4rmext.directory.v1.ListToolCallsRequest
-	18, // 35: sw4rmext.directory.v1.DirectoryService.ListNegotiations:input_type -> sw4rmext.directory.v1.ListNegotiationsRequest
-	1,  // 36: sw4rmext.directory.v1.DirectoryService.GetAgent:output_type -> sw4rmext.directory.v1.AgentEntry
-	3,  // 37: sw4rmext.directory.v1.DirectoryService.ListAgents:output_type -> sw4rmext.directory.v1.ListAgentsResponse
-	5,  // 38: sw4rmext.directory.v1.DirectoryService.GetHandoff:output_type -> sw4rmext.directory.v1.HandoffEntry
-	8,  // 39: sw4rmext.directory.v1.DirectoryService.ListToolProviders:output_type -> sw4rmext.directory.v1.ListToolProvidersResponse
-	11, // 40: sw4rmext.directory.v1.DirectoryService.ListTasks:output_type -> sw4rmext.directory.v1.ListTasksResponse
-	14, // 41: sw4rmext.directory.v1.DirectoryService.ListDAGRuns:output_type -> sw4rmext.directory.v1.ListDAGRunsResponse
-	17, // 42: sw4rmext.directory.v1.DirectoryService.ListToolCalls:output_type -> sw4rmext.directory.v1.ListToolCallsResponse
-	23, // 43: sw4rmext.directory.v1.DirectoryService.ListNegotiations:output_type -> sw4rmext.directory.v1.ListNegotiationsResponse
-	36, // [36:44] is the sub-list for method output_type
-	28, // [28:36] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	29, // 0: sw4rmext.directory.v1.AgentEntry.agent:type_name -> sw4rm.registry.AgentDescriptor
+	26, // 1: sw4rmext.directory.v1.AgentEntry.health:type_name -> sw4rmext.directory.v1.AgentEntry.HealthEntry
+	30, // 2: sw4rmext.directory.v1.AgentEntry.registered_at:type_name -> google.protobuf.Timestamp
+	30, // 3: sw4rmext.directory.v1.AgentEntry.last_heartbeat:type_name -> google.protobuf.Timestamp
+	2,  // 4: sw4rmext.directory.v1.AgentEntry.dispatch:type_name -> sw4rmext.directory.v1.AgentDispatch
+	3,  // 5: sw4rmext.directory.v1.AgentDispatch.queued:type_name -> sw4rmext.directory.v1.QueuedTask
+	1,  // 6: sw4rmext.directory.v1.ListAgentsResponse.agents:type_name -> sw4rmext.directory.v1.AgentEntry
+	30, // 7: sw4rmext.directory.v1.HandoffEntry.created_at:type_name -> google.protobuf.Timestamp
+	30, // 8: sw4rmext.directory.v1.HandoffEntry.updated_at:type_name -> google.protobuf.Timestamp
+	31, // 9: sw4rmext.directory.v1.ToolProvider.tools:type_name -> sw4rm.connector.ToolDescriptor
+	30, // 10: sw4rmext.directory.v1.ToolProvider.registered_at:type_name -> google.protobuf.Timestamp
+	9,  // 11: sw4rmext.directory.v1.ListToolProvidersResponse.providers:type_name -> sw4rmext.directory.v1.ToolProvider
+	30, // 12: sw4rmext.directory.v1.TaskEntry.created_at:type_name -> google.protobuf.Timestamp
+	30, // 13: sw4rmext.directory.v1.TaskEntry.completed_at:type_name -> google.protobuf.Timestamp
+	12, // 14: sw4rmext.directory.v1.ListTasksResponse.tasks:type_name -> sw4rmext.directory.v1.TaskEntry
+	30, // 15: sw4rmext.directory.v1.DAGRun.started_at:type_name -> google.protobuf.Timestamp
+	30, // 16: sw4rmext.directory.v1.DAGRun.closed_at:type_name -> google.protobuf.Timestamp
+	15, // 17: sw4rmext.directory.v1.ListDAGRunsResponse.runs:type_name -> sw4rmext.directory.v1.DAGRun
+	30, // 18: sw4rmext.directory.v1.ToolCallEntry.created_at:type_name -> google.protobuf.Timestamp
+	18, // 19: sw4rmext.directory.v1.ListToolCallsResponse.calls:type_name -> sw4rmext.directory.v1.ToolCallEntry
+	22, // 20: sw4rmext.directory.v1.NegotiationEntry.versions:type_name -> sw4rmext.directory.v1.NegotiationVersionEntry
+	23, // 21: sw4rmext.directory.v1.NegotiationEntry.turns:type_name -> sw4rmext.directory.v1.DebateTurnEntry
+	30, // 22: sw4rmext.directory.v1.NegotiationEntry.opened_at:type_name -> google.protobuf.Timestamp
+	30, // 23: sw4rmext.directory.v1.NegotiationEntry.deadline_at:type_name -> google.protobuf.Timestamp
+	27, // 24: sw4rmext.directory.v1.NegotiationVersionEntry.evaluations:type_name -> sw4rmext.directory.v1.NegotiationVersionEntry.EvaluationsEntry
+	28, // 25: sw4rmext.directory.v1.NegotiationVersionEntry.notes:type_name -> sw4rmext.directory.v1.NegotiationVersionEntry.NotesEntry
+	30, // 26: sw4rmext.directory.v1.RoomReviewEntry.started_at:type_name -> google.protobuf.Timestamp
+	30, // 27: sw4rmext.directory.v1.RoomReviewEntry.closed_at:type_name -> google.protobuf.Timestamp
+	21, // 28: sw4rmext.directory.v1.ListNegotiationsResponse.negotiations:type_name -> sw4rmext.directory.v1.NegotiationEntry
+	24, // 29: sw4rmext.directory.v1.ListNegotiationsResponse.reviews:type_name -> sw4rmext.directory.v1.RoomReviewEntry
+	0,  // 30: sw4rmext.directory.v1.DirectoryService.GetAgent:input_type -> sw4rmext.directory.v1.GetAgentRequest
+	4,  // 31: sw4rmext.directory.v1.DirectoryService.ListAgents:input_type -> sw4rmext.directory.v1.ListAgentsRequest
+	6,  // 32: sw4rmext.directory.v1.DirectoryService.GetHandoff:input_type -> sw4rmext.directory.v1.GetHandoffRequest
+	8,  // 33: sw4rmext.directory.v1.DirectoryService.ListToolProviders:input_type -> sw4rmext.directory.v1.ListToolProvidersRequest
+	11, // 34: sw4rmext.directory.v1.DirectoryService.ListTasks:input_type -> sw4rmext.directory.v1.ListTasksRequest
+	14, // 35: sw4rmext.directory.v1.DirectoryService.ListDAGRuns:input_type -> sw4rmext.directory.v1.ListDAGRunsRequest
+	17, // 36: sw4rmext.directory.v1.DirectoryService.ListToolCalls:input_type -> sw4rmext.directory.v1.ListToolCallsRequest
+	20, // 37: sw4rmext.directory.v1.DirectoryService.ListNegotiations:input_type -> sw4rmext.directory.v1.ListNegotiationsRequest
+	1,  // 38: sw4rmext.directory.v1.DirectoryService.GetAgent:output_type -> sw4rmext.directory.v1.AgentEntry
+	5,  // 39: sw4rmext.directory.v1.DirectoryService.ListAgents:output_type -> sw4rmext.directory.v1.ListAgentsResponse
+	7,  // 40: sw4rmext.directory.v1.DirectoryService.GetHandoff:output_type -> sw4rmext.directory.v1.HandoffEntry
+	10, // 41: sw4rmext.directory.v1.DirectoryService.ListToolProviders:output_type -> sw4rmext.directory.v1.ListToolProvidersResponse
+	13, // 42: sw4rmext.directory.v1.DirectoryService.ListTasks:output_type -> sw4rmext.directory.v1.ListTasksResponse
+	16, // 43: sw4rmext.directory.v1.DirectoryService.ListDAGRuns:output_type -> sw4rmext.directory.v1.ListDAGRunsResponse
+	19, // 44: sw4rmext.directory.v1.DirectoryService.ListToolCalls:output_type -> sw4rmext.directory.v1.ListToolCallsResponse
+	25, // 45: sw4rmext.directory.v1.DirectoryService.ListNegotiations:output_type -> sw4rmext.directory.v1.ListNegotiationsResponse
+	38, // [38:46] is the sub-list for method output_type
+	30, // [30:38] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_sw4rmext_directory_proto_init() }
@@ -2244,7 +2430,7 @@ func file_sw4rmext_directory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sw4rmext_directory_proto_rawDesc), len(file_sw4rmext_directory_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -8,7 +8,8 @@
 // Every call needs a proven caller when authentication is on: a call signed as its agent
 // (§6.2, §23: the sw4rm-agent, sw4rm-timestamp, sw4rm-nonce and sw4rm-signature metadata of
 // docs/signing.md) or an operator token in the metadata "authorization: Bearer <token>". Agents and tool providers are discovery data (§14, §18.1),
-// readable by any proven caller; a handoff only by its parties — the originator, the agent it
+// readable by any proven caller, but an agent's inbound buffer depth and scheduler state only
+// by operators and the agent itself; a handoff only by its parties — the originator, the agent it
 // is offered to or that accepted it — and operators, and its context snapshot only by its
 // parties. Tasks and tool calls are their agent's: an operator lists everyone's, an agent
 // only its own (an empty agent filter means its own; another agent's is refused). A DAG run

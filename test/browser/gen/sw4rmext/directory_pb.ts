@@ -8,7 +8,8 @@
 // Every call needs a proven caller when authentication is on: a call signed as its agent
 // (§6.2, §23: the sw4rm-agent, sw4rm-timestamp, sw4rm-nonce and sw4rm-signature metadata of
 // docs/signing.md) or an operator token in the metadata "authorization: Bearer <token>". Agents and tool providers are discovery data (§14, §18.1),
-// readable by any proven caller; a handoff only by its parties — the originator, the agent it
+// readable by any proven caller, but an agent's inbound buffer depth and scheduler state only
+// by operators and the agent itself; a handoff only by its parties — the originator, the agent it
 // is offered to or that accepted it — and operators, and its context snapshot only by its
 // parties. Tasks and tool calls are their agent's: an operator lists everyone's, an agent
 // only its own (an empty agent filter means its own; another agent's is refused). A DAG run
@@ -42,7 +43,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sw4rmext/directory.proto.
  */
 export const file_sw4rmext_directory: GenFile = /*@__PURE__*/
-  fileDesc("ChhzdzRybWV4dC9kaXJlY3RvcnkucHJvdG8SFXN3NHJtZXh0LmRpcmVjdG9yeS52MSIjCg9HZXRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkioAIKCkFnZW50RW50cnkSLgoFYWdlbnQYASABKAsyHy5zdzRybS5yZWdpc3RyeS5BZ2VudERlc2NyaXB0b3ISDQoFc3RhdGUYAiABKAkSPQoGaGVhbHRoGAMgAygLMi0uc3c0cm1leHQuZGlyZWN0b3J5LnYxLkFnZW50RW50cnkuSGVhbHRoRW50cnkSMQoNcmVnaXN0ZXJlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoObGFzdF9oZWFydGJlYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi0KC0hlYWx0aEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNgoRTGlzdEFnZW50c1JlcXVlc3QSEgoKY2FwYWJpbGl0eRgBIAEoCRINCgVzdGF0ZRgCIAEoCSJHChJMaXN0QWdlbnRzUmVzcG9uc2USMQoGYWdlbnRzGAEgAygLMiEuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkFnZW50RW50cnkiJwoRR2V0SGFuZG9mZlJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSKFAwoMSGFuZG9mZkVudHJ5EhIKCnJlcXVlc3RfaWQYASABKAkSDQoFc3RhdGUYAiABKAkSEgoKZnJvbV9hZ2VudBgDIAEoCRIQCgh0b19hZ2VudBgEIAEoCRISCgpvZmZlcmVkX3RvGAUgASgJEhMKC2FjY2VwdGVkX2J5GAYgASgJEh0KFWNhcGFiaWxpdGllc19yZXF1aXJlZBgHIAMoCRIOCgZyZWFzb24YCCABKAkSEgoKZW5kX3JlYXNvbhgJIAEoCRIWCg5jb3JyZWxhdGlvbl9pZBgKIAEoCRIQCghwcmlvcml0eRgLIAEoBRIcChRjb250ZXh0X2NvbnRlbnRfdHlwZRgMIAEoCRIuCgpjcmVhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBjb250ZXh0X3NuYXBzaG90GA8gASgMIigKGExpc3RUb29sUHJvdmlkZXJzUmVxdWVzdBIMCgRraW5kGAEgASgJIpQBCgxUb29sUHJvdmlkZXISEwoLcHJvdmlkZXJfaWQYASABKAkSDAoEa2luZBgCIAEoCRIuCgV0b29scxgDIAMoCzIfLnN3NHJtLmNvbm5lY3Rvci5Ub29sRGVzY3JpcHRvchIxCg1yZWdpc3RlcmVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJTChlMaXN0VG9vbFByb3ZpZGVyc1Jlc3BvbnNlEjYKCXByb3ZpZGVycxgBIAMoCzIjLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5Ub29sUHJvdmlkZXIiUwoQTGlzdFRhc2tzUmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIPCgd0YXNrX2lkGAMgASgJEg0KBWxpbWl0GAQgASgNIv4BCglUYXNrRW50cnkSEAoIYWdlbnRfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIPCgdyZXBvX2lkGAQgASgJEhMKC3dvcmt0cmVlX2lkGAUgASgJEg4KBmJyYW5jaBgGIAEoCRITCgtkZXNjcmlwdGlvbhgHIAEoCRISCgp3YWl0aW5nX29uGAggASgJEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDGNvbXBsZXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiRAoRTGlzdFRhc2tzUmVzcG9uc2USLwoFdGFza3MYASADKAsyIC5zdzRybWV4dC5kaXJlY3RvcnkudjEuVGFza0VudHJ5Ik4KEkxpc3REQUdSdW5zUmVxdWVzdBIaChJ3b3JrZmxvd19pZF9wcmVmaXgYASABKAkSDQoFc3RhdGUYAiABKAkSDQoFbGltaXQYAyABKA0itQEKBkRBR1J1bhITCgt3b3JrZmxvd19pZBgBIAEoCRIOCgZydW5faWQYAiABKAkSDQoFc3RhdGUYAyABKAkSGAoQZXhlY3V0aW9uX3N0YXR1cxgEIAEoCRIuCgpzdGFydGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCgljbG9zZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkIKE0xpc3REQUdSdW5zUmVzcG9uc2USKwoEcnVucxgBIAMoCzIdLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5EQUdSdW4ibAoUTGlzdFRvb2xDYWxsc1JlcXVlc3QSDgoGY2FsbGVyGAEgASgJEhMKC3Byb3ZpZGVyX2lkGAIgASgJEhEKCXRvb2xfbmFtZRgDIAEoCRINCgVzdGF0ZRgEIAEoCRINCgVsaW1pdBgFIAEoDSLbAQoNVG9vbENhbGxFbnRyeRIPCgdjYWxsX2lkGAEgASgJEg4KBmNhbGxlchgCIAEoCRITCgtwcm92aWRlcl9pZBgDIAEoCRIRCgl0b29sX25hbWUYBCABKAkSDQoFc3RhdGUYBSABKAkSEgoKZXJyb3JfY29kZRgGIAEoCRIPCgdtZXNzYWdlGAcgASgJEg4KBmZyYW1lcxgIIAEoBBINCgVieXRlcxgJIAEoBBIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJMChVMaXN0VG9vbENhbGxzUmVzcG9uc2USMwoFY2FsbHMYASADKAsyJC5zdzRybWV4dC5kaXJlY3RvcnkudjEuVG9vbENhbGxFbnRyeSJPChdMaXN0TmVnb3RpYXRpb25zUmVxdWVzdBINCgVzdGF0ZRgBIAEoCRIWCg5uZWdvdGlhdGlvbl9pZBgCIAEoCRINCgVsaW1pdBgDIAEoDSLuAwoQTmVnb3RpYXRpb25FbnRyeRIWCg5uZWdvdGlhdGlvbl9pZBgBIAEoCRINCgV0b3BpYxgCIAEoCRIMCgRtb2RlGAMgASgJEhQKDHBhcnRpY2lwYW50cxgEIAMoCRIOCgZvcGVuZXIYBSABKAkSDgoGc3RhdHVzGAYgASgJEg0KBXJvdW5kGAcgASgNEhIKCm1heF9yb3VuZHMYCCABKA0SQAoIdmVyc2lvbnMYCSADKAsyLi5zdzRybWV4dC5kaXJlY3RvcnkudjEuTmVnb3RpYXRpb25WZXJzaW9uRW50cnkSNQoFdHVybnMYCiADKAsyJi5zdzRybWV4dC5kaXJlY3RvcnkudjEuRGViYXRlVHVybkVudHJ5EhIKCmRlY2lkZWRfYnkYCyABKAkSEwoLc3RvcF9yZWFzb24YDCABKAkSFAoMYWJvcnRfcmVhc29uGA0gASgJEhoKEmhpdGxfaW52b2NhdGlvbl9pZBgOIAEoCRItCglvcGVuZWRfYXQYDyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2RlYWRsaW5lX2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBleGVjdXRpb25fc3RhdHVzGBEgASgJIv0CChdOZWdvdGlhdGlvblZlcnNpb25FbnRyeRIJCgFuGAEgASgNEg4KBmF1dGhvchgCIAEoCRIPCgdjb3VudGVyGAMgASgIEhQKDGNvbnRlbnRfdHlwZRgEIAEoCRIPCgdwYXlsb2FkGAUgASgMEg0KBXNjb3JlGAYgASgCElQKC2V2YWx1YXRpb25zGAcgAygLMj8uc3c0cm1leHQuZGlyZWN0b3J5LnYxLk5lZ290aWF0aW9uVmVyc2lvbkVudHJ5LkV2YWx1YXRpb25zRW50cnkSSAoFbm90ZXMYCCADKAsyOS5zdzRybWV4dC5kaXJlY3RvcnkudjEuTmVnb3RpYXRpb25WZXJzaW9uRW50cnkuTm90ZXNFbnRyeRoyChBFdmFsdWF0aW9uc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAToCOAEaLAoKTm90ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIj0KD0RlYmF0ZVR1cm5FbnRyeRINCgVyb3VuZBgBIAEoDRINCgVhZ2VudBgCIAEoCRIMCgR0ZXh0GAMgASgJIrABCg9Sb29tUmV2aWV3RW50cnkSDwoHcm9vbV9pZBgBIAEoCRITCgthcnRpZmFjdF9pZBgCIAEoCRIYChBleGVjdXRpb25fc3RhdHVzGAMgASgJEi4KCnN0YXJ0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCWNsb3NlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAikgEKGExpc3ROZWdvdGlhdGlvbnNSZXNwb25zZRI9CgxuZWdvdGlhdGlvbnMYASADKAsyJy5zdzRybWV4dC5kaXJlY3RvcnkudjEuTmVnb3RpYXRpb25FbnRyeRI3CgdyZXZpZXdzGAIgAygLMiYuc3c0cm1leHQuZGlyZWN0b3J5LnYxLlJvb21SZXZpZXdFbnRyeTLIBgoQRGlyZWN0b3J5U2VydmljZRJVCghHZXRBZ2VudBImLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5HZXRBZ2VudFJlcXVlc3QaIS5zdzRybWV4dC5kaXJlY3RvcnkudjEuQWdlbnRFbnRyeRJhCgpMaXN0QWdlbnRzEiguc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gikuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RBZ2VudHNSZXNwb25zZRJbCgpHZXRIYW5kb2ZmEiguc3c0cm1leHQuZGlyZWN0b3J5LnYxLkdldEhhbmRvZmZSZXF1ZXN0GiMuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkhhbmRvZmZFbnRyeRJ2ChFMaXN0VG9vbFByb3ZpZGVycxIvLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0VG9vbFByb3ZpZGVyc1JlcXVlc3QaMC5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdFRvb2xQcm92aWRlcnNSZXNwb25zZRJeCglMaXN0VGFza3MSJy5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdFRhc2tzUmVxdWVzdBooLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0VGFza3NSZXNwb25zZRJkCgtMaXN0REFHUnVucxIpLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0REFHUnVuc1JlcXVlc3QaKi5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdERBR1J1bnNSZXNwb25zZRJqCg1MaXN0VG9vbENhbGxzEisuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RUb29sQ2FsbHNSZXF1ZXN0Giwuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RUb29sQ2FsbHNSZXNwb25zZRJzChBMaXN0TmVnb3RpYXRpb25zEi4uc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3ROZWdvdGlhdGlvbnNSZXF1ZXN0Gi8uc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3ROZWdvdGlhdGlvbnNSZXNwb25zZUI/Wj1naXRodWIuY29tL3N3NHJtL3N3NHJtLXRlbXBvcmFsL3Byb3RvL2RpcmVjdG9yeXBiO2RpcmVjdG9yeXBiYgZwcm90bzM", [file_google_protobuf_timestamp, file_sw4rm_connector, file_sw4rm_registry]);
+  fileDesc("ChhzdzRybWV4dC9kaXJlY3RvcnkucHJvdG8SFXN3NHJtZXh0LmRpcmVjdG9yeS52MSIjCg9HZXRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkiiAMKCkFnZW50RW50cnkSLgoFYWdlbnQYASABKAsyHy5zdzRybS5yZWdpc3RyeS5BZ2VudERlc2NyaXB0b3ISDQoFc3RhdGUYAiABKAkSPQoGaGVhbHRoGAMgAygLMi0uc3c0cm1leHQuZGlyZWN0b3J5LnYxLkFnZW50RW50cnkuSGVhbHRoRW50cnkSMQoNcmVnaXN0ZXJlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoObGFzdF9oZWFydGJlYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWluYm91bmRfZGVwdGgYBiABKAMSFwoPYnVmZmVyX2NhcGFjaXR5GAcgASgDEjYKCGRpc3BhdGNoGAggASgLMiQuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkFnZW50RGlzcGF0Y2gaLQoLSGVhbHRoRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKkAQoNQWdlbnREaXNwYXRjaBIUCgxydW5uaW5nX3Rhc2sYASABKAkSGAoQcnVubmluZ19wcmlvcml0eRgCIAEoBRIXCg9wcmVlbXB0X3BlbmRpbmcYAyABKAgSFwoPbm9uX3ByZWVtcHRpYmxlGAQgASgIEjEKBnF1ZXVlZBgFIAMoCzIhLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5RdWV1ZWRUYXNrIi8KClF1ZXVlZFRhc2sSDwoHdGFza19pZBgBIAEoCRIQCghwcmlvcml0eRgCIAEoBSI2ChFMaXN0QWdlbnRzUmVxdWVzdBISCgpjYXBhYmlsaXR5GAEgASgJEg0KBXN0YXRlGAIgASgJIkcKEkxpc3RBZ2VudHNSZXNwb25zZRIxCgZhZ2VudHMYASADKAsyIS5zdzRybWV4dC5kaXJlY3RvcnkudjEuQWdlbnRFbnRyeSInChFHZXRIYW5kb2ZmUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJIoUDCgxIYW5kb2ZmRW50cnkSEgoKcmVxdWVzdF9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRISCgpmcm9tX2FnZW50GAMgASgJEhAKCHRvX2FnZW50GAQgASgJEhIKCm9mZmVyZWRfdG8YBSABKAkSEwoLYWNjZXB0ZWRfYnkYBiABKAkSHQoVY2FwYWJpbGl0aWVzX3JlcXVpcmVkGAcgAygJEg4KBnJlYXNvbhgIIAEoCRISCgplbmRfcmVhc29uGAkgASgJEhYKDmNvcnJlbGF0aW9uX2lkGAogASgJEhAKCHByaW9yaXR5GAsgASgFEhwKFGNvbnRleHRfY29udGVudF90eXBlGAwgASgJEi4KCmNyZWF0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNvbnRleHRfc25hcHNob3QYDyABKAwiKAoYTGlzdFRvb2xQcm92aWRlcnNSZXF1ZXN0EgwKBGtpbmQYASABKAkilAEKDFRvb2xQcm92aWRlchITCgtwcm92aWRlcl9pZBgBIAEoCRIMCgRraW5kGAIgASgJEi4KBXRvb2xzGAMgAygLMh8uc3c0cm0uY29ubmVjdG9yLlRvb2xEZXNjcmlwdG9yEjEKDXJlZ2lzdGVyZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlMKGUxpc3RUb29sUHJvdmlkZXJzUmVzcG9uc2USNgoJcHJvdmlkZXJzGAEgAygLMiMuc3c0cm1leHQuZGlyZWN0b3J5LnYxLlRvb2xQcm92aWRlciJTChBMaXN0VGFza3NSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEg8KB3Rhc2tfaWQYAyABKAkSDQoFbGltaXQYBCABKA0i/gEKCVRhc2tFbnRyeRIQCghhZ2VudF9pZBgBIAEoCRIPCgd0YXNrX2lkGAIgASgJEg0KBXN0YXRlGAMgASgJEg8KB3JlcG9faWQYBCABKAkSEwoLd29ya3RyZWVfaWQYBSABKAkSDgoGYnJhbmNoGAYgASgJEhMKC2Rlc2NyaXB0aW9uGAcgASgJEhIKCndhaXRpbmdfb24YCCABKAkSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMY29tcGxldGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJEChFMaXN0VGFza3NSZXNwb25zZRIvCgV0YXNrcxgBIAMoCzIgLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5UYXNrRW50cnkiTgoSTGlzdERBR1J1bnNSZXF1ZXN0EhoKEndvcmtmbG93X2lkX3ByZWZpeBgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoDSK1AQoGREFHUnVuEhMKC3dvcmtmbG93X2lkGAEgASgJEg4KBnJ1bl9pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIYChBleGVjdXRpb25fc3RhdHVzGAQgASgJEi4KCnN0YXJ0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCWNsb3NlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiQgoTTGlzdERBR1J1bnNSZXNwb25zZRIrCgRydW5zGAEgAygLMh0uc3c0cm1leHQuZGlyZWN0b3J5LnYxLkRBR1J1biJsChRMaXN0VG9vbENhbGxzUmVxdWVzdBIOCgZjYWxsZXIYASABKAkSEwoLcHJvdmlkZXJfaWQYAiABKAkSEQoJdG9vbF9uYW1lGAMgASgJEg0KBXN0YXRlGAQgASgJEg0KBWxpbWl0GAUgASgNItsBCg1Ub29sQ2FsbEVudHJ5Eg8KB2NhbGxfaWQYASABKAkSDgoGY2FsbGVyGAIgASgJEhMKC3Byb3ZpZGVyX2lkGAMgASgJEhEKCXRvb2xfbmFtZRgEIAEoCRINCgVzdGF0ZRgFIAEoCRISCgplcnJvcl9jb2RlGAYgASgJEg8KB21lc3NhZ2UYByABKAkSDgoGZnJhbWVzGAggASgEEg0KBWJ5dGVzGAkgASgEEi4KCmNyZWF0ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkwKFUxpc3RUb29sQ2FsbHNSZXNwb25zZRIzCgVjYWxscxgBIAMoCzIkLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5Ub29sQ2FsbEVudHJ5Ik8KF0xpc3ROZWdvdGlhdGlvbnNSZXF1ZXN0Eg0KBXN0YXRlGAEgASgJEhYKDm5lZ290aWF0aW9uX2lkGAIgASgJEg0KBWxpbWl0GAMgASgNIu4DChBOZWdvdGlhdGlvbkVudHJ5EhYKDm5lZ290aWF0aW9uX2lkGAEgASgJEg0KBXRvcGljGAIgASgJEgwKBG1vZGUYAyABKAkSFAoMcGFydGljaXBhbnRzGAQgAygJEg4KBm9wZW5lchgFIAEoCRIOCgZzdGF0dXMYBiABKAkSDQoFcm91bmQYByABKA0SEgoKbWF4X3JvdW5kcxgIIAEoDRJACgh2ZXJzaW9ucxgJIAMoCzIuLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5OZWdvdGlhdGlvblZlcnNpb25FbnRyeRI1CgV0dXJucxgKIAMoCzImLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5EZWJhdGVUdXJuRW50cnkSEgoKZGVjaWRlZF9ieRgLIAEoCRITCgtzdG9wX3JlYXNvbhgMIAEoCRIUCgxhYm9ydF9yZWFzb24YDSABKAkSGgoSaGl0bF9pbnZvY2F0aW9uX2lkGA4gASgJEi0KCW9wZW5lZF9hdBgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZGVhZGxpbmVfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGV4ZWN1dGlvbl9zdGF0dXMYESABKAki/QIKF05lZ290aWF0aW9uVmVyc2lvbkVudHJ5EgkKAW4YASABKA0SDgoGYXV0aG9yGAIgASgJEg8KB2NvdW50ZXIYAyABKAgSFAoMY29udGVudF90eXBlGAQgASgJEg8KB3BheWxvYWQYBSABKAwSDQoFc2NvcmUYBiABKAISVAoLZXZhbHVhdGlvbnMYByADKAsyPy5zdzRybWV4dC5kaXJlY3RvcnkudjEuTmVnb3RpYXRpb25WZXJzaW9uRW50cnkuRXZhbHVhdGlvbnNFbnRyeRJICgVub3RlcxgIIAMoCzI5LnN3NHJtZXh0LmRpcmVjdG9yeS52MS5OZWdvdGlhdGlvblZlcnNpb25FbnRyeS5Ob3Rlc0VudHJ5GjIKEEV2YWx1YXRpb25zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgBOgI4ARosCgpOb3Rlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPQoPRGViYXRlVHVybkVudHJ5Eg0KBXJvdW5kGAEgASgNEg0KBWFnZW50GAIgASgJEgwKBHRleHQYAyABKAkisAEKD1Jvb21SZXZpZXdFbnRyeRIPCgdyb29tX2lkGAEgASgJEhMKC2FydGlmYWN0X2lkGAIgASgJEhgKEGV4ZWN1dGlvbl9zdGF0dXMYAyABKAkSLgoKc3RhcnRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJY2xvc2VkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKSAQoYTGlzdE5lZ290aWF0aW9uc1Jlc3BvbnNlEj0KDG5lZ290aWF0aW9ucxgBIAMoCzInLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5OZWdvdGlhdGlvbkVudHJ5EjcKB3Jldmlld3MYAiADKAsyJi5zdzRybWV4dC5kaXJlY3RvcnkudjEuUm9vbVJldmlld0VudHJ5MsgGChBEaXJlY3RvcnlTZXJ2aWNlElUKCEdldEFnZW50EiYuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkdldEFnZW50UmVxdWVzdBohLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5BZ2VudEVudHJ5EmEKCkxpc3RBZ2VudHMSKC5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdEFnZW50c1JlcXVlc3QaKS5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdEFnZW50c1Jlc3BvbnNlElsKCkdldEhhbmRvZmYSKC5zdzRybWV4dC5kaXJlY3RvcnkudjEuR2V0SGFuZG9mZlJlcXVlc3QaIy5zdzRybWV4dC5kaXJlY3RvcnkudjEuSGFuZG9mZkVudHJ5EnYKEUxpc3RUb29sUHJvdmlkZXJzEi8uc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RUb29sUHJvdmlkZXJzUmVxdWVzdBowLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0VG9vbFByb3ZpZGVyc1Jlc3BvbnNlEl4KCUxpc3RUYXNrcxInLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0VGFza3NSZXF1ZXN0Giguc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3RUYXNrc1Jlc3BvbnNlEmQKC0xpc3REQUdSdW5zEikuc3c0cm1leHQuZGlyZWN0b3J5LnYxLkxpc3REQUdSdW5zUmVxdWVzdBoqLnN3NHJtZXh0LmRpcmVjdG9yeS52MS5MaXN0REFHUnVuc1Jlc3BvbnNlEmoKDUxpc3RUb29sQ2FsbHMSKy5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdFRvb2xDYWxsc1JlcXVlc3QaLC5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdFRvb2xDYWxsc1Jlc3BvbnNlEnMKEExpc3ROZWdvdGlhdGlvbnMSLi5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdE5lZ290aWF0aW9uc1JlcXVlc3QaLy5zdzRybWV4dC5kaXJlY3RvcnkudjEuTGlzdE5lZ290aWF0aW9uc1Jlc3BvbnNlQj9aPWdpdGh1Yi5jb20vc3c0cm0vc3c0cm0tdGVtcG9yYWwvcHJvdG8vZGlyZWN0b3J5cGI7ZGlyZWN0b3J5cGJiBnByb3RvMw", [file_google_protobuf_timestamp, file_sw4rm_connector, file_sw4rm_registry]);
 
 /**
  * GetAgentRequest names an agent.
@@ -106,6 +107,31 @@ export type AgentEntry = Message<"sw4rmext.directory.v1.AgentEntry"> & {
    * @generated from field: google.protobuf.Timestamp last_heartbeat = 5;
    */
   lastHeartbeat?: Timestamp | undefined;
+
+  /**
+   * How many messages its inbound buffer holds unconfirmed, control traffic included (§13).
+   * Set for an operator, an anonymous caller and the agent itself; zero for another agent.
+   *
+   * @generated from field: int64 inbound_depth = 6;
+   */
+  inboundDepth: bigint;
+
+  /**
+   * The inbound buffer's capacity the router enforces (SW4RM_BUFFER_CAPACITY, §13): a
+   * message beyond it is refused with buffer_full. Zero when the server does not route.
+   *
+   * @generated from field: int64 buffer_capacity = 7;
+   */
+  bufferCapacity: bigint;
+
+  /**
+   * What its scheduler holds (§7): the running task and the queued ones. Unset when its
+   * lifecycle workflow is not running or did not answer in time, and for another agent than
+   * the caller (operators and anonymous callers see every agent's).
+   *
+   * @generated from field: sw4rmext.directory.v1.AgentDispatch dispatch = 8;
+   */
+  dispatch?: AgentDispatch | undefined;
 };
 
 /**
@@ -114,6 +140,83 @@ export type AgentEntry = Message<"sw4rmext.directory.v1.AgentEntry"> & {
  */
 export const AgentEntrySchema: GenMessage<AgentEntry> = /*@__PURE__*/
   messageDesc(file_sw4rmext_directory, 1);
+
+/**
+ * AgentDispatch is an agent's scheduling state as its lifecycle workflow answers it (§7).
+ *
+ * @generated from message sw4rmext.directory.v1.AgentDispatch
+ */
+export type AgentDispatch = Message<"sw4rmext.directory.v1.AgentDispatch"> & {
+  /**
+   * The task the agent holds; empty when idle.
+   *
+   * @generated from field: string running_task = 1;
+   */
+  runningTask: string;
+
+  /**
+   * The running task's priority, -19 (highest) .. 20 (lowest) (§7.1).
+   *
+   * @generated from field: int32 running_priority = 2;
+   */
+  runningPriority: number;
+
+  /**
+   * A PREEMPT_REQUEST for the running task is unanswered (§7.2).
+   *
+   * @generated from field: bool preempt_pending = 3;
+   */
+  preemptPending: boolean;
+
+  /**
+   * The running task is inside a declared non-preemptible section (§7.2).
+   *
+   * @generated from field: bool non_preemptible = 4;
+   */
+  nonPreemptible: boolean;
+
+  /**
+   * The waiting tasks in dispatch order: priority, then submission (§7.1).
+   *
+   * @generated from field: repeated sw4rmext.directory.v1.QueuedTask queued = 5;
+   */
+  queued: QueuedTask[];
+};
+
+/**
+ * Describes the message sw4rmext.directory.v1.AgentDispatch.
+ * Use `create(AgentDispatchSchema)` to create a new message.
+ */
+export const AgentDispatchSchema: GenMessage<AgentDispatch> = /*@__PURE__*/
+  messageDesc(file_sw4rmext_directory, 2);
+
+/**
+ * QueuedTask is one waiting task of an agent's scheduler.
+ *
+ * @generated from message sw4rmext.directory.v1.QueuedTask
+ */
+export type QueuedTask = Message<"sw4rmext.directory.v1.QueuedTask"> & {
+  /**
+   * The task's id.
+   *
+   * @generated from field: string task_id = 1;
+   */
+  taskId: string;
+
+  /**
+   * Its priority, -19 (highest) .. 20 (lowest); 0 when the workflow's answer did not say.
+   *
+   * @generated from field: int32 priority = 2;
+   */
+  priority: number;
+};
+
+/**
+ * Describes the message sw4rmext.directory.v1.QueuedTask.
+ * Use `create(QueuedTaskSchema)` to create a new message.
+ */
+export const QueuedTaskSchema: GenMessage<QueuedTask> = /*@__PURE__*/
+  messageDesc(file_sw4rmext_directory, 3);
 
 /**
  * ListAgentsRequest filters the listing.
@@ -141,7 +244,7 @@ export type ListAgentsRequest = Message<"sw4rmext.directory.v1.ListAgentsRequest
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 2);
+  messageDesc(file_sw4rmext_directory, 4);
 
 /**
  * ListAgentsResponse is the listing.
@@ -162,7 +265,7 @@ export type ListAgentsResponse = Message<"sw4rmext.directory.v1.ListAgentsRespon
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 3);
+  messageDesc(file_sw4rmext_directory, 5);
 
 /**
  * GetHandoffRequest names a handoff.
@@ -183,7 +286,7 @@ export type GetHandoffRequest = Message<"sw4rmext.directory.v1.GetHandoffRequest
  * Use `create(GetHandoffRequestSchema)` to create a new message.
  */
 export const GetHandoffRequestSchema: GenMessage<GetHandoffRequest> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 4);
+  messageDesc(file_sw4rmext_directory, 6);
 
 /**
  * HandoffEntry is one handoff as its projection holds it (§17.6).
@@ -303,7 +406,7 @@ export type HandoffEntry = Message<"sw4rmext.directory.v1.HandoffEntry"> & {
  * Use `create(HandoffEntrySchema)` to create a new message.
  */
 export const HandoffEntrySchema: GenMessage<HandoffEntry> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 5);
+  messageDesc(file_sw4rmext_directory, 7);
 
 /**
  * ListToolProvidersRequest filters the listing.
@@ -325,7 +428,7 @@ export type ListToolProvidersRequest = Message<"sw4rmext.directory.v1.ListToolPr
  * Use `create(ListToolProvidersRequestSchema)` to create a new message.
  */
 export const ListToolProvidersRequestSchema: GenMessage<ListToolProvidersRequest> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 6);
+  messageDesc(file_sw4rmext_directory, 8);
 
 /**
  * ToolProvider is one provider with the tools it offers (§18.1).
@@ -367,7 +470,7 @@ export type ToolProvider = Message<"sw4rmext.directory.v1.ToolProvider"> & {
  * Use `create(ToolProviderSchema)` to create a new message.
  */
 export const ToolProviderSchema: GenMessage<ToolProvider> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 7);
+  messageDesc(file_sw4rmext_directory, 9);
 
 /**
  * ListToolProvidersResponse is the listing.
@@ -388,7 +491,7 @@ export type ListToolProvidersResponse = Message<"sw4rmext.directory.v1.ListToolP
  * Use `create(ListToolProvidersResponseSchema)` to create a new message.
  */
 export const ListToolProvidersResponseSchema: GenMessage<ListToolProvidersResponse> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 8);
+  messageDesc(file_sw4rmext_directory, 10);
 
 /**
  * ListTasksRequest filters the listing of the activity buffer.
@@ -432,7 +535,7 @@ export type ListTasksRequest = Message<"sw4rmext.directory.v1.ListTasksRequest">
  * Use `create(ListTasksRequestSchema)` to create a new message.
  */
 export const ListTasksRequestSchema: GenMessage<ListTasksRequest> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 9);
+  messageDesc(file_sw4rmext_directory, 11);
 
 /**
  * TaskEntry is one activity buffer entry (§10): what an agent does or did, where.
@@ -516,7 +619,7 @@ export type TaskEntry = Message<"sw4rmext.directory.v1.TaskEntry"> & {
  * Use `create(TaskEntrySchema)` to create a new message.
  */
 export const TaskEntrySchema: GenMessage<TaskEntry> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 10);
+  messageDesc(file_sw4rmext_directory, 12);
 
 /**
  * ListTasksResponse is the listing.
@@ -537,7 +640,7 @@ export type ListTasksResponse = Message<"sw4rmext.directory.v1.ListTasksResponse
  * Use `create(ListTasksResponseSchema)` to create a new message.
  */
 export const ListTasksResponseSchema: GenMessage<ListTasksResponse> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 11);
+  messageDesc(file_sw4rmext_directory, 13);
 
 /**
  * ListDAGRunsRequest filters the listing of DAG runs.
@@ -573,7 +676,7 @@ export type ListDAGRunsRequest = Message<"sw4rmext.directory.v1.ListDAGRunsReque
  * Use `create(ListDAGRunsRequestSchema)` to create a new message.
  */
 export const ListDAGRunsRequestSchema: GenMessage<ListDAGRunsRequest> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 12);
+  messageDesc(file_sw4rmext_directory, 14);
 
 /**
  * DAGRun is one execution of a DAG workflow's run. A run resumed after it closed is a new
@@ -632,7 +735,7 @@ export type DAGRun = Message<"sw4rmext.directory.v1.DAGRun"> & {
  * Use `create(DAGRunSchema)` to create a new message.
  */
 export const DAGRunSchema: GenMessage<DAGRun> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 13);
+  messageDesc(file_sw4rmext_directory, 15);
 
 /**
  * ListDAGRunsResponse is the listing.
@@ -653,7 +756,7 @@ export type ListDAGRunsResponse = Message<"sw4rmext.directory.v1.ListDAGRunsResp
  * Use `create(ListDAGRunsResponseSchema)` to create a new message.
  */
 export const ListDAGRunsResponseSchema: GenMessage<ListDAGRunsResponse> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 14);
+  messageDesc(file_sw4rmext_directory, 16);
 
 /**
  * ListToolCallsRequest filters the listing of tool calls.
@@ -706,7 +809,7 @@ export type ListToolCallsRequest = Message<"sw4rmext.directory.v1.ListToolCallsR
  * Use `create(ListToolCallsRequestSchema)` to create a new message.
  */
 export const ListToolCallsRequestSchema: GenMessage<ListToolCallsRequest> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 15);
+  messageDesc(file_sw4rmext_directory, 17);
 
 /**
  * ToolCallEntry is one tool call (§18.2) and how it ended.
@@ -790,7 +893,7 @@ export type ToolCallEntry = Message<"sw4rmext.directory.v1.ToolCallEntry"> & {
  * Use `create(ToolCallEntrySchema)` to create a new message.
  */
 export const ToolCallEntrySchema: GenMessage<ToolCallEntry> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 16);
+  messageDesc(file_sw4rmext_directory, 18);
 
 /**
  * ListToolCallsResponse is the listing.
@@ -811,7 +914,7 @@ export type ListToolCallsResponse = Message<"sw4rmext.directory.v1.ListToolCalls
  * Use `create(ListToolCallsResponseSchema)` to create a new message.
  */
 export const ListToolCallsResponseSchema: GenMessage<ListToolCallsResponse> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 17);
+  messageDesc(file_sw4rmext_directory, 19);
 
 /**
  * ListNegotiationsRequest filters the listing of negotiations and room reviews.
@@ -847,7 +950,7 @@ export type ListNegotiationsRequest = Message<"sw4rmext.directory.v1.ListNegotia
  * Use `create(ListNegotiationsRequestSchema)` to create a new message.
  */
 export const ListNegotiationsRequestSchema: GenMessage<ListNegotiationsRequest> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 18);
+  messageDesc(file_sw4rmext_directory, 20);
 
 /**
  * NegotiationEntry is one negotiation (§17) as its workflow last recorded it.
@@ -981,7 +1084,7 @@ export type NegotiationEntry = Message<"sw4rmext.directory.v1.NegotiationEntry">
  * Use `create(NegotiationEntrySchema)` to create a new message.
  */
 export const NegotiationEntrySchema: GenMessage<NegotiationEntry> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 19);
+  messageDesc(file_sw4rmext_directory, 21);
 
 /**
  * NegotiationVersionEntry is one accepted draft of a contract negotiation.
@@ -1051,7 +1154,7 @@ export type NegotiationVersionEntry = Message<"sw4rmext.directory.v1.Negotiation
  * Use `create(NegotiationVersionEntrySchema)` to create a new message.
  */
 export const NegotiationVersionEntrySchema: GenMessage<NegotiationVersionEntry> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 20);
+  messageDesc(file_sw4rmext_directory, 22);
 
 /**
  * DebateTurnEntry is one participant's turn of a debate.
@@ -1086,7 +1189,7 @@ export type DebateTurnEntry = Message<"sw4rmext.directory.v1.DebateTurnEntry"> &
  * Use `create(DebateTurnEntrySchema)` to create a new message.
  */
 export const DebateTurnEntrySchema: GenMessage<DebateTurnEntry> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 21);
+  messageDesc(file_sw4rmext_directory, 23);
 
 /**
  * RoomReviewEntry is one review of an artifact in a negotiation room (§17.5); its votes and
@@ -1136,7 +1239,7 @@ export type RoomReviewEntry = Message<"sw4rmext.directory.v1.RoomReviewEntry"> &
  * Use `create(RoomReviewEntrySchema)` to create a new message.
  */
 export const RoomReviewEntrySchema: GenMessage<RoomReviewEntry> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 22);
+  messageDesc(file_sw4rmext_directory, 24);
 
 /**
  * ListNegotiationsResponse is the listing.
@@ -1164,7 +1267,7 @@ export type ListNegotiationsResponse = Message<"sw4rmext.directory.v1.ListNegoti
  * Use `create(ListNegotiationsResponseSchema)` to create a new message.
  */
 export const ListNegotiationsResponseSchema: GenMessage<ListNegotiationsResponse> = /*@__PURE__*/
-  messageDesc(file_sw4rmext_directory, 23);
+  messageDesc(file_sw4rmext_directory, 25);
 
 /**
  * DirectoryService reads the registry, the handoff projection and the tool providers.
