@@ -54,6 +54,42 @@ type agentRow struct {
 	Tasks                       []agentTask
 	Worktree, WorktreeState     string
 	TemporalURL                 string
+	// Dispatch is what the agent's scheduler holds; nil when its workflow did not answer.
+	Dispatch *agentDispatch
+	// Depth and Capacity are the inbound buffer's unconfirmed rows and the router's limit
+	// (§13); BufferWord and BufferCls say how full it is.
+	Depth, Capacity       int64
+	BufferWord, BufferCls string
+}
+
+// agentDispatch is an agent's scheduler state (§7): the running task and the queue in
+// dispatch order, which is priority order (§7.1).
+type agentDispatch struct {
+	Running                        string
+	RunningPriority                int32
+	PreemptPending, NonPreemptible bool
+	Queued                         []agentQueued
+}
+
+// agentQueued is one waiting task with its priority.
+type agentQueued struct {
+	ID       string
+	Priority int32
+}
+
+// agentsBufferState is the word and colour class of an inbound buffer's fill: "full" at
+// capacity (a further message is refused with buffer_full, §13), "filling" from three
+// quarters, "ok" below. Without a capacity the depth alone is shown.
+func agentsBufferState(depth, capacity int64) (word, class string) {
+	switch {
+	case capacity <= 0:
+		return "", "muted"
+	case depth >= capacity:
+		return "full", "bad"
+	case depth*4 >= capacity*3:
+		return "filling", "warn"
+	}
+	return "ok", "ok"
 }
 
 // agentKV is one entry of an agent's heartbeat health map.
@@ -83,8 +119,9 @@ func agentStateClass(s string) string {
 	return "muted"
 }
 
-// agentsPage lists the registered agents (DirectoryService.ListAgents) with their active
-// tasks (ListTasks) and worktree binding (WorktreeService.Status).
+// agentsPage lists the registered agents (DirectoryService.ListAgents, with each one's
+// scheduler state and inbound buffer fill) with their active tasks (ListTasks) and worktree
+// binding (WorktreeService.Status).
 func (c *Console) agentsPage(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
 	v := agentsView{State: strings.ToUpper(strings.TrimSpace(q.Get("state"))), Capability: strings.TrimSpace(q.Get("capability")), States: agentStates}
@@ -117,6 +154,15 @@ func (c *Console) agentsPage(w http.ResponseWriter, r *http.Request, s *session)
 		row := agentRow{ID: desc.GetAgentId(), Name: desc.GetName(), State: a.GetState(), StateClass: agentStateClass(a.GetState()),
 			Capabilities: strings.Join(desc.GetCapabilities(), ", "), Tasks: active[desc.GetAgentId()],
 			TemporalURL: c.TemporalRunURL("agent/" + desc.GetAgentId())}
+		row.Depth, row.Capacity = a.GetInboundDepth(), a.GetBufferCapacity()
+		row.BufferWord, row.BufferCls = agentsBufferState(row.Depth, row.Capacity)
+		if dp := a.GetDispatch(); dp != nil {
+			row.Dispatch = &agentDispatch{Running: dp.GetRunningTask(), RunningPriority: dp.GetRunningPriority(),
+				PreemptPending: dp.GetPreemptPending(), NonPreemptible: dp.GetNonPreemptible()}
+			for _, q := range dp.GetQueued() {
+				row.Dispatch.Queued = append(row.Dispatch.Queued, agentQueued{ID: q.GetTaskId(), Priority: q.GetPriority()})
+			}
+		}
 		if a.GetRegisteredAt() != nil {
 			row.Registered = a.GetRegisteredAt().AsTime()
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,11 +17,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sw4rm/sw4rm-temporal/app"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/console"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // runsGatedNodes is a signed SDK agent that serves DAG nodes as tasks, each node's task waiting
@@ -284,6 +288,83 @@ func TestConsoleAgentsShutdown(t *testing.T) {
 				_, body := consoleGet(t, c, base+"agents?state=SHUTTING_DOWN")
 				return strings.Contains(body, `id="agent-`+a.ID()+`"`)
 			}, 15*time.Second, 100*time.Millisecond, "the agent SHUTTING_DOWN")
+		})
+	}
+}
+
+// TestConsoleAgentsDispatchAndBuffer: on both stores, in required auth, the Agents page
+// shows what an agent's scheduler holds — the running task with its priority and a queued
+// task of lower priority with its own — in a headless browser, and the inbound buffer of an
+// agent that does not stream as depth / capacity with a word, which changes as messages are
+// sent to it: ok below three quarters, filling from there, full at capacity. The depth
+// counts control traffic too (the registration's notification), which the capacity does not
+// limit.
+func TestConsoleAgentsDispatchAndBuffer(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			sys, base := consoleSystem(t, kind, auth.Required, func(c *app.Config) { c.BufferCapacity = 4 })
+			worker := dialSigned(t, sys, "worker")
+			first, second := uniq(t, "first"), uniq(t, "second")
+			release := make(chan struct{})
+			serve(t, worker.Agent, func(ctx context.Context, run *sdk.TaskRun) ([]byte, error) {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+				return []byte(`{}`), nil
+			})
+			waitState(t, sys, worker.ID(), commonpb.AgentState_RUNNABLE)
+			sc := schedulerpb.NewSchedulerServiceClient(worker.Conn())
+			require.True(t, submit(t, sc, worker.ID(), first, 5, "repo:console resource:first").GetAccepted())
+			waitTask(t, sys, first, workflows.TaskRunning)
+			// Priority 7 ranks below the running 5: it queues without preempting (§7.1).
+			require.True(t, submit(t, sc, worker.ID(), second, 7, "repo:console resource:second").GetAccepted())
+			t.Cleanup(func() { close(release) })
+
+			sender := dialSigned(t, sys, "sender")
+			idle := dialSigned(t, sys, "idle") // registered, never streams: nothing confirms its messages
+			c := consoleClient(t)
+			require.Equal(t, http.StatusSeeOther, consoleSignIn(t, c, base, authOperatorToken).StatusCode)
+			buffer := func() string {
+				t.Helper()
+				code, body := consoleGet(t, c, base+"agents")
+				require.Equal(t, http.StatusOK, code, body)
+				i := strings.Index(body, `id="agent-`+idle.ID()+`"`)
+				require.GreaterOrEqual(t, i, 0, "the idle agent is listed")
+				j := strings.Index(body[i:], `class="agent-buffer"`)
+				require.GreaterOrEqual(t, j, 0)
+				cell := body[i+j:]
+				return cell[:strings.Index(cell, "</td>")]
+			}
+			// The registry's notification to the new agent is control traffic: the depth counts
+			// it, the capacity does not limit it (§13).
+			require.Eventually(t, func() bool {
+				return strings.Contains(buffer(), `1 / 4</span> <span class="state ok">ok</span>`)
+			}, 15*time.Second, 100*time.Millisecond, "the registration's notification, unconfirmed")
+			ctx := context.Background()
+			for i := range 2 {
+				_, err := sender.Send(ctx, sdk.Message{To: idle.ID(), Payload: []byte(`{"n":` + strconv.Itoa(i) + `}`)})
+				require.NoError(t, err)
+			}
+			assert.Contains(t, buffer(), `3 / 4</span> <span class="state warn">filling</span>`, "three quarters")
+			_, err := sender.Send(ctx, sdk.Message{To: idle.ID(), Payload: []byte(`{"n":2}`)})
+			require.NoError(t, err)
+			assert.Contains(t, buffer(), `4 / 4</span> <span class="state bad">full</span>`, "at capacity")
+
+			tab := consoleTab(t, base)
+			row := `document.getElementById("agent-` + worker.ID() + `")`
+			require.Eventually(t, func() bool {
+				runsBrowse(t, tab, base+"agents", `table.agents`)
+				return strings.Contains(runsEval(t, tab, row+`.querySelector(".agent-queue")?.textContent || ""`), second)
+			}, 20*time.Second, 300*time.Millisecond, "the queued task listed")
+			assert.Equal(t, "running: "+first+" (priority 5)", strings.TrimSpace(runsEval(t, tab, row+`.querySelector(".agent-running").textContent`)))
+			assert.Equal(t, second+" (priority 7)", strings.TrimSpace(runsEval(t, tab, row+`.querySelector(".agent-queue li").textContent`)))
+			assert.Contains(t, runsEval(t, tab, row+`.textContent`), "queued (1)")
+			assert.Contains(t, runsEval(t, tab, `document.getElementById("agent-`+idle.ID()+`").querySelector(".agent-buffer").textContent`), "4 / 4 full")
+			assert.NotContains(t, runsEval(t, tab, `document.body.textContent`), "not exposed")
+			consoleScreenshot(t, tab, "agents-dispatch-"+kind)
 		})
 	}
 }
