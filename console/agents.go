@@ -56,8 +56,8 @@ type agentRow struct {
 	TemporalURL                 string
 	// Dispatch is what the agent's scheduler holds; nil when its workflow did not answer.
 	Dispatch *agentDispatch
-	// Depth and Capacity are the inbound buffer's unconfirmed rows and the router's limit
-	// (§13); BufferWord and BufferCls say how full it is.
+	// Depth and Capacity are the inbound buffer's unconfirmed data rows and the router's
+	// limit on them (§13); BufferWord and BufferCls say how full it is.
 	Depth, Capacity       int64
 	BufferWord, BufferCls string
 }

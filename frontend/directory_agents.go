@@ -49,7 +49,7 @@ func (d *directoryService) addAgentLoad(ctx context.Context, entries []*director
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if n, err := d.s.store.Messages().Depth(ctx, id); err == nil {
+			if n, err := d.s.store.Messages().DataDepth(ctx, id); err == nil {
 				e.InboundDepth = int64(n)
 			} else if d.s.log != nil {
 				d.s.log.Warn("inbound depth not read", "agent_id", id, "error", err)

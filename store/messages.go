@@ -328,6 +328,10 @@ type MessagePlane interface {
 	// Depth returns how many unconfirmed rows agentID holds, control traffic included.
 	Depth(ctx context.Context, agentID string) (int, error)
 
+	// DataDepth returns how many of agentID's unconfirmed rows count against its buffer's
+	// capacity: the data rows (§13; AdmitRequest.Capacity), without the control traffic.
+	DataDepth(ctx context.Context, agentID string) (int, error)
+
 	// GetMessage returns a tracked message's record, or ErrNotFound.
 	GetMessage(ctx context.Context, messageID string) (MessageRecord, error)
 

@@ -111,7 +111,8 @@ type AgentEntry struct {
 	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
 	// When it last sent a heartbeat; unset if never.
 	LastHeartbeat *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_heartbeat,json=lastHeartbeat,proto3" json:"last_heartbeat,omitempty"`
-	// How many messages its inbound buffer holds unconfirmed, control traffic included (§13).
+	// How many unconfirmed data messages its inbound buffer holds: what buffer_capacity limits
+	// (§13; control traffic — ACKs, notifications, CONTROL messages — is not counted).
 	// Set for an operator, an anonymous caller and the agent itself; zero for another agent.
 	InboundDepth int64 `protobuf:"varint,6,opt,name=inbound_depth,json=inboundDepth,proto3" json:"inbound_depth,omitempty"`
 	// The inbound buffer's capacity the router enforces (SW4RM_BUFFER_CAPACITY, §13): a

@@ -296,6 +296,17 @@ func (m *messagePlane) Depth(ctx context.Context, agentID string) (int, error) {
 	return len(s.pending[agentID]), nil
 }
 
+// DataDepth implements store.MessagePlane.
+func (m *messagePlane) DataDepth(ctx context.Context, agentID string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s := m.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.data[agentID], nil
+}
+
 // GetMessage implements store.MessagePlane.
 func (m *messagePlane) GetMessage(ctx context.Context, messageID string) (store.MessageRecord, error) {
 	if err := ctx.Err(); err != nil {

@@ -571,6 +571,16 @@ func (m *messagePlane) Depth(ctx context.Context, agentID string) (int, error) {
 	return n, nil
 }
 
+// DataDepth implements store.MessagePlane: the rows admitted as counted (del's counted).
+func (m *messagePlane) DataDepth(ctx context.Context, agentID string) (int, error) {
+	var n int
+	if err := m.s().pool.QueryRow(ctx, `
+		SELECT count(*) FROM deliveries WHERE agent_id = $1 AND confirmed_at IS NULL AND counted`, agentID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("postgres: data depth of %q: %w", agentID, err)
+	}
+	return n, nil
+}
+
 const messageColumns = `message_id, producer_id, recipient_id, correlation_id, message_type,
 	state, error_code, note, envelope, created_at, updated_at, dedup_key, expires_at, dedup_producer`
 

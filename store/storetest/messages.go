@@ -283,6 +283,12 @@ func runControlTraffic(t *testing.T, newStore func(t *testing.T) store.Store) {
 		_, err := mp.Admit(ctx, store.AdmitRequest{Envelope: Envelope("over"), RecipientID: "bob", Capacity: capacity, Track: true})
 		require.ErrorIs(t, err, store.ErrBufferFull, "the capacity counts the data rows")
 		require.Equal(t, capacity+len(control), depth(t, mp, "bob"), "the depth counts every unconfirmed row")
+		dataDepth := func() int {
+			n, err := mp.DataDepth(ctx, "bob")
+			require.NoError(t, err)
+			return n
+		}
+		require.Equal(t, capacity, dataDepth(), "the data depth counts what the capacity counts")
 
 		// A step's follow-up is control traffic too: bob's ACK of a message he sent carol.
 		admit(t, mp, "to-carol", "carol", 0, true)
@@ -302,10 +308,12 @@ func runControlTraffic(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 		_, err = mp.Admit(ctx, store.AdmitRequest{Envelope: Envelope("still-over"), RecipientID: "bob", Capacity: capacity})
 		require.ErrorIs(t, err, store.ErrBufferFull)
+		require.Equal(t, capacity, dataDepth(), "confirmed control rows were never counted")
 		// Confirming a data row does.
 		_, ok, err := mp.Confirm(ctx, "bob", data[0], "d0")
 		require.NoError(t, err)
 		require.True(t, ok)
+		require.Equal(t, capacity-1, dataDepth(), "a confirmed data row frees its slot")
 		admit(t, mp, "d3", "bob", capacity, true)
 		_, err = mp.Admit(ctx, store.AdmitRequest{Envelope: Envelope("over-again"), RecipientID: "bob", Capacity: capacity})
 		require.ErrorIs(t, err, store.ErrBufferFull)

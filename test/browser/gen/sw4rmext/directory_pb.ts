@@ -109,7 +109,8 @@ export type AgentEntry = Message<"sw4rmext.directory.v1.AgentEntry"> & {
   lastHeartbeat?: Timestamp | undefined;
 
   /**
-   * How many messages its inbound buffer holds unconfirmed, control traffic included (§13).
+   * How many unconfirmed data messages its inbound buffer holds: what buffer_capacity limits
+   * (§13; control traffic — ACKs, notifications, CONTROL messages — is not counted).
    * Set for an operator, an anonymous caller and the agent itself; zero for another agent.
    *
    * @generated from field: int64 inbound_depth = 6;
