@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	enums "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -268,6 +269,14 @@ func (r *toolRun) run(ctx workflow.Context) (ToolCallResult, error) {
 	return r.st, nil
 }
 
+// versionApprovalArguments marks runs whose TOOL_PRIVILEGE_ESCALATION invocation shows the
+// call's arguments among its facts, so that the operator sees what would run.
+const versionApprovalArguments = "tool-approval-arguments"
+
+// approvalArgumentsMax bounds the arguments an approval's facts show; the rest is cut, and
+// the fact says so.
+const approvalArgumentsMax = 2048
+
 // approve waits for an operator's decision of a PRIVILEGED or FULL_ACCESS call, through a
 // HITL invocation with reason TOOL_PRIVILEGE_ESCALATION (§18.5.3); anything but an approval
 // refuses the call with PERMISSION_DENIED.
@@ -276,6 +285,11 @@ func (r *toolRun) approve(ctx workflow.Context) (tool.Code, string) {
 	facts := []string{
 		fmt.Sprintf("%s asks to run tool %s of provider %s at privilege level %s (§18.5.3)", orScheduler(r.in.Caller), req.ToolName, req.ProviderID, req.Policy.Privilege),
 		fmt.Sprintf("call %s, network policy %s, arguments of %d bytes", req.CallID, req.Policy.Network, len(req.Args)),
+	}
+	if workflow.GetVersion(ctx, versionApprovalArguments, workflow.DefaultVersion, 1) >= 1 {
+		// The arguments are in this run's input already, so the invocation reveals nothing
+		// its history does not hold.
+		facts = append(facts, approvalArguments(req.Args))
 	}
 	var timeout time.Duration
 	if a := r.in.Approval; a != nil {
@@ -308,6 +322,22 @@ func (r *toolRun) approve(ctx workflow.Context) (tool.Code, string) {
 		return tool.CodePermissionDenied, fmt.Sprintf("the privilege escalation was not approved: HITL invocation %s fell back to %s", r.st.HitlID, out.FallbackPolicy)
 	}
 	return tool.CodePermissionDenied, fmt.Sprintf("the privilege escalation was refused by %s (%s) in HITL invocation %s", out.DecidedBy, out.Decision, r.st.HitlID)
+}
+
+// approvalArguments is the fact that shows a call's arguments to the operator who approves
+// it: their text, cut at approvalArgumentsMax bytes (on a character boundary).
+func approvalArguments(args []byte) string {
+	if !utf8.Valid(args) {
+		return fmt.Sprintf("arguments: %d bytes that are not text", len(args))
+	}
+	if len(args) <= approvalArgumentsMax {
+		return "arguments: " + string(args)
+	}
+	cut := approvalArgumentsMax
+	for cut > 0 && !utf8.RuneStart(args[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("arguments (the first %d of %d bytes): %s…", cut, len(args), args[:cut])
 }
 
 // execute runs the tool as an activity on the provider's task queue. Each attempt is bounded

@@ -3,6 +3,7 @@ package workflows_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,8 +14,10 @@ import (
 	enums "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
@@ -203,4 +206,32 @@ func TestToolCallPrivilegedWaitsForApproval(t *testing.T) {
 	assert.Equal(t, tool.CodePermissionDenied, res.Code)
 	assert.NotEmpty(t, res.HitlID)
 	assert.Equal(t, int64(0), h.exec.attempts.Load(), "nothing ran without an approval")
+}
+
+// TestToolApprovalShowsArguments: the invocation that asks an operator to approve a call shows
+// the call's arguments among its facts, cut at 2 KiB with a note of the whole size, so that
+// the operator sees what would run.
+func TestToolApprovalShowsArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args, want string
+	}{
+		{`{"cmd":"rm -rf build"}`, `arguments: {"cmd":"rm -rf build"}`},
+		{`{"blob":"` + strings.Repeat("é", 1500) + `"}`, "arguments (the first 2047 of 3011 bytes): {\"blob\":\"" + strings.Repeat("é", 1019) + "…"},
+	} {
+		h := newToolHarness(t, true, tool.Policy{Privilege: tool.PrivilegePrivileged}, func(context.Context, int64, tools.Emit) (tools.Result, error) {
+			return tools.Result{Data: []byte(`{}`)}, nil
+		})
+		h.in.Request.Args = []byte(tc.args)
+		var asked hitl.Invocation
+		h.env.RegisterWorkflow(workflows.HitlWait)
+		h.env.OnWorkflow(workflows.HitlWait, mock.Anything, mock.Anything).Return(
+			func(_ workflow.Context, in workflows.HitlWaitInput) (hitl.Outcome, error) {
+				asked = in.Invocation
+				return hitl.Outcome{Decision: hitl.Deny, DecidedBy: "ops"}, nil
+			})
+		h.env.ExecuteWorkflow(workflows.ToolCall, h.in)
+		res := h.result(t)
+		assert.Equal(t, tool.CodePermissionDenied, res.Code)
+		assert.Contains(t, asked.Context.Facts, tc.want)
+	}
 }
