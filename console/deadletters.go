@@ -15,8 +15,11 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
@@ -62,6 +65,9 @@ type deadLetterRow struct {
 	History                                        []deadLetterAttempt
 	Dropped                                        int
 	URL                                            string
+	// Envelope is the whole envelope's fields as indented JSON, the payload left out (the
+	// excerpt shows it); empty on the list, which does not read it.
+	Envelope string
 }
 
 // deadLetterAttempt is one line of an entry's attempt history: N is the attempt's place in
@@ -216,6 +222,7 @@ func (c *Console) deadLetterPage(w http.ResponseWriter, r *http.Request, s *sess
 		return
 	}
 	row := deadLetterRowOf(resp.GetDeadLetter())
+	row.Envelope = deadLetterEnvelope(resp.GetEnvelope())
 	d.Data = &row
 	c.render(w, r, s, "deadletter", d)
 }
@@ -243,6 +250,21 @@ func deadLetterRowOf(e *dlqadminpb.DeadLetter) deadLetterRow {
 		row.History = append(row.History, at)
 	}
 	return row
+}
+
+// deadLetterEnvelope is an envelope's fields as indented JSON (protobuf's JSON mapping), its
+// payload left out; "" for none.
+func deadLetterEnvelope(env *commonpb.Envelope) string {
+	if env == nil {
+		return ""
+	}
+	env = proto.CloneOf(env)
+	env.Payload = nil
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(env)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 // deadLetterPayload is how the page shows a payload's first bytes: indented JSON when they

@@ -93,7 +93,7 @@ func (d *dlqAdminService) GetDeadLetter(ctx context.Context, req *dlqadminpb.Get
 	if err != nil {
 		return nil, dlqUnavailable(err)
 	}
-	return &dlqadminpb.GetDeadLetterResponse{DeadLetter: deadLetterPB(e)}, nil
+	return &dlqadminpb.GetDeadLetterResponse{DeadLetter: deadLetterPB(e), Envelope: e.Envelope}, nil
 }
 
 // dlqUnavailable is the status of a store failure: nothing was refused, so a retry is safe.

@@ -118,6 +118,10 @@ func TestConsoleDeadLetters(t *testing.T) {
 			assert.Contains(t, page, "card processor refused")
 			assert.Contains(t, page, bob.ID())
 			assert.Contains(t, page, "FAILED", "the attempt history")
+			envelope := dlWaitText(t, tab, `#dl-envelope`, msg)
+			// protojson varies its spacing on purpose: compare the fields, not the text.
+			assert.Regexp(t, `"producerId":\s+"`+regexp.QuoteMeta(alice.ID())+`"`, envelope, "the envelope's fields")
+			assert.NotContains(t, envelope, `"payload"`, "the payload is shown apart, as an excerpt")
 			consoleScreenshot(t, tab, "dead-letter")
 			assert.Empty(t, consoleAxe(t, tab), "axe-core on the entry")
 

@@ -13,6 +13,7 @@
 package dlqadminpb
 
 import (
+	commonpb "github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -579,7 +580,10 @@ func (x *GetDeadLetterRequest) GetId() int64 {
 type GetDeadLetterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The dead letter.
-	DeadLetter    *DeadLetter `protobuf:"bytes,1,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	DeadLetter *DeadLetter `protobuf:"bytes,1,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	// The last attempt's whole envelope, as the router dead-lettered it; DeadLetter's listing
+	// carries only a payload excerpt.
+	Envelope      *commonpb.Envelope `protobuf:"bytes,2,opt,name=envelope,proto3" json:"envelope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -617,6 +621,13 @@ func (*GetDeadLetterResponse) Descriptor() ([]byte, []int) {
 func (x *GetDeadLetterResponse) GetDeadLetter() *DeadLetter {
 	if x != nil {
 		return x.DeadLetter
+	}
+	return nil
+}
+
+func (x *GetDeadLetterResponse) GetEnvelope() *commonpb.Envelope {
+	if x != nil {
+		return x.Envelope
 	}
 	return nil
 }
@@ -904,7 +915,7 @@ var File_sw4rmext_dlq_admin_proto protoreflect.FileDescriptor
 
 const file_sw4rmext_dlq_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x18sw4rmext/dlq_admin.proto\x12\x0fsw4rmext.dlq.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x02\n" +
+	"\x18sw4rmext/dlq_admin.proto\x12\x0fsw4rmext.dlq.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12sw4rm/common.proto\"\xa9\x02\n" +
 	"\x10DeadLetterFilter\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1f\n" +
@@ -958,10 +969,11 @@ const file_sw4rmext_dlq_admin_proto_rawDesc = "" +
 	"\x17ListDeadLettersResponse\x12>\n" +
 	"\fdead_letters\x18\x01 \x03(\v2\x1b.sw4rmext.dlq.v1.DeadLetterR\vdeadLetters\"&\n" +
 	"\x14GetDeadLetterRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x03R\x02id\"U\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\"\x89\x01\n" +
 	"\x15GetDeadLetterResponse\x12<\n" +
 	"\vdead_letter\x18\x01 \x01(\v2\x1b.sw4rmext.dlq.v1.DeadLetterR\n" +
-	"deadLetter\"\"\n" +
+	"deadLetter\x122\n" +
+	"\benvelope\x18\x02 \x01(\v2\x16.sw4rm.common.EnvelopeR\benvelope\"\"\n" +
 	"\x0eRequeueRequest\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\x03R\x03ids\"h\n" +
 	"\rRequeueResult\x12\x0e\n" +
@@ -1011,6 +1023,7 @@ var file_sw4rmext_dlq_admin_proto_goTypes = []any{
 	(*ExportRequest)(nil),           // 10: sw4rmext.dlq.v1.ExportRequest
 	(*ExportResponse)(nil),          // 11: sw4rmext.dlq.v1.ExportResponse
 	(*timestamppb.Timestamp)(nil),   // 12: google.protobuf.Timestamp
+	(*commonpb.Envelope)(nil),       // 13: sw4rm.common.Envelope
 }
 var file_sw4rmext_dlq_admin_proto_depIdxs = []int32{
 	12, // 0: sw4rmext.dlq.v1.DeadLetterFilter.since:type_name -> google.protobuf.Timestamp
@@ -1024,21 +1037,22 @@ var file_sw4rmext_dlq_admin_proto_depIdxs = []int32{
 	0,  // 8: sw4rmext.dlq.v1.ListDeadLettersRequest.filter:type_name -> sw4rmext.dlq.v1.DeadLetterFilter
 	2,  // 9: sw4rmext.dlq.v1.ListDeadLettersResponse.dead_letters:type_name -> sw4rmext.dlq.v1.DeadLetter
 	2,  // 10: sw4rmext.dlq.v1.GetDeadLetterResponse.dead_letter:type_name -> sw4rmext.dlq.v1.DeadLetter
-	8,  // 11: sw4rmext.dlq.v1.RequeueResponse.results:type_name -> sw4rmext.dlq.v1.RequeueResult
-	0,  // 12: sw4rmext.dlq.v1.ExportRequest.filter:type_name -> sw4rmext.dlq.v1.DeadLetterFilter
-	3,  // 13: sw4rmext.dlq.v1.DlqAdminService.ListDeadLetters:input_type -> sw4rmext.dlq.v1.ListDeadLettersRequest
-	5,  // 14: sw4rmext.dlq.v1.DlqAdminService.GetDeadLetter:input_type -> sw4rmext.dlq.v1.GetDeadLetterRequest
-	7,  // 15: sw4rmext.dlq.v1.DlqAdminService.Requeue:input_type -> sw4rmext.dlq.v1.RequeueRequest
-	10, // 16: sw4rmext.dlq.v1.DlqAdminService.Export:input_type -> sw4rmext.dlq.v1.ExportRequest
-	4,  // 17: sw4rmext.dlq.v1.DlqAdminService.ListDeadLetters:output_type -> sw4rmext.dlq.v1.ListDeadLettersResponse
-	6,  // 18: sw4rmext.dlq.v1.DlqAdminService.GetDeadLetter:output_type -> sw4rmext.dlq.v1.GetDeadLetterResponse
-	9,  // 19: sw4rmext.dlq.v1.DlqAdminService.Requeue:output_type -> sw4rmext.dlq.v1.RequeueResponse
-	11, // 20: sw4rmext.dlq.v1.DlqAdminService.Export:output_type -> sw4rmext.dlq.v1.ExportResponse
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	13, // 11: sw4rmext.dlq.v1.GetDeadLetterResponse.envelope:type_name -> sw4rm.common.Envelope
+	8,  // 12: sw4rmext.dlq.v1.RequeueResponse.results:type_name -> sw4rmext.dlq.v1.RequeueResult
+	0,  // 13: sw4rmext.dlq.v1.ExportRequest.filter:type_name -> sw4rmext.dlq.v1.DeadLetterFilter
+	3,  // 14: sw4rmext.dlq.v1.DlqAdminService.ListDeadLetters:input_type -> sw4rmext.dlq.v1.ListDeadLettersRequest
+	5,  // 15: sw4rmext.dlq.v1.DlqAdminService.GetDeadLetter:input_type -> sw4rmext.dlq.v1.GetDeadLetterRequest
+	7,  // 16: sw4rmext.dlq.v1.DlqAdminService.Requeue:input_type -> sw4rmext.dlq.v1.RequeueRequest
+	10, // 17: sw4rmext.dlq.v1.DlqAdminService.Export:input_type -> sw4rmext.dlq.v1.ExportRequest
+	4,  // 18: sw4rmext.dlq.v1.DlqAdminService.ListDeadLetters:output_type -> sw4rmext.dlq.v1.ListDeadLettersResponse
+	6,  // 19: sw4rmext.dlq.v1.DlqAdminService.GetDeadLetter:output_type -> sw4rmext.dlq.v1.GetDeadLetterResponse
+	9,  // 20: sw4rmext.dlq.v1.DlqAdminService.Requeue:output_type -> sw4rmext.dlq.v1.RequeueResponse
+	11, // 21: sw4rmext.dlq.v1.DlqAdminService.Export:output_type -> sw4rmext.dlq.v1.ExportResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_sw4rmext_dlq_admin_proto_init() }
