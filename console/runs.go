@@ -18,6 +18,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/directorypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
 // The Tasks and DAG runs pages. A DAG run is drawn server-side as inline SVG (the Content-
@@ -25,10 +26,6 @@ import (
 // a root, each box coloured by its state through a CSS class, with the state also written in
 // the box and in the table beside it. The picture refreshes over SSE when a node's state
 // changes, so it changes colour as nodes finish.
-
-// runStatusKey is the metadata key in which GetWorkflowState carries the run's own status
-// (RUNNING, WAITING, COMPLETED, FAILED): WorkflowState has no field for it.
-const runStatusKey = "sw4rm.run_status"
 
 // runsRoutes registers the Tasks and DAG runs pages.
 func (c *Console) runsRoutes() {
@@ -205,7 +202,7 @@ func (c *Console) dagRunLoad(ctx context.Context, id string, withTasks bool) (*d
 	switch {
 	case err == nil:
 		v.HasRun = true
-		v.State = st.GetState().GetMetadata()[runStatusKey]
+		v.State = st.GetState().GetMetadata()[wire.RunStatusKey]
 		v.StateClass = dagRunStateClass(v.State)
 		states = st.GetState().GetNodeStates()
 		v.Fingerprint = dagFingerprint(st.GetState())
@@ -450,7 +447,7 @@ func (c *Console) dagRunEvents(w http.ResponseWriter, r *http.Request, s *sessio
 // and each node's status and attempt times.
 func dagFingerprint(st *workflowpb.WorkflowState) string {
 	var b strings.Builder
-	b.WriteString(st.GetMetadata()[runStatusKey])
+	b.WriteString(st.GetMetadata()[wire.RunStatusKey])
 	b.WriteString("|" + runsTime(st.GetStartedAt()).String())
 	ids := make([]string, 0, len(st.GetNodeStates()))
 	for k := range st.GetNodeStates() {
