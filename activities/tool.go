@@ -232,6 +232,33 @@ func (a *Activities) FinishTool(ctx context.Context, in FinishToolInput) (Finish
 	return FinishToolResult{FinalFrame: f.FrameNo, Created: created, Summary: stored}, nil
 }
 
+// ValidateToolArgsInput names a tool and the arguments to check against its descriptor.
+type ValidateToolArgsInput struct {
+	// ProviderID and ToolName name the tool.
+	ProviderID, ToolName string
+	// ContentType and Args are the arguments.
+	ContentType string
+	Args        []byte
+}
+
+// ValidateToolArgs checks arguments against the tool's input schema as the frontend checks a
+// call's (tool.ValidateArgs), for arguments an operator wrote in a Modify decision. The
+// refusal comes back as its message rather than as an error, for the workflow to answer; only
+// a store failure is an error, which the activity's retries absorb.
+func (a *Activities) ValidateToolArgs(ctx context.Context, in ValidateToolArgsInput) (string, error) {
+	rec, err := a.Store.ToolProviders().GetTool(ctx, in.ProviderID, in.ToolName)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Sprintf("provider %s no longer offers tool %s", in.ProviderID, in.ToolName), nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if err := tool.ValidateArgs(rec.Descriptor, in.ContentType, in.Args); err != nil {
+		return err.Error(), nil
+	}
+	return "", nil
+}
+
 // RecordToolEndInput is the audit record of a call's end (§19: frame counts and bytes).
 type RecordToolEndInput struct {
 	// CallID, Caller, ProviderID and ToolName name the call.

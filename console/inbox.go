@@ -444,16 +444,29 @@ func (c *Console) inboxLoadItem(ctx context.Context, s *session, id string) (inb
 	return d, nil
 }
 
-// proposedJSON is the starting text of a modification: the requester's own context when it
+// proposedJSON is the starting text of a modification: a tool call's arguments when its
+// invocation shows them whole (hitl.ArgumentsFact), else the requester's own context when it
 // sent JSON that is not the §15.1 shape, else an empty object.
 func proposedJSON(inv hitl.Invocation) string {
-	if raw := inv.Context.Raw; len(raw) > 0 && json.Valid(raw) {
+	indent := func(raw []byte) (string, bool) {
 		var v any
-		if json.Unmarshal(raw, &v) == nil {
-			if b, err := json.MarshalIndent(v, "", "  "); err == nil {
-				return string(b)
+		if !json.Valid(raw) || json.Unmarshal(raw, &v) != nil {
+			return "", false
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
+		return string(b), err == nil
+	}
+	if inv.ReasonType == commonpb.HitlReasonType_TOOL_PRIVILEGE_ESCALATION.String() {
+		for _, f := range inv.Context.Facts {
+			if args, ok := strings.CutPrefix(f, hitl.ArgumentsFact); ok {
+				if s, ok := indent([]byte(args)); ok {
+					return s
+				}
 			}
 		}
+	}
+	if s, ok := indent(inv.Context.Raw); ok && len(inv.Context.Raw) > 0 {
+		return s
 	}
 	return "{}"
 }
@@ -462,7 +475,7 @@ func proposedJSON(inv hitl.Invocation) string {
 func patchHint(reason string) string {
 	switch reason {
 	case commonpb.HitlReasonType_TOOL_PRIVILEGE_ESCALATION.String():
-		return "For a tool call, modify approves the call; the modification is recorded with the decision."
+		return "For a tool call, the modification replaces the call's arguments: it must satisfy the tool's input schema, or the call is refused (validation_error)."
 	case commonpb.HitlReasonType_WORKTREE_OVERRIDE.String():
 		return `For a worktree switch, the modification is {"ttl_ms": n}: the switch is approved for n milliseconds.`
 	case commonpb.HitlReasonType_DEBATE_DEADLOCK.String(), commonpb.HitlReasonType_MANUAL_OVERRIDE.String():

@@ -173,7 +173,13 @@ func TestConsoleInboxInBrowser(t *testing.T) {
 			// Modify: invalid JSON is refused on the page and nothing is sent; valid JSON runs.
 			id, done = inboxElevatedCall(t, sys, caller, `{"rows":1000}`)
 			item := base + "inbox/" + url.PathEscape(id)
-			inboxDo(t, tab, 20*time.Second, chromedp.Navigate(item), chromedp.WaitVisible(chromedp.CSS(`#patch`)),
+			inboxDo(t, tab, 20*time.Second, chromedp.Navigate(item), chromedp.WaitVisible(chromedp.CSS(`#patch`)))
+			ctx, stop = context.WithTimeout(tab, 10*time.Second)
+			proposed, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#patch').value`))
+			stop()
+			require.NoError(t, err)
+			assert.JSONEq(t, `{"rows":1000}`, proposed, "Modify starts from the call's arguments")
+			inboxDo(t, tab, 20*time.Second,
 				chromedp.SendKeys(chromedp.CSS(`#rationale`), "fewer rows"),
 				chromedp.SetValue(chromedp.CSS(`#patch`), `{"rows": 10`),
 				chromedp.Click(chromedp.CSS(`button[value="modify"]`)),

@@ -316,12 +316,43 @@ func (r *toolRun) approve(ctx workflow.Context) (tool.Code, string) {
 		return "", ""
 	case err != nil:
 		return tool.CodePermissionDenied, "the privilege escalation was not approved: its HITL invocation failed: " + err.Error()
-	case out.Decision == hitl.Approve || out.Decision == hitl.Modify:
+	case out.Decision == hitl.Approve:
 		return "", ""
+	case out.Decision == hitl.Modify:
+		if workflow.GetVersion(ctx, versionApprovalModify, workflow.DefaultVersion, 1) < 1 {
+			return "", "" // runs recorded before: a modification approved the call as asked
+		}
+		return r.modify(ctx, out)
 	case out.Fallback:
 		return tool.CodePermissionDenied, fmt.Sprintf("the privilege escalation was not approved: HITL invocation %s fell back to %s", r.st.HitlID, out.FallbackPolicy)
 	}
 	return tool.CodePermissionDenied, fmt.Sprintf("the privilege escalation was refused by %s (%s) in HITL invocation %s", out.DecidedBy, out.Decision, r.st.HitlID)
+}
+
+// versionApprovalModify marks runs in which an operator's Modify decision replaces the call's
+// arguments with the modification, checked against the tool's input schema first.
+const versionApprovalModify = "tool-approval-modify"
+
+// modify applies an operator's Modify decision: its patch, a JSON object, becomes the call's
+// arguments once it validates against the tool's input schema as the caller's arguments did;
+// a patch that does not is refused with VALIDATION_ERROR and the call does not run.
+func (r *toolRun) modify(ctx workflow.Context, out hitl.Outcome) (tool.Code, string) {
+	var acts *activities.Activities
+	req := r.in.Request
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumAttempts: 10},
+	})
+	var refusal string
+	in := activities.ValidateToolArgsInput{ProviderID: req.ProviderID, ToolName: req.ToolName, ContentType: req.ContentType, Args: out.Patch}
+	if err := workflow.ExecuteLocalActivity(lctx, acts.ValidateToolArgs, in).Get(ctx, &refusal); err != nil {
+		return tool.CodeInternal, "checking the operator's modified arguments failed: " + err.Error()
+	}
+	if refusal != "" {
+		return tool.CodeValidation, fmt.Sprintf("the arguments %s modified in HITL invocation %s are refused: %s", out.DecidedBy, r.st.HitlID, refusal)
+	}
+	r.in.Request.Args = out.Patch
+	return "", ""
 }
 
 // approvalArguments is the fact that shows a call's arguments to the operator who approves
@@ -331,7 +362,7 @@ func approvalArguments(args []byte) string {
 		return fmt.Sprintf("arguments: %d bytes that are not text", len(args))
 	}
 	if len(args) <= approvalArgumentsMax {
-		return "arguments: " + string(args)
+		return hitl.ArgumentsFact + string(args)
 	}
 	cut := approvalArgumentsMax
 	for cut > 0 && !utf8.RuneStart(args[cut]) {

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -233,5 +234,58 @@ func TestToolApprovalShowsArguments(t *testing.T) {
 		res := h.result(t)
 		assert.Equal(t, tool.CodePermissionDenied, res.Code)
 		assert.Contains(t, asked.Context.Facts, tc.want)
+	}
+}
+
+// argsExecutor records the arguments each attempt ran with.
+type argsExecutor struct{ args chan []byte }
+
+func (a *argsExecutor) Call(_ context.Context, req tools.Request, _ tools.Emit) (tools.Result, error) {
+	a.args <- req.Args
+	return tools.Result{ContentType: "application/json", Data: []byte(`{}`)}, nil
+}
+
+// TestToolApprovalModifyReplacesArguments: an operator's Modify of a privileged call replaces
+// its arguments with the modification once it validates against the tool's input schema, so
+// the tool runs with what the operator wrote; a modification that does not validate is
+// refused with VALIDATION_ERROR and nothing runs.
+func TestToolApprovalModifyReplacesArguments(t *testing.T) {
+	for _, tc := range []struct {
+		patch    string
+		wantCode tool.Code
+	}{
+		{`{"q":"only the staging bucket"}`, ""},
+		{`{"q":7}`, tool.CodeValidation},
+	} {
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestWorkflowEnvironment()
+		st := memory.New()
+		require.NoError(t, st.ToolProviders().RegisterProvider(context.Background(), "p", tool.ProviderKindConnector, []*connectorpb.ToolDescriptor{{
+			ToolName: "t", InputSchema: `{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}`, SideEffects: "write", DefaultTimeoutS: 10,
+		}}, "scheduler"))
+		exec := &argsExecutor{args: make(chan []byte, 2)}
+		env.RegisterActivity(&activities.Activities{Store: st})
+		env.RegisterActivity(&activities.ToolRunner{ProviderID: "p", Executor: exec, Store: st})
+		env.RegisterWorkflow(workflows.HitlWait)
+		env.OnWorkflow(workflows.HitlWait, mock.Anything, mock.Anything).Return(
+			func(_ workflow.Context, in workflows.HitlWaitInput) (hitl.Outcome, error) {
+				return hitl.Outcome{Decision: hitl.Modify, Patch: []byte(tc.patch), DecidedBy: "ops"}, nil
+			})
+		_, _, err := st.ToolCalls().CreateCall(context.Background(), store.ToolCallRecord{CallID: "c1", Caller: "agent:a"})
+		require.NoError(t, err)
+		env.ExecuteWorkflow(workflows.ToolCall, workflows.ToolCallInput{Caller: "agent:a", TaskQueue: "q",
+			Request: tools.Request{CallID: "c1", ProviderID: "p", ToolName: "t", ContentType: "application/json", Args: []byte(`{"q":"every bucket"}`),
+				Policy: tool.Policy{Privilege: tool.PrivilegePrivileged, Timeout: time.Minute}}})
+		require.True(t, env.IsWorkflowCompleted())
+		require.NoError(t, env.GetWorkflowError())
+		var res workflows.ToolCallResult
+		require.NoError(t, env.GetWorkflowResult(&res))
+		assert.Equal(t, tc.wantCode, res.Code, res.Message)
+		if tc.wantCode == "" {
+			assert.JSONEq(t, tc.patch, string(<-exec.args), "the tool ran with the operator's arguments")
+		} else {
+			assert.Contains(t, res.Message, "modified in HITL invocation")
+			assert.Empty(t, exec.args, "nothing ran")
+		}
 	}
 }

@@ -129,6 +129,11 @@ type Context struct {
 	Raw []byte `json:"raw,omitempty"`
 }
 
+// ArgumentsFact begins the fact of a TOOL_PRIVILEGE_ESCALATION invocation that shows the
+// call's arguments whole (a cut one says how much it shows instead); a Modify decision of
+// such an invocation replaces the arguments with its patch.
+const ArgumentsFact = "arguments: "
+
 // Invocation is a HITL_INVOCATION (§15, §15.2).
 type Invocation struct {
 	// InvocationID identifies it; its workflow is hitl/<invocation_id>.
