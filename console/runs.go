@@ -18,6 +18,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/directorypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowdefpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 )
 
@@ -179,9 +180,11 @@ type dagRunView struct {
 // dagNodeRow is one node of a run, in the table beside the picture.
 type dagNodeRow struct {
 	ID, Agent, Deps, State, StateClass, Error string
-	Started, Completed                        time.Time
-	TaskID, TaskURL, TemporalURL              string
-	Resumable                                 bool
+	// Fill and Stroke are the node's colours in the picture (dagNodeStyle).
+	Fill, Stroke                 string
+	Started, Completed           time.Time
+	TaskID, TaskURL, TemporalURL string
+	Resumable                    bool
 }
 
 // dagRunID is the run named in the path, without the dag/ of its Temporal workflow ID.
@@ -229,7 +232,8 @@ func (c *Console) dagRunLoad(ctx context.Context, id string, withTasks bool) (*d
 		}
 		deps := append([]string(nil), n.GetDependencies()...)
 		sort.Strings(deps)
-		row := dagNodeRow{ID: nid, Agent: n.GetAgentId(), Deps: strings.Join(deps, ", "), State: word, StateClass: dagNodeClass(word),
+		style := dagNodeStyle(ns.GetStatus())
+		row := dagNodeRow{ID: nid, Agent: n.GetAgentId(), Deps: strings.Join(deps, ", "), State: word, StateClass: style.Class, Fill: style.Fill, Stroke: style.Stroke,
 			Error: ns.GetError(), Started: runsTime(ns.GetStartedAt()), Completed: runsTime(ns.GetCompletedAt()),
 			Resumable: v.HasRun && ns.GetStatus() == workflowpb.NodeStatus_FAILED}
 		if t := tasks[nid]; t != "" {
@@ -241,14 +245,14 @@ func (c *Console) dagRunLoad(ctx context.Context, id string, withTasks bool) (*d
 	return v, nil
 }
 
-// dagNodeClass is the CSS class of a node state: the names of protocol/dag's picture
-// classes, so the console and `sw4rm dag show` colour alike.
-func dagNodeClass(word string) string {
-	switch word {
-	case "PENDING", "READY", "RUNNING", "COMPLETED", "FAILED", "SKIPPED":
-		return strings.ToLower(word)
+// dagNodeStyle is how a node of status s is drawn: protocol/dag's style, which `sw4rm dag
+// show` draws with too, so the console and the CLI colour alike; a node not started yet is
+// "unstarted", white with a grey dashed border.
+func dagNodeStyle(s workflowpb.NodeStatus) dag.NodeStyle {
+	if st, ok := dag.StyleOf(s); ok {
+		return st
 	}
-	return "unstarted"
+	return dag.NodeStyle{Class: "unstarted", Fill: "#ffffff", Stroke: "#a1a1aa"}
 }
 
 // dagNodeTasks finds each node's latest task. A node's task id is
@@ -303,6 +307,9 @@ type dagGraph struct {
 type dagBox struct {
 	X, Y, TextX, Line1, Line2, Line3 int
 	ID, Agent, State, Class          string
+	// Fill and Stroke are its colours, as SVG presentation attributes: not inline styles,
+	// which the Content-Security-Policy forbids.
+	Fill, Stroke string
 	// ShortID and ShortAgent fit the box; the box's <title> has them whole.
 	ShortID, ShortAgent string
 	Href                string
@@ -364,7 +371,7 @@ func dagLayout(rows []dagNodeRow, nodes map[string]*workflowpb.WorkflowNode) dag
 		for k, i := range l {
 			r := rows[i]
 			b := dagBox{X: x0 + k*(dagBoxW+dagGapX), Y: dagMargin + li*(dagBoxH+dagGapY), ID: r.ID, Agent: r.Agent,
-				State: r.State, Class: r.StateClass, Href: "#node-" + r.ID}
+				State: r.State, Class: r.StateClass, Fill: r.Fill, Stroke: r.Stroke, Href: "#node-" + r.ID}
 			if r.TaskURL != "" {
 				b.Href = r.TaskURL
 			}

@@ -30,13 +30,21 @@ var statusStyle = []struct {
 	{workflowpb.NodeStatus_SKIPPED, "skipped", "#f5f5f4", "#78716c"},
 }
 
-func styleOf(s workflowpb.NodeStatus) (class, fill, stroke string, ok bool) {
+// NodeStyle is how the pictures draw a node of one status: its class name and its fill and
+// border colours. The console's drawing of a run uses it too, so both colour alike.
+type NodeStyle struct {
+	Class, Fill, Stroke string
+}
+
+// StyleOf is the style of status s; false for a status the pictures leave uncoloured (a
+// node that has not started).
+func StyleOf(s workflowpb.NodeStatus) (NodeStyle, bool) {
 	for _, st := range statusStyle {
 		if st.status == s {
-			return st.class, st.fill, st.stroke, true
+			return NodeStyle{Class: st.class, Fill: st.fill, Stroke: st.stroke}, true
 		}
 	}
-	return "", "", "", false
+	return NodeStyle{}, false
 }
 
 // picture is the drawable form of a definition.
@@ -67,7 +75,7 @@ func draw(def *workflowpb.WorkflowDefinition, states map[string]workflowpb.NodeS
 			lines = append(lines, "trigger: "+t.String())
 		}
 		st := states[id]
-		if _, _, _, ok := styleOf(st); ok {
+		if _, ok := StyleOf(st); ok {
 			lines = append(lines, st.String())
 		}
 		p.labels = append(p.labels, lines)
@@ -98,8 +106,8 @@ func Mermaid(def *workflowpb.WorkflowDefinition, states map[string]workflowpb.No
 			esc[j] = mermaidEscape(l)
 		}
 		fmt.Fprintf(&b, "    n%d[\"%s\"]", i, strings.Join(esc, "<br/>"))
-		if class, _, _, ok := styleOf(p.status[i]); ok {
-			b.WriteString(":::" + class)
+		if style, ok := StyleOf(p.status[i]); ok {
+			b.WriteString(":::" + style.Class)
 		}
 		b.WriteString("\n")
 	}
@@ -141,8 +149,8 @@ func DOT(def *workflowpb.WorkflowDefinition, states map[string]workflowpb.NodeSt
 	b.WriteString("    node [shape=box, style=\"rounded,filled\", fillcolor=\"#ffffff\", color=\"#52525b\", fontname=\"Helvetica\"];\n")
 	for i, id := range p.ids {
 		fmt.Fprintf(&b, "    %s [label=%s", dotQuote(id), dotQuote(strings.Join(p.labels[i], "\n")))
-		if _, fill, stroke, ok := styleOf(p.status[i]); ok {
-			fmt.Fprintf(&b, ", fillcolor=%q, color=%q", fill, stroke)
+		if style, ok := StyleOf(p.status[i]); ok {
+			fmt.Fprintf(&b, ", fillcolor=%q, color=%q", style.Fill, style.Stroke)
 		}
 		b.WriteString("];\n")
 	}
