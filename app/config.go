@@ -52,6 +52,8 @@ type Config struct {
 	BufferCapacity int
 	// MaxPayloadBytes is the payload limit (§5.4).
 	MaxPayloadBytes int
+	// Tracing exports OpenTelemetry traces over OTLP (package telemetry).
+	Tracing bool
 	// TemporalUI is the Temporal UI's base URL, for the console's links to runs.
 	TemporalUI string
 	// CORSOrigins lists the web origins whose pages may call the gRPC port from a browser

@@ -462,6 +462,10 @@ var settings = []Setting{
 	{Flag: "verbose", Env: "SW4RM_VERBOSE", Help: "show the whole event stream on stderr too, not only its warnings and errors",
 		Doc:  "show the whole event stream on stderr too, not only its warnings and errors, when `SW4RM_AUDIT_LOG` names a file: `SW4RM_VERBOSE=1 make dev`",
 		bind: boolean(func(c *Config) *bool { return &c.Verbose }, false)},
+	{Flag: "tracing", Env: "SW4RM_TRACING", Help: "export OpenTelemetry traces over OTLP, configured by the standard OTEL_* variables",
+		Doc: "export OpenTelemetry traces of messages, tasks, DAG runs, tool calls and HITL waits over OTLP; the standard `OTEL_*` variables " +
+			"(`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_TRACES_SAMPLER`, `OTEL_SERVICE_NAME`, …) configure the export; off costs nothing ([docs/observability.md](docs/observability.md))",
+		bind: boolean(func(c *Config) *bool { return &c.Tracing }, false)},
 }
 
 // Settings returns the settings table.

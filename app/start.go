@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 
 	"go.temporal.io/sdk/client"
@@ -29,6 +30,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres"
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 	"github.com/sw4rm/sw4rm-temporal/tools"
 	"github.com/sw4rm/sw4rm-temporal/worker"
 )
@@ -57,7 +59,9 @@ type App struct {
 	// sweepDone closes when the router's Run has returned (its last writes are made).
 	sweepDone chan struct{}
 	metrics   *metrics.Router
-	sink      *audit.Sink
+	// stopTracing flushes and stops the trace export (telemetry.Setup).
+	stopTracing func(context.Context) error
+	sink        *audit.Sink
 	// access writes and counts every access decision of the router and the frontend (§6.5).
 	access    *audit.AccessLog
 	router    *router.Router
@@ -198,6 +202,11 @@ func start(ctx context.Context, p prepared, roles Roles, log *slog.Logger, st st
 			a.Stop()
 		}
 	}()
+	// Before anything that makes spans or dials: the global tracer provider and propagator
+	// are read when clients and servers are built.
+	if a.stopTracing, err = telemetry.Setup(ctx, p.Tracing, strings.ReplaceAll(roles.command(), " ", "-")); err != nil {
+		return nil, settingError("SW4RM_TRACING", err)
+	}
 	if err := a.startShared(ctx, p, roles); err != nil {
 		return nil, err
 	}

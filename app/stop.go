@@ -75,6 +75,12 @@ func (a *App) stop() {
 		_ = c.Close() // after the worker and the gRPC server, its last callers
 	}
 	a.sink.Close() // flush audit rows before the store goes away
+	if a.stopTracing != nil {
+		// Last: the spans of everything stopped above are exported.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = a.stopTracing(ctx)
+		cancel()
+	}
 	if a.store != nil {
 		a.store.Close()
 	}
