@@ -82,6 +82,9 @@ type Store interface {
 	ToolProviders() ToolProviders
 	// ToolCalls returns the tool calls and their stored frames (§18.2).
 	ToolCalls() ToolCalls
+	// BacklogCounter counts the pending HITL invocations, the dead letters, the open
+	// handoffs and the tool calls in flight (backlog.go).
+	BacklogCounter
 	// Kind names the implementation ("memory" or "postgres") for logs.
 	Kind() string
 	// Close releases connections and stops background work.

@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Worktrees", func(t *testing.T) { runWorktrees(t, newStore) })
 	t.Run("ToolProviders", func(t *testing.T) { runToolProviders(t, newStore) })
 	t.Run("ToolCalls", func(t *testing.T) { runToolCalls(t, newStore) })
+	t.Run("Backlog", func(t *testing.T) { runBacklog(t, newStore) })
 }
 
 // Envelope returns a fully populated test envelope with the given message_id.
