@@ -8,12 +8,13 @@ address=${SW4RM_TEMPORAL_ADDRESS:-127.0.0.1:7233}
 port=${address##*:}
 ui_port=${SW4RM_UI_PORT:-8233}
 started=""
+collector=""
 
 cleanup() {
-  if [[ -n "$started" ]]; then
-    kill "$started" 2>/dev/null || true
-    wait "$started" 2>/dev/null || true
-  fi
+  for pid in $started $collector; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT INT TERM
 
@@ -76,6 +77,24 @@ if [[ -z "${SW4RM_HITL_OPERATORS+set}" ]]; then
 else
   operator_hint="SW4RM_OPERATOR_TOKEN=<token> bin/sw4rm hitl list"
 fi
+# SW4RM_TRACING=1 make dev exports traces (docs/observability.md): to OTEL_EXPORTER_OTLP_ENDPOINT
+# when it is set, else to `sw4rm traces collect`, started here, which writes .tmp/traces.jsonl
+# for `sw4rm traces show`.
+traces_line="off (SW4RM_TRACING=1 make dev turns them on)"
+case "${SW4RM_TRACING:-}" in
+  1|true|TRUE|True)
+    if [[ -n "${OTEL_EXPORTER_OTLP_ENDPOINT:-}" ]]; then
+      traces_line="to $OTEL_EXPORTER_OTLP_ENDPOINT (OTEL_EXPORTER_OTLP_ENDPOINT as you set it)"
+    else
+      mkdir -p .tmp
+      collector_addr=${SW4RM_TRACES_ADDR:-127.0.0.1:4318}
+      "$sw4rm" traces collect --addr "$collector_addr" --file .tmp/traces.jsonl > .tmp/traces-collect.log 2>&1 &
+      collector=$!
+      export OTEL_EXPORTER_OTLP_ENDPOINT="http://$collector_addr" OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf
+      traces_line=".tmp/traces.jsonl   (bin/sw4rm traces show lists them; bin/sw4rm traces show <trace id> draws one)"
+    fi
+    ;;
+esac
 cat <<MSG
 
   Temporal UI     http://localhost:$ui_port   (agent lifecycles are workflows named agent/<agent_id>)
@@ -83,6 +102,7 @@ cat <<MSG
   Console         http://localhost:$http_port/console/   (approvals, agents, tasks, DAG runs, dead letters; sign in with the operator token)
   Health          http://localhost:$http_port/healthz
   Metrics         http://localhost:$http_port/metrics
+  Traces          $traces_line
   Audit log       ${SW4RM_AUDIT_LOG-.tmp/sw4rm-audit.log}   (tail -f it; SW4RM_VERBOSE=1 make dev shows it here)
   Store           ${SW4RM_DATABASE_URL:+PostgreSQL}${SW4RM_DATABASE_URL:-memory (set SW4RM_DATABASE_URL for PostgreSQL)}
   HITL operators  ${hitl_operators%%=*} (docs/hitl.md)

@@ -26,6 +26,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // ScopeName is the instrumentation scope of sw4rm's own spans.
@@ -89,7 +90,7 @@ func Install(tp trace.TracerProvider) {
 
 // Uninstall puts the no-op provider back and turns tracing off (tests).
 func Uninstall() {
-	otel.SetTracerProvider(trace.NewNoopTracerProvider())
+	otel.SetTracerProvider(noop.NewTracerProvider())
 	enabled.Store(false)
 }
 

@@ -91,6 +91,7 @@ func newRootWith(start startFunc) *cobra.Command {
 	root.AddCommand(newNegotiationCmd())
 	root.AddCommand(newSearchAttributesCmd())
 	root.AddCommand(newSettingsCmd())
+	root.AddCommand(newTracesCmd())
 	return root
 }
 
