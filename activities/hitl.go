@@ -139,6 +139,11 @@ func (a *Activities) RecordHitlOutcome(ctx context.Context, in HitlOutcomeInput)
 	if in.Outcome.Extensions > 0 {
 		details["extensions"] = in.Outcome.Extensions
 	}
+	// How long it waited, for sw4rm_hitl_wait_seconds (metrics); the projection knows when
+	// it was raised.
+	if rec, err := a.Store.HITL().GetInvocation(ctx, in.Outcome.InvocationID); err == nil && !rec.CreatedAt.IsZero() && !in.Outcome.DecidedAt.IsZero() {
+		details["waited_ms"] = max(0, in.Outcome.DecidedAt.Sub(rec.CreatedAt).Milliseconds())
+	}
 	a.Sink.Record(ctx, audit.Event{CorrelationID: in.Invocation.CorrelationID, Actor: in.Outcome.DecidedBy, Type: "hitl.decided", Details: details})
 	return nil
 }

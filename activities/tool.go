@@ -277,7 +277,9 @@ func (a *Activities) RecordToolEnd(ctx context.Context, in RecordToolEndInput) e
 	}
 	a.Sink.Record(ctx, audit.Event{CorrelationID: in.CallID, Actor: in.Caller, AgentID: in.Caller, Type: AuditToolCallFinished,
 		Details: map[string]any{"call_id": in.CallID, "provider_id": in.ProviderID, "tool_name": in.ToolName, "error_code": in.Code,
-			"frames": rec.Frames, "bytes": rec.Bytes, "privilege_level": in.Privilege}})
+			"frames": rec.Frames, "bytes": rec.Bytes, "privilege_level": in.Privilege,
+			// From the call's record to its end: sw4rm_tool_call_duration_seconds (metrics).
+			"duration_ms": time.Since(rec.CreatedAt).Milliseconds()}})
 	return nil
 }
 

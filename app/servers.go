@@ -63,8 +63,10 @@ func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server),
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 	}
-	a.grpc = grpc.NewServer(grpcServerOptions(cfg, log, a.auth)...)
+	// The RPC metrics' stats handler sees each call's final status, whichever protocol.
+	a.grpc = grpc.NewServer(append(grpcServerOptions(cfg, log, a.auth), grpc.StatsHandler(a.metrics.RPCStats()))...)
 	register(a.grpc)
+	a.metrics.RPCMethods(a.grpc.GetServiceInfo())
 	connect, err := frontend.HTTPHandler(a.grpc, frontend.MaxRequestBytes(cfg.MaxPayloadBytes))
 	if err != nil {
 		_ = a.grpcLis.Close()
@@ -155,10 +157,14 @@ type security struct {
 // loadSecurity reads the TLS and ACL files, which only the server role uses.
 func loadSecurity(cfg Config, roles Roles, log *slog.Logger) (security, error) {
 	var sec security
-	if !roles.Server {
-		return sec, nil
-	}
 	var err error
+	if !roles.Server {
+		// A worker's HTTP port (/metrics, /healthz) speaks TLS as a server's does.
+		if cfg.HTTPAddr != "" {
+			sec.tls, err = ServerTLS(cfg, log)
+		}
+		return sec, err
+	}
 	if sec.tls, err = ServerTLS(cfg, log); err != nil {
 		return sec, err
 	}

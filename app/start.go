@@ -219,6 +219,8 @@ func start(ctx context.Context, p prepared, roles Roles, log *slog.Logger, st st
 		if err := a.startServer(ctx, p); err != nil {
 			return nil, err
 		}
+	} else if err := a.serveWorkerHTTP(p.Config, p.sec.tls); err != nil {
+		return nil, err
 	}
 	return a, nil
 }
@@ -232,8 +234,11 @@ func (a *App) startShared(ctx context.Context, p prepared, roles Roles) error {
 	// The SDK's per-workflow and per-activity lines and the audit sink's are the event
 	// stream, which a quiet terminal leaves to the audit log file (EventLogger).
 	events := EventLogger(log)
+	// Before the client: its metrics handler serves the SDK's metrics on /metrics.
+	a.metrics = metrics.New(st)
 	a.temporal, err = client.DialContext(ctx, client.Options{
 		HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: worker.NewLogger(events),
+		MetricsHandler: a.metrics.TemporalHandler(log),
 	})
 	if err != nil {
 		return fmt.Errorf("connect to Temporal at %s: %w", cfg.TemporalAddress, err)
@@ -250,11 +255,14 @@ func (a *App) startShared(ctx context.Context, p prepared, roles Roles) error {
 		log.Warn("no HITL operators, no HITL agent and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
 	}
 	a.sink = audit.NewAsync(events, st.Audit(), 4096)
+	// Every transition the sink records is counted where it happened (metrics, patterns.go).
+	a.sink.SetObserver(a.metrics.ObserveAudit)
 	a.access = audit.NewAccessLog(a.sink, cfg.AuditAccess)
 	rc := routerConfig(cfg, p.sec.acl)
 	rc.Access = a.access
 	a.router = router.New(st, rc, a.sink)
-	a.metrics = metrics.New(st, a.router.Config().BufferCapacity)
+	a.metrics.SetBufferCapacity(a.router.Config().BufferCapacity)
+	a.metrics.CountOpenDAGRuns(openDAGRuns(a.temporal, cfg.Namespace))
 	a.metrics.ObserveAccess(a.access)
 	a.router.SetMetrics(a.metrics)
 	a.startRelay()
@@ -388,10 +396,7 @@ func (a *App) httpHandler() http.Handler {
 	if a.console != nil {
 		mux.Handle(console.Prefix, a.console.Handler())
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = fmt.Fprintf(w, "ok store=%s\n", a.store.Kind())
-	})
+	mux.HandleFunc("GET /healthz", a.healthz)
 	return mux
 }
 

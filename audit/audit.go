@@ -49,7 +49,14 @@ type Sink struct {
 	once    sync.Once
 	mu      sync.RWMutex // guards closed and sending on queue against Close
 	closed  bool
+
+	// observe, when set, sees every event recorded or logged (SetObserver).
+	observe func(Event)
 }
+
+// SetObserver makes the sink hand every event it records or logs to observe, in the caller's
+// goroutine; metrics counts the patterns' transitions with it. Call before the sink is used.
+func (s *Sink) SetObserver(observe func(Event)) { s.observe = observe }
 
 // New returns a sink over a logger and an audit log (either may be nil) that writes audit
 // rows synchronously.
@@ -188,6 +195,9 @@ func (s *Sink) Record(ctx context.Context, e Event) {
 		return
 	}
 	e = s.Attributed(ctx, e)
+	if s.observe != nil {
+		s.observe(e)
+	}
 	at := s.now().UTC()
 	s.logAt(ctx, e, at)
 	if s.audit == nil {
@@ -242,6 +252,9 @@ func (s *Sink) Attributed(ctx context.Context, e Event) Event {
 func (s *Sink) Log(ctx context.Context, e Event) {
 	if s == nil {
 		return
+	}
+	if s.observe != nil {
+		s.observe(e)
 	}
 	s.logAt(ctx, e, s.now().UTC())
 }

@@ -10,9 +10,9 @@ import (
 )
 
 var (
-	activeDesc = prometheus.NewDesc("activity_buffer_active_entries", "Active activity buffer entries in total (§10).", nil, nil)
-	limitDesc  = prometheus.NewDesc("activity_buffer_limit_entries", "The activity buffer's total limit (§10.1).", nil, nil)
-	warnDesc   = prometheus.NewDesc("activity_buffer_over_warning", "1 when the activity buffer is past 80 % of its total limit (§10.1 warning).", nil, nil)
+	activeDesc = prometheus.NewDesc("sw4rm_activity_buffer_active_entries", "Active activity buffer entries in total (§10).", nil, nil)
+	limitDesc  = prometheus.NewDesc("sw4rm_activity_buffer_limit_entries", "The activity buffer's total limit (§10.1).", nil, nil)
+	warnDesc   = prometheus.NewDesc("sw4rm_activity_buffer_over_warning", "1 when the activity buffer is past 80 % of its total limit (§10.1 warning).", nil, nil)
 )
 
 // activityCollector reads the activity buffer's usage at scrape time, so every frontend
@@ -33,7 +33,7 @@ func (c *activityCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	u, err := c.ab.Usage(ctx, "", c.lim)
 	if err != nil {
-		return // the scrape goes on without these series; router_buffer_stats_up covers store health
+		return // the scrape goes on without these series; sw4rm_router_buffer_stats_up covers store health
 	}
 	warn := 0.0
 	if u.Utilization() > store.ActivityWarnRatio {

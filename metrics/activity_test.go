@@ -23,12 +23,12 @@ func TestActivityBufferWarningGauge(t *testing.T) {
 		_, err := ab.Put(t.Context(), store.ActivityEntry{AgentID: "a", TaskID: "t" + strconv.Itoa(i)}, c.lim)
 		require.NoError(t, err)
 	}
-	require.Equal(t, 8.0, gauge(t, c, "activity_buffer_active_entries"))
-	require.Equal(t, 0.0, gauge(t, c, "activity_buffer_over_warning"), "exactly 80 % is not past it")
+	require.Equal(t, 8.0, gauge(t, c, "sw4rm_activity_buffer_active_entries"))
+	require.Equal(t, 0.0, gauge(t, c, "sw4rm_activity_buffer_over_warning"), "exactly 80 % is not past it")
 	_, err := ab.Put(t.Context(), store.ActivityEntry{AgentID: "a", TaskID: "t9"}, c.lim)
 	require.NoError(t, err)
-	require.Equal(t, 1.0, gauge(t, c, "activity_buffer_over_warning"))
-	require.Equal(t, 10.0, gauge(t, c, "activity_buffer_limit_entries"))
+	require.Equal(t, 1.0, gauge(t, c, "sw4rm_activity_buffer_over_warning"))
+	require.Equal(t, 10.0, gauge(t, c, "sw4rm_activity_buffer_limit_entries"))
 }
 
 // gauge collects c and returns the value of the named gauge.

@@ -1,16 +1,23 @@
-// Package metrics exposes SW4RM's back-pressure metrics (§13) in the Prometheus format on
-// /metrics: the router.* and agent.* series the RFC lists, with dots spelled as underscores
-// (router.inbound_queue_depth → router_inbound_queue_depth).
+// Package metrics exposes a process's metrics in the Prometheus format on /metrics of its HTTP
+// port, every name under the prefix sw4rm_ (docs/observability.md, "Metrics", lists them):
+// the back-pressure series §13 lists, named as the RFC names them with sw4rm_ in front and
+// dots spelled as underscores (router.inbound_queue_depth → sw4rm_router_inbound_queue_depth);
+// RED metrics of every RPC (rpc.go); per-pattern counters and latencies taken from the audit
+// events every transition writes (patterns.go); gauges read from the store at scrape time
+// (backlog.go); and the Temporal SDK's own metrics (temporal.go), which keep Temporal's names.
 package metrics
 
 import (
 	"context"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.temporal.io/sdk/client"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/store"
@@ -19,7 +26,8 @@ import (
 // latencyBuckets span loopback deliveries (sub-millisecond) to slow consumers (minutes).
 var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 
-// Router records the router's observations; it implements router.Metrics.
+// Router is a process's metrics, in one registry: it records the router's observations (it
+// implements router.Metrics) and holds the other collectors of this package.
 type Router struct {
 	reg                *prometheus.Registry
 	rejects            *prometheus.CounterVec
@@ -28,32 +36,44 @@ type Router struct {
 	dequeueLatency     *prometheus.HistogramVec
 	processTime        *prometheus.HistogramVec
 	privilegedOverflow *prometheus.CounterVec
+	buffers            *bufferCollector
+	rpc                *rpcStats
+	patterns           *patterns
+	backlog            *backlogCollector
+	temporalOnce       sync.Once
+	temporal           client.MetricsHandler
 }
 
-// New registers the metrics. Depth, capacity and the oldest row's age are read from the
-// store at scrape time, so they are right whichever frontend admitted the rows.
-func New(st store.Store, capacity int) *Router {
+// New registers the metrics. Depth and the oldest row's age are read from the store at scrape
+// time, so they are right whichever frontend admitted the rows; the capacity is the router's
+// (SetBufferCapacity).
+func New(st store.Store) *Router {
 	reg := prometheus.NewRegistry()
 	m := &Router{
-		reg: reg,
-		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "router_enqueue_rejects_total",
+		reg:     reg,
+		buffers: &bufferCollector{st: st},
+		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sw4rm_router_enqueue_rejects_total",
 			Help: "Admissions rejected, by recipient and reason (error_code)."}, []string{"agent_id", "reason"}),
-		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "router_nacks_total",
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sw4rm_router_nacks_total",
 			Help: "NACKs sent, by the agent they went to and error_code."}, []string{"agent_id", "error_code"}),
-		enqueueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "router_enqueue_latency_seconds",
+		enqueueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sw4rm_router_enqueue_latency_seconds",
 			Help: "Time from receiving a message to its admission into the recipient's buffer.", Buckets: latencyBuckets}, []string{"agent_id"}),
-		dequeueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "agent_dequeue_latency_seconds",
+		dequeueLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sw4rm_agent_dequeue_latency_seconds",
 			Help: "Time from admission to the recipient's stream fetching it, by lane.", Buckets: latencyBuckets}, []string{"agent_id", "lane"}),
-		processTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "agent_process_time_seconds",
+		processTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sw4rm_agent_process_time_seconds",
 			Help: "Time from admission to the recipient's FULFILLED ACK.", Buckets: latencyBuckets}, []string{"agent_id"}),
-		privilegedOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "router_privileged_overflow_total",
+		privilegedOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sw4rm_router_privileged_overflow_total",
 			Help: "PRIVILEGED messages demoted to STANDARD by the rate limit (§7.3), by producer."}, []string{"agent_id"}),
 	}
 	reg.MustRegister(m.rejects, m.nacks, m.enqueueLatency, m.dequeueLatency, m.processTime, m.privilegedOverflow,
-		&bufferCollector{st: st, capacity: capacity},
+		m.buffers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(&activityCollector{ab: st.ActivityBuffer(), lim: store.ActivityLimits{}.Effective()})
 	reg.MustRegister(&outboxCollector{ob: st.Outbox()})
+	m.rpc = newRPCStats(reg)
+	m.patterns = newPatterns(reg)
+	m.backlog = &backlogCollector{st: st}
+	reg.MustRegister(m.backlog)
 	if gc, ok := st.(GroupCommitter); ok {
 		reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sw4rm_store_group_commits_total",
@@ -107,17 +127,21 @@ func (m *Router) PrivilegedOverflow(producerID string) {
 }
 
 var (
-	depthDesc = prometheus.NewDesc("router_inbound_queue_depth", "Unconfirmed messages in the agent's inbound buffer.", []string{"agent_id"}, nil)
-	capDesc   = prometheus.NewDesc("router_inbound_queue_capacity", "Configured inbound buffer capacity.", []string{"agent_id"}, nil)
-	ageDesc   = prometheus.NewDesc("router_oldest_enqueued_age_seconds", "Age of the oldest unconfirmed message in the buffer.", []string{"agent_id"}, nil)
-	utilDesc  = prometheus.NewDesc("router_buffer_stats_up", "1 when the buffer statistics could be read from the store.", nil, nil)
+	depthDesc = prometheus.NewDesc("sw4rm_router_inbound_queue_depth", "Unconfirmed messages in the agent's inbound buffer.", []string{"agent_id"}, nil)
+	capDesc   = prometheus.NewDesc("sw4rm_router_inbound_queue_capacity", "Configured inbound buffer capacity.", []string{"agent_id"}, nil)
+	ageDesc   = prometheus.NewDesc("sw4rm_router_oldest_enqueued_age_seconds", "Age of the oldest unconfirmed message in the buffer.", []string{"agent_id"}, nil)
+	utilDesc  = prometheus.NewDesc("sw4rm_router_buffer_stats_up", "1 when the buffer statistics could be read from the store.", nil, nil)
 )
 
 // bufferCollector reads buffer statistics from the store at scrape time.
 type bufferCollector struct {
 	st       store.Store
-	capacity int
+	capacity atomic.Int64
 }
+
+// SetBufferCapacity sets the inbound buffer capacity the router admits up to (§13), which
+// sw4rm_router_inbound_queue_capacity reports.
+func (m *Router) SetBufferCapacity(n int) { m.buffers.capacity.Store(int64(n)) }
 
 func (c *bufferCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- depthDesc
@@ -138,7 +162,7 @@ func (c *bufferCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
 	for _, s := range stats {
 		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(s.Depth), s.AgentID)
-		ch <- prometheus.MustNewConstMetric(capDesc, prometheus.GaugeValue, float64(c.capacity), s.AgentID)
+		ch <- prometheus.MustNewConstMetric(capDesc, prometheus.GaugeValue, float64(c.capacity.Load()), s.AgentID)
 		age := 0.0
 		if !s.OldestEnqueuedAt.IsZero() {
 			age = now.Sub(s.OldestEnqueuedAt).Seconds()

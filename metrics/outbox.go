@@ -40,7 +40,7 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	hs, err := c.ob.Pending(ctx, outboxScrapeLimit)
 	if err != nil {
-		return // the scrape goes on without these series; router_buffer_stats_up covers store health
+		return // the scrape goes on without these series; sw4rm_router_buffer_stats_up covers store health
 	}
 	oldest, failing := 0.0, 0
 	for i, h := range hs {

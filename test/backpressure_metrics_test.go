@@ -71,14 +71,14 @@ func TestBackPressureMetrics(t *testing.T) {
 			// buffer shows at least its capacity.
 			require.Eventually(t, func() bool {
 				m = scrape(t, sys)
-				depth, ok := series(m, "router_inbound_queue_depth{", agent)
+				depth, ok := series(m, "sw4rm_router_inbound_queue_depth{", agent)
 				return ok && depth >= float64(sys.cfg.BufferCapacity)
 			}, 10*time.Second, 100*time.Millisecond, "the depth of the full buffer")
-			capacity, ok := series(m, "router_inbound_queue_capacity{", agent)
+			capacity, ok := series(m, "sw4rm_router_inbound_queue_capacity{", agent)
 			assert.True(t, ok && capacity == float64(sys.cfg.BufferCapacity), "capacity %v", capacity)
-			_, ok = series(m, "router_oldest_enqueued_age_seconds{", agent)
+			_, ok = series(m, "sw4rm_router_oldest_enqueued_age_seconds{", agent)
 			assert.True(t, ok, "the oldest message's age")
-			rejects, ok := series(m, "router_enqueue_rejects_total{", agent, "BUFFER_FULL")
+			rejects, ok := series(m, "sw4rm_router_enqueue_rejects_total{", agent, "BUFFER_FULL")
 			assert.True(t, ok && rejects == 1, "the refused admission is counted by agent and code: %v", rejects)
 		})
 	}

@@ -236,7 +236,24 @@ func (t *taskRun) set(ctx workflow.Context, state, reason string) {
 	t.st.State, t.st.Reason = state, reason
 	t.st.History = append(t.st.History, state)
 	workflow.GetLogger(ctx).Info("task state", "task_id", t.in.TaskID, "state", state, "reason", reason)
+	// The workflow's metrics handler records nothing while replaying, so each transition
+	// counts once however often the history replays; it issues no command.
+	mh := workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"state": state})
+	mh.Counter(TaskTransitionsMetric).Inc(1)
+	if TaskTerminal(state) && !t.in.SubmittedAt.IsZero() {
+		mh.Timer(TaskDurationMetric).Record(workflow.Now(ctx).Sub(t.in.SubmittedAt))
+	}
 }
+
+// Metrics the task workflow records through workflow.GetMetricsHandler, served as
+// sw4rm_task_transitions_total{state} and sw4rm_task_duration_seconds{state} (the
+// Prometheus exporter adds the suffixes; docs/observability.md, "Metrics").
+const (
+	// TaskTransitionsMetric counts a task's transitions by the state entered (§7).
+	TaskTransitionsMetric = "sw4rm_task_transitions"
+	// TaskDurationMetric times a task from its submission to its terminal state.
+	TaskDurationMetric = "sw4rm_task_duration"
+)
 
 // answer records admission's first answer, which TaskAdmissionUpdate returns.
 func (t *taskRun) answer(a TaskAdmission) {
