@@ -8,6 +8,7 @@ import (
 	"context"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/jsonform"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 )
 
@@ -26,8 +27,9 @@ type Request struct {
 	ProviderID, ToolName string
 	// ContentType is the arguments' content type; always JSON here.
 	ContentType string
-	// Args are the arguments, a JSON object ("{}" when the caller sent none).
-	Args []byte
+	// Args are the arguments, a JSON object ("{}" when the caller sent none); an object in
+	// the call's workflow input, not base64 (jsonform.Bytes).
+	Args jsonform.Bytes
 	// Policy is the effective execution policy (§18.5).
 	Policy tool.Policy
 	// Worktree is the absolute path of the caller's bound worktree (§16), or "" when the

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,12 +17,14 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
+	"github.com/sw4rm/sw4rm-temporal/protocol/jsonform"
 )
 
 // KindDAG is the SW4RMKind search-attribute value of DAG runs.
@@ -118,7 +121,8 @@ type DAGRunInput struct {
 	// WorkflowID and Version name the stored definition.
 	WorkflowID string
 	Version    int
-	// Definition is the marshalled workflowpb.WorkflowDefinition.
+	// Definition is the marshalled workflowpb.WorkflowDefinition; its JSON is the
+	// definition's protojson (see MarshalJSON).
 	Definition []byte
 	// Data is the initial workflow_data, a JSON object; empty means "{}". Ignored with Prior.
 	Data string `json:",omitempty"`
@@ -138,6 +142,58 @@ type DAGRunInput struct {
 	// recorded history replays the rules it ran by without a version marker; runs recorded
 	// before it existed decode it as zero.
 	Revision int `json:",omitempty"`
+}
+
+// MarshalJSON writes Definition as the definition's protojson, an object the Temporal UI
+// shows as it was created, not as base64 of protobuf bytes. Bytes that do not decode as a
+// definition keep the base64 form, so the run still fails its validation as before.
+func (in DAGRunInput) MarshalJSON() ([]byte, error) {
+	type plain DAGRunInput
+	def := &workflowpb.WorkflowDefinition{}
+	if in.Definition == nil || proto.Unmarshal(in.Definition, def) != nil {
+		return json.Marshal(plain(in))
+	}
+	pj, err := protojson.Marshal(def)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(struct {
+		plain
+		Definition json.RawMessage
+	}{plain(in), pj})
+}
+
+// UnmarshalJSON reads Definition as protojson or, as recorded histories and runs started
+// before hold it, as base64 of the protobuf bytes.
+func (in *DAGRunInput) UnmarshalJSON(data []byte) error {
+	type plain DAGRunInput
+	v := struct {
+		*plain
+		Definition json.RawMessage
+	}{plain: (*plain)(in)}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	d := bytes.TrimSpace(v.Definition)
+	switch {
+	case len(d) == 0 || bytes.Equal(d, []byte("null")):
+		in.Definition = nil
+	case d[0] == '{':
+		def := &workflowpb.WorkflowDefinition{}
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(d, def); err != nil {
+			return fmt.Errorf("DAG definition: %w", err)
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(def)
+		if err != nil {
+			return err
+		}
+		in.Definition = b
+	default:
+		if err := json.Unmarshal(d, &in.Definition); err != nil {
+			return fmt.Errorf("DAG definition: %w", err)
+		}
+	}
+	return nil
 }
 
 // Revisions of a DAG run's rules (DAGRunInput.Revision).
@@ -167,8 +223,10 @@ type DAGRunState struct {
 	Data string
 	// Metadata is StartWorkflow's metadata.
 	Metadata map[string]string `json:",omitempty"`
-	// StartedAt is when the run first started; CompletedAt when it completed.
-	StartedAt, CompletedAt time.Time
+	// StartedAt is when the run first started; CompletedAt when it completed. An unset time
+	// is left out of the JSON (the Temporal UI would show 0001-01-01).
+	StartedAt   time.Time `json:",omitzero"`
+	CompletedAt time.Time `json:",omitzero"`
 	// Runs counts the executions (1, then +1 per continue-as-new or resume of a closed run).
 	Runs int
 	// EventMessages are the message ids of the last DAGEventMemory events delivered by
@@ -178,10 +236,12 @@ type DAGRunState struct {
 
 // DAGNodeState is one node's state.
 type DAGNodeState struct {
-	// Status is the node's status (§17.7 node status transitions).
+	// Status is the node's status (§17.7 node status transitions); its JSON is the status's
+	// name (see MarshalJSON).
 	Status workflowpb.NodeStatus
-	// StartedAt and CompletedAt are the last attempt's times.
-	StartedAt, CompletedAt time.Time
+	// StartedAt and CompletedAt are the last attempt's times; unset ones are left out.
+	StartedAt   time.Time `json:",omitzero"`
+	CompletedAt time.Time `json:",omitzero"`
 	// Output is the last completed attempt's output, JSON, or "artifact:<...>" when larger
 	// than DAGLargeOutput (activities.DAGOutputRef).
 	Output string `json:",omitempty"`
@@ -198,7 +258,39 @@ type DAGNodeState struct {
 	// SCHEDULE node's time came (or a resume named the node).
 	Released bool `json:",omitempty"`
 	// DueAt is a SCHEDULE node's next cron time, set once its dependencies are done.
-	DueAt time.Time `json:",omitempty"`
+	DueAt time.Time `json:",omitzero"`
+}
+
+// MarshalJSON writes Status by name ("FAILED", not 4), so the Temporal UI shows a run's
+// state and result as §17.7 names them.
+func (s DAGNodeState) MarshalJSON() ([]byte, error) {
+	type plain DAGNodeState
+	// The outer Status hides the embedded one (encoding/json takes the shallower field).
+	return json.Marshal(struct {
+		plain
+		Status string
+	}{plain(s), s.Status.String()})
+}
+
+// UnmarshalJSON reads Status by name or, as recorded histories hold it, by number.
+func (s *DAGNodeState) UnmarshalJSON(data []byte) error {
+	type plain DAGNodeState
+	v := struct {
+		*plain
+		Status json.RawMessage
+	}{plain: (*plain)(s)}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	if v.Status == nil {
+		return nil
+	}
+	n, err := jsonform.UnmarshalEnum(v.Status, workflowpb.NodeStatus_value)
+	if err != nil {
+		return fmt.Errorf("DAG node status: %w", err)
+	}
+	s.Status = workflowpb.NodeStatus(n)
+	return nil
 }
 
 // DAGResume is the payload of DAGResumeUpdate (ResumeWorkflow).

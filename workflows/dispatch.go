@@ -15,6 +15,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/protocol/jsonform"
 )
 
 // Names of the scheduler's messages to an agent's lifecycle workflow, which is the scheduler
@@ -106,9 +107,9 @@ type QueuedTask struct {
 	// Priority is -19 (highest) .. 20 (lowest).
 	Priority int32
 	// Params, ContentType and Scope travel in the RUN.
-	Params      []byte `json:",omitempty"`
-	ContentType string `json:",omitempty"`
-	Scope       string `json:",omitempty"`
+	Params      jsonform.Bytes `json:",omitempty"`
+	ContentType string         `json:",omitempty"`
+	Scope       string         `json:",omitempty"`
 	// SubmittedAt orders tasks of one priority (FIFO, §7.1).
 	SubmittedAt time.Time
 	// Seq breaks ties of SubmittedAt in arrival order.
@@ -116,7 +117,7 @@ type QueuedTask struct {
 	// Suspended marks a task that yielded and waits to be resumed.
 	Suspended bool `json:",omitempty"`
 	// SuspendedAt is when it yielded.
-	SuspendedAt time.Time `json:",omitempty"`
+	SuspendedAt time.Time `json:",omitzero"`
 	// Events counts the events reported to the task's workflow; each carries its number.
 	Events int64 `json:",omitempty"`
 	// EventBatches says the task's workflow takes a step's events in one TaskEventsSignal

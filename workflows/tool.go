@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/jsonform"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/tools"
 )
@@ -136,10 +138,34 @@ type ToolApproval struct {
 	// that it can tell the caller.
 	InvocationID string
 	// Timeout bounds the wait; past it the call is refused (deny by default). Zero means
-	// the HITL default.
+	// the HITL default. Its JSON is text ("5m0s"; see MarshalJSON).
 	Timeout time.Duration `json:",omitempty"`
 	// Reasons say why the call needs it.
 	Reasons []string
+}
+
+// MarshalJSON writes Timeout as text.
+func (a ToolApproval) MarshalJSON() ([]byte, error) {
+	type plain ToolApproval
+	// The outer Timeout hides the embedded one (encoding/json takes the shallower field).
+	return json.Marshal(struct {
+		plain
+		Timeout jsonform.Duration `json:",omitempty"`
+	}{plain(a), jsonform.Duration(a.Timeout)})
+}
+
+// UnmarshalJSON reads Timeout as text or, as recorded histories hold it, as nanoseconds.
+func (a *ToolApproval) UnmarshalJSON(data []byte) error {
+	type plain ToolApproval
+	v := struct {
+		*plain
+		Timeout jsonform.Duration
+	}{plain: (*plain)(a)}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	a.Timeout = time.Duration(v.Timeout)
+	return nil
 }
 
 // ToolApprovalID is the HITL invocation id of call callID's approval: one per call, so a

@@ -345,7 +345,7 @@ func call(ctx context.Context, c *Client, req tools.Request, emit tools.Emit) (t
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		r, err := c.CallToolProgress(ctx, req.ToolName, req.Args, q.push)
+		r, err := c.CallToolProgress(ctx, req.ToolName, json.RawMessage(req.Args), q.push)
 		done <- outcome{r, err}
 	}()
 	var emitErr error
