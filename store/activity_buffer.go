@@ -113,6 +113,9 @@ type ActivityEntry struct {
 	WaitingSince time.Time
 	// CreatedAt is the entry's timestamp: when it was created (§10).
 	CreatedAt time.Time
+	// HLC is the Hybrid Logical Clock reading of the entry's creation (§4, protocol/hlc's
+	// text form); "" when it was created without one. Like CreatedAt, a replacing Put keeps it.
+	HLC string
 	// CompletedAt is when the entry moved to the history; zero while active. Put ignores it.
 	CompletedAt time.Time
 }

@@ -23,6 +23,13 @@ type Event struct {
 	MessageID string
 	// Details is a JSON object with the event's specifics.
 	Details []byte
+	// HLC is the Hybrid Logical Clock reading of the process that recorded the event, in
+	// protocol/hlc's text form (§4); "" for events recorded without one. Text order is
+	// causal order.
+	HLC string
+	// TraceID is the OpenTelemetry trace the event was recorded in (32 hex digits, §19);
+	// "" when none was.
+	TraceID string
 }
 
 // AuditFilter selects events; zero fields match everything.
@@ -37,6 +44,12 @@ type AuditFilter struct {
 	TypePrefix string
 	// Since keeps events at or after it.
 	Since time.Time
+	// Until keeps events before it.
+	Until time.Time
+	// OrderByHLC orders the result by HLC (then ID) rather than by ID: a correlation's causal
+	// order when its events were recorded by processes whose clocks disagree. The Limit still
+	// keeps the newest matches by ID.
+	OrderByHLC bool
 	// Limit caps the result (newest last); 0 means 1000.
 	Limit int
 }
@@ -48,6 +61,9 @@ type AuditLog interface {
 	// List returns matching events in ID order, oldest first; with more than Limit matches it
 	// returns the newest Limit of them.
 	List(ctx context.Context, f AuditFilter) ([]Event, error)
+	// MaxHLC returns the highest HLC among the events ("" when none has one): a process seeds
+	// its clock with it at startup, so it never stamps below what the store holds (§4).
+	MaxHLC(ctx context.Context) (string, error)
 }
 
 // BatchAuditLog is implemented by audit logs that can append several events in one round

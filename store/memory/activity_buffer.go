@@ -92,7 +92,7 @@ func (a *activityState) Put(ctx context.Context, e store.ActivityEntry, lim stor
 	defer a.mu.Unlock()
 	k := activityKey{e.AgentID, e.TaskID}
 	if old, ok := a.active[k]; ok {
-		e.CreatedAt = old.e.CreatedAt
+		e.CreatedAt, e.HLC = old.e.CreatedAt, old.e.HLC
 		old.e = e
 		return a.usage(e.AgentID, lim), nil
 	}

@@ -50,7 +50,7 @@ func (a *auditLog) List(ctx context.Context, f store.AuditFilter) ([]store.Event
 	if limit <= 0 {
 		limit = defaultAuditLimit
 	}
-	since := normTime(f.Since)
+	since, until := normTime(f.Since), normTime(f.Until)
 	s := a.s()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -62,14 +62,34 @@ func (a *auditLog) List(ctx context.Context, f store.AuditFilter) ([]store.Event
 			(f.AgentID != "" && e.AgentID != f.AgentID) ||
 			(f.MessageID != "" && e.MessageID != f.MessageID) ||
 			(f.TypePrefix != "" && !strings.HasPrefix(e.Type, f.TypePrefix)) ||
-			(!since.IsZero() && e.Time.Before(since)) {
+			(!since.IsZero() && e.Time.Before(since)) ||
+			(!until.IsZero() && !e.Time.Before(until)) {
 			continue
 		}
 		e.Details = cloneBytes(e.Details)
 		out = append(out, e)
 	}
 	slices.Reverse(out)
+	if f.OrderByHLC {
+		// Text order of HLC is causal order (protocol/hlc); events without one come first.
+		slices.SortStableFunc(out, func(a, b store.Event) int { return strings.Compare(a.HLC, b.HLC) })
+	}
 	return out, nil
+}
+
+// MaxHLC implements store.AuditLog.
+func (a *auditLog) MaxHLC(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	s := a.s()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var top string
+	for _, e := range s.events {
+		top = max(top, e.HLC)
+	}
+	return top, nil
 }
 
 // admissionDetails reads the details of an admission's audit event (store.AdmitRequest.Audit),

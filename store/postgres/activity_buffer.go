@@ -33,7 +33,7 @@ var _ store.Store = (*Store)(nil)
 func (s *Store) ActivityBuffer() store.ActivityBuffer { return (*activityBuffer)(s) }
 
 const activityColumns = `agent_id, task_id, repo_id, worktree_id, branch, description, waiting_on,
-	waiting_since, created_at, scope, job_key`
+	waiting_since, created_at, scope, job_key, hlc`
 
 const activityHistoryColumns = activityColumns + `, status, completed_at`
 
@@ -50,9 +50,9 @@ const putSQL = `
 		FROM activity_entries),
 	ins AS (
 		INSERT INTO activity_entries (agent_id, task_id, repo_id, worktree_id, branch, description,
-			waiting_on, waiting_since, created_at, scope, job_key)
+			waiting_on, waiting_since, created_at, scope, job_key, hlc)
 		SELECT $1, $2, $3, $4, $5, $6, $7::text,
-			CASE WHEN $7::text = '' THEN NULL ELSE COALESCE($8, now()) END, COALESCE($9, now()), $10, $11
+			CASE WHEN $7::text = '' THEN NULL ELSE COALESCE($8, now()) END, COALESCE($9, now()), $10, $11, $14
 		FROM cur
 		WHERE cur.present OR (($12::int <= 0 OR cur.active < $12::int) AND ($13::int <= 0 OR cur.agent_active < $13::int))
 		ON CONFLICT ON CONSTRAINT activity_entries_pkey DO UPDATE SET
@@ -76,7 +76,7 @@ func (a *activityBuffer) Put(ctx context.Context, e store.ActivityEntry, lim sto
 	b := &pgx.Batch{}
 	b.Queue(`SELECT pg_advisory_xact_lock($1, 0)`, activityPutLockClass)
 	b.Queue(putSQL, e.AgentID, e.TaskID, e.RepoID, e.WorktreeID, e.Branch, e.Description, e.WaitingOn,
-		nullTime(e.WaitingSince), nullTime(e.CreatedAt), e.Scope, e.JobKey, lim.MaxActive, lim.MaxPerAgent)
+		nullTime(e.WaitingSince), nullTime(e.CreatedAt), e.Scope, e.JobKey, lim.MaxActive, lim.MaxPerAgent, e.HLC)
 	var present, stored bool
 	br := a.s().pool.SendBatch(ctx, b)
 	_, err := br.Exec()
@@ -118,9 +118,9 @@ func (a *activityBuffer) Complete(ctx context.Context, agentID, taskID string, s
 			RETURNING `+activityColumns+`
 		)
 		INSERT INTO activity_history (agent_id, task_id, repo_id, worktree_id, branch, description,
-			waiting_on, waiting_since, created_at, scope, job_key, status)
+			waiting_on, waiting_since, created_at, scope, job_key, hlc, status)
 		SELECT agent_id, task_id, repo_id, worktree_id, branch, description, waiting_on,
-			waiting_since, created_at, scope, job_key, $3 FROM gone
+			waiting_since, created_at, scope, job_key, hlc, $3 FROM gone
 		RETURNING `+activityHistoryColumns, agentID, taskID, string(status))
 	// Keep the agent's newest ActivityHistoryPerAgent entries.
 	b.Queue(`
@@ -262,7 +262,7 @@ func scanActivity(row pgx.CollectableRow) (store.ActivityEntry, error) {
 		waitingSince *time.Time
 	)
 	if err := row.Scan(&e.AgentID, &e.TaskID, &e.RepoID, &e.WorktreeID, &e.Branch, &e.Description,
-		&e.WaitingOn, &waitingSince, &e.CreatedAt, &e.Scope, &e.JobKey); err != nil {
+		&e.WaitingOn, &waitingSince, &e.CreatedAt, &e.Scope, &e.JobKey, &e.HLC); err != nil {
 		return store.ActivityEntry{}, err
 	}
 	e.Status = store.ActivityActive
@@ -281,7 +281,7 @@ func scanActivityHistory(row pgx.CollectableRow) (store.ActivityEntry, error) {
 		status       string
 	)
 	if err := row.Scan(&e.AgentID, &e.TaskID, &e.RepoID, &e.WorktreeID, &e.Branch, &e.Description,
-		&e.WaitingOn, &waitingSince, &e.CreatedAt, &e.Scope, &e.JobKey, &status, &e.CompletedAt); err != nil {
+		&e.WaitingOn, &waitingSince, &e.CreatedAt, &e.Scope, &e.JobKey, &e.HLC, &status, &e.CompletedAt); err != nil {
 		return store.ActivityEntry{}, err
 	}
 	e.Status = store.ActivityStatus(status)

@@ -24,10 +24,10 @@ func (a *auditLog) s() *Store { return (*Store)(a) }
 func (a *auditLog) Append(ctx context.Context, e store.Event) (store.Event, error) {
 	// A zero Time becomes the database clock, so events from every frontend share one clock.
 	err := a.s().pool.QueryRow(ctx, `
-		INSERT INTO audit_events (time, correlation_id, actor, type, agent_id, message_id, details)
-		VALUES (COALESCE($1, now()), $2, $3, $4, $5, $6, $7)
+		INSERT INTO audit_events (time, correlation_id, actor, type, agent_id, message_id, details, hlc, trace_id)
+		VALUES (COALESCE($1, now()), $2, $3, $4, $5, $6, $7, $8, $9)
 		RETURNING id, time`,
-		nullTime(e.Time), e.CorrelationID, e.Actor, e.Type, e.AgentID, e.MessageID, jsonText(e.Details),
+		nullTime(e.Time), e.CorrelationID, e.Actor, e.Type, e.AgentID, e.MessageID, jsonText(e.Details), e.HLC, e.TraceID,
 	).Scan(&e.ID, &e.Time)
 	if err != nil {
 		return store.Event{}, fmt.Errorf("postgres: append event %q: %w", e.Type, unavailable(err))
@@ -47,17 +47,17 @@ func (a *auditLog) AppendBatch(ctx context.Context, events []store.Event) error 
 	n := len(events)
 	column := func() []string { return make([]string, n) }
 	times, details := make([]*time.Time, n), make([]*string, n)
-	corr, actors, types, agents, msgs := column(), column(), column(), column(), column()
+	corr, actors, types, agents, msgs, hlcs, traces := column(), column(), column(), column(), column(), column(), column()
 	for i, e := range events {
-		times[i], corr[i], actors[i], types[i], agents[i], msgs[i], details[i] =
-			nullTime(e.Time), e.CorrelationID, e.Actor, e.Type, e.AgentID, e.MessageID, jsonText(e.Details)
+		times[i], corr[i], actors[i], types[i], agents[i], msgs[i], details[i], hlcs[i], traces[i] =
+			nullTime(e.Time), e.CorrelationID, e.Actor, e.Type, e.AgentID, e.MessageID, jsonText(e.Details), e.HLC, e.TraceID
 	}
 	_, err := a.s().pool.Exec(ctx, `
-		INSERT INTO audit_events (time, correlation_id, actor, type, agent_id, message_id, details)
-		SELECT COALESCE(t, now()), c, ac, ty, ag, m, d::json
-		FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-			WITH ORDINALITY AS e(t, c, ac, ty, ag, m, d, ord)
-		ORDER BY ord`, times, corr, actors, types, agents, msgs, details)
+		INSERT INTO audit_events (time, correlation_id, actor, type, agent_id, message_id, details, hlc, trace_id)
+		SELECT COALESCE(t, now()), c, ac, ty, ag, m, d::json, h, tr
+		FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
+			WITH ORDINALITY AS e(t, c, ac, ty, ag, m, d, h, tr, ord)
+		ORDER BY ord`, times, corr, actors, types, agents, msgs, details, hlcs, traces)
 	if err != nil {
 		return fmt.Errorf("postgres: append %d events: %w", len(events), unavailable(err))
 	}
@@ -83,15 +83,23 @@ func (a *auditLog) List(ctx context.Context, f store.AuditFilter) ([]store.Event
 	if !f.Since.IsZero() {
 		q.add("time >= ?", f.Since)
 	}
+	if !f.Until.IsZero() {
+		q.add("time < ?", f.Until)
+	}
 	limit := q.limit(f.Limit, defaultAuditLimit)
+	order := "id"
+	if f.OrderByHLC {
+		// Text order of hlc is causal order (protocol/hlc); rows without one come first.
+		order = "hlc, id"
+	}
 	// The inner query picks the newest matches, the outer one restores oldest-first order.
 	rows, err := a.s().pool.Query(ctx, `
-		SELECT id, time, correlation_id, actor, type, agent_id, message_id, details FROM (
-			SELECT id, time, correlation_id, actor, type, agent_id, message_id, details::text AS details
+		SELECT id, time, correlation_id, actor, type, agent_id, message_id, details, hlc, trace_id FROM (
+			SELECT id, time, correlation_id, actor, type, agent_id, message_id, details::text AS details, hlc, trace_id
 			FROM audit_events `+q.where()+`
 			ORDER BY id DESC
 			LIMIT `+limit+`
-		) AS newest ORDER BY id`, q.args...)
+		) AS newest ORDER BY `+order, q.args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list events: %w", err)
 	}
@@ -100,7 +108,7 @@ func (a *auditLog) List(ctx context.Context, f store.AuditFilter) ([]store.Event
 			e       store.Event
 			details *string
 		)
-		if err := row.Scan(&e.ID, &e.Time, &e.CorrelationID, &e.Actor, &e.Type, &e.AgentID, &e.MessageID, &details); err != nil {
+		if err := row.Scan(&e.ID, &e.Time, &e.CorrelationID, &e.Actor, &e.Type, &e.AgentID, &e.MessageID, &details, &e.HLC, &e.TraceID); err != nil {
 			return store.Event{}, err
 		}
 		e.Time = e.Time.UTC()
@@ -113,6 +121,18 @@ func (a *auditLog) List(ctx context.Context, f store.AuditFilter) ([]store.Event
 		return nil, fmt.Errorf("postgres: list events: %w", err)
 	}
 	return out, nil
+}
+
+// MaxHLC implements store.AuditLog, from the end of audit_events_hlc_idx.
+func (a *auditLog) MaxHLC(ctx context.Context) (string, error) {
+	var hlc *string
+	if err := a.s().pool.QueryRow(ctx, `SELECT max(hlc) FROM audit_events WHERE hlc <> ''`).Scan(&hlc); err != nil {
+		return "", fmt.Errorf("postgres: max hlc: %w", unavailable(err))
+	}
+	if hlc == nil {
+		return "", nil
+	}
+	return *hlc, nil
 }
 
 // jsonText passes details to the json column as text (nil for NULL), so PostgreSQL validates

@@ -50,6 +50,7 @@ func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
 //	$6 message_type  $7 envelope  $8 lane  $9 expires_at  $10 capacity (0: none)
 //	$11 dedup producer  $12 dedup key ('' : no idempotency)  $13 window (µs)
 //	$14 buffer-full note  $15 notify channel  $26 hand-over lease (µs; 0: none)
+//	$27 the audit event's hlc  $28 its trace_id
 //
 // full_ counts the buffer's data rows (at most capacity of them, through
 // deliveries_capacity_idx): rows admitted without a capacity, the router's control traffic,
@@ -182,8 +183,8 @@ ho AS (
 	ON CONFLICT (id) DO NOTHING
 ),
 au AS (
-	INSERT INTO audit_events (time, correlation_id, actor, type, agent_id, message_id, details)
-	SELECT now(), $21, $22, $23, $24, $1, ($25::jsonb || jsonb_build_object('seq', del.seq))::json
+	INSERT INTO audit_events (time, correlation_id, actor, type, agent_id, message_id, details, hlc, trace_id)
+	SELECT now(), $21, $22, $23, $24, $1, ($25::jsonb || jsonb_build_object('seq', del.seq))::json, $27, $28
 	FROM del WHERE $23::text <> ''
 )
 SELECT d.decision,
@@ -305,6 +306,7 @@ func (m *messagePlane) admission(req store.AdmitRequest) (*groupMember, func(err
 	args = append(args, auditColumnsOf(req.Audit)...)
 	inbox := m.s().hub.Inbox(req.RecipientID)
 	args = append(args, handLease(inbox))
+	args = append(args, auditStampsOf(req.Audit)...)
 
 	var (
 		decision   string
@@ -367,6 +369,14 @@ func auditColumnsOf(e *store.Event) []any {
 		details = string(e.Details)
 	}
 	return []any{e.CorrelationID, e.Actor, e.Type, e.AgentID, details}
+}
+
+// auditStampsOf is admitSQL's $27-$28 for an admission's audit event: its HLC and trace id.
+func auditStampsOf(e *store.Event) []any {
+	if e == nil {
+		return []any{"", ""}
+	}
+	return []any{e.HLC, e.TraceID}
 }
 
 // isDuplicateMessage reports whether err is the unique violation of a message_id that exists.

@@ -31,6 +31,30 @@ func RunActivity(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("HistoryEviction", func(t *testing.T) { runActivityHistoryEviction(t, newStore) })
 	t.Run("Purge", func(t *testing.T) { runActivityPurge(t, newStore) })
 	t.Run("WaitingOn", func(t *testing.T) { runActivityWaitingOn(t, newStore) })
+	t.Run("HLC", func(t *testing.T) { runActivityHLC(t, newStore) })
+}
+
+// runActivityHLC checks that an entry's HLC (§4) is stored, kept by a replacing Put like
+// CreatedAt, and carried into the history.
+func runActivityHLC(t *testing.T, newStore func(t *testing.T) store.Store) {
+	ab := activityBuffer(t, newStore)
+	e := ActivityEntry("alice", "t1")
+	e.HLC = "0001725552000000.000001.node-a"
+	actPut(t, ab, e, store.ActivityLimits{})
+	e.HLC = "0001725552000009.000000.node-b"
+	e.Description = "replaced"
+	actPut(t, ab, e, store.ActivityLimits{})
+	got := actList(t, ab, store.ActivityFilter{AgentID: "alice"})
+	require.Len(t, got, 1)
+	require.Equal(t, "replaced", got[0].Description)
+	require.Equal(t, "0001725552000000.000001.node-a", got[0].HLC, "a replacement keeps the HLC")
+	done, err := ab.Complete(t.Context(), "alice", "t1", store.ActivityCompleted)
+	require.NoError(t, err)
+	require.Equal(t, "0001725552000000.000001.node-a", done.HLC)
+	hist, err := ab.History(t.Context(), store.ActivityFilter{AgentID: "alice"})
+	require.NoError(t, err)
+	require.Len(t, hist, 1)
+	require.Equal(t, "0001725552000000.000001.node-a", hist[0].HLC)
 }
 
 // activityBuffer returns the activity buffer of a fresh store.

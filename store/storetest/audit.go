@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -108,6 +109,64 @@ func runAudit(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Empty(t, list(store.AuditFilter{CorrelationID: "none"}))
 	})
 
+	t.Run("UntilIsExclusive", func(t *testing.T) {
+		log := newStore(t).Audit()
+		ctx := t.Context()
+		base := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+		var ids []int64
+		for i := range 4 {
+			e, err := log.Append(ctx, store.Event{Type: "t", Time: base.Add(time.Duration(i) * time.Second)})
+			require.NoError(t, err)
+			ids = append(ids, e.ID)
+		}
+		got, err := log.List(ctx, store.AuditFilter{Since: base.Add(time.Second), Until: base.Add(3 * time.Second)})
+		require.NoError(t, err)
+		require.Equal(t, ids[1:3], eventIDs(got))
+	})
+
+	// HLC and trace id (§4, §19): stored as given, ordered by on request, and the highest HLC
+	// seeds a starting process's clock.
+	t.Run("HLCAndTraceID", func(t *testing.T) {
+		log := newStore(t).Audit()
+		ctx := t.Context()
+		top, err := log.MaxHLC(ctx)
+		require.NoError(t, err)
+		require.Empty(t, top, "no events, no HLC")
+		// Appended in an order that is not their causal order, as two processes whose clocks
+		// disagree would append them; one row predates HLCs.
+		hlcs := []string{
+			"0001725552000000.000003.node-b",
+			"0001725551998000.000000.node-a",
+			"",
+			"0001725552000000.000001.node-a",
+			"0001725552000001.000000.node-a",
+		}
+		var ids []int64
+		for i, h := range hlcs {
+			e, err := log.Append(ctx, store.Event{CorrelationID: "c", Type: "x", HLC: h, TraceID: fmt.Sprintf("%032x", i+1)})
+			require.NoError(t, err)
+			require.Equal(t, h, e.HLC)
+			ids = append(ids, e.ID)
+		}
+		_, err = log.Append(ctx, store.Event{CorrelationID: "other", Type: "x", HLC: "0001725552000009.000000.node-c"})
+		require.NoError(t, err)
+
+		byID, err := log.List(ctx, store.AuditFilter{CorrelationID: "c"})
+		require.NoError(t, err)
+		require.Equal(t, ids, eventIDs(byID), "ID order unless asked")
+		for i, e := range byID {
+			require.Equal(t, hlcs[i], e.HLC)
+			require.Equal(t, fmt.Sprintf("%032x", i+1), e.TraceID)
+		}
+		byHLC, err := log.List(ctx, store.AuditFilter{CorrelationID: "c", OrderByHLC: true})
+		require.NoError(t, err)
+		require.Equal(t, []int64{ids[2], ids[1], ids[3], ids[0], ids[4]}, eventIDs(byHLC), "HLC order, rows without one first")
+
+		top, err = log.MaxHLC(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "0001725552000009.000000.node-c", top)
+	})
+
 	t.Run("DefaultLimitIs1000", func(t *testing.T) {
 		log := newStore(t).Audit()
 		ctx := t.Context()
@@ -135,7 +194,8 @@ func runAuditBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 	events := []store.Event{
 		{CorrelationID: "batch", Actor: "a", Type: "x.one", Details: []byte(`{"n":1}`)},
 		{CorrelationID: "batch", Actor: "b", Type: "x.two", AgentID: "agent", MessageID: "m"},
-		{CorrelationID: "batch", Actor: "c", Type: "x.three", Details: []byte(`{"n":3}`)},
+		{CorrelationID: "batch", Actor: "c", Type: "x.three", Details: []byte(`{"n":3}`),
+			HLC: "0001725552000000.000001.node-a", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736"},
 	}
 	require.NoError(t, b.AppendBatch(ctx, events))
 	require.NoError(t, b.AppendBatch(ctx, nil))
@@ -152,5 +212,8 @@ func runAuditBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 	}
 	require.JSONEq(t, `{"n":3}`, string(got[2].Details))
 	require.Equal(t, "m", got[1].MessageID)
+	require.Equal(t, "0001725552000000.000001.node-a", got[2].HLC)
+	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", got[2].TraceID)
+	require.Empty(t, got[0].HLC)
 	require.Error(t, b.AppendBatch(ctx, []store.Event{{Type: "bad", Details: []byte(`{not json`)}}))
 }

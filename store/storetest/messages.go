@@ -200,7 +200,7 @@ func runCapacity(t *testing.T, newStore func(t *testing.T) store.Store) {
 		mp, ctx := st.Messages(), t.Context()
 		ev := func(detail string) *store.Event {
 			return &store.Event{CorrelationID: "corr", Actor: "alice", Type: "message.admitted", AgentID: "bob",
-				Details: []byte(`{"lane":"` + detail + `"}`)}
+				Details: []byte(`{"lane":"` + detail + `"}`), HLC: "0001725552000000.000001.n-" + detail, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736"}
 		}
 		seq := admitReq(t, mp, store.AdmitRequest{Envelope: Envelope("a1"), RecipientID: "bob", Capacity: 1, Track: true, Audit: ev("STANDARD")})
 		// Refused admissions write no audit event: a full buffer, a duplicate message_id.
@@ -224,6 +224,8 @@ func runCapacity(t *testing.T, newStore func(t *testing.T) store.Store) {
 			require.Equal(t, "corr", e.CorrelationID)
 			require.Equal(t, "alice", e.Actor)
 			require.Equal(t, "bob", e.AgentID)
+			require.Equal(t, "0001725552000000.000001.n-"+want.lane, e.HLC, "the HLC is written with the admission")
+			require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", e.TraceID)
 			actRequireRecent(t, e.Time, "the event's time")
 			var d map[string]any
 			require.NoError(t, json.Unmarshal(e.Details, &d))
