@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol/tool"
 	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 	"github.com/sw4rm/sw4rm-temporal/tools"
 )
 
@@ -95,7 +99,7 @@ func (r *ToolRunner) RunTool(ctx context.Context, in RunToolInput) (RunToolResul
 		}
 		return err
 	}
-	res, err := r.Executor.Call(ctx, req, emit)
+	res, err := r.callTool(ctx, req, emit)
 	if err != nil {
 		return RunToolResult{}, toolAppError(err)
 	}
@@ -106,6 +110,39 @@ func (r *ToolRunner) RunTool(ctx context.Context, in RunToolInput) (RunToolResul
 		return RunToolResult{}, fmt.Errorf("storing the final frame of %s: %w", req.CallID, err)
 	}
 	return RunToolResult{FinalFrame: final.FrameNo, Closed: !created}, nil
+}
+
+// Attributes of a tool call's span (callTool).
+const (
+	spanToolName     = attribute.Key("sw4rm.tool.name")
+	spanToolProvider = attribute.Key("sw4rm.tool.provider")
+	spanToolCallID   = attribute.Key("sw4rm.tool.call_id")
+	spanToolAttempt  = attribute.Key("sw4rm.tool.attempt")
+	spanToolCode     = attribute.Key("sw4rm.tool.code")
+)
+
+// callTool runs the executor inside the span `tool <name>`, a child of the activity's span
+// (the Temporal tracing interceptor's), so the tool's own work — an MCP round trip, a
+// process — shows in the call's trace with its provider and §18.3 code ("" on success).
+// With tracing off the span is the no-op one.
+func (r *ToolRunner) callTool(ctx context.Context, req tools.Request, emit tools.Emit) (tools.Result, error) {
+	ctx, span := telemetry.Tracer().Start(ctx, "tool "+req.ToolName, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(spanToolName.String(req.ToolName), spanToolProvider.String(req.ProviderID),
+			spanToolCallID.String(req.CallID), spanToolAttempt.Int(req.Attempt)))
+	defer span.End()
+	res, err := r.Executor.Call(ctx, req, emit)
+	if err != nil {
+		code := tool.CodeInternal
+		var te *tool.Error
+		if errors.As(err, &te) {
+			code = te.Code
+		}
+		span.SetAttributes(spanToolCode.String(string(code)))
+		span.SetStatus(codes.Error, err.Error())
+		return res, err
+	}
+	span.SetAttributes(spanToolCode.String(""))
+	return res, nil
 }
 
 // ToolSlotLease is how long a running attempt holds its tool's concurrency slot without

@@ -33,6 +33,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/telemetry"
 	"github.com/sw4rm/sw4rm-temporal/tools"
 	"github.com/sw4rm/sw4rm-temporal/worker"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // App is a running SW4RM process.
@@ -234,10 +235,16 @@ func (a *App) startShared(ctx context.Context, p prepared, roles Roles) error {
 	// The SDK's per-workflow and per-activity lines and the audit sink's are the event
 	// stream, which a quiet terminal leaves to the audit log file (EventLogger).
 	events := EventLogger(log)
+	// With tracing on, every start, signal, activity and child workflow carries its span in
+	// its Temporal header; the workers built from this client inherit the interceptors.
+	icpts, err := telemetry.TemporalInterceptors(workflows.TracedSignals...)
+	if err != nil {
+		return err
+	}
 	// Before the client: its metrics handler serves the SDK's metrics on /metrics.
 	a.metrics = metrics.New(st)
 	a.temporal, err = client.DialContext(ctx, client.Options{
-		HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: worker.NewLogger(events),
+		HostPort: cfg.TemporalAddress, Namespace: cfg.Namespace, Logger: worker.NewLogger(events), Interceptors: icpts,
 		MetricsHandler: a.metrics.TemporalHandler(log),
 	})
 	if err != nil {

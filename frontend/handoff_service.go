@@ -15,6 +15,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/bridge"
+	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/handoffpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -133,6 +134,7 @@ func (h *handoffService) create(ctx context.Context, req *handoffpb.HandoffReque
 	if err != nil {
 		return nil, internalf("%v", err)
 	}
+	start = outbox.Stamp(ctx, start) // a late delivery continues this call's trace
 	// The record (with the snapshot) and the workflow's start are one store write, so no
 	// stored handoff is ever left without its workflow, whatever fails next.
 	rec := store.HandoffRecord{RequestID: id, Correlation: corr, From: from, Target: to, Status: handoffpb.HandoffStatus_PENDING,

@@ -19,6 +19,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/audit"
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/bridge"
+	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
@@ -273,6 +274,7 @@ func (t *toolService) begin(ctx context.Context, req *toolpb.ToolCall) (string, 
 	if err != nil {
 		return "", internalf("%v", err)
 	}
+	start = outbox.Stamp(ctx, start) // a late delivery continues this call's trace
 	// The record and the workflow's start are one store write: a recorded call always runs,
 	// whatever fails next (the relay starts it once Temporal takes it).
 	rec, created, err := t.s.store.ToolCalls().CreateCall(ctx, store.ToolCallRecord{CallID: callID, Caller: c.owner, ProviderID: req.GetProviderId(), ToolName: req.GetToolName()}, start)

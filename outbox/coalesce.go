@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 )
 
 // Coalescing lets the in-line attempt of one kind of entry wait a moment for a later entry
@@ -28,6 +29,9 @@ type Coalescing struct {
 type held struct {
 	es    []store.OutboxEntry
 	timer *time.Timer
+	// traceParent is the trace of the call that wrote the first entry, for the delivery the
+	// timer makes with no caller's context.
+	traceParent string
 }
 
 // Coalesce registers kind's delivery with coalescing; it is also kind's Handler, for the
@@ -53,7 +57,7 @@ func (r *Relay) coalesce(ctx context.Context, c Coalescing, h store.OutboxEntry)
 	g := r.held[key]
 	if c.MayWait(h) {
 		if g == nil {
-			g = &held{}
+			g = &held{traceParent: telemetry.TraceParent(ctx)}
 			r.held[key] = g
 			g.timer = time.AfterFunc(c.Linger, func() { r.flushHeld(key, g, c) })
 		}
@@ -82,7 +86,7 @@ func (r *Relay) flushHeld(key string, g *held, c Coalescing) {
 	}
 	delete(r.held, key)
 	r.mu.Unlock()
-	if err := r.deliverBatch(context.Background(), c, g.es); err != nil {
+	if err := r.deliverBatch(telemetry.WithTraceParent(context.Background(), g.traceParent), c, g.es); err != nil {
 		r.log.Warn("held outbox entries not delivered; the relay retries them", "kind", g.es[0].Kind, "workflow_id", g.es[0].WorkflowID, "error", err)
 	}
 }
@@ -95,7 +99,8 @@ func (r *Relay) deliverBatch(ctx context.Context, c Coalescing, es []store.Outbo
 	for i, e := range es {
 		ids[i] = e.ID
 	}
-	err := c.Deliver(ctx, es)
+	// Run's claims have no caller's context: the first entry's stamp, if any, carries the trace.
+	err := c.Deliver(traceContext(ctx, es[0]), es)
 	var perm *permanentError
 	switch {
 	case err == nil:

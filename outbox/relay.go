@@ -179,7 +179,7 @@ func (r *Relay) deliverOne(ctx context.Context, h store.OutboxEntry) error {
 		// A process of a newer version may have written it: leave it for one that knows it.
 		return fmt.Errorf("no handler for entry kind %q in this process", h.Kind)
 	}
-	return fn(ctx, h)
+	return fn(traceContext(ctx, h), h)
 }
 
 // backoff is the delay after the n-th failed attempt: doubling from MinBackoff up to

@@ -14,6 +14,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 )
 
 // Names of the agent lifecycle workflow's messages (§8, §14).
@@ -583,6 +584,9 @@ func (w *agentLifecycle) onShutdown(ctx workflow.Context, c workflow.ReceiveChan
 func (w *agentLifecycle) onEnqueue(ctx workflow.Context, c workflow.ReceiveChannel) {
 	var q QueuedTask
 	c.Receive(ctx, &q)
+	// The signal's span, so the task's dispatch joins the trace of whoever queued it; the
+	// update's channel has no recorded spans and takes none.
+	q.span = telemetry.TakeSignalSpan(ctx, c.Name())
 	if w.state == commonpb.AgentState_SHUTTING_DOWN {
 		w.disp.event(ctx, &q, TaskEvent{State: TaskRejected, ErrorCode: commonpb.ErrorCode_AGENT_SHUTDOWN, Reason: "agent_shutdown: agent " + w.in.AgentID + " is shutting down (§8.1)"})
 		return
@@ -764,6 +768,15 @@ func (w *agentLifecycle) reportStep(ctx workflow.Context) {
 		}
 		w.report.Signals = append(w.report.Signals, activities.SignalInput{WorkflowID: TaskWorkflowID(b.taskID), Signal: TaskEventsSignal, Arg: arg})
 	}
+	// One report carries the step's events of every task; it joins the trace of the first
+	// task it reports on (usually the only one).
+	var span telemetry.WorkflowSpan
+	for _, b := range w.batches {
+		if !b.span.IsZero() {
+			span = b.span
+			break
+		}
+	}
 	w.batches = nil
 	if len(w.report.States) == 0 && len(w.report.Signals) == 0 {
 		return
@@ -771,24 +784,26 @@ func (w *agentLifecycle) reportStep(ctx workflow.Context) {
 	rep := w.report
 	w.report = activities.StepReport{}
 	var acts *activities.Activities
-	if err := workflow.ExecuteLocalActivity(w.disp.signalLA, acts.ReportStep, rep).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteLocalActivity(telemetry.WithSpan(w.disp.signalLA, span), acts.ReportStep, rep).Get(ctx, nil); err != nil {
 		w.logger.Error("step not reported", "agent_id", w.in.AgentID, "states", len(rep.States), "events", len(rep.Signals), "error", err)
 	}
 }
 
-// taskBatch is the events one step reports for one task.
+// taskBatch is the events one step reports for one task, and the span of the signal that
+// queued the task.
 type taskBatch struct {
 	taskID string
 	events []TaskEvent
+	span   telemetry.WorkflowSpan
 }
 
 // batch adds events for a task to the step's report: one TaskEventsSignal per task and step.
-func (w *agentLifecycle) batch(taskID string, evs []TaskEvent) {
+func (w *agentLifecycle) batch(taskID string, evs []TaskEvent, span telemetry.WorkflowSpan) {
 	for i := range w.batches {
 		if w.batches[i].taskID == taskID {
 			w.batches[i].events = append(w.batches[i].events, evs...)
 			return
 		}
 	}
-	w.batches = append(w.batches, taskBatch{taskID: taskID, events: evs})
+	w.batches = append(w.batches, taskBatch{taskID: taskID, events: evs, span: span})
 }

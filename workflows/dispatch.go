@@ -16,6 +16,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/jsonform"
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 )
 
 // Names of the scheduler's messages to an agent's lifecycle workflow, which is the scheduler
@@ -127,6 +128,9 @@ type QueuedTask struct {
 	EventBatches bool `json:",omitempty"`
 	// Held are the events held back for the task's next report.
 	Held []TaskEvent `json:",omitempty"`
+	// span is the span of the signal that queued the task (in memory only, never encoded):
+	// the task's CONTROL messages and reports join its trace rather than the lifecycle's.
+	span telemetry.WorkflowSpan
 }
 
 // PreemptionRequest is the payload of AgentPreemptSignal.
@@ -313,7 +317,7 @@ func (p *dispatcher) event(ctx workflow.Context, q *QueuedTask, ev TaskEvent) {
 		}
 		evs := append(q.Held, ev)
 		q.Held = nil
-		p.w.batch(taskID, evs)
+		p.w.batch(taskID, evs, q.span)
 		return
 	}
 	if p.w.stepReports {
@@ -341,7 +345,7 @@ func (p *dispatcher) event(ctx workflow.Context, q *QueuedTask, ev TaskEvent) {
 		return
 	}
 	var acts *activities.Activities
-	p.pending = append(p.pending, workflow.ExecuteLocalActivity(p.signalLA, acts.SignalWorkflow,
+	p.pending = append(p.pending, workflow.ExecuteLocalActivity(telemetry.WithSpan(p.signalLA, q.span), acts.SignalWorkflow,
 		activities.SignalInput{WorkflowID: TaskWorkflowID(taskID), Signal: TaskEventSignal, Arg: arg}))
 }
 
@@ -372,7 +376,11 @@ func (p *dispatcher) send(ctx workflow.Context, c protocol.Control) (string, err
 		return "", err
 	}
 	var acts *activities.Activities
-	err := workflow.ExecuteLocalActivity(p.la, acts.SendControl, activities.SendControlInput{AgentID: p.w.in.AgentID, MessageID: id, Control: c}).Get(ctx, nil)
+	la := p.la
+	if r := p.d.Running; r != nil && r.TaskID == c.TaskID {
+		la = telemetry.WithSpan(la, r.span) // the message joins its task's trace
+	}
+	err := workflow.ExecuteLocalActivity(la, acts.SendControl, activities.SendControlInput{AgentID: p.w.in.AgentID, MessageID: id, Control: c}).Get(ctx, nil)
 	return id, err
 }
 
