@@ -9,6 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 )
 
 // Group commit. The message plane's durable writes — admissions, planned steps (a delivery's
@@ -139,7 +143,14 @@ func (c *groupCommitter) close() {
 // context ends first is answered with its error at once, and its write may still commit (as
 // a statement cut off mid-flight may): m's read may then still write the variables it scans
 // into, so a caller reads them only after a nil error.
-func (c *groupCommitter) do(ctx context.Context, m *groupMember) error {
+func (c *groupCommitter) do(ctx context.Context, m *groupMember) (err error) {
+	if traced(ctx) {
+		// The flushers run the group under a context of their own, so a traced write shows
+		// its wait for the group's commit here, in its caller's trace.
+		ctx, _ = telemetry.Tracer().Start(ctx, "group commit", trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("db.system.name", "postgresql")))
+		defer func() { endSpan(ctx, err) }()
+	}
 	m.done = make(chan error, 1)
 	select {
 	case c.members <- m:

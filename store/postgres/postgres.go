@@ -115,6 +115,8 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 		// writer and RPCs all need connections at once; pool_max_conns in the URL overrides.
 		poolConfig.MaxConns = max(poolConfig.MaxConns, 16)
 	}
+	// Statements of traced calls become spans (queryTracer); the migrations above made none.
+	poolConfig.ConnConfig.Tracer = queryTracer{}
 	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: create pool: %w", err)
