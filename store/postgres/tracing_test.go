@@ -55,13 +55,13 @@ func TestStatementSpans(t *testing.T) {
 // TestSpanName names statements as OpenTelemetry's database conventions suggest.
 func TestSpanName(t *testing.T) {
 	for sql, want := range map[string]string{
-		"SELECT a FROM messages WHERE x": "SELECT messages",
+		"SELECT a FROM messages WHERE x":         "SELECT messages",
 		"INSERT INTO deliveries (a) VALUES ($1)": "INSERT deliveries",
-		"UPDATE agents SET x = 1": "UPDATE agents",
-		"DELETE FROM nonces WHERE t < $1": "DELETE nonces",
-		"WITH x AS (SELECT 1) SELECT * FROM x": "WITH",
-		"  ": "SQL",
-		"SELECT 1": "SELECT",
+		"UPDATE agents SET x = 1":                "UPDATE agents",
+		"DELETE FROM nonces WHERE t < $1":        "DELETE nonces",
+		"WITH x AS (SELECT 1) SELECT * FROM x":   "WITH",
+		"  ":                                     "SQL",
+		"SELECT 1":                               "SELECT",
 	} {
 		require.Equal(t, want, spanName(sql), sql)
 	}
