@@ -40,4 +40,4 @@ func (c accessCollector) Collect(ch chan<- prometheus.Metric) {
 
 // ObserveAccess exposes the access log's counts as sw4rm_access_decisions_total and
 // sw4rm_access_decisions_audited_total; call once.
-func (m *Router) ObserveAccess(l *audit.AccessLog) { m.reg.MustRegister(accessCollector{log: l}) }
+func (m *Router) ObserveAccess(l *audit.AccessLog) { m.register(accessCollector{log: l}) }

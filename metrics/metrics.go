@@ -42,6 +42,14 @@ type Router struct {
 	backlog            *backlogCollector
 	temporalOnce       sync.Once
 	temporal           client.MetricsHandler
+	// collectors are those registered through register, which Described describes.
+	collectors []prometheus.Collector
+}
+
+// register registers collectors on the process's registry and keeps them for Described.
+func (m *Router) register(cs ...prometheus.Collector) {
+	m.reg.MustRegister(cs...)
+	m.collectors = append(m.collectors, cs...)
 }
 
 // New registers the metrics. Depth and the oldest row's age are read from the store at scrape
@@ -65,17 +73,17 @@ func New(st store.Store) *Router {
 		privilegedOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sw4rm_router_privileged_overflow_total",
 			Help: "PRIVILEGED messages demoted to STANDARD by the rate limit (§7.3), by producer."}, []string{"agent_id"}),
 	}
-	reg.MustRegister(m.rejects, m.nacks, m.enqueueLatency, m.dequeueLatency, m.processTime, m.privilegedOverflow,
+	m.register(m.rejects, m.nacks, m.enqueueLatency, m.dequeueLatency, m.processTime, m.privilegedOverflow,
 		m.buffers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(&activityCollector{ab: st.ActivityBuffer(), lim: store.ActivityLimits{}.Effective()})
-	reg.MustRegister(&outboxCollector{ob: st.Outbox()})
-	m.rpc = newRPCStats(reg)
-	m.patterns = newPatterns(reg)
+	m.register(&activityCollector{ab: st.ActivityBuffer(), lim: store.ActivityLimits{}.Effective()})
+	m.register(&outboxCollector{ob: st.Outbox()})
+	m.rpc = newRPCStats(m.register)
+	m.patterns = newPatterns(m.register)
 	m.backlog = &backlogCollector{st: st}
-	reg.MustRegister(m.backlog)
+	m.register(m.backlog)
 	if gc, ok := st.(GroupCommitter); ok {
-		reg.MustRegister(
+		m.register(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sw4rm_store_group_commits_total",
 				Help: "Transactions the message plane's group commit committed (PostgreSQL)."},
 				func() float64 { g, _ := gc.GroupCommitStats(); return float64(g) }),

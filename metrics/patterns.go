@@ -32,7 +32,7 @@ type patterns struct {
 	tasksSubmitted  prometheus.Counter
 }
 
-func newPatterns(reg prometheus.Registerer) *patterns {
+func newPatterns(register func(...prometheus.Collector)) *patterns {
 	p := &patterns{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sw4rm_audit_events_total",
 			Help: "Audit events written by this process (§19), by type."}, []string{"type"}),
@@ -59,7 +59,7 @@ func newPatterns(reg prometheus.Registerer) *patterns {
 		tasksSubmitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "sw4rm_tasks_submitted_total",
 			Help: "Tasks submitted through SchedulerService.SubmitTask (§7)."}),
 	}
-	reg.MustRegister(p.events, p.dagNodes, p.dagRuns, p.handoffs, p.negotiation, p.rounds, p.toolCalls, p.toolDuration,
+	register(p.events, p.dagNodes, p.dagRuns, p.handoffs, p.negotiation, p.rounds, p.toolCalls, p.toolDuration,
 		p.hitlInvocations, p.hitlDecisions, p.hitlWait, p.tasksSubmitted)
 	return p
 }

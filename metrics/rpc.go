@@ -30,7 +30,7 @@ type rpcStats struct {
 	methods atomic.Pointer[map[string]bool]
 }
 
-func newRPCStats(reg prometheus.Registerer) *rpcStats {
+func newRPCStats(register func(...prometheus.Collector)) *rpcStats {
 	h := &rpcStats{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sw4rm_rpc_requests_total",
 			Help: "Unary RPCs served, by service, method and gRPC status code."}, []string{"service", "method", "code"}),
@@ -43,7 +43,7 @@ func newRPCStats(reg prometheus.Registerer) *rpcStats {
 		streamLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sw4rm_rpc_stream_duration_seconds",
 			Help: "How long a streaming RPC stayed open, by service and method.", Buckets: latencyBuckets}, []string{"service", "method"}),
 	}
-	reg.MustRegister(h.requests, h.latency, h.streamsBegun, h.streamsEnded, h.streamLatency)
+	register(h.requests, h.latency, h.streamsBegun, h.streamsEnded, h.streamLatency)
 	return h
 }
 
