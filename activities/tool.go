@@ -395,7 +395,7 @@ func ToolCallMessageID(callID string) string { return "tool-call/" + callID }
 // OfferToolCall sends the provider agent the call as a TOOL_CALL envelope, once.
 func (a *Activities) OfferToolCall(ctx context.Context, in OfferToolCallInput) error {
 	req, pol := in.Request, in.Request.Policy
-	payload, err := json.Marshal(tool.CallPayload{CallID: req.CallID, ToolName: req.ToolName, ProviderID: req.ProviderID, Args: req.Args,
+	payload, err := json.Marshal(tool.CallPayload{CallID: req.CallID, ToolName: req.ToolName, ProviderID: req.ProviderID, Args: json.RawMessage(req.Args),
 		ContentType: req.ContentType, Stream: true, Caller: in.Caller, Worktree: req.Worktree,
 		Policy: tool.CallPolicy{TimeoutMs: pol.Timeout.Milliseconds(), BudgetWallMs: pol.BudgetWall.Milliseconds(), BudgetCPUMs: pol.BudgetCPU.Milliseconds(),
 			NetworkPolicy: string(pol.Network), PrivilegeLevel: pol.Privilege.String(), WorktreeRequired: pol.WorktreeRequired}})

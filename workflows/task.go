@@ -16,6 +16,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/jsonform"
 	"github.com/sw4rm/sw4rm-temporal/protocol/worktree"
 	"github.com/sw4rm/sw4rm-temporal/taskadmission"
 )
@@ -105,13 +106,14 @@ type TaskInput struct {
 	TaskID, AgentID string
 	// Priority is -19 (highest) .. 20 (lowest), §7.1.
 	Priority int32
-	// Params and ContentType are the task's parameters.
-	Params      []byte `json:",omitempty"`
-	ContentType string `json:",omitempty"`
+	// Params and ContentType are the task's parameters; JSON parameters are JSON in the
+	// run's input (jsonform.Bytes).
+	Params      jsonform.Bytes `json:",omitempty"`
+	ContentType string         `json:",omitempty"`
 	// Scope is the task's scope metadata (§9.2), required.
 	Scope string
 	// SubmittedAt orders tasks of equal priority (FIFO, §7.1); zero means the workflow's start.
-	SubmittedAt time.Time `json:",omitempty"`
+	SubmittedAt time.Time `json:",omitzero"`
 	// WaitRecheck is how often a task held back by a limit or a serialized conflict checks
 	// again; zero means DefaultTaskRecheck.
 	WaitRecheck time.Duration `json:",omitempty"`
