@@ -11,7 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sw4rm/sw4rm-temporal/auth"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hlc"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -31,6 +34,13 @@ type Event struct {
 	Details map[string]any
 	// Level is the slog level; zero means Info.
 	Level slog.Level
+	// HLC is the process's Hybrid Logical Clock reading when the event was recorded (§4);
+	// Stamped sets it when the sink has a clock. Workflow code never sets it (determinism):
+	// what a workflow records goes through an activity, whose sink stamps it.
+	HLC string
+	// TraceID is the OpenTelemetry trace the event was recorded in (§19); Stamped sets it
+	// from the context's span.
+	TraceID string
 }
 
 // Sink writes events to slog and to the audit log.
@@ -52,6 +62,20 @@ type Sink struct {
 
 	// observe, when set, sees every event recorded or logged (SetObserver).
 	observe func(Event)
+	// clock stamps every event's HLC (SetClock); nil stamps none.
+	clock *hlc.Clock
+}
+
+// SetClock makes the sink stamp every event it records with a reading of clock, the
+// process's one HLC (§4). Call before the sink is used.
+func (s *Sink) SetClock(clock *hlc.Clock) { s.clock = clock }
+
+// Clock is the HLC the sink stamps events with; nil when it has none.
+func (s *Sink) Clock() *hlc.Clock {
+	if s == nil {
+		return nil
+	}
+	return s.clock
 }
 
 // SetObserver makes the sink hand every event it records or logs to observe, in the caller's
@@ -194,7 +218,7 @@ func (s *Sink) Record(ctx context.Context, e Event) {
 	if s == nil {
 		return
 	}
-	e = s.Attributed(ctx, e)
+	e = s.Stamped(ctx, s.Attributed(ctx, e))
 	if s.observe != nil {
 		s.observe(e)
 	}
@@ -246,6 +270,24 @@ func (s *Sink) Attributed(ctx context.Context, e Event) Event {
 	return e
 }
 
+// Stamped returns e with its HLC (a reading of the sink's clock) and the trace id of the
+// context's span, unless it has them already: the columns by which operators order a
+// correlation's events causally and join them to traces (§4, §19).
+func (s *Sink) Stamped(ctx context.Context, e Event) Event {
+	if s == nil {
+		return e
+	}
+	if e.HLC == "" && s.clock != nil {
+		e.HLC = s.clock.Now().String()
+	}
+	if e.TraceID == "" {
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+			e.TraceID = sc.TraceID().String()
+		}
+	}
+	return e
+}
+
 // Log writes e's log line only: for an event whose audit row another write stores, such as
 // an admission's, which the store appends in the admission's own transaction
 // (store.AdmitRequest.Audit).
@@ -276,6 +318,9 @@ func (s *Sink) logAt(ctx context.Context, e Event, at time.Time) {
 	if e.MessageID != "" {
 		attrs = append(attrs, slog.String("message_id", e.MessageID))
 	}
+	if e.HLC != "" {
+		attrs = append(attrs, slog.String("hlc", e.HLC))
+	}
 	for k, v := range e.Details {
 		attrs = append(attrs, slog.Any(k, v))
 	}
@@ -292,5 +337,5 @@ func Stored(e Event) store.Event {
 		}
 	}
 	return store.Event{CorrelationID: e.CorrelationID, Actor: e.Actor, Type: e.Type,
-		AgentID: e.AgentID, MessageID: e.MessageID, Details: details}
+		AgentID: e.AgentID, MessageID: e.MessageID, Details: details, HLC: e.HLC, TraceID: e.TraceID}
 }

@@ -9,8 +9,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hlc"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/memory"
 )
@@ -42,6 +44,8 @@ func (b *batchLog) AppendBatch(_ context.Context, es []store.Event) error {
 }
 
 func (b *batchLog) List(context.Context, store.AuditFilter) ([]store.Event, error) { return nil, nil }
+
+func (b *batchLog) MaxHLC(context.Context) (string, error) { return "", nil }
 
 func types(es []store.Event) []string {
 	var out []string
@@ -144,4 +148,35 @@ func TestAsyncSinkWaitsOutAnUnavailableStore(t *testing.T) {
 	defer log.mu.Unlock()
 	require.Equal(t, want, types(log.events))
 	require.Zero(t, log.down, "the writer retried through the outage")
+}
+
+// TestRecordStampsHLCAndTraceID: the sink stamps each row with its clock's reading, in
+// increasing order, and with the trace id of the context's span when there is one (§4, §19).
+func TestRecordStampsHLCAndTraceID(t *testing.T) {
+	st := memory.New()
+	sink := audit.New(nil, st.Audit())
+	clock, err := hlc.NewClock("node-a", nil, 0)
+	require.NoError(t, err)
+	sink.SetClock(clock)
+	traceID := trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}
+	traced := trace.ContextWithSpanContext(t.Context(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: traceID, SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled}))
+	sink.Record(traced, audit.Event{Type: "x.one", CorrelationID: "c"})
+	sink.Record(t.Context(), audit.Event{Type: "x.two", CorrelationID: "c"})
+	sink.Record(t.Context(), audit.Event{Type: "x.three", CorrelationID: "c", HLC: "0000000000000001.000000.given"})
+	events, err := st.Audit().List(t.Context(), store.AuditFilter{CorrelationID: "c"})
+	require.NoError(t, err)
+	require.Len(t, events, 3)
+	require.Equal(t, traceID.String(), events[0].TraceID)
+	require.Empty(t, events[1].TraceID, "no span, no trace id")
+	a, err := hlc.Parse(events[0].HLC)
+	require.NoError(t, err)
+	b, err := hlc.Parse(events[1].HLC)
+	require.NoError(t, err)
+	require.Equal(t, "node-a", a.Node)
+	require.True(t, a.Before(b), "%s before %s", a, b)
+	require.Equal(t, "0000000000000001.000000.given", events[2].HLC, "an HLC already set is kept")
+	top, err := st.Audit().MaxHLC(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, events[1].HLC, top)
 }

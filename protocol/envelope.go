@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hlc"
 )
 
 // DefaultMaxPayloadBytes is the payload limit when none is configured (§5.4 asks for a
@@ -54,6 +55,13 @@ func ValidateEnvelope(env *commonpb.Envelope, lim Limits) *Error {
 	}
 	if len(env.GetIdempotencyToken()) > 4*maxIDLength {
 		return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "idempotency_token is longer than %d bytes", 4*maxIDLength)
+	}
+	if ts := env.GetHlcTimestamp(); ts != "" {
+		// §4, §5.2: an HLC the producer sends is merged into the router's clock, so it must
+		// be one; the router stamps the envelopes that come without.
+		if _, err := hlc.Parse(ts); err != nil {
+			return Errorf(commonpb.ErrorCode_VALIDATION_ERROR, "hlc_timestamp: %v (§4: <Unix microseconds>.<logical counter>.<node>)", err)
+		}
 	}
 	mt := env.GetMessageType()
 	if mt == commonpb.MessageType_MESSAGE_TYPE_UNSPECIFIED {

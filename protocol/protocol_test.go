@@ -44,6 +44,10 @@ func TestValidateEnvelope(t *testing.T) {
 		{"length without payload", func(e *commonpb.Envelope) { e.Payload = nil }, commonpb.ErrorCode_VALIDATION_ERROR, "does not match"},
 		{"oversize", func(e *commonpb.Envelope) { e.Payload = make([]byte, 2<<20); e.ContentLength = 2 << 20 }, commonpb.ErrorCode_OVERSIZE_PAYLOAD, "exceeds"},
 		{"ack with bad payload", func(e *commonpb.Envelope) { e.MessageType = commonpb.MessageType_ACKNOWLEDGEMENT }, commonpb.ErrorCode_VALIDATION_ERROR, "ack_for_message_id"},
+		{"hlc of §4's example", func(e *commonpb.Envelope) { e.HlcTimestamp = "1725552000.000001.node-a" }, 0, ""},
+		{"padded hlc", func(e *commonpb.Envelope) { e.HlcTimestamp = "0001725552000000.000001.node-a" }, 0, ""},
+		{"garbage hlc", func(e *commonpb.Envelope) { e.HlcTimestamp = "yesterday" }, commonpb.ErrorCode_VALIDATION_ERROR, "hlc_timestamp"},
+		{"hlc without node", func(e *commonpb.Envelope) { e.HlcTimestamp = "1725552000.1." }, commonpb.ErrorCode_VALIDATION_ERROR, "hlc_timestamp"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

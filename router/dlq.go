@@ -166,6 +166,7 @@ func (r *Router) Requeue(ctx context.Context, id int64) (string, error) {
 	env.MessageId = uuid.NewString()
 	env.RetryCount++
 	env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
+	r.restamp(env)
 	// A dead letter may hold what admission refused (an oversize payload, a policy
 	// violation): a requeue is an admission like any other and passes the same checks.
 	if perr := protocol.ValidateEnvelope(env, protocol.Limits{MaxPayloadBytes: r.cfg.MaxPayloadBytes}); perr != nil {

@@ -183,6 +183,7 @@ func (r *Router) retryOrFailRequest(ctx context.Context, p store.PendingResponse
 		env.MessageId = uuid.NewString()
 		env.RetryCount++
 		env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
+		r.restamp(env)
 		// The retry skips the idempotency cache on purpose: the cache would answer
 		// ALREADY_IN_PROGRESS for the attempt that is still RECEIVED. It keeps the token, so
 		// the responder can recognise the repeat (§11.3).

@@ -41,6 +41,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hlc"
 	"github.com/sw4rm/sw4rm-temporal/store"
 )
 
@@ -113,6 +114,9 @@ type Config struct {
 	// Access logs the ACL's decisions (§6.5, SW4RM_AUDIT_ACCESS); refusals are audited as the
 	// message's rejection whatever it says. Nil logs no allowed decision.
 	Access *audit.AccessLog
+	// Clock is the process's HLC (§4), which stamps every envelope the router admits (hlc.go);
+	// nil means the audit sink's, or else a clock of the router's own.
+	Clock *hlc.Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -182,12 +186,15 @@ type Router struct {
 	fenceCache fenceCache
 	// streams numbers the streams Stream serves, for confirms.
 	streams atomic.Uint64
+	// clock stamps hlc_timestamp (hlc.go).
+	clock *hlc.Clock
 }
 
 // New builds a router over a store.
 func New(st store.Store, cfg Config, sink *audit.Sink) *Router {
 	r := &Router{st: st, cfg: cfg.withDefaults(), sink: sink, limiters: map[string]*rate.Limiter{}}
 	r.checks, r.reactions = r.admissionChecks(), r.admissionReactions()
+	r.clock = clockFor(cfg.Clock, sink)
 	return r
 }
 
@@ -399,6 +406,7 @@ func (r *Router) prepareControl(ctx context.Context, agentID string, env *common
 	}
 	env = proto.Clone(env).(*commonpb.Envelope)
 	env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
+	r.stampControl(env)
 	if env.GetMessageType() == commonpb.MessageType_ACKNOWLEDGEMENT && env.GetProducerId() != protocol.SchedulerID {
 		// A forwarded ACK keeps the acknowledging agent as producer, but the copy placed in the
 		// producer's buffer needs its own message_id: the acknowledging agent's ACK has one

@@ -97,6 +97,7 @@ func (r *Router) SendControl(ctx context.Context, agentID string, env *commonpb.
 	env = proto.Clone(env).(*commonpb.Envelope)
 	env.ProducerId = protocol.SchedulerID
 	env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
+	r.stampControl(env)
 	// Audited in the admission's transaction, as SendMessage's admissions are.
 	stored, logAdmitted := r.admissionAudit(ctx, env, agentID, map[string]any{"state": "SENT", "message_type": "CONTROL", "lane": "PRIVILEGED"})
 	seq, err := r.st.Messages().Admit(ctx, store.AdmitRequest{Envelope: env, RecipientID: agentID, Track: true,

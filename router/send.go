@@ -103,6 +103,10 @@ func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient str
 	s := &sending{received: received, recipient: recipient, env: proto.Clone(env).(*commonpb.Envelope)}
 	// The lifecycle state is the server's to keep; whatever the producer put there is replaced.
 	s.env.State = commonpb.EnvelopeState_ENVELOPE_STATE_SENT
+	// §4, §5.2: every envelope admitted carries the router's HLC, merged with the producer's.
+	if perr := r.stamp(s.env); perr != nil {
+		return r.reject(ctx, s.env, recipient, perr)
+	}
 	s.route, s.routeErr = protocol.Resolve(s.env, recipient)
 	switch {
 	case s.routeErr == nil && s.route.AckFor != "":
@@ -183,8 +187,8 @@ func (r *Router) admit(ctx context.Context, s *sending) (admitted bool, perr *pr
 // row for store.AdmitRequest.Audit, which the store writes in the admission's transaction,
 // and the function that logs the event's line with the delivery's seq once admitted.
 func (r *Router) admissionAudit(ctx context.Context, env *commonpb.Envelope, recipient string, details map[string]any) (*store.Event, func(seq int64)) {
-	ev := r.sink.Attributed(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
-		AgentID: recipient, MessageID: env.GetMessageId(), Details: details})
+	ev := r.sink.Stamped(ctx, r.sink.Attributed(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
+		AgentID: recipient, MessageID: env.GetMessageId(), Details: details}))
 	stored := audit.Stored(ev)
 	return &stored, func(seq int64) {
 		ev.Details["seq"] = seq

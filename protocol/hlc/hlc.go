@@ -104,22 +104,32 @@ func (t Timestamp) Before(u Timestamp) bool { return t.Compare(u) < 0 }
 // part 1 to 6 (so §4's example "1725552000.000001.node-a" parses as well as String's padded
 // form); the node is 1 to MaxNodeLen bytes of letters, digits, '-', '_' and ':'.
 func Parse(s string) (Timestamp, error) {
+	q := quote(s)
 	parts := strings.SplitN(s, ".", 3)
 	if len(parts) != 3 {
-		return Timestamp{}, fmt.Errorf("%w %q: want <physical>.<logical>.<node>", ErrSyntax, s)
+		return Timestamp{}, fmt.Errorf("%w %s: want <physical>.<logical>.<node>", ErrSyntax, q)
 	}
 	phys, err := digits(parts[0], PhysicalDigits)
 	if err != nil {
-		return Timestamp{}, fmt.Errorf("%w %q: physical part (Unix microseconds) %v", ErrSyntax, s, err)
+		return Timestamp{}, fmt.Errorf("%w %s: physical part (Unix microseconds) %v", ErrSyntax, q, err)
 	}
 	logical, err := digits(parts[1], LogicalDigits)
 	if err != nil {
-		return Timestamp{}, fmt.Errorf("%w %q: logical part %v", ErrSyntax, s, err)
+		return Timestamp{}, fmt.Errorf("%w %s: logical part %v", ErrSyntax, q, err)
 	}
 	if err := ValidNode(parts[2]); err != nil {
-		return Timestamp{}, fmt.Errorf("%w %q: %v", ErrSyntax, s, err)
+		return Timestamp{}, fmt.Errorf("%w %s: %v", ErrSyntax, q, err)
 	}
 	return Timestamp{Physical: phys, Logical: uint32(logical), Node: parts[2]}, nil
+}
+
+// quote quotes s for an error, cut short: the text may come from anyone.
+func quote(s string) string {
+	const maxQuoted = 80
+	if len(s) > maxQuoted {
+		return strconv.Quote(s[:maxQuoted]) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 // digits parses 1 to max ASCII decimal digits.
