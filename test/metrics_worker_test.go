@@ -52,7 +52,7 @@ func TestWorkerServesMetrics(t *testing.T) {
 	waitState(t, sys, a.ID(), commonpb.AgentState_RUNNABLE)
 	sc := schedulerpb.NewSchedulerServiceClient(dialRaw(t, sys))
 	task := uniq(t, "task")
-	require.True(t, submit(t, sc, a.ID(), task, 0, "").GetAccepted())
+	require.True(t, submit(t, sc, a.ID(), task, 0, "repo:shop path:src/**").GetAccepted())
 	waitTask(t, sys, task, workflows.TaskCompleted)
 
 	var w string
