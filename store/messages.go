@@ -37,6 +37,8 @@ type MessageRecord struct {
 	CreatedAt time.Time
 	// UpdatedAt is when State last changed.
 	UpdatedAt time.Time
+	// TraceParent is the W3C trace context the message was admitted in (AdmitRequest.TraceParent).
+	TraceParent string
 }
 
 // Operation names one logical operation of a producer (§11.3): its attempts are the messages
@@ -82,6 +84,10 @@ type AdmitRequest struct {
 	// or a duplicate): what the message promises Temporal, such as the event it delivers to a
 	// DAG run, is kept exactly when the message is.
 	Outbox []OutboxEntry
+	// TraceParent is the W3C `traceparent` of the span the message was admitted in, "" for
+	// none (tracing off): kept with the message and its delivery row, so that the delivery on
+	// the recipient's stream and its ACK continue the sender's trace (docs/observability.md).
+	TraceParent string
 	// Audit, when set, is appended to the audit log in the admission's transaction, only
 	// when the message is enqueued (§19: the admission and its record stand or fall
 	// together, so a crash cannot leave an admitted message unaudited). Its MessageID is the
@@ -163,6 +169,8 @@ type Delivery struct {
 	Attempts int
 	// Lane is the communication class lane the row was admitted to (§7.3).
 	Lane commonpb.CommunicationClass
+	// TraceParent is the W3C trace context the row was admitted in (AdmitRequest.TraceParent).
+	TraceParent string
 }
 
 // Transition asks for a lifecycle change of one message.

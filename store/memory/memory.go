@@ -126,6 +126,8 @@ type messageRow struct {
 	dedupKey      string
 	// seq is the message's delivery row (0 when it never had one).
 	seq int64
+	// traceParent is store.AdmitRequest.TraceParent.
+	traceParent string
 }
 
 type deliveryRow struct {
@@ -141,6 +143,8 @@ type deliveryRow struct {
 	confirmedAt time.Time // zero while the row is in the buffer
 	// counted marks a row admitted with a capacity (data), which takes a slot of it.
 	counted bool
+	// traceParent is its message's (messageRow.traceParent).
+	traceParent string
 }
 
 type agentRow struct {

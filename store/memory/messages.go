@@ -586,6 +586,8 @@ func newMessageRow(req *store.AdmitRequest, envBytes []byte, t time.Time) *messa
 		createdAt: t,
 		updatedAt: t,
 		expiresAt: normTime(req.ExpiresAt),
+
+		traceParent: req.TraceParent,
 	}
 }
 
@@ -670,6 +672,8 @@ func (s *Store) addDelivery(row *messageRow, id string, lane commonpb.Communicat
 		lane:       int32(store.LaneRank(lane)),
 		expiresAt:  row.expiresAt,
 		counted:    counted,
+
+		traceParent: row.traceParent,
 	}
 	s.deliveries[d.seq] = d
 	if counted {
@@ -698,6 +702,8 @@ func (d *deliveryRow) toDelivery() (store.Delivery, error) {
 		EnqueuedAt: d.enqueuedAt,
 		Attempts:   d.attempts,
 		Lane:       store.LaneClass(int(d.lane)),
+
+		TraceParent: d.traceParent,
 	}, nil
 }
 
@@ -720,5 +726,6 @@ func (r *messageRow) toRecord(messageID string) (store.MessageRecord, error) {
 		ExpiresAt:     r.expiresAt,
 		CreatedAt:     r.createdAt,
 		UpdatedAt:     r.updatedAt,
+		TraceParent:   r.traceParent,
 	}, nil
 }

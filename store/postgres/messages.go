@@ -50,7 +50,7 @@ func num[E ~int32](e E) string { return strconv.Itoa(int(e)) }
 //	$6 message_type  $7 envelope  $8 lane  $9 expires_at  $10 capacity (0: none)
 //	$11 dedup producer  $12 dedup key ('' : no idempotency)  $13 window (µs)
 //	$14 buffer-full note  $15 notify channel  $26 hand-over lease (µs; 0: none)
-//	$27 the audit event's hlc  $28 its trace_id
+//	$27 the audit event's hlc  $28 its trace_id  $29 the message's traceparent
 //
 // full_ counts the buffer's data rows (at most capacity of them, through
 // deliveries_capacity_idx): rows admitted without a capacity, the router's control traffic,
@@ -151,7 +151,7 @@ dec AS (
 ),
 msg AS (
 	INSERT INTO messages (message_id, tracked, producer_id, recipient_id, correlation_id, message_type,
-	                      state, error_code, note, envelope, expires_at, dedup_producer, dedup_key)
+	                      state, error_code, note, envelope, expires_at, dedup_producer, dedup_key, traceparent)
 	SELECT $1, $2, $3, $4, $5, $6,
 		CASE d.decision WHEN 'admit' THEN {SENT} ELSE {REJECTED} END,
 		CASE d.decision WHEN 'admit' THEN 0 WHEN 'full' THEN {BUFFER_FULL}
@@ -159,7 +159,7 @@ msg AS (
 		CASE d.decision WHEN 'admit' THEN '' WHEN 'full' THEN $14
 			WHEN 'in_progress' THEN 'operation already in progress (attempt ' || d.latest_message_id || ')'
 			ELSE 'duplicate of ' || d.original_message_id END,
-		$7, $9, $11, $12
+		$7, $9, $11, $12, $29
 	FROM dec AS d
 	WHERE $2 OR d.decision = 'admit'` + conflict + `
 	RETURNING state
@@ -169,8 +169,8 @@ hand AS (
 		THEN now() + $26::bigint * interval '1 microsecond' END AS until
 ),
 del AS (
-	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at, counted, leased_until, attempts)
-	SELECT $4, $1, $7, $8, $9, $10::int > 0, hand.until, CASE WHEN hand.until IS NULL THEN 0 ELSE 1 END
+	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at, counted, leased_until, attempts, traceparent)
+	SELECT $4, $1, $7, $8, $9, $10::int > 0, hand.until, CASE WHEN hand.until IS NULL THEN 0 ELSE 1 END, $29
 	FROM msg, hand WHERE msg.state = {SENT}
 	RETURNING seq, leased_until IS NOT NULL AS handed, enqueued_at
 ),
@@ -307,6 +307,7 @@ func (m *messagePlane) admission(req store.AdmitRequest) (*groupMember, func(err
 	inbox := m.s().hub.Inbox(req.RecipientID)
 	args = append(args, handLease(inbox))
 	args = append(args, auditStampsOf(req.Audit)...)
+	args = append(args, req.TraceParent)
 
 	var (
 		decision   string
@@ -344,7 +345,7 @@ func (m *messagePlane) admission(req store.AdmitRequest) (*groupMember, func(err
 			// Subscribers in this process are woken by the notification too (see Subscribe).
 			if handed != nil && *handed {
 				m.handOver(inbox, store.Delivery{Seq: *seq, AgentID: req.RecipientID, Envelope: env,
-					EnqueuedAt: utc(*enqueuedAt), Attempts: 1, Lane: store.LaneClass(store.LaneRank(req.Lane))})
+					EnqueuedAt: utc(*enqueuedAt), Attempts: 1, Lane: store.LaneClass(store.LaneRank(req.Lane)), TraceParent: req.TraceParent})
 			}
 			return *seq, nil
 		case "full":
@@ -439,7 +440,7 @@ SET leased_until = now() + $3::bigint * interval '1 microsecond',
     attempts = d.attempts + 1
 FROM pick
 WHERE d.seq = pick.seq AND (SELECT on_ FROM nosync) IS NOT NULL
-RETURNING d.seq, d.agent_id, d.envelope, d.enqueued_at, d.attempts, pick.rnd, pick.lane`)
+RETURNING d.seq, d.agent_id, d.envelope, d.enqueued_at, d.attempts, pick.rnd, pick.lane, d.traceparent`)
 
 // Claim implements store.MessagePlane. FOR UPDATE SKIP LOCKED lets two streams (or
 // frontends) claim concurrently without handing out the same row twice or waiting on each
@@ -463,7 +464,7 @@ func (m *messagePlane) Claim(ctx context.Context, req store.ClaimRequest) ([]sto
 			c        claimed
 			envBytes []byte
 		)
-		if err := row.Scan(&c.d.Seq, &c.d.AgentID, &envBytes, &c.d.EnqueuedAt, &c.d.Attempts, &c.rnd, &c.lane); err != nil {
+		if err := row.Scan(&c.d.Seq, &c.d.AgentID, &envBytes, &c.d.EnqueuedAt, &c.d.Attempts, &c.rnd, &c.lane, &c.d.TraceParent); err != nil {
 			return c, err
 		}
 		c.d.Lane = store.LaneClass(int(c.lane))
@@ -592,7 +593,7 @@ func (m *messagePlane) DataDepth(ctx context.Context, agentID string) (int, erro
 }
 
 const messageColumns = `message_id, producer_id, recipient_id, correlation_id, message_type,
-	state, error_code, note, envelope, created_at, updated_at, dedup_key, expires_at, dedup_producer`
+	state, error_code, note, envelope, created_at, updated_at, dedup_key, expires_at, dedup_producer, traceparent`
 
 // advanceSQL builds Advance's write, a compare-and-set: upd applies the transition if the
 // row's state is still $5, the state the caller's LegalFunc judged; ent updates the
@@ -794,6 +795,7 @@ func (m *messagePlane) Advance(ctx context.Context, t store.Transition, legal st
 //	$13 message_type  $14 envelope  $15 lane  $16 expires_at  $17 notify channel
 //	$18 outbox entry id ('': none)  $19 kind  $20 workflow_id  $21 payload  $22 lease in seconds
 //	$23 the follow-up's hand-over lease (µs; 0: none; see admitStatement's hand)
+//	$24 the follow-up's traceparent
 func stepSQL(entSQL string) string {
 	return enumSQL(`
 WITH
@@ -825,8 +827,8 @@ upd AS (
 )` + entSQL + `,
 fmsg AS (
 	INSERT INTO messages (message_id, tracked, producer_id, recipient_id, correlation_id, message_type,
-	                      state, error_code, note, envelope, expires_at, dedup_producer, dedup_key)
-	SELECT $9, false, $10, $11, $12, $13, {SENT}, 0, '', $14, $16, '', '' FROM upd WHERE $9 <> ''
+	                      state, error_code, note, envelope, expires_at, dedup_producer, dedup_key, traceparent)
+	SELECT $9, false, $10, $11, $12, $13, {SENT}, 0, '', $14, $16, '', '', $24 FROM upd WHERE $9 <> ''
 	RETURNING message_id
 ),
 fhand AS (
@@ -834,8 +836,8 @@ fhand AS (
 		THEN now() + $23::bigint * interval '1 microsecond' END AS until
 ),
 fdel AS (
-	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at, leased_until, attempts)
-	SELECT $11, $9, $14, $15, $16, fhand.until, CASE WHEN fhand.until IS NULL THEN 0 ELSE 1 END
+	INSERT INTO deliveries (agent_id, message_id, envelope, lane, expires_at, leased_until, attempts, traceparent)
+	SELECT $11, $9, $14, $15, $16, fhand.until, CASE WHEN fhand.until IS NULL THEN 0 ELSE 1 END, $24
 	FROM fmsg, fhand
 	RETURNING seq, leased_until IS NOT NULL AS handed, enqueued_at
 ),
@@ -867,7 +869,7 @@ func nullableColumns(alias string) string {
 	COALESCE(` + a + `correlation_id, ''), COALESCE(` + a + `message_type, 0), COALESCE(` + a + `state, 0),
 	COALESCE(` + a + `error_code, 0), COALESCE(` + a + `note, ''), COALESCE(` + a + `envelope, ''::bytea),
 	COALESCE(` + a + `created_at, now()), COALESCE(` + a + `updated_at, now()), COALESCE(` + a + `dedup_key, ''),
-	` + a + `expires_at, COALESCE(` + a + `dedup_producer, '')`
+	` + a + `expires_at, COALESCE(` + a + `dedup_producer, ''), COALESCE(` + a + `traceparent, '')`
 }
 
 // stepOutcome is what one execution of stepSQL reported.
@@ -935,7 +937,7 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 	args := []any{messageID, to, code, note, int32(from), step != nil, seq, agentID,
 		followID, f.Envelope.GetProducerId(), f.RecipientID, f.Envelope.GetCorrelationId(), int32(f.Envelope.GetMessageType()),
 		env, int16(store.LaneRank(f.Lane)), nullTime(f.ExpiresAt), NotifyChannel,
-		h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), store.OutboxLease.Seconds(), handLease(inbox)}
+		h.ID, h.Kind, h.WorkflowID, payloadBytes(h.Payload), store.OutboxLease.Seconds(), handLease(inbox), f.TraceParent}
 	// The step commits in a group with other writers' (group.go).
 	err := m.s().groups.do(ctx, &groupMember{
 		queue: func(b *pgx.Batch) { b.Queue(sql, args...) },
@@ -961,7 +963,7 @@ func (m *messagePlane) writeStep(ctx context.Context, messageID string, from com
 		out.followSeq = *fseq
 		if fhanded != nil && *fhanded {
 			m.handOver(inbox, store.Delivery{Seq: *fseq, AgentID: f.RecipientID, Envelope: f.Envelope,
-				EnqueuedAt: utc(*fat), Attempts: 1, Lane: store.LaneClass(store.LaneRank(f.Lane))})
+				EnqueuedAt: utc(*fat), Attempts: 1, Lane: store.LaneClass(store.LaneRank(f.Lane)), TraceParent: f.TraceParent})
 		}
 	}
 	return out, nil
@@ -1237,7 +1239,7 @@ type messageScan struct {
 func (s *messageScan) dest() []any {
 	return []any{&s.r.MessageID, &s.r.ProducerID, &s.r.RecipientID, &s.r.CorrelationID, &s.msgType,
 		&s.state, &s.errCode, &s.r.Note, &s.envBytes, &s.r.CreatedAt, &s.r.UpdatedAt, &s.r.DedupKey,
-		&s.expiresAt, &s.dedupProducer}
+		&s.expiresAt, &s.dedupProducer, &s.r.TraceParent}
 }
 
 func (s *messageScan) record() (store.MessageRecord, error) {

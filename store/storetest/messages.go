@@ -90,6 +90,7 @@ func runMessages(t *testing.T, newStore func(t *testing.T) store.Store) {
 	runMessageReads(t, newStore)
 	runAdvance(t, newStore)
 	runConcurrentAdvance(t, newStore)
+	runTraceParent(t, newStore)
 }
 
 // runAdmission runs the basic admission promises: a round trip through Admit, Claim and
