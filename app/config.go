@@ -28,7 +28,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/tools/mcp"
 )
 
-// Config is the process configuration. Every field but ToolExecutors is a setting of the
+// Config is the process configuration. Every field but ToolExecutors and PhysicalClock is a setting of the
 // settings table (Settings), which gives its flag, its SW4RM_* variable, its default and its
 // help; the comments here say what the process does with it.
 type Config struct {
@@ -211,6 +211,9 @@ type Config struct {
 	// ToolExecutors adds providers to the ones this process runs (the built-in provider and
 	// the configured MCP servers), by provider id: for embedding and tests. It is no setting.
 	ToolExecutors map[string]tools.Executor
+	// PhysicalClock, when set, is the physical time of the process's HLC instead of the
+	// host's clock (newClock): for tests that skew two processes' clocks. It is no setting.
+	PhysicalClock func() time.Time
 }
 
 // DevHITLOperators is the HITL operator policy of `sw4rm dev` when none is configured: one

@@ -262,6 +262,12 @@ func (a *App) startShared(ctx context.Context, p prepared, roles Roles) error {
 		log.Warn("no HITL operators, no HITL agent and no external HITL component: every HITL invocation gets its fallback at once (§15.3); set SW4RM_HITL_OPERATORS")
 	}
 	a.sink = audit.NewAsync(events, st.Audit(), 4096)
+	// The process's one HLC (§4): the router stamps envelopes with it, the sink audit rows.
+	clock, err := newClock(ctx, cfg, st, log)
+	if err != nil {
+		return err
+	}
+	a.sink.SetClock(clock)
 	// Every transition the sink records is counted where it happened (metrics, patterns.go).
 	a.sink.SetObserver(a.metrics.ObserveAudit)
 	a.access = audit.NewAccessLog(a.sink, cfg.AuditAccess)

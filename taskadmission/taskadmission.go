@@ -290,6 +290,11 @@ func (p *Prepared) check(ctx context.Context, jobKey func(string) string) error 
 
 	e := store.ActivityEntry{AgentID: in.AgentID, TaskID: in.TaskID, Description: in.Description, Scope: in.Scope, JobKey: in.JobKey}
 	e.RepoID, e.WorktreeID, e.Branch = Location(binding, in.Scope)
+	if c := a.Sink.Clock(); c != nil {
+		// The entry's HLC (§4): admission runs in the frontend or in an activity, never in
+		// workflow code, so reading the clock here is replay-safe.
+		e.HLC = c.Now().String()
+	}
 	p.entry = &e
 	p.res = Result{Verdict: OK, AgentType: agentType, Reason: "admitted"}
 	return nil
