@@ -111,9 +111,26 @@ func (h *rpcStats) HandleConn(context.Context, stats.ConnStats) {}
 
 // RPCStats returns the gRPC stats handler that records the RPC metrics
 // (sw4rm_rpc_*); give it to the server with grpc.StatsHandler, and the served methods to
-// RPCMethods once they are registered.
-func (m *Router) RPCStats() stats.Handler { return m.rpc }
+// RPCMethods once they are registered. A nil Router's records nothing.
+func (m *Router) RPCStats() stats.Handler {
+	if m == nil {
+		return noStats{}
+	}
+	return m.rpc
+}
 
 // RPCMethods names the methods the server serves (grpc.Server.GetServiceInfo), which label
 // the RPC metrics; a call to any other is labelled "unknown".
-func (m *Router) RPCMethods(services map[string]grpc.ServiceInfo) { m.rpc.Methods(services) }
+func (m *Router) RPCMethods(services map[string]grpc.ServiceInfo) {
+	if m != nil {
+		m.rpc.Methods(services)
+	}
+}
+
+// noStats is a stats handler that records nothing.
+type noStats struct{}
+
+func (noStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (noStats) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (noStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (noStats) HandleConn(context.Context, stats.ConnStats)                       {}
