@@ -247,12 +247,15 @@ func closedAdmission(ctx context.Context, tc client.Client, wid string, updateEr
 		return workflows.TaskAdmission{}, status.FromContextError(ctx.Err()).Err()
 	}
 	d, err := tc.DescribeWorkflowExecution(ctx, wid, "")
-	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+	// A REJECTED task completed its run before, and fails it now (workflows.TaskOutcome).
+	if s := d.GetWorkflowExecutionInfo().GetStatus(); err != nil || s != enums.WORKFLOW_EXECUTION_STATUS_COMPLETED && s != enums.WORKFLOW_EXECUTION_STATUS_FAILED {
 		return workflows.TaskAdmission{}, temporalUnavailable("wait for the task's admission", updateErr)
 	}
 	var st workflows.TaskStatus
-	if err := tc.GetWorkflow(ctx, wid, d.GetWorkflowExecutionInfo().GetExecution().GetRunId()).Get(ctx, &st); err != nil {
-		return workflows.TaskAdmission{}, temporalUnavailable("read the task's outcome", err)
+	getErr := tc.GetWorkflow(ctx, wid, d.GetWorkflowExecutionInfo().GetExecution().GetRunId()).Get(ctx, &st)
+	st, ok := workflows.TaskOutcome(st, getErr)
+	if !ok {
+		return workflows.TaskAdmission{}, temporalUnavailable("read the task's outcome", getErr)
 	}
 	return workflows.TaskAdmission{Accepted: st.State != workflows.TaskRejected, State: st.State, Reason: st.Reason}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/mocks"
+	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
@@ -22,7 +23,8 @@ import (
 
 // TestClosedAdmission: when the task-admission update fails because the task workflow closed
 // (it rejected the task on its own), SubmitTask answers with the task's result — a refusal,
-// not Unavailable; a task that is still running leaves the update's failure, as Unavailable.
+// not Unavailable, whether the run completed with it (runs before the task-failed-error
+// change) or failed with it; a task that is still running leaves the update's failure, as Unavailable.
 func TestClosedAdmission(t *testing.T) {
 	const wid = "task/t1"
 	aborted := errors.New("workflow update was aborted by closing workflow")
@@ -41,6 +43,15 @@ func TestClosedAdmission(t *testing.T) {
 	adm, err := closedAdmission(t.Context(), tc, wid, aborted)
 	require.NoError(t, err)
 	require.Equal(t, workflows.TaskAdmission{Accepted: false, State: workflows.TaskRejected, Reason: `no_route: agent "a" is not registered`}, adm)
+
+	// A task workflow of this code fails with the rejection as its error's details.
+	rejected := workflows.TaskStatus{TaskID: "t1", State: workflows.TaskRejected, Reason: `no_route: agent "a" is not registered`}
+	tc.On("DescribeWorkflowExecution", mock.Anything, wid, "").Return(describe(enums.WORKFLOW_EXECUTION_STATUS_FAILED), nil).Once()
+	tc.On("GetWorkflow", mock.Anything, wid, "run1").Return(run).Once()
+	run.On("Get", mock.Anything, mock.Anything).Return(temporal.NewNonRetryableApplicationError("task t1 REJECTED", "no_route", nil, rejected)).Once()
+	adm, err = closedAdmission(t.Context(), tc, wid, aborted)
+	require.NoError(t, err)
+	require.Equal(t, workflows.TaskAdmission{Accepted: false, State: workflows.TaskRejected, Reason: rejected.Reason}, adm)
 
 	tc.On("DescribeWorkflowExecution", mock.Anything, wid, "").Return(describe(enums.WORKFLOW_EXECUTION_STATUS_RUNNING), nil).Once()
 	_, err = closedAdmission(context.Background(), tc, wid, aborted)

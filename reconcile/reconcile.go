@@ -64,8 +64,9 @@ type Outcome struct {
 	Status enums.WorkflowExecutionStatus
 	// RunID names that run.
 	RunID string
-	// TaskState is the task's final state (workflows.TaskStatus.State, the run's result) when
-	// the run completed and its result was read.
+	// TaskState is the task's final state (workflows.TaskStatus.State) when the run completed
+	// and its result was read, or failed with the status as its error's details (a task
+	// FAILED or REJECTED, workflows.TaskOutcome).
 	TaskState string
 	// ResultError says why a completed run's result could not be read.
 	ResultError string
@@ -115,6 +116,9 @@ func Decide(o Outcome) Verdict {
 		}
 		return Verdict{Close: true, Status: store.ActivityUnknown, Why: why}
 	case enums.WORKFLOW_EXECUTION_STATUS_FAILED:
+		if o.TaskState != "" {
+			return Verdict{Close: true, Status: store.ActivityFailed, Why: "the task workflow failed with the task " + o.TaskState + " but left its entry open"}
+		}
 		return Verdict{Close: true, Status: store.ActivityFailed, Why: "the task workflow failed"}
 	case enums.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
 		return Verdict{Close: true, Status: store.ActivityFailed, Why: "the task workflow timed out"}
@@ -154,11 +158,19 @@ func (o temporalOracle) TaskOutcome(ctx context.Context, taskID string) (Outcome
 	}
 	info := d.GetWorkflowExecutionInfo()
 	out := Outcome{Known: true, Status: info.GetStatus(), RunID: info.GetExecution().GetRunId()}
-	if out.Status != enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+	if out.Status != enums.WORKFLOW_EXECUTION_STATUS_COMPLETED && out.Status != enums.WORKFLOW_EXECUTION_STATUS_FAILED {
 		return out, nil
 	}
 	var st workflows.TaskStatus
 	err = o.c.GetWorkflow(ctx, wid, out.RunID).Get(ctx, &st)
+	if out.Status == enums.WORKFLOW_EXECUTION_STATUS_FAILED {
+		// A task that FAILED or was REJECTED fails its run with its status as the error's
+		// details (workflows.TaskOutcome); any other failure has no task state to tell.
+		if st, ok := workflows.TaskOutcome(st, err); ok {
+			out.TaskState = st.State
+		}
+		return out, nil
+	}
 	var svc interface{ Status() *status.Status }
 	switch {
 	case errors.As(err, &nf):

@@ -133,7 +133,10 @@ func toolEnd(t *testing.T, sys *system, callID string) tool.Summary {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var res workflows.ToolCallResult
-	require.NoError(t, sys.app.Temporal().GetWorkflow(ctx, workflows.ToolWorkflowID(callID), "").Get(ctx, &res), "call %s ends", callID)
+	// A call that did not succeed fails its workflow, with its result as details.
+	err := sys.app.Temporal().GetWorkflow(ctx, workflows.ToolWorkflowID(callID), "").Get(ctx, &res)
+	res, ok := workflows.ToolOutcome(res, err)
+	require.True(t, ok, "call %s ends: %v", callID, err)
 	fs, err := sys.app.Store().ToolCalls().Frames(ctx, callID, res.FinalFrame-1, 1)
 	require.NoError(t, err)
 	require.Len(t, fs, 1)

@@ -80,8 +80,12 @@ func TestDAGExample(t *testing.T) {
 				data.Deployment, "deploy read /package and /environment")
 
 			// The failed lint is its task's outcome, with the checker's code and reason.
+			// Its workflow failed (the Temporal UI shows it failed), with the status as details.
 			var lint workflows.TaskStatus
-			require.NoError(t, sys.app.Temporal().GetWorkflow(ctx, workflows.TaskWorkflowID("dag-"+res.WorkflowID+"-lint-1"), "").Get(ctx, &lint))
+			lintErr := sys.app.Temporal().GetWorkflow(ctx, workflows.TaskWorkflowID("dag-"+res.WorkflowID+"-lint-1"), "").Get(ctx, &lint)
+			require.Error(t, lintErr, "a FAILED task fails its workflow")
+			lint, ok := workflows.TaskOutcome(lint, lintErr)
+			require.True(t, ok, "%v", lintErr)
 			assert.Equal(t, workflows.TaskFailed, lint.State)
 			assert.Equal(t, commonpb.ErrorCode_VALIDATION_ERROR, lint.ErrorCode)
 			assert.Equal(t, "validation_error: 1 finding: cmd/shop/main.go:42: exported function Serve has no doc comment", lint.Reason)

@@ -912,6 +912,11 @@ func (r *dagRun) dispatch(ctx workflow.Context, i int, node *workflowpb.Workflow
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		var s TaskStatus
 		err := f.Get(ctx, &s)
+		// A task that FAILED ends its run with an error carrying its status; recorded runs
+		// completed with it. Both are the node's failure, with the same reason.
+		if st, ok := TaskOutcome(s, err); ok {
+			s, err = st, nil
+		}
 		r.inflight--
 		r.done = append(r.done, dagDone{pos: i, taskID: taskID, status: s, err: err})
 		r.dirty = true

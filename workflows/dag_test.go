@@ -14,11 +14,13 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
+	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
@@ -893,4 +895,39 @@ func TestDAGManualNodeIsReadyUntilTriggered(t *testing.T) {
 	assert.Equal(t, "RUNNING", failed.From)
 	assert.Contains(t, failed.Reason, "broken")
 	assert.Equal(t, "dag-wf-f-1", failed.TaskID)
+}
+
+// TestDAGNodeFailsOnEitherFormOfATaskFailure: a task that FAILED fails its workflow with its
+// status as the error's details (TaskOutcome), and a run recorded before completed with the
+// FAILED status: either way the node FAILS once, with the same reason, and the run waits —
+// no Temporal retry of the child, no failure of the run.
+func TestDAGNodeFailsOnEitherFormOfATaskFailure(t *testing.T) {
+	reasons := map[bool]string{}
+	for _, asError := range []bool{false, true} {
+		h := newDAGHarness(t)
+		h.behave = func(_ workflow.Context, node string, in workflows.TaskInput) (workflows.TaskStatus, error) {
+			if node != "b" {
+				return workflows.TaskStatus{State: workflows.TaskCompleted, Result: "{}"}, nil
+			}
+			st := workflows.TaskStatus{TaskID: in.TaskID, AgentID: in.AgentID, State: workflows.TaskFailed,
+				Reason: "tool_error: the build broke", ErrorCode: commonpb.ErrorCode_INTERNAL_ERROR}
+			if asError {
+				return st, temporal.NewNonRetryableApplicationError("task "+in.TaskID+" FAILED", workflows.TaskErrorType(st), nil, st)
+			}
+			return st, nil
+		}
+		var waiting workflows.DAGRunState
+		h.env.RegisterDelayedCallback(func() {
+			waiting = h.state()
+			h.env.CancelWorkflow()
+		}, time.Hour)
+		h.env.ExecuteWorkflow(workflows.DAGRun, workflows.DAGRunInput{WorkflowID: "wf", Definition: dagDef(t, dagNode("a"), dagNode("b", "a"), dagNode("c", "b"))})
+		assert.Equal(t, workflows.DAGWaiting, waiting.Status, "asError=%v", asError)
+		assert.Equal(t, workflowpb.NodeStatus_FAILED, waiting.Nodes["b"].Status)
+		assert.Equal(t, workflowpb.NodeStatus_PENDING, waiting.Nodes["c"].Status)
+		assert.Equal(t, 1, h.starts["b"], "the failed task is not started again")
+		reasons[asError] = waiting.Nodes["b"].Error
+	}
+	assert.Equal(t, "task dag-wf-b-1 FAILED: tool_error: the build broke", reasons[true])
+	assert.Equal(t, reasons[false], reasons[true], "both forms give the node the same reason")
 }

@@ -204,9 +204,12 @@ func (w *negotiationRun) debateRound(ctx workflow.Context, r, total int, final b
 		f := workflow.ExecuteChildWorkflow(cctx, TaskWorkflow, in)
 		workflow.Go(rctx, func(c workflow.Context) {
 			var s TaskStatus
-			if err := f.Get(c, &s); err == nil && s.State == TaskCompleted {
+			// A turn whose task FAILED ends with an error carrying its status (TaskOutcome).
+			err := f.Get(c, &s)
+			s, ok := TaskOutcome(s, err)
+			if ok && s.State == TaskCompleted {
 				texts[i], got[i] = s.Result, true
-			} else if err == nil {
+			} else if ok {
 				workflow.GetLogger(c).Warn("debate turn did not complete", "task_id", taskID, "state", s.State, "reason", s.Reason)
 			}
 			done++

@@ -224,7 +224,11 @@ func TaskWorkflow(ctx workflow.Context, in TaskInput) (TaskStatus, error) {
 	if aerr := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); aerr != nil && err == nil {
 		err = aerr
 	}
-	return st, err
+	if err != nil {
+		return st, err
+	}
+	// A FAILED or REJECTED task fails the run, so the Temporal UI shows it failed (TaskOutcome).
+	return taskEnd(ctx, st)
 }
 
 type taskRun struct {

@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/sw4rm/sw4rm-temporal/activities"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
@@ -163,12 +165,33 @@ func TestTaskHeldForWorktreeEndsWhenAgentDeregisters(t *testing.T) {
 		return activities.AgentWorktree{Registered: call < 3, State: "UNBOUND"}
 	})
 	h.env.ExecuteWorkflow(workflows.TaskWorkflow, heldInput())
-	require.NoError(t, h.env.GetWorkflowError())
-	var st workflows.TaskStatus
-	require.NoError(t, h.env.GetWorkflowResult(&st))
+	// A rejected task fails its run, with its status as the error's details.
+	err := h.env.GetWorkflowError()
+	var ae *temporal.ApplicationError
+	require.ErrorAs(t, err, &ae)
+	assert.Equal(t, "no_route", ae.Type())
+	st, ok := workflows.TaskOutcome(workflows.TaskStatus{}, err)
+	require.True(t, ok, err)
 	assert.Equal(t, workflows.TaskRejected, st.State)
 	assert.Equal(t, commonpb.ErrorCode_NO_ROUTE, st.ErrorCode)
 	assert.True(t, strings.HasPrefix(st.Reason, "no_route: "), st.Reason)
 	assert.Empty(t, h.admitted)
 	assert.False(t, h.enqueued)
+}
+
+// TestTaskRejectedCompletesInRecordedRuns: a run recorded before a REJECTED task failed its
+// workflow (GetVersion answers the default) completes with the REJECTED status, as it did.
+func TestTaskRejectedCompletesInRecordedRuns(t *testing.T) {
+	h := newHeldTaskHarness(t, func(call int) activities.AgentWorktree {
+		return activities.AgentWorktree{Registered: call < 3, State: "UNBOUND"}
+	})
+	h.env.OnGetVersion("task-failed-error", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	h.env.ExecuteWorkflow(workflows.TaskWorkflow, heldInput())
+	require.NoError(t, h.env.GetWorkflowError())
+	var st workflows.TaskStatus
+	require.NoError(t, h.env.GetWorkflowResult(&st))
+	assert.Equal(t, workflows.TaskRejected, st.State)
+	got, ok := workflows.TaskOutcome(st, nil)
+	assert.True(t, ok)
+	assert.Equal(t, st, got)
 }

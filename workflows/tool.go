@@ -292,7 +292,8 @@ func (r *toolRun) run(ctx workflow.Context) (ToolCallResult, error) {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return r.st, err
 	}
-	return r.st, nil
+	// A call that failed, was refused or was cancelled fails the run (ToolOutcome).
+	return toolEnd(ctx, r.st)
 }
 
 // versionApprovalArguments marks runs whose TOOL_PRIVILEGE_ESCALATION invocation shows the

@@ -66,9 +66,21 @@ func newToolHarness(t *testing.T, idempotent bool, policy tool.Policy, run func(
 func (h *toolHarness) result(t *testing.T) workflows.ToolCallResult {
 	t.Helper()
 	require.True(t, h.env.IsWorkflowCompleted())
-	require.NoError(t, h.env.GetWorkflowError())
+	return toolResult(t, h.env)
+}
+
+// toolResult is a finished call's result: a call that ended with an error code fails its
+// workflow with the result as the error's details, one that succeeded completes with it.
+func toolResult(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.ToolCallResult {
+	t.Helper()
 	var res workflows.ToolCallResult
-	require.NoError(t, h.env.GetWorkflowResult(&res))
+	err := env.GetWorkflowError()
+	if err == nil {
+		require.NoError(t, env.GetWorkflowResult(&res))
+	}
+	res, ok := workflows.ToolOutcome(res, err)
+	require.True(t, ok, "the run failed otherwise: %v", err)
+	assert.Equal(t, res.Code != "", err != nil, "a call fails its workflow exactly when it has an error code: %v", err)
 	return res
 }
 
@@ -277,9 +289,7 @@ func TestToolApprovalModifyReplacesArguments(t *testing.T) {
 			Request: tools.Request{CallID: "c1", ProviderID: "p", ToolName: "t", ContentType: "application/json", Args: []byte(`{"q":"every bucket"}`),
 				Policy: tool.Policy{Privilege: tool.PrivilegePrivileged, Timeout: time.Minute}}})
 		require.True(t, env.IsWorkflowCompleted())
-		require.NoError(t, env.GetWorkflowError())
-		var res workflows.ToolCallResult
-		require.NoError(t, env.GetWorkflowResult(&res))
+		res := toolResult(t, env)
 		assert.Equal(t, tc.wantCode, res.Code, res.Message)
 		if tc.wantCode == "" {
 			assert.JSONEq(t, tc.patch, string(<-exec.args), "the tool ran with the operator's arguments")
