@@ -12,6 +12,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/console"
 	"github.com/sw4rm/sw4rm-temporal/frontend"
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 )
 
 // newConsole builds the operator console (console.Prefix on the HTTP port), unless the HTTP
@@ -24,10 +25,16 @@ func (a *App) newConsole(p prepared, tls bool) error {
 		return nil
 	}
 	a.inproc = bufconn.Listen(1 << 20)
-	conn, err := grpc.NewClient("passthrough:///console",
+	opts := []grpc.DialOption{
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return a.inproc.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(frontend.MaxRequestBytes(p.MaxPayloadBytes))))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(frontend.MaxRequestBytes(p.MaxPayloadBytes))),
+	}
+	if telemetry.Enabled() {
+		// An operator's action in the console and the calls it makes are one trace.
+		opts = append(opts, grpc.WithStatsHandler(telemetry.ClientHandler()))
+	}
+	conn, err := grpc.NewClient("passthrough:///console", opts...)
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 )
 
 // DevAuditLog is where `sw4rm dev` writes the event stream when SW4RM_AUDIT_LOG is not set:
@@ -30,7 +32,8 @@ const DevAuditLog = ".tmp/sw4rm-audit.log"
 // collector expects. Both writers log text at cfg.LogLevel.
 func NewLogger(cfg Config, terminal io.Writer) (*slog.Logger, func() error, error) {
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
-	h := &splitHandler{terminal: slog.NewTextHandler(terminal, opts), verbose: cfg.Verbose}
+	// Both writers add trace_id and span_id to a record logged in a traced context.
+	h := &splitHandler{terminal: telemetry.LogHandler(slog.NewTextHandler(terminal, opts)), verbose: cfg.Verbose}
 	closeFile := func() error { return nil }
 	if cfg.AuditLog != "" {
 		if err := os.MkdirAll(filepath.Dir(cfg.AuditLog), 0o755); err != nil {
@@ -41,7 +44,7 @@ func NewLogger(cfg Config, terminal io.Writer) (*slog.Logger, func() error, erro
 		if err != nil {
 			return nil, nil, settingError("SW4RM_AUDIT_LOG", err)
 		}
-		h.file = slog.NewTextHandler(f, opts)
+		h.file = telemetry.LogHandler(slog.NewTextHandler(f, opts))
 		closeFile = f.Close
 	}
 	return slog.New(h), closeFile, nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/frontend"
 	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 	"github.com/sw4rm/sw4rm-temporal/tlsfiles"
 )
 
@@ -64,7 +65,12 @@ func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server),
 		return fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 	}
 	// The RPC metrics' stats handler sees each call's final status, whichever protocol.
-	a.grpc = grpc.NewServer(append(grpcServerOptions(cfg, log, a.auth), grpc.StatsHandler(a.metrics.RPCStats()))...)
+	opts := append(grpcServerOptions(cfg, log, a.auth), grpc.StatsHandler(a.metrics.RPCStats()))
+	if telemetry.Enabled() {
+		// A span per call, continuing the caller's `traceparent`; none at all with tracing off.
+		opts = append(opts, grpc.StatsHandler(telemetry.ServerHandler()))
+	}
+	a.grpc = grpc.NewServer(opts...)
 	register(a.grpc)
 	a.metrics.RPCMethods(a.grpc.GetServiceInfo())
 	connect, err := frontend.HTTPHandler(a.grpc, frontend.MaxRequestBytes(cfg.MaxPayloadBytes))

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/routerpb"
@@ -76,12 +77,34 @@ func (r *routerService) StreamIncoming(req *routerpb.StreamRequest, stream grpc.
 	if rec.State == commonpb.AgentState_INITIALIZING {
 		r.s.signalReady(ctx, agentID, "stream")
 	}
+	traceItems := len(md.Get(wire.TraceItemsKey)) > 0 && md.Get(wire.TraceItemsKey)[0] == "true"
 	stream, stop := keepAlive(stream, r.s.cfg.StreamKeepAlive)
 	defer stop()
 	err = r.s.router.Stream(ctx, agentID, resumeAfter, func(d store.Delivery) error {
-		return stream.Send(&routerpb.StreamItem{Msg: protocol.AckIn(d.Envelope, dialect()), Seq: d.Seq})
+		msg := protocol.AckIn(d.Envelope, dialect())
+		span, traceparent := router.DeliverSpan(ctx, d)
+		if traceItems && traceparent != "" {
+			msg = withTraceParent(msg, traceparent)
+		}
+		err := stream.Send(&routerpb.StreamItem{Msg: msg, Seq: d.Seq})
+		span.End()
+		return err
 	})
 	return streamStatus(ctx, err)
+}
+
+// withTraceParent is env with its delivery's trace context as the content_type parameter
+// wire.TraceParentParam, for a stream that asked for it (wire.TraceItemsKey); a copy, since
+// the stored envelope is shared. An envelope without a content type has no parameters to
+// carry it, and is left as it is.
+func withTraceParent(env *commonpb.Envelope, traceparent string) *commonpb.Envelope {
+	if env.GetContentType() == "" {
+		return env
+	}
+	env = proto.Clone(env).(*commonpb.Envelope)
+	// A traceparent is hex digits and dashes, a MIME token: it needs no quoting.
+	env.ContentType += "; " + wire.TraceParentParam + "=" + traceparent
+	return env
 }
 
 // learnAckEnums remembers the dialect of an ACK an agent sent, for its streams on this

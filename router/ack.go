@@ -54,6 +54,7 @@ func (r *Router) applyAck(ctx context.Context, env *commonpb.Envelope) (*protoco
 		return nil, fmt.Errorf("apply ack to message %s: %w", ack.AckForMessageID, err)
 	}
 	rec := res.Record
+	linkMessage(ctx, rec)
 	r.records.remember(rec)
 	switch decision {
 	case ackWrongSender:

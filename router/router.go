@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
 
@@ -43,6 +44,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol/acl"
 	"github.com/sw4rm/sw4rm-temporal/protocol/hlc"
 	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 )
 
 // Defaults of the router's configuration (§11, §13, §20).
@@ -413,7 +415,9 @@ func (r *Router) prepareControl(ctx context.Context, agentID string, env *common
 		// already, and every stored row must be unique (§11.3: unique per transmission).
 		env.MessageId = uuid.NewString()
 	}
-	c.admit = &store.AdmitRequest{Envelope: env, RecipientID: agentID, Lane: commonpb.CommunicationClass_PRIVILEGED}
+	// The span in ctx (an "ack", a "confirm") is the trace the control envelope's delivery joins.
+	c.admit = &store.AdmitRequest{Envelope: env, RecipientID: agentID, Lane: commonpb.CommunicationClass_PRIVILEGED,
+		TraceParent: telemetry.TraceParent(ctx)}
 	return c, nil
 }
 
@@ -493,7 +497,21 @@ func (r *Router) NotifyAll(ctx context.Context, notices []Announcement) []error 
 //
 // The confirmation, the move to RECEIVED and the producer's ACK RECEIVED are one store step
 // (MessagePlane.ConfirmAndAdvance): written in one transaction, or not at all.
+//
+// With tracing on it is the span "confirm", under the `traceparent` the consumer sent.
 func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64, messageID string, permanentFailure bool) (bool, error) {
+	if !telemetry.Enabled() {
+		return r.confirmDelivery(ctx, agentID, seq, messageID, permanentFailure)
+	}
+	ctx, span := startSpan(ctx, "confirm", trace.SpanKindConsumer, attrSystem.String("sw4rm"), attrOperation.String("settle"),
+		attrMessageID.String(messageID), attrDestination.String(agentID), attrSeq.Int64(seq))
+	recorded, err := r.confirmDelivery(ctx, agentID, seq, messageID, permanentFailure)
+	endSpan(span, nil, err)
+	return recorded, err
+}
+
+// confirmDelivery is ConfirmDelivery.
+func (r *Router) confirmDelivery(ctx context.Context, agentID string, seq int64, messageID string, permanentFailure bool) (bool, error) {
 	if permanentFailure {
 		r.confirms.drop(agentID, seq)
 	} else if handled, recorded := r.confirms.take(agentID, seq, messageID); handled {
@@ -530,6 +548,7 @@ func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64,
 	if !res.Tracked || !followsDelivery(res.Record.Envelope) {
 		return true, nil // control traffic is not tracked; the scheduler's CONTROL messages are (see SendControl)
 	}
+	linkMessage(ctx, res.Record)
 	r.records.remember(res.Record)
 	if permanentFailure {
 		return true, r.consumerFailed(ctx, res.Record, commonpb.EnvelopeState_ENVELOPE_STATE_FAILED, commonpb.ErrorCode_INTERNAL_ERROR,

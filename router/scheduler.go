@@ -15,6 +15,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/protocol/dag"
 	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 )
 
 // SchedulerHandler takes one message an agent addressed to the scheduler (recipient
@@ -100,7 +101,7 @@ func (r *Router) SendControl(ctx context.Context, agentID string, env *commonpb.
 	r.stampControl(env)
 	// Audited in the admission's transaction, as SendMessage's admissions are.
 	stored, logAdmitted := r.admissionAudit(ctx, env, agentID, map[string]any{"state": "SENT", "message_type": "CONTROL", "lane": "PRIVILEGED"})
-	seq, err := r.st.Messages().Admit(ctx, store.AdmitRequest{Envelope: env, RecipientID: agentID, Track: true,
+	seq, err := r.st.Messages().Admit(ctx, store.AdmitRequest{Envelope: env, RecipientID: agentID, Track: true, TraceParent: telemetry.TraceParent(ctx),
 		Lane: commonpb.CommunicationClass_PRIVILEGED, Audit: stored})
 	if errors.Is(err, store.ErrDuplicateMessage) {
 		return nil // an activity retry after a lost answer: the message is already there

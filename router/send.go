@@ -12,6 +12,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/protocol"
 	"github.com/sw4rm/sw4rm-temporal/store"
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 )
 
 // sending is one envelope on its way through Send: what the checks learn about it, and what
@@ -95,7 +96,21 @@ func (r *Router) admissionReactions() []reaction {
 // Send is the §11–§13 admission pipeline: validate the envelope; resolve its address (an ACK
 // and a message to the scheduler leave here for their own paths); run the checks; admit it
 // into the recipient's buffer with the outbox entries the checks prepared; run the reactions.
+//
+// With tracing on, Send is the span "send <recipient>" (or "ack"), and the message is admitted
+// with its context (trace.go).
 func (r *Router) Send(ctx context.Context, env *commonpb.Envelope, recipient string) (*protocol.Error, error) {
+	if !telemetry.Enabled() {
+		return r.send(ctx, env, recipient)
+	}
+	ctx, span := sendSpan(ctx, env, recipient)
+	perr, err := r.send(ctx, env, recipient)
+	endSpan(span, perr, err)
+	return perr, err
+}
+
+// send is Send.
+func (r *Router) send(ctx context.Context, env *commonpb.Envelope, recipient string) (*protocol.Error, error) {
 	received := time.Now()
 	if perr := protocol.ValidateEnvelope(env, protocol.Limits{MaxPayloadBytes: r.cfg.MaxPayloadBytes}); perr != nil {
 		return r.reject(ctx, env, recipient, perr)
@@ -141,7 +156,7 @@ func (r *Router) admit(ctx context.Context, s *sending) (admitted bool, perr *pr
 	env, to := s.env, s.route.Recipient
 	req := store.AdmitRequest{
 		Envelope: env, RecipientID: to, Capacity: r.cfg.BufferCapacity, Track: true,
-		Lane: r.laneFor(ctx, env.GetProducerId()), Outbox: s.outbox,
+		Lane: r.laneFor(ctx, env.GetProducerId()), Outbox: s.outbox, TraceParent: telemetry.TraceParent(ctx),
 	}
 	if ttl := env.GetTtlMs(); ttl > 0 {
 		req.ExpiresAt = s.received.Add(time.Duration(ttl) * time.Millisecond)

@@ -20,6 +20,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/metadata"
@@ -132,6 +135,12 @@ func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every call sends the span context of its ctx as `traceparent` (a delivery's, see
+	// Delivery.Context), so the agent's ACKs and replies continue the message's trace. Always
+	// on: with no tracer provider installed the handler starts only no-op spans, which cost
+	// next to nothing, and it needs none, since the W3C propagator is its own rather than the
+	// global one; with one installed, the agent's calls are spans of its traces.
+	grpcOpts = append(grpcOpts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithPropagators(propagation.TraceContext{}))))
 	if signer != nil {
 		// Last, so that the signer is the innermost interceptor: nothing after it changes
 		// the bytes it signed.
@@ -447,12 +456,41 @@ type Delivery struct {
 	// RetryErr is why sending Retry failed, nil when it was sent.
 	RetryErr error
 	agent    *Agent
+	// traceParent is the trace context of the delivery (wire.TraceParentParam), "" when the
+	// server sent none (tracing off).
+	traceParent string
+}
+
+// Context returns ctx carrying the delivery's span context, when the server sent one and ctx
+// holds no span of its own: calls made in it — the delivery's Confirm, Ack and Respond do so
+// by themselves, and any message sent while handling it — continue the message's trace, and
+// so do the spans the agent starts in it (docs/observability.md, "Traces").
+func (d *Delivery) Context(ctx context.Context) context.Context {
+	if d.traceParent == "" || trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": d.traceParent})
+}
+
+// TraceParent is the delivery's W3C `traceparent`, "" when the server sent none.
+func (d *Delivery) TraceParent() string { return d.traceParent }
+
+// takeTraceParent removes from env's content_type the wire.TraceParentParam the server
+// appended, so that the application sees the content type as sent, and returns its value.
+func takeTraceParent(env *commonpb.Envelope) string {
+	ct := env.GetContentType()
+	i := strings.LastIndex(ct, "; "+wire.TraceParentParam+"=")
+	if i < 0 {
+		return ""
+	}
+	env.ContentType = ct[:i]
+	return ct[i+len("; "+wire.TraceParentParam+"="):]
 }
 
 // Confirm tells the router the delivery arrived (RouterService.AckDelivery), which frees its
 // buffer slot and moves the message to RECEIVED. It reports whether the server recorded it.
 func (d *Delivery) Confirm(ctx context.Context) (bool, error) {
-	resp, err := d.agent.router.AckDelivery(ctx, &routerpb.DeliveryAckRequest{
+	resp, err := d.agent.router.AckDelivery(d.Context(ctx), &routerpb.DeliveryAckRequest{
 		AgentId: d.agent.id, Seq: d.Seq, MessageId: d.Envelope.GetMessageId(),
 		Outcome: routerpb.DeliveryAckOutcome_DELIVERY_ACK_OUTCOME_DELIVERED,
 	})
@@ -464,7 +502,7 @@ func (d *Delivery) Confirm(ctx context.Context) (bool, error) {
 
 // Ack acknowledges the delivered message at a stage (see Agent.Ack).
 func (d *Delivery) Ack(ctx context.Context, stage commonpb.AckStage, code commonpb.ErrorCode, note string) error {
-	return d.agent.Ack(ctx, d.Envelope, stage, code, note)
+	return d.agent.Ack(d.Context(ctx), d.Envelope, stage, code, note)
 }
 
 // AckPayload decodes the delivery as an ACK or NACK, or reports false if it is none.
@@ -490,7 +528,7 @@ func (d *Delivery) RequiresResponse() bool {
 
 // Respond sends the response to a delivered request; the server routes it to the requester.
 func (d *Delivery) Respond(ctx context.Context, payload []byte) (*commonpb.Envelope, error) {
-	return d.agent.Send(ctx, Message{InResponseTo: d.Envelope.GetMessageId(), Payload: payload, CorrelationID: d.Envelope.GetCorrelationId()})
+	return d.agent.Send(d.Context(ctx), Message{InResponseTo: d.Envelope.GetMessageId(), Payload: payload, CorrelationID: d.Envelope.GetCorrelationId()})
 }
 
 // DecodeJSON unmarshals the payload.
@@ -519,7 +557,8 @@ func (a *Agent) ResumeAfter(ctx context.Context, seq int64) (*Stream, error) {
 
 func (a *Agent) receive(ctx context.Context) (*Stream, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	s, err := a.router.StreamIncoming(ctx, &routerpb.StreamRequest{AgentId: a.id})
+	// Ask for each delivery's trace context (see Delivery.Context).
+	s, err := a.router.StreamIncoming(metadata.AppendToOutgoingContext(ctx, wire.TraceItemsKey, "true"), &routerpb.StreamRequest{AgentId: a.id})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("sw4rm: open stream: %w", err)
@@ -544,6 +583,7 @@ func (s *Stream) Next() (*Delivery, error) {
 		return nil, err
 	}
 	d := &Delivery{Envelope: item.GetMsg(), Seq: item.GetSeq(), agent: s.agent}
+	d.traceParent = takeTraceParent(d.Envelope)
 	if p, ok := d.AckPayload(); ok {
 		d.Retry, d.RetryErr = s.agent.retry.onAck(s.ctx, s.agent, d.Envelope.GetProducerId(), p)
 	}

@@ -595,7 +595,7 @@ func (s *server) handle(d *Delivery) {
 // other hands a delivery that is not for the runtime to OnMessage.
 func (s *server) other(d *Delivery) {
 	if s.onMessage != nil {
-		s.onMessage(s.ctx, d)
+		s.onMessage(d.Context(s.ctx), d)
 	}
 }
 

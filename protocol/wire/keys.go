@@ -72,6 +72,15 @@ const (
 	// InResponseToParam is the content_type parameter naming the request a response answers
 	// (004 draft §2).
 	InResponseToParam = "sw4rm-in-response-to"
+	// TraceItemsKey set to "true" on StreamIncoming asks for each delivered envelope's trace
+	// context in its content_type (TraceParentParam), so that an agent in any language can
+	// continue the message's trace (§19; docs/observability.md, "Traces").
+	TraceItemsKey = "sw4rm-trace-items"
+	// TraceParentParam is the content_type parameter of a delivered envelope, on a stream
+	// that asked with TraceItemsKey, holding the W3C `traceparent` of its delivery's span:
+	// the agent sends it back as `traceparent` metadata on its AckDelivery, its ACKs and its
+	// replies. It is never part of what the producer sent.
+	TraceParentParam = "sw4rm-traceparent"
 	// IdempotencyKey is the request metadata that makes a retried call safe: HitlService.Decide
 	// (docs/hitl.md) and the negotiation calls Propose, Counter, Evaluate, Decide and Abort
 	// (docs/negotiation.md, "Retrying a call"). A retry with the same key by the same caller
