@@ -80,7 +80,9 @@ func RegisterOutboxHandlers(rel *outbox.Relay, tc client.Client, st store.Store,
 	}))
 	rel.Handle(workflows.OutboxToolStart, startEntry(tc, func(p workflows.ToolStartPayload) (client.StartWorkflowOptions, any, any) {
 		in := p.Input
-		return workflows.ToolStartOptions(in.Request.CallID, in.Caller, taskQueue), workflows.ToolCall, in
+		opts := workflows.ToolStartOptions(in.Request.CallID, in.Caller, taskQueue)
+		opts.StaticSummary = workflows.ToolSummary(in) // what the Temporal UI lists the run as
+		return opts, workflows.ToolCall, in
 	}))
 }
 

@@ -72,5 +72,6 @@ func AgentStartOptions(agentID, taskQueue string) client.StartWorkflowOptions {
 			AgentIDKey.ValueSet(agentID),
 			AgentStateKey.ValueSet(commonpb.AgentState_INITIALIZING.String()),
 		),
+		StaticSummary: summary("lifecycle of agent %s (§8)", agentID),
 	}
 }

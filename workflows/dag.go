@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,6 +88,7 @@ func DAGStartOptions(workflowID, taskQueue string) client.StartWorkflowOptions {
 		WorkflowIDConflictPolicy:                 enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(KindKey.ValueSet(KindDAG), DAGStateKey.ValueSet(DAGRunning)),
+		StaticSummary:                            summary("DAG run of workflow %s (§17.7)", workflowID),
 	}
 }
 
@@ -459,6 +461,8 @@ func (r *dagRun) run(ctx workflow.Context) (DAGRunState, error) {
 			r.dirty = false
 		}
 		r.step(ctx)
+		// The UI shows it as the run's current details: its status and its nodes'.
+		workflow.SetCurrentDetails(ctx, r.details())
 		r.audit(ctx)
 		if err := r.setState(ctx); err != nil {
 			return r.snapshot(), err
@@ -788,6 +792,21 @@ func (r *dagRun) step(ctx workflow.Context) {
 	}
 }
 
+// details are the run's current details for the Temporal UI, as Markdown: its status, then
+// every node in topological order with its status and, when it failed, why.
+func (r *dagRun) details() string {
+	var b strings.Builder
+	b.WriteString("**" + r.st.Status + "** (workflow " + r.st.WorkflowID + ", version " + strconv.Itoa(r.st.Version) + ")")
+	for i, id := range r.order {
+		ns := r.nodes[i]
+		b.WriteString("  \n" + id + ": " + ns.Status.String())
+		if ns.Status == workflowpb.NodeStatus_FAILED && ns.Error != "" {
+			b.WriteString(" — " + summary("%s", ns.Error))
+		}
+	}
+	return b.String()
+}
+
 // status is the run's status from its nodes.
 func (r *dagRun) status() string {
 	all, failed := true, false
@@ -835,7 +854,8 @@ func (r *dagRun) released(ctx workflow.Context, i int, node *workflowpb.Workflow
 		if due, ok := r.timers[i]; !ok || !due.Equal(ns.DueAt) {
 			due := ns.DueAt
 			r.timers[i] = due
-			timer := workflow.NewTimer(ctx, due.Sub(now))
+			timer := workflow.NewTimerWithOptions(ctx, due.Sub(now), workflow.TimerOptions{
+				Summary: summary("node %s's schedule %q: due %s", r.order[i], node.GetMetadata()[dag.MetaSchedule], due.Format(time.RFC3339))})
 			workflow.Go(ctx, func(ctx workflow.Context) {
 				if err := timer.Get(ctx, nil); err != nil {
 					return
@@ -906,6 +926,9 @@ func (r *dagRun) dispatch(ctx workflow.Context, i int, node *workflowpb.Workflow
 		ParentClosePolicy:     enums.PARENT_CLOSE_POLICY_ABANDON,
 		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet(KindTask), AgentIDKey.ValueSet(node.GetAgentId())),
+		// The UI lists the children by these, not as a row of TaskWorkflow.
+		StaticSummary: summary("DAG %s node %s on agent %s, attempt %d", r.st.WorkflowID, id, node.GetAgentId(), ns.Attempts),
+		StaticDetails: dagNodeDetails(node, scope),
 	})
 	f := workflow.ExecuteChildWorkflow(cctx, TaskWorkflow, in)
 	r.inflight++
@@ -921,6 +944,27 @@ func (r *dagRun) dispatch(ctx workflow.Context, i int, node *workflowpb.Workflow
 		r.done = append(r.done, dagDone{pos: i, taskID: taskID, status: s, err: err})
 		r.dirty = true
 	})
+}
+
+// dagNodeDetails are the static details of a node's task: its trigger, dependencies,
+// mappings and scope, as Markdown (what the Temporal UI renders them as).
+func dagNodeDetails(node *workflowpb.WorkflowNode, scope string) string {
+	var b strings.Builder
+	b.WriteString("**trigger** " + node.GetTriggerType().String() + "  \n**scope** `" + scope + "`")
+	if d := node.GetDependencies(); len(d) > 0 {
+		b.WriteString("  \n**after** " + strings.Join(d, ", "))
+	}
+	for _, m := range []struct {
+		name string
+		kv   map[string]string
+	}{{"input", node.GetInputMapping()}, {"output", node.GetOutputMapping()}} {
+		// Sorted: map order is random, and the details must not be.
+		keys := slices.Sorted(maps.Keys(m.kv)) //workflowcheck:ignore
+		for _, k := range keys {
+			b.WriteString("  \n**" + m.name + "** " + k + " ← " + m.kv[k])
+		}
+	}
+	return b.String()
 }
 
 // finish applies a finished attempt: output merged into workflow_data on COMPLETED; a retry

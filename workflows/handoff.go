@@ -90,6 +90,7 @@ func HandoffStartOptions(requestID, taskQueue string, agents ...string) client.S
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		TypedSearchAttributes:    temporal.NewSearchAttributes(attrs...),
+		StaticSummary:            summary("handoff %s: %s (§17.6)", requestID, strings.Join(agents, " → ")),
 	}
 }
 

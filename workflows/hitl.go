@@ -43,6 +43,7 @@ func RequestHITL(ctx workflow.Context, inv hitl.Invocation) (hitl.Outcome, error
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            hitl.WorkflowID(inv.InvocationID),
 		TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet(KindHITL), HitlPendingKey.ValueSet(true)),
+		StaticSummary:         summary("HITL %s: %s (§15)", inv.ReasonType, inv.InvocationID),
 	})
 	var out hitl.Outcome
 	err := workflow.ExecuteChildWorkflow(cctx, HitlWait, HitlWaitInput{Invocation: inv}).Get(ctx, &out)
@@ -441,6 +442,7 @@ func HitlStartOptions(invocationID, taskQueue string) client.StartWorkflowOption
 	return client.StartWorkflowOptions{
 		ID: hitl.WorkflowID(invocationID), TaskQueue: taskQueue,
 		TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet(KindHITL), HitlPendingKey.ValueSet(true)),
+		StaticSummary:         summary("HITL invocation %s (§15)", invocationID),
 	}
 }
 

@@ -963,6 +963,7 @@ func NegotiationStartOptions(negotiationID, taskQueue string) client.StartWorkfl
 		// taken rather than be handed the existing run.
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(KindKey.ValueSet(KindNegotiation)),
+		StaticSummary:                            summary("negotiation %s (§17)", negotiationID),
 	}
 }
 

@@ -200,6 +200,7 @@ func (w *negotiationRun) debateRound(ctx workflow.Context, r, total int, final b
 			ParentClosePolicy:     enums.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 			WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 			TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet(KindTask), AgentIDKey.ValueSet(agent)),
+			StaticSummary:         summary("debate %s round %d: turn of agent %s", w.in.NegotiationID, r, agent),
 		})
 		f := workflow.ExecuteChildWorkflow(cctx, TaskWorkflow, in)
 		workflow.Go(rctx, func(c workflow.Context) {

@@ -282,5 +282,6 @@ func RoomStartOptions(roomID, artifactID, taskQueue string) client.StartWorkflow
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		TypedSearchAttributes:    temporal.NewSearchAttributes(KindKey.ValueSet(KindRoom), RoomIDKey.ValueSet(roomID)),
+		StaticSummary:            summary("negotiation room %s: votes on artifact %s (§17.5)", roomID, artifactID),
 	}
 }

@@ -241,6 +241,8 @@ type taskRun struct {
 func (t *taskRun) set(ctx workflow.Context, state, reason string) {
 	t.st.State, t.st.Reason = state, reason
 	t.st.History = append(t.st.History, state)
+	// The UI shows it as the run's current details: where the task is, and why.
+	workflow.SetCurrentDetails(ctx, taskDetails(state, reason))
 	workflow.GetLogger(ctx).Info("task state", "task_id", t.in.TaskID, "state", state, "reason", reason)
 	// The workflow's metrics handler records nothing while replaying, so each transition
 	// counts once however often the history replays; it issues no command.
@@ -389,7 +391,7 @@ func (t *taskRun) awaitQueued(ctx, lctx workflow.Context) (adm TaskAdmitted, got
 		c.Receive(ctx, &ev)
 		adm, got, early = TaskAdmitted{Enqueued: true}, true, []TaskEvent{ev}
 	})
-	sel.AddFuture(workflow.NewTimer(tctx, FrontendAdmitWait), func(workflow.Future) { timedOut = true })
+	sel.AddFuture(workflow.NewTimerWithOptions(tctx, FrontendAdmitWait, admitWaitTimer), func(workflow.Future) { timedOut = true })
 	sel.Select(ctx)
 	if !timedOut {
 		return adm, got, early
@@ -420,7 +422,7 @@ func (t *taskRun) awaitFrontendAdmission(ctx workflow.Context) (adm TaskAdmitted
 		c.Receive(ctx, &adm)
 		got = true
 	})
-	sel.AddFuture(workflow.NewTimer(tctx, FrontendAdmitWait), func(workflow.Future) {})
+	sel.AddFuture(workflow.NewTimerWithOptions(tctx, FrontendAdmitWait, admitWaitTimer), func(workflow.Future) {})
 	sel.Select(ctx)
 	return adm, got
 }
@@ -454,7 +456,7 @@ func (t *taskRun) holdForWorktree(ctx, lctx workflow.Context) (done bool, err er
 			t.set(ctx, TaskWaiting, reason)
 		}
 		t.answer(TaskAdmission{Accepted: true, Reason: reason})
-		if err := workflow.Sleep(ctx, wait); err != nil {
+		if err := sleep(ctx, wait, "check the agent's worktree binding again (§16.3)"); err != nil {
 			return true, err
 		}
 		wait = min(2*wait, WorktreeRecheckMax)
@@ -540,7 +542,7 @@ func (t *taskRun) admit(ctx, lctx workflow.Context, first *taskadmission.Result)
 				t.set(ctx, TaskWaiting, res.Reason)
 			}
 			t.answer(TaskAdmission{Accepted: true, Reason: res.Reason})
-			if err := workflow.Sleep(ctx, recheck); err != nil {
+			if err := sleep(ctx, recheck, "run admission again: "+res.Reason); err != nil {
 				return true, err
 			}
 		default:
@@ -668,7 +670,7 @@ func (t *taskRun) waitFor(ctx, lctx workflow.Context, taskID string, every time.
 		if done {
 			return nil
 		}
-		if err := workflow.Sleep(ctx, every); err != nil {
+		if err := sleep(ctx, every, "check whether task "+taskID+" has ended"); err != nil {
 			return err
 		}
 	}
@@ -687,5 +689,7 @@ func TaskStartOptions(in TaskInput, taskQueue string) client.StartWorkflowOption
 		// Without this the SDK hands back the running task's handle as if it were new.
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(KindKey.ValueSet(KindTask), AgentIDKey.ValueSet(in.AgentID)),
+		StaticSummary:                            TaskSummary(in),
+		StaticDetails:                            summary("scope: %s", in.Scope),
 	}
 }

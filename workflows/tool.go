@@ -103,6 +103,8 @@ func ToolStartOptions(callID, caller, taskQueue string) client.StartWorkflowOpti
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		TypedSearchAttributes:    temporal.NewSearchAttributes(KindKey.ValueSet(KindTool), AgentIDKey.ValueSet(caller)),
+		// The bridge, which has the input, sets the summary (ToolSummary).
+		StaticSummary: summary("tool call %s by %s (§18)", callID, caller),
 	}
 }
 
@@ -411,6 +413,7 @@ func (r *toolRun) execute(ctx workflow.Context) (activities.RunToolResult, tool.
 	deadline, deadlineCode := pol.Deadline()
 	opts := workflow.ActivityOptions{
 		TaskQueue:              r.in.TaskQueue,
+		Summary:                ToolSummary(r.in),
 		StartToCloseTimeout:    deadline,
 		ScheduleToStartTimeout: ToolScheduleToStart,
 		HeartbeatTimeout:       ToolHeartbeatTimeout,
@@ -447,6 +450,7 @@ func (r *toolRun) executeOnAgent(ctx workflow.Context) (activities.RunToolResult
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumInterval: 5 * time.Second, MaximumAttempts: 10},
+		Summary:             summary("offer the call of tool %s to provider agent %s (§18.2)", r.in.Request.ToolName, r.in.ProviderAgent),
 	})
 	in := activities.OfferToolCallInput{Request: r.in.Request, Caller: r.in.Caller, Agent: r.in.ProviderAgent}
 	if err := workflow.ExecuteActivity(actx, acts.OfferToolCall, in).Get(ctx, nil); err != nil {
@@ -466,7 +470,8 @@ func (r *toolRun) executeOnAgent(ctx workflow.Context) (activities.RunToolResult
 		c.Receive(ctx, &got)
 		received = true
 	})
-	sel.AddFuture(workflow.NewTimer(ctx, deadline), func(workflow.Future) {})
+	sel.AddFuture(workflow.NewTimerWithOptions(ctx, deadline, workflow.TimerOptions{
+		Summary: summary("deadline of agent %s's answer: %s", r.in.ProviderAgent, deadlineCode)}), func(workflow.Future) {})
 	sel.Select(ctx)
 	if received {
 		return activities.RunToolResult{FinalFrame: got.FinalFrame}, got.Code, got.Message

@@ -86,6 +86,7 @@ func WorktreeStartOptions(agentID, taskQueue string) client.StartWorkflowOptions
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		TypedSearchAttributes: temporal.NewSearchAttributes(KindKey.ValueSet(KindWorktree), AgentIDKey.ValueSet(agentID),
 			WorktreeStateKey.ValueSet(worktree.StateUnbound.String())),
+		StaticSummary: summary("worktree binding of agent %s (§16)", agentID),
 	}
 }
 
