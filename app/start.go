@@ -268,6 +268,9 @@ func (a *App) startShared(ctx context.Context, p prepared, roles Roles) error {
 		return err
 	}
 	a.sink.SetClock(clock)
+	if cfg.PhysicalClock != nil {
+		a.sink.SetWallClock(cfg.PhysicalClock)
+	}
 	// Every transition the sink records is counted where it happened (metrics, patterns.go).
 	a.sink.SetObserver(a.metrics.ObserveAudit)
 	a.access = audit.NewAccessLog(a.sink, cfg.AuditAccess)

@@ -70,6 +70,11 @@ type Sink struct {
 // process's one HLC (§4). Call before the sink is used.
 func (s *Sink) SetClock(clock *hlc.Clock) { s.clock = clock }
 
+// SetWallClock makes the sink read the time of its rows and lines from now instead of
+// time.Now: a process whose physical clock is injected (tests that skew it) records the
+// times its host would. Call before the sink is used.
+func (s *Sink) SetWallClock(now func() time.Time) { s.now = now }
+
 // Clock is the HLC the sink stamps events with; nil when it has none.
 func (s *Sink) Clock() *hlc.Clock {
 	if s == nil {

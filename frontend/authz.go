@@ -7,6 +7,7 @@ import (
 
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/auditadminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/directorypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
@@ -115,6 +116,8 @@ var methodRules = map[string]rule{
 	dlqadminpb.DlqAdminService_GetDeadLetter_FullMethodName:     {who: operator},
 	dlqadminpb.DlqAdminService_Requeue_FullMethodName:           {who: operator},
 	dlqadminpb.DlqAdminService_Export_FullMethodName:            {who: operator},
+	// The audit log (§19) is an operator's to read.
+	auditadminpb.AuditAdminService_ListAuditEvents_FullMethodName: {who: operator},
 
 	// Handoffs (§17.6): an agent hands off only its own work and answers only offers made to
 	// it; the handlers check the rest — CompleteHandoff that the caller accepted the handoff

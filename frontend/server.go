@@ -26,6 +26,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/auth"
 	"github.com/sw4rm/sw4rm-temporal/outbox"
 	"github.com/sw4rm/sw4rm-temporal/proto/activitypb"
+	"github.com/sw4rm/sw4rm-temporal/proto/auditadminpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/connectorpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/directorypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/dlqadminpb"
@@ -145,6 +146,7 @@ func (s *Server) Register(g *grpc.Server) *health.Server {
 	hitlpb.RegisterHitlServiceServer(g, &hitlService{s: s})
 	hitladminpb.RegisterHitlAdminServiceServer(g, &hitlAdminService{s: s})
 	dlqadminpb.RegisterDlqAdminServiceServer(g, &dlqAdminService{s: s, requeue: s.router})
+	auditadminpb.RegisterAuditAdminServiceServer(g, &auditAdminService{s: s})
 	keyadminpb.RegisterKeyAdminServiceServer(g, &keyAdminService{s: s})
 	worktreepb.RegisterWorktreeServiceServer(g, &worktreeService{s: s})
 	toolpb.RegisterToolServiceServer(g, &toolService{s: s})

@@ -202,8 +202,10 @@ func (r *Router) admit(ctx context.Context, s *sending) (admitted bool, perr *pr
 // row for store.AdmitRequest.Audit, which the store writes in the admission's transaction,
 // and the function that logs the event's line with the delivery's seq once admitted.
 func (r *Router) admissionAudit(ctx context.Context, env *commonpb.Envelope, recipient string, details map[string]any) (*store.Event, func(seq int64)) {
+	// The row is the admission's own event: it carries the HLC the envelope was stamped with,
+	// which is what the recipient's reply will follow (§4), not a later reading.
 	ev := r.sink.Stamped(ctx, r.sink.Attributed(ctx, audit.Event{CorrelationID: env.GetCorrelationId(), Actor: env.GetProducerId(), Type: "message.admitted",
-		AgentID: recipient, MessageID: env.GetMessageId(), Details: details}))
+		AgentID: recipient, MessageID: env.GetMessageId(), Details: details, HLC: env.GetHlcTimestamp()}))
 	stored := audit.Stored(ev)
 	return &stored, func(seq int64) {
 		ev.Details["seq"] = seq

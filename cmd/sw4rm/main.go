@@ -85,6 +85,7 @@ func newRootWith(start startFunc) *cobra.Command {
 	root.AddCommand(serverCmds...)
 	root.AddCommand(newHitlCmd())
 	root.AddCommand(newDLQCmd())
+	root.AddCommand(newAuditCmd())
 	root.AddCommand(newKeysCmd())
 	root.AddCommand(newDAGCmd())
 	root.AddCommand(newAgentsCmd(), newTasksCmd(), newToolsCmd())
