@@ -500,6 +500,13 @@ func (r *Router) NotifyAll(ctx context.Context, notices []Announcement) []error 
 //
 // With tracing on it is the span "confirm", under the `traceparent` the consumer sent.
 func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64, messageID string, permanentFailure bool) (bool, error) {
+	if permanentFailure {
+		r.confirms.drop(agentID, seq)
+	} else if handled, recorded := r.confirms.take(agentID, seq, messageID); handled {
+		// Control traffic this frontend delivered: written behind, and no step of a message's
+		// life worth a span.
+		return recorded, nil
+	}
 	if !telemetry.Enabled() {
 		return r.confirmDelivery(ctx, agentID, seq, messageID, permanentFailure)
 	}
@@ -510,13 +517,8 @@ func (r *Router) ConfirmDelivery(ctx context.Context, agentID string, seq int64,
 	return recorded, err
 }
 
-// confirmDelivery is ConfirmDelivery.
+// confirmDelivery is ConfirmDelivery of a row the store confirms.
 func (r *Router) confirmDelivery(ctx context.Context, agentID string, seq int64, messageID string, permanentFailure bool) (bool, error) {
-	if permanentFailure {
-		r.confirms.drop(agentID, seq)
-	} else if handled, recorded := r.confirms.take(agentID, seq, messageID); handled {
-		return recorded, nil // control traffic this frontend delivered: written behind
-	}
 	note := "delivery confirmed by " + agentID
 	var ack control // the producer's ACK RECEIVED, as the plan that was written prepared it
 	req := store.ConfirmRequest{AgentID: agentID, Seq: seq, MessageID: messageID, Plan: func(rec store.MessageRecord) (*store.Step, error) {

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -23,6 +25,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres/pgtest"
+	"github.com/sw4rm/sw4rm-temporal/telemetry"
 )
 
 // BenchmarkRouterSendToFulfilled measures one message's whole life over gRPC with SDK agents:
@@ -30,15 +33,39 @@ import (
 // receives the forwarded FULFILLED ACK. It reports the rate and p50/p99 latency per store,
 // and again with both agents on HTTP/1.1 (the Connect protocol, sdk.WithHTTP1: §5.1's
 // fallback) as the variant <store>-http1, which benchreport sets beside the gRPC run.
+//
+// <store>-tracing runs it with tracing on (docs/observability.md, "Traces"): every span
+// sampled, exported through a batch processor to an exporter that drops them, so that what is
+// measured is the spans' cost, not a network's. <store>-tracing-off runs it once more after
+// that, with tracing off again: the same code as the plain run, nothing installed, so its
+// ratio to the plain run bounds what tracing costs when off (and the run's noise).
 func BenchmarkRouterSendToFulfilled(b *testing.B) {
 	for _, kind := range storeKinds {
 		for _, variant := range []struct {
-			suffix string
-			opts   []grpc.DialOption
-		}{{"", nil}, {"-http1", []grpc.DialOption{sdk.WithHTTP1()}}} {
-			b.Run(kind+variant.suffix, func(b *testing.B) { benchSendToFulfilled(b, kind, variant.opts...) })
+			suffix  string
+			opts    []grpc.DialOption
+			tracing bool
+		}{{"", nil, false}, {"-http1", []grpc.DialOption{sdk.WithHTTP1()}, false}, {"-tracing", nil, true}, {"-tracing-off", nil, false}} {
+			b.Run(kind+variant.suffix, func(b *testing.B) {
+				if variant.tracing {
+					installBenchTracing(b)
+				}
+				benchSendToFulfilled(b, kind, variant.opts...)
+			})
 		}
 	}
+}
+
+// installBenchTracing turns tracing on until b ends: a 100 % sampler and a batch processor
+// feeding an exporter that drops every span.
+func installBenchTracing(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	telemetry.Install(tp)
+	b.Cleanup(func() {
+		telemetry.Uninstall()
+		_ = tp.Shutdown(context.Background())
+	})
 }
 
 // benchSendToFulfilled is BenchmarkRouterSendToFulfilled on one store, its agents dialled

@@ -110,6 +110,8 @@ func main() {
 var variantTargets = map[string]float64{
 	"-auth-required": 1.10, // SW4RM_AUTH=required with every call signed, next to off (docs/security.md)
 	"-http1":         1.50, // the same over HTTP/1.1 with the Connect protocol, next to native gRPC (docs/http1.md)
+	"-tracing":       1.15, // tracing on, every span sampled and batched to a no-op exporter (docs/observability.md)
+	"-tracing-off":   1.02, // tracing off again after that run: nothing installed, so nothing to pay
 }
 
 // variants prints each variant next to its plain run, e.g. RouterThroughput/postgres-auth-required
