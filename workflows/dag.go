@@ -151,18 +151,23 @@ type DAGRunInput struct {
 // definition keep the base64 form, so the run still fails its validation as before.
 func (in DAGRunInput) MarshalJSON() ([]byte, error) {
 	type plain DAGRunInput
+	var pj json.RawMessage
 	def := &workflowpb.WorkflowDefinition{}
-	if in.Definition == nil || proto.Unmarshal(in.Definition, def) != nil {
-		return json.Marshal(plain(in))
-	}
-	pj, err := protojson.Marshal(def)
-	if err != nil {
+	if in.Definition != nil && proto.Unmarshal(in.Definition, def) == nil {
+		var err error
+		if pj, err = protojson.Marshal(def); err != nil {
+			return nil, err
+		}
+	} else if b, err := json.Marshal(in.Definition); err == nil {
+		pj = b
+	} else {
 		return nil, err
 	}
 	return json.Marshal(struct {
 		plain
 		Definition json.RawMessage
-	}{plain(in), pj})
+		Data       jsonform.JSONText `json:",omitempty"`
+	}{plain(in), pj, jsonform.JSONText(in.Data)})
 }
 
 // UnmarshalJSON reads Definition as protojson or, as recorded histories and runs started
@@ -172,10 +177,12 @@ func (in *DAGRunInput) UnmarshalJSON(data []byte) error {
 	v := struct {
 		*plain
 		Definition json.RawMessage
+		Data       jsonform.JSONText
 	}{plain: (*plain)(in)}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
+	in.Data = string(v.Data)
 	d := bytes.TrimSpace(v.Definition)
 	switch {
 	case len(d) == 0 || bytes.Equal(d, []byte("null")):
@@ -263,27 +270,55 @@ type DAGNodeState struct {
 	DueAt time.Time `json:",omitzero"`
 }
 
-// MarshalJSON writes Status by name ("FAILED", not 4), so the Temporal UI shows a run's
-// state and result as §17.7 names them.
+// MarshalJSON writes the workflow_data as JSON rather than a string of it (jsonform.JSONText).
+func (st DAGRunState) MarshalJSON() ([]byte, error) {
+	type plain DAGRunState
+	return json.Marshal(struct {
+		plain
+		Data jsonform.JSONText
+	}{plain(st), jsonform.JSONText(st.Data)})
+}
+
+// UnmarshalJSON reads the workflow_data as JSON or, as recorded histories hold it, as a
+// string.
+func (st *DAGRunState) UnmarshalJSON(data []byte) error {
+	type plain DAGRunState
+	v := struct {
+		*plain
+		Data jsonform.JSONText
+	}{plain: (*plain)(st)}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	st.Data = string(v.Data)
+	return nil
+}
+
+// MarshalJSON writes Status by name ("FAILED", not 4) and a JSON Output as JSON, so the
+// Temporal UI shows a run's state and result as §17.7 names them.
 func (s DAGNodeState) MarshalJSON() ([]byte, error) {
 	type plain DAGNodeState
 	// The outer Status hides the embedded one (encoding/json takes the shallower field).
 	return json.Marshal(struct {
 		plain
 		Status string
-	}{plain(s), s.Status.String()})
+		Output jsonform.JSONText `json:",omitempty"`
+	}{plain(s), s.Status.String(), jsonform.JSONText(s.Output)})
 }
 
-// UnmarshalJSON reads Status by name or, as recorded histories hold it, by number.
+// UnmarshalJSON reads Status by name or, as recorded histories hold it, by number, and
+// Output as JSON or a string.
 func (s *DAGNodeState) UnmarshalJSON(data []byte) error {
 	type plain DAGNodeState
 	v := struct {
 		*plain
 		Status json.RawMessage
+		Output jsonform.JSONText
 	}{plain: (*plain)(s)}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
+	s.Output = string(v.Output)
 	if v.Status == nil {
 		return nil
 	}

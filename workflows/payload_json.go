@@ -60,49 +60,55 @@ func (in *TaskInput) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// MarshalJSON writes ErrorCode by name.
+// MarshalJSON writes ErrorCode by name and a JSON Result as JSON.
 func (s TaskStatus) MarshalJSON() ([]byte, error) {
 	type plain TaskStatus
 	return json.Marshal(struct {
 		plain
-		ErrorCode string `json:",omitempty"`
-	}{plain(s), errorCodeJSON(s.ErrorCode)})
+		ErrorCode string            `json:",omitempty"`
+		Result    jsonform.JSONText `json:",omitempty"`
+	}{plain(s), errorCodeJSON(s.ErrorCode), jsonform.JSONText(s.Result)})
 }
 
-// UnmarshalJSON reads ErrorCode by name or by number.
+// UnmarshalJSON reads ErrorCode by name or by number, and Result as JSON or a string.
 func (s *TaskStatus) UnmarshalJSON(data []byte) error {
 	type plain TaskStatus
 	v := struct {
 		*plain
 		ErrorCode json.RawMessage
+		Result    jsonform.JSONText
 	}{plain: (*plain)(s)}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
+	s.Result = string(v.Result)
 	c, err := errorCodeOf(v.ErrorCode)
 	s.ErrorCode = c
 	return err
 }
 
-// MarshalJSON writes ErrorCode by name.
+// MarshalJSON writes ErrorCode by name and a JSON Result as JSON.
 func (e TaskEvent) MarshalJSON() ([]byte, error) {
 	type plain TaskEvent
 	return json.Marshal(struct {
 		plain
-		ErrorCode string `json:",omitempty"`
-	}{plain(e), errorCodeJSON(e.ErrorCode)})
+		ErrorCode string            `json:",omitempty"`
+		Result    jsonform.JSONText `json:",omitempty"`
+	}{plain(e), errorCodeJSON(e.ErrorCode), jsonform.JSONText(e.Result)})
 }
 
-// UnmarshalJSON reads ErrorCode by name or by number.
+// UnmarshalJSON reads ErrorCode by name or by number, and Result as JSON or a string.
 func (e *TaskEvent) UnmarshalJSON(data []byte) error {
 	type plain TaskEvent
 	v := struct {
 		*plain
 		ErrorCode json.RawMessage
+		Result    jsonform.JSONText
 	}{plain: (*plain)(e)}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
+	e.Result = string(v.Result)
 	c, err := errorCodeOf(v.ErrorCode)
 	e.ErrorCode = c
 	return err

@@ -47,7 +47,7 @@ func TestDAGRunInputJSON(t *testing.T) {
 	}
 	in := DAGRunInput{WorkflowID: "wf", Version: 1, Definition: raw, Data: `{"x":1}`, Revision: DAGRevisionCurrent}
 	got := mustJSON(t, in)
-	contains(t, got, `"Definition":{"workflowId":"wf"`, `"agentId":"agent-1"`, `"triggerType":"MANUAL"`)
+	contains(t, got, `"Definition":{"workflowId":"wf"`, `"agentId":"agent-1"`, `"triggerType":"MANUAL"`, `"Data":{"x":1}`)
 	if strings.Contains(got, base64.StdEncoding.EncodeToString(raw)) {
 		t.Errorf("the definition is still base64: %s", got)
 	}
@@ -70,22 +70,28 @@ func TestDAGRunInputJSON(t *testing.T) {
 // TestDAGNodeStateJSON: statuses by name, unset times left out; numbers still decode.
 func TestDAGNodeStateJSON(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	st := DAGRunState{WorkflowID: "wf", Status: DAGWaiting, StartedAt: at, Nodes: map[string]DAGNodeState{
+	st := DAGRunState{WorkflowID: "wf", Status: DAGWaiting, StartedAt: at, Data: `{"b":{"ok":true}}`, Nodes: map[string]DAGNodeState{
 		"a": {Status: workflowpb.NodeStatus_FAILED, StartedAt: at, Error: "task t FAILED", Attempts: 1},
+		"b": {Status: workflowpb.NodeStatus_COMPLETED, Output: `{"ok":true}`},
 	}}
 	got := mustJSON(t, st)
-	contains(t, got, `"Status":"FAILED"`, `"StartedAt":"2026-01-02T03:04:05Z"`)
+	contains(t, got, `"Status":"FAILED"`, `"StartedAt":"2026-01-02T03:04:05Z"`, `"Data":{"b":{"ok":true}}`, `"Output":{"ok":true}`)
 	if strings.Contains(got, "0001-01-01") {
 		t.Errorf("an unset time is written: %s", got)
 	}
 	var back DAGRunState
-	if err := json.Unmarshal([]byte(got), &back); err != nil || back.Nodes["a"].Status != workflowpb.NodeStatus_FAILED || !back.Nodes["a"].CompletedAt.IsZero() {
+	if err := json.Unmarshal([]byte(got), &back); err != nil || back.Nodes["a"].Status != workflowpb.NodeStatus_FAILED || !back.Nodes["a"].CompletedAt.IsZero() ||
+		back.Data != st.Data || back.Nodes["b"].Output != `{"ok":true}` {
 		t.Fatalf("decoded %+v, %v", back, err)
 	}
-	old := `{"Status":5,"StartedAt":"2026-01-02T03:04:05Z","CompletedAt":"0001-01-01T00:00:00Z","Attempts":1}`
+	old := `{"Status":5,"StartedAt":"2026-01-02T03:04:05Z","CompletedAt":"0001-01-01T00:00:00Z","Output":"{\"ok\":true}","Attempts":1}`
 	var ns DAGNodeState
-	if err := json.Unmarshal([]byte(old), &ns); err != nil || ns.Status != workflowpb.NodeStatus_FAILED || !ns.StartedAt.Equal(at) || !ns.CompletedAt.IsZero() {
+	if err := json.Unmarshal([]byte(old), &ns); err != nil || ns.Status != workflowpb.NodeStatus_FAILED || !ns.StartedAt.Equal(at) || !ns.CompletedAt.IsZero() || ns.Output != `{"ok":true}` {
 		t.Fatalf("decoded the old form as %+v, %v", ns, err)
+	}
+	var oldRun DAGRunState
+	if err := json.Unmarshal([]byte(`{"WorkflowID":"wf","Status":"WAITING","Data":"{\"x\":1}","StartedAt":"0001-01-01T00:00:00Z"}`), &oldRun); err != nil || oldRun.Data != `{"x":1}` {
+		t.Fatalf("decoded the old run state as %+v, %v", oldRun, err)
 	}
 }
 
@@ -107,6 +113,14 @@ func TestTaskJSON(t *testing.T) {
 		}
 	}
 
+	done := mustJSON(t, TaskStatus{TaskID: "t", State: TaskCompleted, Result: `{"n":2}`})
+	contains(t, done, `"Result":{"n":2}`)
+	for _, enc := range []string{done, `{"TaskID":"t","State":"COMPLETED","Result":"{\"n\":2}"}`} {
+		var back TaskStatus
+		if err := json.Unmarshal([]byte(enc), &back); err != nil || back.Result != `{"n":2}` {
+			t.Fatalf("decoded %s as %+v, %v", enc, back, err)
+		}
+	}
 	st := TaskStatus{TaskID: "t", State: TaskFailed, ErrorCode: commonpb.ErrorCode_TOOL_TIMEOUT}
 	got = mustJSON(t, st)
 	contains(t, got, `"ErrorCode":"TOOL_TIMEOUT"`)

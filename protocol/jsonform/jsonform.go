@@ -131,3 +131,35 @@ func UnmarshalEnum(data []byte, values map[string]int32) (int32, error) {
 	}
 	return int32(n), nil
 }
+
+// JSONText is a string that usually holds JSON text (a DAG run's workflow_data, a task's
+// result). It encodes as the JSON itself when it is a compact JSON object or array (so
+// decoding gives back the same text), else as a JSON string; it decodes either.
+type JSONText string
+
+// MarshalJSON implements json.Marshaler.
+func (t JSONText) MarshalJSON() ([]byte, error) {
+	if b := []byte(t); jsonText(b) {
+		var c bytes.Buffer
+		if json.Compact(&c, b) == nil && bytes.Equal(c.Bytes(), b) {
+			return b, nil
+		}
+	}
+	return json.Marshal(string(t))
+}
+
+// UnmarshalJSON implements json.Unmarshaler: an object or array is taken as its text, a
+// string as itself.
+func (t *JSONText) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && (data[0] == '{' || data[0] == '[') {
+		*t = JSONText(data)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("jsonform: JSON text: %w", err)
+	}
+	*t = JSONText(s)
+	return nil
+}

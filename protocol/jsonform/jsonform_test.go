@@ -72,3 +72,28 @@ func TestEnum(t *testing.T) {
 		t.Fatal("an unknown name: no error")
 	}
 }
+
+// TestJSONText: compact JSON objects and arrays are inlined, anything else stays a string;
+// both read back as the same text, and the old form (a string) decodes.
+func TestJSONText(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"a":1}`:    `{"a":1}`,
+		`[1]`:        `[1]`,
+		`{ "a": 1 }`: `"{ \"a\": 1 }"`,
+		`plain`:      `"plain"`,
+		`"quoted"`:   `"\"quoted\""`,
+		``:           `""`,
+	} {
+		got, err := json.Marshal(JSONText(in))
+		if err != nil || string(got) != want {
+			t.Fatalf("Marshal(%q) = %s, %v; want %s", in, got, err, want)
+		}
+		old, _ := json.Marshal(in)
+		for _, enc := range [][]byte{got, old} {
+			var back JSONText
+			if err := json.Unmarshal(enc, &back); err != nil || string(back) != in {
+				t.Fatalf("Unmarshal(%s) = %q, %v; want %q", enc, back, err, in)
+			}
+		}
+	}
+}
