@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/converter"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -139,6 +141,15 @@ func TestDAGRunDiamondFailResume(t *testing.T) {
 			assert.Equal(t, workflowpb.NodeStatus_PENDING, st.GetNodeStates()["package"].GetStatus(), "a failed node's dependents do not run")
 			assert.Equal(t, workflowpb.NodeStatus_COMPLETED, st.GetNodeStates()["lint"].GetStatus())
 			assert.Zero(t, p.count("package"))
+			// The Temporal UI shows the failed node's task failed, labelled with its node.
+			failed := workflows.TaskWorkflowID(workflows.DAGTaskID(id, "test", 1))
+			d, err := sys.app.Temporal().DescribeWorkflowExecution(ctx, failed, "")
+			require.NoError(t, err)
+			assert.Equal(t, enums.WORKFLOW_EXECUTION_STATUS_FAILED, d.GetWorkflowExecutionInfo().GetStatus(), "a FAILED task fails its workflow")
+			var summary string
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayload(d.GetExecutionConfig().GetUserMetadata().GetSummary(), &summary))
+			assert.Equal(t, "DAG "+id+" node test on agent "+agents["test"]+", attempt 1", summary)
+			recordHistory(t, sys.app.Temporal(), failed, "task_failed_dag_node_"+kind)
 
 			_, err = wc.ResumeWorkflow(ctx, &workflowpb.ResumeWorkflowRequest{WorkflowId: id, NodeId: "nope"})
 			assert.Equal(t, codes.FailedPrecondition, status.Code(err), "an unknown node: %v", err)
@@ -165,6 +176,8 @@ func TestDAGRunDiamondFailResume(t *testing.T) {
 			require.NoError(t, err, out)
 			assert.Contains(t, out, "package<br/>agent: "+agents["package"]+"<br/>COMPLETED")
 			recordHistory(t, sys.app.Temporal(), workflows.DAGWorkflowID(id), "dag_run_"+kind)
+			// The same run as this code records it: readable payloads, summaries, a failed child.
+			recordHistory(t, sys.app.Temporal(), workflows.DAGWorkflowID(id), "dag_run_readable_"+kind)
 		})
 	}
 }
