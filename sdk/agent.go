@@ -55,6 +55,8 @@ type Agent struct {
 	seq      atomic.Uint64
 	retry    *retrier
 	signer   *Signer // nil: calls are not signed
+	// hlc is the highest hlc_timestamp received, sent on what the agent sends (hlc.go).
+	hlc hlcSeen
 
 	// regMu serializes registrations and rotations; registered is the descriptor of the
 	// last accepted one, which a rotation registers again with the new key.
@@ -410,8 +412,13 @@ func (a *Agent) Send(ctx context.Context, m Message) (*commonpb.Envelope, error)
 }
 
 // SendEnvelope sends a caller-built envelope to the agent to ("" for ACKs, which the server
-// routes to the acknowledged message's producer).
+// routes to the acknowledged message's producer). An envelope without hlc_timestamp is given
+// the highest the agent has received (LastHLC), so the server orders it after them (§4).
 func (a *Agent) SendEnvelope(ctx context.Context, env *commonpb.Envelope, to string) error {
+	if env.GetHlcTimestamp() == "" {
+		// §4: what the agent sends follows what it has received (hlc.go).
+		env.HlcTimestamp = a.hlc.get()
+	}
 	if to != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, wire.RecipientKey, to)
 	}
@@ -584,6 +591,7 @@ func (s *Stream) Next() (*Delivery, error) {
 	}
 	d := &Delivery{Envelope: item.GetMsg(), Seq: item.GetSeq(), agent: s.agent}
 	d.traceParent = takeTraceParent(d.Envelope)
+	s.agent.hlc.observe(d.Envelope.GetHlcTimestamp())
 	if p, ok := d.AckPayload(); ok {
 		d.Retry, d.RetryErr = s.agent.retry.onAck(s.ctx, s.agent, d.Envelope.GetProducerId(), p)
 	}

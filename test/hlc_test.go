@@ -23,8 +23,8 @@ import (
 
 // TestHLCOrdersACausalChainAcrossSkewedFrontends: two frontends share one PostgreSQL store,
 // the second's clock 2 s behind the first's (injected). Agent A talks through the first, B
-// through the second; each reply carries the HLC of the message it answers, as §4's example
-// chain does. Every envelope delivered carries an HLC after the one before it in the chain,
+// through the second; the SDK sends on each reply the highest HLC its agent received, so the
+// reply follows the message it answers, as §4's example chain does. Every envelope delivered carries an HLC after the one before it in the chain,
 // although the second frontend's wall clock is behind the first's stamps; the audit log read
 // through AuditAdminService (and `sw4rm audit`) ordered by HLC gives the chain's admissions
 // in causal order, while ordered by time some row of the second frontend comes before what
@@ -52,29 +52,27 @@ func TestHLCOrdersACausalChainAcrossSkewedFrontends(t *testing.T) {
 	waitState(t, sys1, b.ID(), commonpb.AgentState_RUNNABLE)
 
 	corr := uuid.NewString()
-	// send sends one step of the chain from one agent to the other, carrying the HLC of what
-	// the sender last received (none for the first), and returns the envelope as the
-	// recipient's stream delivers it.
-	send := func(from *sdk.Agent, to *sdk.Agent, toIn *inbox, after string) *commonpb.Envelope {
+	// send sends one step of the chain from one agent to the other and returns the envelope
+	// as the recipient's stream delivers it.
+	send := func(from *sdk.Agent, to *sdk.Agent, toIn *inbox) *commonpb.Envelope {
 		t.Helper()
-		env := &commonpb.Envelope{MessageId: uuid.NewString(), ProducerId: from.ID(), CorrelationId: corr,
-			MessageType: commonpb.MessageType_DATA, ContentType: "application/json", Payload: []byte(`{}`), ContentLength: 2,
-			HlcTimestamp: after}
-		require.NoError(t, from.SendEnvelope(ctx, env, to.ID()))
+		sent, err := from.Send(ctx, sdk.Message{To: to.ID(), CorrelationID: corr, Payload: []byte(`{}`)})
+		require.NoError(t, err)
+		env := sent
 		got := toIn.next(t, true, func(d *sdk.Delivery) bool { return d.Envelope.GetMessageId() == env.GetMessageId() })
 		require.NoError(t, to.Ack(ctx, got.Envelope, commonpb.AckStage_RECEIVED, 0, ""))
 		return got.Envelope
 	}
 	var chain []*commonpb.Envelope
-	last := ""
 	for i := range 4 {
 		from, to, toIn := a, b, bIn // A → B through frontend 1, the 2 s ahead one
 		if i%2 == 1 {
 			from, to, toIn = b, a, aIn // B → A through frontend 2, the 2 s behind one
 		}
-		got := send(from, to, toIn, last)
-		chain = append(chain, got)
-		last = got.GetHlcTimestamp()
+		if i > 0 {
+			require.GreaterOrEqual(t, from.LastHLC(), chain[i-1].GetHlcTimestamp(), "the sender has the HLC of what it answers")
+		}
+		chain = append(chain, send(from, to, toIn))
 	}
 	var prev hlc.Timestamp
 	for i, env := range chain {
