@@ -167,7 +167,7 @@ func (w *hitlWait) run(ctx workflow.Context) (hitl.Outcome, error) {
 	decisions := workflow.GetSignalChannel(ctx, hitl.DecisionSignal)
 	var timerCtx workflow.Context
 	timerCtx, w.cancelTimer = workflow.WithCancel(ctx)
-	w.timer = workflow.NewTimer(timerCtx, w.deadline.Sub(workflow.Now(ctx)))
+	w.timer = workflow.NewTimerWithOptions(timerCtx, w.deadline.Sub(workflow.Now(ctx)), w.deadlineTimer())
 	w.cancelExternal = func() {}
 	w.askExternal(ctx)
 	if w.outcome == nil && !w.askAgent(ctx) && w.onlyAgent() {
@@ -220,6 +220,7 @@ func (w *hitlWait) askExternal(ctx workflow.Context) {
 		StartToCloseTimeout: w.deadline.Sub(workflow.Now(ctx)) + 10*time.Second,
 		HeartbeatTimeout:    30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:             summary("ask the external HITL component about %s %s", w.inv.ReasonType, w.inv.InvocationID),
 	})
 	w.external = workflow.ExecuteActivity(ectx, acts.AskExternalHitl, w.inv)
 }
@@ -240,6 +241,7 @@ func (w *hitlWait) askAgent(ctx workflow.Context) bool {
 	sctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
+		Summary:             summary("send %s %s to HITL agent %s", w.inv.ReasonType, w.inv.InvocationID, w.policy.Agent),
 	})
 	var sent activities.HitlAgentDelivery
 	err := workflow.ExecuteActivity(sctx, acts.SendHitlInvocation, activities.HitlAgentInput{
@@ -287,7 +289,7 @@ func (w *hitlWait) extendOrFallback(ctx workflow.Context, reason string) {
 	w.cancelTimer()
 	var timerCtx workflow.Context
 	timerCtx, w.cancelTimer = workflow.WithCancel(ctx)
-	w.timer = workflow.NewTimer(timerCtx, extendBy)
+	w.timer = workflow.NewTimerWithOptions(timerCtx, extendBy, w.deadlineTimer())
 	w.audit(ctx, "hitl.deadline_extended", "fallback", map[string]any{"reason": reason, "extension": w.extensions, "max_extensions": maxExt, "deadline": w.deadline.UTC().Format(time.RFC3339)})
 	if reason == "hitl_unavailable" {
 		w.askExternal(ctx)
@@ -451,4 +453,10 @@ func HitlStartOptions(invocationID, taskQueue string) client.StartWorkflowOption
 // on it; the workflow's own checks decide whether the decision stands.
 func SignalHITLDecision(ctx context.Context, c client.Client, d hitl.Decision) error {
 	return c.SignalWorkflow(ctx, hitl.WorkflowID(d.InvocationID), "", hitl.DecisionSignal, d)
+}
+
+// deadlineTimer is the options of the timer of the invocation's deadline (§15.3): what the
+// Temporal UI shows the timer as.
+func (w *hitlWait) deadlineTimer() workflow.TimerOptions {
+	return workflow.TimerOptions{Summary: summary("deadline of %s %s: %s", w.inv.ReasonType, w.inv.InvocationID, w.deadline.UTC().Format(time.RFC3339))}
 }
