@@ -40,6 +40,8 @@ func TestDecide(t *testing.T) {
 		{"completed, no final state", known(enums.WORKFLOW_EXECUTION_STATUS_COMPLETED, workflows.TaskRunning), true, store.ActivityUnknown},
 		{"completed, unreadable result", Outcome{Known: true, Status: enums.WORKFLOW_EXECUTION_STATUS_COMPLETED, ResultError: "bad json"}, true, store.ActivityUnknown},
 		{"failed", known(enums.WORKFLOW_EXECUTION_STATUS_FAILED, ""), true, store.ActivityFailed},
+		{"failed, task failed", known(enums.WORKFLOW_EXECUTION_STATUS_FAILED, workflows.TaskFailed), true, store.ActivityFailed},
+		{"failed, task rejected", known(enums.WORKFLOW_EXECUTION_STATUS_FAILED, workflows.TaskRejected), true, store.ActivityFailed},
 		{"timed out", known(enums.WORKFLOW_EXECUTION_STATUS_TIMED_OUT, ""), true, store.ActivityFailed},
 		{"terminated", known(enums.WORKFLOW_EXECUTION_STATUS_TERMINATED, ""), true, store.ActivityFailed},
 		{"cancelled", known(enums.WORKFLOW_EXECUTION_STATUS_CANCELED, ""), true, store.ActivityCancelled},

@@ -136,6 +136,31 @@ func TestToolCallNonIdempotentRunsOnce(t *testing.T) {
 	assert.Equal(t, "INTERNAL_ERROR", summary(t, fs[0]).ErrorCode)
 }
 
+// TestToolCallFailedCompletesInRecordedRuns: a run recorded before a call with an error
+// code failed its workflow (GetVersion answers the default) completes with its result, and
+// ToolOutcome reads it; a new run fails with the code as the error's type.
+func TestToolCallFailedCompletesInRecordedRuns(t *testing.T) {
+	fail := func(context.Context, int64, tools.Emit) (tools.Result, error) {
+		return tools.Result{}, tool.Errorf(tool.CodeInternal, "the provider hiccuped")
+	}
+	h := newToolHarness(t, false, tool.Policy{}, fail)
+	h.env.OnGetVersion("tool-failed-error", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	h.env.ExecuteWorkflow(workflows.ToolCall, h.in)
+	require.NoError(t, h.env.GetWorkflowError())
+	var res workflows.ToolCallResult
+	require.NoError(t, h.env.GetWorkflowResult(&res))
+	got, ok := workflows.ToolOutcome(res, nil)
+	require.True(t, ok)
+	assert.Equal(t, tool.CodeInternal, got.Code)
+
+	h = newToolHarness(t, false, tool.Policy{}, fail)
+	h.env.ExecuteWorkflow(workflows.ToolCall, h.in)
+	var ae *temporal.ApplicationError
+	require.ErrorAs(t, h.env.GetWorkflowError(), &ae)
+	assert.Equal(t, "internal_error", ae.Type())
+	assert.True(t, ae.NonRetryable())
+}
+
 // TestToolCallIdempotentRetries: an idempotent tool with retries is tried again after a
 // transient failure and completes; a final failure (TOOL_FAILED) is never retried.
 func TestToolCallIdempotentRetries(t *testing.T) {
