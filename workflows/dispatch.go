@@ -107,7 +107,8 @@ type QueuedTask struct {
 	TaskID string
 	// Priority is -19 (highest) .. 20 (lowest).
 	Priority int32
-	// Params, ContentType and Scope travel in the RUN.
+	// Params, ContentType and Scope travel in the RUN; JSON parameters are JSON in the
+	// signal (jsonform.Bytes).
 	Params      jsonform.Bytes `json:",omitempty"`
 	ContentType string         `json:",omitempty"`
 	Scope       string         `json:",omitempty"`
