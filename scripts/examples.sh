@@ -19,8 +19,14 @@ export SW4RM_UI_PORT=$((base + 234))
 export SW4RM_GRPC_ADDR=127.0.0.1:$((base + 51))
 export SW4RM_HTTP_ADDR=127.0.0.1:$((base + 80))
 export SW4RM_SERVER=$SW4RM_GRPC_ADDR
+# The examples run traced, as SW4RM_TRACING=1 make dev runs them, into make dev's own OTLP
+# receiver (sw4rm traces collect); at the end, every pattern must have left its spans.
+export SW4RM_TRACING=${SW4RM_TRACING-1} SW4RM_TRACES_ADDR=127.0.0.1:$((base + 318))
+unset OTEL_EXPORTER_OTLP_ENDPOINT
+traces=.tmp/traces.jsonl
 
 mkdir -p .tmp
+: > "$traces"
 log=.tmp/examples-dev.log
 examples=$(sed -n 's/^\(example-[A-Za-z0-9_-]*\):.*/\1/p' Makefile)
 [[ -n "$examples" ]] || { echo "examples: no example-* targets in the Makefile" >&2; exit 1; }
@@ -71,4 +77,20 @@ if [[ $failed != 0 ]]; then
   echo "examples: the end of make dev's log:" >&2
   tail -n 60 "$log" >&2
   exit 1
+fi
+
+# The traces: a DAG run's workflow, a task's, a tool call's and a message's delivery must all be
+# among the spans make dev exported (docs/observability.md); the batch exporter flushes within
+# five seconds.
+if [[ "$SW4RM_TRACING" == 1 ]]; then
+  missing=""
+  for name in RunWorkflow:DAGRun RunWorkflow:TaskWorkflow RunWorkflow:ToolCall sw4rm.router.RouterService/SendMessage; do
+    for _ in $(seq 1 20); do grep -q "\"name\":\"$name" "$traces" && break; sleep 0.5; done
+    grep -q "\"name\":\"$name" "$traces" || missing="$missing $name"
+  done
+  if [[ -n "$missing" ]]; then
+    echo "examples: no span named$missing in $traces" >&2
+    exit 1
+  fi
+  echo "examples: traced: $(wc -l < "$traces") spans in $(bin/sw4rm traces show --file "$traces" --last 0 | tail -n +2 | wc -l) traces"
 fi
