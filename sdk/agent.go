@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -137,12 +136,6 @@ func Dial(addr, agentID string, opts ...grpc.DialOption) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Every call sends the span context of its ctx as `traceparent` (a delivery's, see
-	// Delivery.Context), so the agent's ACKs and replies continue the message's trace. Always
-	// on: with no tracer provider installed the handler starts only no-op spans, which cost
-	// next to nothing, and it needs none, since the W3C propagator is its own rather than the
-	// global one; with one installed, the agent's calls are spans of its traces.
-	grpcOpts = append(grpcOpts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithPropagators(propagation.TraceContext{}))))
 	if signer != nil {
 		// Last, so that the signer is the innermost interceptor: nothing after it changes
 		// the bytes it signed.
@@ -190,10 +183,12 @@ func newAgent(agentID string, conn interface {
 	grpc.ClientConnInterface
 	io.Closer
 }, signer *Signer) *Agent {
+	// Every call carries its ctx's span context (a delivery's: Delivery.Context).
+	traced := traceConn{conn}
 	a := &Agent{
-		id: agentID, conn: conn, closer: conn,
-		router:   routerpb.NewRouterServiceClient(conn),
-		registry: registrypb.NewRegistryServiceClient(conn),
+		id: agentID, conn: traced, closer: conn,
+		router:   routerpb.NewRouterServiceClient(traced),
+		registry: registrypb.NewRegistryServiceClient(traced),
 		retry:    newRetrier(),
 		signer:   signer,
 	}
