@@ -64,11 +64,15 @@ func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server),
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.GRPCAddr, err)
 	}
-	// The RPC metrics' stats handler sees each call's final status, whichever protocol.
-	opts := append(grpcServerOptions(cfg, log, a.auth), grpc.StatsHandler(a.metrics.RPCStats()))
+	// The RPC metrics' interceptors come first, the outermost, so they see each call's final
+	// status, whichever protocol carried it.
+	unary, stream := a.metrics.RPCInterceptors()
+	opts := append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)},
+		grpcServerOptions(cfg, log, a.auth)...)
 	if telemetry.Enabled() {
-		// A span per call, continuing the caller's `traceparent`; none at all with tracing off.
-		opts = append(opts, grpc.StatsHandler(telemetry.ServerHandler()))
+		// A span per call, continuing the caller's `traceparent`, but for the router's calls,
+		// whose span the router makes; none at all with tracing off.
+		opts = append(opts, grpc.StatsHandler(telemetry.ServerHandler(frontend.RouterSpannedCalls...)))
 	}
 	a.grpc = grpc.NewServer(opts...)
 	register(a.grpc)

@@ -27,6 +27,13 @@ type routerService struct {
 	s *Server
 }
 
+// RouterSpannedCalls are the calls whose span, with tracing on, the router makes itself rather
+// than the gRPC server (telemetry.ServerHandler): SendMessage is the router's "send
+// <recipient>" or "ack", AckDelivery its "confirm" (or no span, for the confirmation of
+// control traffic). A message's round trip makes five such calls, and a span per step rather
+// than two halves what tracing costs it (docs/observability.md, "Cost").
+var RouterSpannedCalls = []string{routerpb.RouterService_SendMessage_FullMethodName, routerpb.RouterService_AckDelivery_FullMethodName}
+
 // SendMessage admits an envelope addressed by the sw4rm-recipient metadata (see
 // wire.RecipientKey). Protocol rejections answer accepted=false with the reason
 // "<error_code>: <what was wrong>" and the sw4rm-error-code trailer; the producer also gets a

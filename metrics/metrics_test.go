@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/sw4rm/sw4rm-temporal/audit"
@@ -84,23 +83,25 @@ func TestEveryNameHasThePrefix(t *testing.T) {
 	}
 }
 
-// The RPC stats handler counts unary calls by service, method and final code, times them,
-// counts streams' starts and ends, and labels a method the server does not serve "unknown".
-func TestRPCStats(t *testing.T) {
+// The RPC interceptors count unary calls by service, method and final code, time them,
+// count streams' starts and ends, and label a method the server does not serve "unknown".
+func TestRPCInterceptors(t *testing.T) {
 	m, _ := newTestRouter(t)
-	h := m.RPCStats()
+	unary, stream := m.RPCInterceptors()
 	m.RPCMethods(map[string]grpc.ServiceInfo{"sw4rm.router.RouterService": {Methods: []grpc.MethodInfo{
 		{Name: "SendMessage"}, {Name: "StreamIncoming", IsServerStream: true}}}})
-	call := func(method string, stream bool, err error) {
-		ctx := h.TagRPC(context.Background(), &stats.RPCTagInfo{FullMethodName: method})
-		begin := time.Now()
-		h.HandleRPC(ctx, &stats.Begin{BeginTime: begin, IsServerStream: stream})
-		h.HandleRPC(ctx, &stats.End{BeginTime: begin, EndTime: begin.Add(3 * time.Millisecond), Error: err})
+	call := func(method string, err error) {
+		_, got := unary(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) {
+			return nil, err
+		})
+		require.Equal(t, err, got, "the interceptor hands the handler's answer on")
 	}
-	call("/sw4rm.router.RouterService/SendMessage", false, nil)
-	call("/sw4rm.router.RouterService/SendMessage", false, status.Error(codes.ResourceExhausted, "buffer_full"))
-	call("/sw4rm.router.RouterService/StreamIncoming", true, status.Error(codes.Canceled, "gone"))
-	call("/evil/Method1", false, status.Error(codes.Unimplemented, "no"))
+	call("/sw4rm.router.RouterService/SendMessage", nil)
+	call("/sw4rm.router.RouterService/SendMessage", status.Error(codes.ResourceExhausted, "buffer_full"))
+	call("/evil/Method1", status.Error(codes.Unimplemented, "no"))
+	err := stream(nil, nil, &grpc.StreamServerInfo{FullMethod: "/sw4rm.router.RouterService/StreamIncoming", IsServerStream: true},
+		func(any, grpc.ServerStream) error { return status.Error(codes.Canceled, "gone") })
+	require.Equal(t, codes.Canceled, status.Code(err))
 
 	svc := "service=sw4rm.router.RouterService"
 	require.Equal(t, 1.0, value(t, m, "sw4rm_rpc_requests_total", svc, "method=SendMessage", "code=OK"))
@@ -109,6 +110,13 @@ func TestRPCStats(t *testing.T) {
 	require.Equal(t, 1.0, value(t, m, "sw4rm_rpc_streams_started_total", svc, "method=StreamIncoming"))
 	require.Equal(t, 1.0, value(t, m, "sw4rm_rpc_streams_ended_total", svc, "method=StreamIncoming", "code=Canceled"))
 	require.Equal(t, 1.0, value(t, m, "sw4rm_rpc_requests_total", "service=unknown", "method=unknown", "code=Unimplemented"))
+
+	// A nil Router's interceptors pass calls through and record nothing.
+	var none *Router
+	u, _ := none.RPCInterceptors()
+	resp, err := u(context.Background(), "req", &grpc.UnaryServerInfo{FullMethod: "/x/Y"}, func(_ context.Context, req any) (any, error) { return req, nil })
+	require.NoError(t, err)
+	require.Equal(t, "req", resp)
 }
 
 // The audit events of the patterns' transitions feed the per-pattern counters and latencies.

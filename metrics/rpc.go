@@ -2,12 +2,12 @@ package metrics
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -15,19 +15,30 @@ import (
 // name, and each must not become a series of its own.
 const unknownMethod = "unknown"
 
-// rpcStats is a gRPC stats handler that records RED metrics per RPC: requests and their
-// latency by service, method and code, and the starts and ends of streams. A stats handler,
-// rather than an interceptor, sees every call with its final status — after the error table,
-// authentication and a recovered panic have answered — and whichever protocol carried it
-// (native gRPC, or Connect and gRPC-Web through the same grpc.Server).
+// rpcStats records RED metrics per RPC: requests and their latency by service, method and
+// code, and the starts and ends of streams. Its interceptors are the server's outermost
+// (RPCInterceptors), so they see every call's final status — after the error table,
+// authentication and a recovered panic have answered — whichever protocol carried it (native
+// gRPC, or Connect and gRPC-Web through the same grpc.Server). Interceptors rather than a
+// stats handler: a stats handler makes grpc-go time and report every header and payload of
+// every call, which cost a message's round trip 5 % (docs/observability.md, "Metrics").
 type rpcStats struct {
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
 	streamsBegun  *prometheus.CounterVec
 	streamsEnded  *prometheus.CounterVec
 	streamLatency *prometheus.HistogramVec
-	// methods holds the full method names the server serves (Methods); nil until then.
-	methods atomic.Pointer[map[string]bool]
+	// methods holds each served method's series (Methods); nil until then.
+	methods atomic.Pointer[map[string]*methodSeries]
+}
+
+// methodSeries are one method's series whose labels do not depend on the call, looked up once.
+type methodSeries struct {
+	service, method string
+	ok              prometheus.Counter
+	latency         prometheus.Observer
+	begun           prometheus.Counter
+	streamLatency   prometheus.Observer
 }
 
 func newRPCStats(register func(...prometheus.Collector)) *rpcStats {
@@ -47,90 +58,78 @@ func newRPCStats(register func(...prometheus.Collector)) *rpcStats {
 	return h
 }
 
-// Methods names the methods the server serves; calls to any other are labelled "unknown".
+// Methods names the methods the server serves; a call to any other (possible only before
+// Methods, since gRPC answers Unimplemented before any interceptor runs) is labelled "unknown".
 func (h *rpcStats) Methods(services map[string]grpc.ServiceInfo) {
-	known := map[string]bool{}
+	known := map[string]*methodSeries{}
 	for svc, info := range services {
 		for _, m := range info.Methods {
-			known["/"+svc+"/"+m.Name] = true
+			known["/"+svc+"/"+m.Name] = h.series(svc, m.Name)
 		}
 	}
 	h.methods.Store(&known)
 }
 
-// rpcKey carries a call's labels from TagRPC to HandleRPC.
-type rpcKey struct{}
-
-type rpcCall struct {
-	service, method string
-	stream          bool
+// series looks up the series of a method.
+func (h *rpcStats) series(service, method string) *methodSeries {
+	return &methodSeries{service: service, method: method,
+		ok: h.requests.WithLabelValues(service, method, codes.OK.String()), latency: h.latency.WithLabelValues(service, method),
+		begun: h.streamsBegun.WithLabelValues(service, method), streamLatency: h.streamLatency.WithLabelValues(service, method)}
 }
 
-// TagRPC implements stats.Handler.
-func (h *rpcStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	c := &rpcCall{service: unknownMethod, method: unknownMethod}
-	if known := h.methods.Load(); known != nil && (*known)[info.FullMethodName] {
-		// "/sw4rm.router.RouterService/SendMessage" → service and method.
-		if svc, m, ok := strings.Cut(strings.TrimPrefix(info.FullMethodName, "/"), "/"); ok {
-			c.service, c.method = svc, m
+// of returns the series of the method fullMethod names.
+func (h *rpcStats) of(fullMethod string) *methodSeries {
+	if known := h.methods.Load(); known != nil {
+		if s := (*known)[fullMethod]; s != nil {
+			return s
 		}
 	}
-	return context.WithValue(ctx, rpcKey{}, c)
+	return h.series(unknownMethod, unknownMethod)
 }
 
-// HandleRPC implements stats.Handler.
-func (h *rpcStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	c, _ := ctx.Value(rpcKey{}).(*rpcCall)
-	if c == nil || s.IsClient() {
-		return
+// unary records a unary call.
+func (h *rpcStats) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	s := h.of(info.FullMethod)
+	if code := status.Code(err); code == codes.OK {
+		s.ok.Inc()
+	} else {
+		h.requests.WithLabelValues(s.service, s.method, code.String()).Inc()
 	}
-	switch s := s.(type) {
-	case *stats.Begin:
-		c.stream = s.IsClientStream || s.IsServerStream
-		if c.stream {
-			h.streamsBegun.WithLabelValues(c.service, c.method).Inc()
-		}
-	case *stats.End:
-		code := status.Code(s.Error).String()
-		d := s.EndTime.Sub(s.BeginTime).Seconds()
-		if c.stream {
-			h.streamsEnded.WithLabelValues(c.service, c.method, code).Inc()
-			h.streamLatency.WithLabelValues(c.service, c.method).Observe(d)
-			return
-		}
-		h.requests.WithLabelValues(c.service, c.method, code).Inc()
-		h.latency.WithLabelValues(c.service, c.method).Observe(d)
-	}
+	s.latency.Observe(time.Since(start).Seconds())
+	return resp, err
 }
 
-// TagConn implements stats.Handler.
-func (h *rpcStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+// stream records a streaming call.
+func (h *rpcStats) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	start := time.Now()
+	s := h.of(info.FullMethod)
+	s.begun.Inc()
+	err := handler(srv, ss)
+	h.streamsEnded.WithLabelValues(s.service, s.method, status.Code(err).String()).Inc()
+	s.streamLatency.Observe(time.Since(start).Seconds())
+	return err
+}
 
-// HandleConn implements stats.Handler.
-func (h *rpcStats) HandleConn(context.Context, stats.ConnStats) {}
-
-// RPCStats returns the gRPC stats handler that records the RPC metrics
-// (sw4rm_rpc_*); give it to the server with grpc.StatsHandler, and the served methods to
-// RPCMethods once they are registered. A nil Router's records nothing.
-func (m *Router) RPCStats() stats.Handler {
+// RPCInterceptors returns the interceptors that record the RPC metrics (sw4rm_rpc_*); give
+// them to the server first, so that they are the outermost, and the served methods to
+// RPCMethods once they are registered. A nil Router's record nothing.
+func (m *Router) RPCInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	if m == nil {
-		return noStats{}
+		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+				return handler(ctx, req)
+			}, func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+				return handler(srv, ss)
+			}
 	}
-	return m.rpc
+	return m.rpc.unary, m.rpc.stream
 }
 
 // RPCMethods names the methods the server serves (grpc.Server.GetServiceInfo), which label
-// the RPC metrics; a call to any other is labelled "unknown".
+// the RPC metrics.
 func (m *Router) RPCMethods(services map[string]grpc.ServiceInfo) {
 	if m != nil {
 		m.rpc.Methods(services)
 	}
 }
-
-// noStats is a stats handler that records nothing.
-type noStats struct{}
-
-func (noStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
-func (noStats) HandleRPC(context.Context, stats.RPCStats)                         {}
-func (noStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
-func (noStats) HandleConn(context.Context, stats.ConnStats)                       {}

@@ -40,7 +40,7 @@ func (s spanTree) find(name, key, value string) sdktrace.ReadOnlySpan {
 			return sp
 		}
 		for _, a := range sp.Attributes() {
-			if string(a.Key) == key && a.Value.Emit() == value {
+			if string(a.Key) == key && a.Value.String() == value {
 				return sp
 			}
 		}
@@ -93,7 +93,7 @@ func names(spans []sdktrace.ReadOnlySpan) string {
 func attr(sp sdktrace.ReadOnlySpan, key string) string {
 	for _, a := range sp.Attributes() {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
