@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -23,7 +25,9 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/metrics"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/negotiationroompb"
+	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
+	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres/pgtest"
 	"github.com/sw4rm/sw4rm-temporal/telemetry"
 )
@@ -34,31 +38,163 @@ import (
 // and again with both agents on HTTP/1.1 (the Connect protocol, sdk.WithHTTP1: §5.1's
 // fallback) as the variant <store>-http1, which benchreport sets beside the gRPC run.
 //
-// <store>-tracing runs it with tracing on (docs/observability.md, "Traces"): every span
-// sampled, exported through a batch processor to an exporter that drops them, so that what is
-// measured is the spans' cost, not a network's. <store>-tracing-off runs it once more after
-// that, with tracing off again: the same code as the plain run, nothing installed, so its
-// ratio to the plain run bounds what tracing costs when off (and the run's noise).
+// BenchmarkRouterTracing measures it with tracing on, BenchmarkTracingOff with tracing off.
 func BenchmarkRouterSendToFulfilled(b *testing.B) {
 	for _, kind := range storeKinds {
 		for _, variant := range []struct {
-			suffix  string
-			opts    []grpc.DialOption
-			tracing bool
-		}{{"", nil, false}, {"-http1", []grpc.DialOption{sdk.WithHTTP1()}, false}, {"-tracing", nil, true}, {"-tracing-off", nil, false}} {
+			suffix string
+			opts   []grpc.DialOption
+		}{{"", nil}, {"-http1", []grpc.DialOption{sdk.WithHTTP1()}}} {
 			b.Run(kind+variant.suffix, func(b *testing.B) {
-				if variant.tracing {
-					installBenchTracing(b)
-				}
-				benchSendToFulfilled(b, kind, variant.opts...)
+				benchSendToFulfilled(b, kind, nil, nil, variant.opts...)
 			})
 		}
 	}
 }
 
-// installBenchTracing turns tracing on until b ends: a 100 % sampler and a batch processor
-// feeding an exporter that drops every span.
-func installBenchTracing(b *testing.B) {
+// BenchmarkTracingOff measures what tracing off adds to one round trip of
+// BenchmarkRouterSendToFulfilled: nothing is installed (no gRPC handler, no interceptor, the
+// global no-op tracer), so what is left are the checks its steps run — the router's Send and
+// ConfirmDelivery asking telemetry.Enabled, each admission asking its context for a
+// `traceparent`, each delivery asking DeliverSpan, each of the SDK's calls asking its context
+// for a span. One iteration runs the checks of one round trip (two sends, three
+// confirmations, three admissions and deliveries, five calls); benchreport sets it against
+// the round trip's time measured in the same run. Two separate runs of the round trip could
+// not show it: their difference is the machine's drift, tens of times larger.
+func BenchmarkTracingOff(b *testing.B) {
+	telemetry.Uninstall()
+	ctx := context.Background()
+	d := store.Delivery{AgentID: "b", Seq: 1, Envelope: &commonpb.Envelope{MessageId: "m"}}
+	var n int
+	for b.Loop() {
+		for range 5 { // Send twice, ConfirmDelivery three times
+			if telemetry.Enabled() {
+				n++
+			}
+		}
+		for range 3 { // three admissions, three deliveries
+			if telemetry.TraceParent(ctx) != "" {
+				n++
+			}
+			if _, tp := router.DeliverSpan(ctx, d); tp != "" {
+				n++
+			}
+		}
+		for range 5 { // the SDK's five calls
+			if trace.SpanContextFromContext(ctx).IsValid() {
+				n++
+			}
+		}
+	}
+	require.Zero(b, n, "tracing off traced something")
+}
+
+// BenchmarkRouterTracing measures what tracing with every span sampled costs
+// BenchmarkRouterSendToFulfilled's round trip (docs/observability.md, "Cost"): one system,
+// started with tracing on, sends its messages in blocks of tracingBlock, tracing on and off by
+// turns, and reports both means and their ratio, on/off. Alternating on one system cancels
+// what separate runs cannot: the machine's load drifting between them, the store growing.
+// Spans go through a batch processor to an exporter that drops them, so what is measured is
+// the spans' cost, not a network's. With tracing off the gRPC server's handler, installed at
+// the start, returns at once, as the router's spans do.
+func BenchmarkRouterTracing(b *testing.B) {
+	for _, kind := range storeKinds {
+		b.Run(kind, func(b *testing.B) {
+			on := installBenchTracing(b)
+			var turn tracingTurns
+			benchSendToFulfilled(b, kind, func(i int) bool {
+				traced := (i/tracingBlock)%2 == 1
+				if i%tracingBlock == 0 {
+					if traced {
+						on()
+					} else {
+						telemetry.Uninstall()
+					}
+				}
+				return traced
+			}, &turn)
+			telemetry.Uninstall()
+			b.ReportMetric(turn.mean(true)/1e3, "on-us")
+			b.ReportMetric(turn.mean(false)/1e3, "off-us")
+			b.ReportMetric(turn.mean(true)/turn.mean(false), "on/off")
+			b.ReportMetric(turn.cpuMean(true)/1e3, "on-cpu-us")
+			b.ReportMetric(turn.cpuMean(false)/1e3, "off-cpu-us")
+			b.ReportMetric(turn.cpuMean(true)/turn.cpuMean(false), "cpu-on/off")
+		})
+	}
+}
+
+// tracingBlock is how many messages BenchmarkRouterTracing sends before it turns tracing on
+// or off.
+const tracingBlock = 50
+
+// tracingTurns sums BenchmarkRouterTracing's round trips with tracing on and off, and the
+// process's CPU time (user and system, of the server and the agents together) they took.
+type tracingTurns struct {
+	sum [2]time.Duration
+	n   [2]int
+	cpu [2]time.Duration
+	// last is the process's CPU time when the last message began, and lastOn whether it
+	// was traced.
+	last   time.Duration
+	lastOn bool
+}
+
+// add counts a round trip d, traced or not.
+func (t *tracingTurns) add(traced bool, d time.Duration) {
+	i := 0
+	if traced {
+		i = 1
+	}
+	t.sum[i] += d
+	t.n[i]++
+}
+
+// begin notes the CPU time when a message, traced or not, begins; the CPU time since the
+// previous message began is that message's.
+func (t *tracingTurns) begin(traced bool) {
+	now := processCPU()
+	if t.last != 0 {
+		i := 0
+		if t.lastOn {
+			i = 1
+		}
+		t.cpu[i] += now - t.last
+	}
+	t.last, t.lastOn = now, traced
+}
+
+// cpuMean is the mean CPU time of a round trip, in nanoseconds, traced or not.
+func (t *tracingTurns) cpuMean(traced bool) float64 {
+	i := 0
+	if traced {
+		i = 1
+	}
+	return float64(t.cpu[i]) / float64(max(1, t.n[i]))
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// mean is the mean round trip, in nanoseconds, with tracing on (traced) or off.
+func (t *tracingTurns) mean(traced bool) float64 {
+	i := 0
+	if traced {
+		i = 1
+	}
+	return float64(t.sum[i]) / float64(max(1, t.n[i]))
+}
+
+// installBenchTracing turns tracing on until b ends, with a 100 % sampler and a batch
+// processor feeding an exporter that drops every span; it returns the function that turns it
+// on again after telemetry.Uninstall.
+func installBenchTracing(b *testing.B) func() {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 	telemetry.Install(tp)
@@ -66,11 +202,15 @@ func installBenchTracing(b *testing.B) {
 		telemetry.Uninstall()
 		_ = tp.Shutdown(context.Background())
 	})
+	return func() { telemetry.Install(tp) }
 }
 
 // benchSendToFulfilled is BenchmarkRouterSendToFulfilled on one store, its agents dialled
 // with opts.
-func benchSendToFulfilled(b *testing.B, kind string, opts ...grpc.DialOption) {
+//
+// With traced set (BenchmarkRouterTracing), it is called before each timed message with the
+// message's index, says whether that message is traced, and turn gets its round trip.
+func benchSendToFulfilled(b *testing.B, kind string, traced func(i int) bool, turn *tracingTurns, opts ...grpc.DialOption) {
 	ctx := context.Background()
 	a, bb, aStream, bStream := routerPair(b, kind, opts...)
 
@@ -130,10 +270,17 @@ func benchSendToFulfilled(b *testing.B, kind string, opts ...grpc.DialOption) {
 	lat := make([]time.Duration, 0, b.N)
 	deliver := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
-	for range b.N {
+	for i := range b.N {
+		on := traced != nil && traced(i)
+		if turn != nil {
+			turn.begin(on)
+		}
 		d, l := one()
 		deliver = append(deliver, d)
 		lat = append(lat, l)
+		if turn != nil {
+			turn.add(on, l)
+		}
 	}
 	b.StopTimer()
 	reportLatency(b, lat)

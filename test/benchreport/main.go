@@ -103,6 +103,47 @@ func main() {
 	fmt.Println("\ndeliver p99: ms from SendMessage to the recipient's stream. × columns: time per operation")
 	fmt.Println("divided by the baseline's, measured in the same run (below 2.0 = at least half the baseline's rate).")
 	variants(subjects)
+	alternations(subjects)
+}
+
+// alternationTarget is the largest on/off ratio of a benchmark that runs one system with a
+// feature on and off by turns (BenchmarkRouterTracing: tracing with every span sampled,
+// docs/observability.md).
+const alternationTarget = 1.15
+
+// offTarget is the largest ratio of a round trip with tracing off to one without tracing.
+const offTarget = 1.02
+
+// alternations prints the benchmarks that report an on/off ratio of their own, and what
+// tracing off adds to a round trip: BenchmarkTracingOff's checks of one round trip, over the
+// round trip's time in the same run.
+func alternations(subjects []result) {
+	var off *result
+	for i := range subjects {
+		if subjects[i].name == "TracingOff" {
+			off = &subjects[i]
+		}
+	}
+	if off != nil {
+		for _, r := range subjects {
+			if strings.HasPrefix(r.name, "RouterSendToFulfilled/") && !strings.Contains(r.name, "-") {
+				fmt.Printf("\ntracing off: %s + %.0f ns of checks = %.4f × the round trip   ≤ %.2f", r.name, off.nsPerOp, 1+off.nsPerOp/r.nsPerOp, offTarget)
+			}
+		}
+		fmt.Println()
+	}
+	printed := false
+	for _, r := range subjects {
+		ratio, ok := r.metrics["on/off"]
+		if !ok {
+			continue
+		}
+		if !printed {
+			fmt.Println("\non and off by turns, one system            on µs     off µs    on/off   target   CPU on/off")
+			printed = true
+		}
+		fmt.Printf("%-40s %9.1f  %9.1f  %7.2f   ≤ %.2f   %10.2f\n", r.name, r.metrics["on-us"], r.metrics["off-us"], ratio, alternationTarget, r.metrics["cpu-on/off"])
+	}
 }
 
 // variantTargets are benchmarks run twice in one run, once with a feature on: the suffix of
@@ -110,8 +151,6 @@ func main() {
 var variantTargets = map[string]float64{
 	"-auth-required": 1.10, // SW4RM_AUTH=required with every call signed, next to off (docs/security.md)
 	"-http1":         1.50, // the same over HTTP/1.1 with the Connect protocol, next to native gRPC (docs/http1.md)
-	"-tracing":       1.15, // tracing on, every span sampled and batched to a no-op exporter (docs/observability.md)
-	"-tracing-off":   1.02, // tracing off again after that run: nothing installed, so nothing to pay
 }
 
 // variants prints each variant next to its plain run, e.g. RouterThroughput/postgres-auth-required
