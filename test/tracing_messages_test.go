@@ -29,9 +29,18 @@ import (
 // "deliver" on the producer's stream — continued (a) by an SDK consumer, which does it by
 // itself, and (b) by a consumer on the canonical generated stubs alone, which asks for the
 // trace context with sw4rm-trace-items, reads it from the content_type parameter
-// sw4rm-traceparent and sends it back as `traceparent` metadata. The recorder is
+// sw4rm-traceparent and sends it back as `traceparent` metadata — and (c) by an SDK consumer
+// over HTTP/1.1, where all of it travels as Connect headers. The recorder is
 // process-wide: the test is not parallel, and reads spans by trace.
 func TestMessageTrace(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) { testMessageTrace(t, kind) })
+	}
+}
+
+// testMessageTrace is TestMessageTrace on one store: PostgreSQL keeps the trace context in
+// the messages' and deliveries' traceparent columns, the memory store in its rows.
+func testMessageTrace(t *testing.T, kind string) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	telemetry.Install(tp)
@@ -39,7 +48,7 @@ func TestMessageTrace(t *testing.T) {
 		telemetry.Uninstall()
 		_ = tp.Shutdown(context.Background())
 	})
-	sys := start(t, newConfig(t, "memory"))
+	sys := start(t, newConfig(t, kind))
 	spans := spanTree{rec: rec}
 	ctx := context.Background()
 
@@ -113,8 +122,8 @@ func TestMessageTrace(t *testing.T) {
 		}
 	}
 
-	t.Run("sdk consumer", func(t *testing.T) {
-		b := dialAgent(t, sys, "b")
+	sdkConsumer := func(t *testing.T, name string, opts ...grpc.DialOption) {
+		b := dialAgent(t, sys, name, opts...)
 		bStream, err := b.Receive(ctx)
 		require.NoError(t, err)
 		t.Cleanup(bStream.Close)
@@ -134,7 +143,11 @@ func TestMessageTrace(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, d.Ack(ctx, commonpb.AckStage_FULFILLED, 0, ""))
 		requireTree(t, id, b.ID())
-	})
+	}
+	t.Run("sdk consumer", func(t *testing.T) { sdkConsumer(t, "b") })
+	// Over HTTP/1.1 (Connect), the stream's trace-items request and the traceparent of the
+	// consumer's calls are HTTP headers, which vanguard passes on as metadata.
+	t.Run("sdk consumer over HTTP/1.1", func(t *testing.T) { sdkConsumer(t, "h", sdk.WithHTTP1()) })
 
 	t.Run("raw consumer", func(t *testing.T) {
 		c := dialAgent(t, sys, "c") // registered through the SDK; its stream and ACKs are raw
