@@ -3,12 +3,8 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
-	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -41,26 +37,7 @@ func (a *App) serveWorkerHTTP(cfg Config, tlsCfg *tls.Config) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.metrics.Handler())
 	mux.HandleFunc("GET /healthz", a.healthz)
-	var err error
-	if a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
-	}
-	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tlsCfg,
-		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
-	a.httpTLS = tlsCfg != nil
-	go func() {
-		var err error
-		if tlsCfg != nil {
-			err = a.http.ServeTLS(a.httpLis, "", "")
-		} else {
-			err = a.http.Serve(a.httpLis)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("HTTP server stopped", "error", err)
-		}
-	}()
-	a.log.Info("HTTP listening", "addr", a.httpLis.Addr().String(), "tls", tlsCfg != nil, "paths", "/healthz /metrics")
-	return nil
+	return a.serveHTTPPort(cfg.HTTPAddr, tlsCfg, mux, "/healthz /metrics")
 }
 
 // healthz answers /healthz: the process is up, and which store it uses.

@@ -104,14 +104,20 @@ func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server),
 	if cfg.HTTPAddr == "" {
 		return nil
 	}
-	a.httpLis, err = net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	return a.serveHTTPPort(cfg.HTTPAddr, tlsCfg, handler, "/healthz /metrics "+DescriptorsPath)
+}
+
+// serveHTTPPort listens on addr and serves handler there, over TLS when tlsCfg is set, until
+// Stop; paths says in the log what it serves.
+func (a *App) serveHTTPPort(addr string, tlsCfg *tls.Config, handler http.Handler, paths string) error {
+	var err error
+	if a.httpLis, err = net.Listen("tcp", addr); err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	a.http = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tlsCfg,
 		// net/http's own complaints (failed TLS handshakes, handler panics) go to the
 		// process's log rather than to bare stderr.
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
 	a.httpTLS = tlsCfg != nil
 	go func() {
 		var err error
@@ -122,10 +128,10 @@ func (a *App) serve(cfg Config, tlsCfg *tls.Config, register func(*grpc.Server),
 			err = a.http.Serve(a.httpLis)
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("HTTP server stopped", "error", err)
+			a.log.Error("HTTP server stopped", "error", err)
 		}
 	}()
-	log.Info("HTTP listening", "addr", a.httpLis.Addr().String(), "tls", tlsCfg != nil, "paths", "/healthz /metrics "+DescriptorsPath)
+	a.log.Info("HTTP listening", "addr", a.httpLis.Addr().String(), "tls", tlsCfg != nil, "paths", paths)
 	return nil
 }
 
