@@ -21,8 +21,14 @@ import (
 const repoRoot = "../.."
 
 // notKeys are sw4rm-prefixed words the docs use that are values, not keys: the dev operator's
-// token, a fault scenario's name, and the version lines of the signing pre-images.
+// token, a fault scenario's name, the version lines of the signing pre-images, and the
+// processes' OpenTelemetry service names and scrape targets (observability.md).
 var notKeys = map[string]bool{
+	"sw4rm-dev":              true,
+	"sw4rm-server":           true,
+	"sw4rm-worker":           true,
+	"sw4rm-worker-1":         true,
+	"sw4rm-worker-2":         true,
 	"sw4rm-dev-token":        true,
 	"sw4rm-dev-kill":         true,
 	"sw4rm-sig-v1":           true,
