@@ -112,7 +112,9 @@ curl -sS --http1.1 "http://$SW4RM_ADDR/sw4rm.router.RouterService/SendMessage" \
 out=$(send)
 expect "SendMessage: accepted" "$out" '"accepted": ?true'
 
-delivered() { messages "$TO.stream" | grep -Eq "^00 .*\"messageId\": ?\"$msg_id\""; }
+# Not grep -q in these pipelines: it exits at the first match, and under pipefail the writer
+# still printing the stream's later items (keep-alives) would then fail the check on SIGPIPE.
+delivered() { messages "$TO.stream" | grep -E "^00 .*\"messageId\": ?\"$msg_id\"" >/dev/null; }
 wait_for "StreamIncoming: the message is on $TO's stream" "$TO.stream" delivered
 messages "$TO.stream"
 item=$(messages "$TO.stream" | grep -E "\"messageId\": ?\"$msg_id\"")
@@ -147,7 +149,7 @@ acks() {
   messages "$FROM.stream" | grep -E '"messageType": ?"ACKNOWLEDGEMENT"' |
     sed -E 's/.*"payload": ?"([^"]*)".*/\1/' | while read -r p; do base64 -d <<<"$p"; echo; done
 }
-acked() { acks | grep "\"ack_for_message_id\":\"$msg_id\"" | grep -q "\"ack_stage\":\"$1\""; }
+acked() { acks | grep "\"ack_for_message_id\":\"$msg_id\"" | grep "\"ack_stage\":\"$1\"" >/dev/null; }
 wait_for "the sender's stream: ACK RECEIVED" "$FROM.stream" acked RECEIVED
 wait_for "the sender's stream: ACK FULFILLED" "$FROM.stream" acked FULFILLED
 # Keep-alive items (after SW4RM_STREAM_KEEPALIVE of silence): no msg, seq 0; a client skips them.
