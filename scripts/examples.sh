@@ -84,7 +84,7 @@ fi
 # five seconds.
 if [[ "$SW4RM_TRACING" == 1 ]]; then
   missing=""
-  for name in RunWorkflow:DAGRun RunWorkflow:TaskWorkflow RunWorkflow:ToolCall sw4rm.router.RouterService/SendMessage; do
+  for name in RunWorkflow:DAGRun RunWorkflow:TaskWorkflow RunWorkflow:ToolCall deliver; do
     for _ in $(seq 1 20); do grep -q "\"name\":\"$name" "$traces" && break; sleep 0.5; done
     grep -q "\"name\":\"$name" "$traces" || missing="$missing $name"
   done
