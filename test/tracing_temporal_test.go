@@ -17,6 +17,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/toolpb"
+	"github.com/sw4rm/sw4rm-temporal/protocol/hitl"
 	"github.com/sw4rm/sw4rm-temporal/proto/workflowpb"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 	"github.com/sw4rm/sw4rm-temporal/telemetry"
@@ -177,6 +178,33 @@ func TestTracesAcrossTemporal(t *testing.T) {
 			tr = spans.inTrace(sp.SpanContext().TraceID())
 			return ancestor(tr, sp, "RunWorkflow:ToolCall")
 		}, 10*time.Second, 50*time.Millisecond, "the activity inside the call's workflow: %s", names(tr))
+	})
+
+	// A HITL wait (§15) is its workflow's span, under the workflow that asked: here a
+	// PRIVILEGED tool call, which this deployment, with no operators, denies at once by the
+	// fallback.
+	t.Run("hitl", func(t *testing.T) {
+		a := dialAgent(t, sys, "asker")
+		callID := uniq(t, "privileged")
+		_, err := toolpb.NewToolServiceClient(a.Conn()).Call(ctx, &toolpb.ToolCall{CallId: callID, ProviderId: tools.BuiltinProviderID,
+			ToolName: "echo", Args: []byte(`{"n":2}`), Policy: &toolpb.ExecutionPolicy{PrivilegeLevel: "PRIVILEGED"}})
+		require.Error(t, err, "the fallback denies the call")
+		var wait sdktrace.ReadOnlySpan
+		var tr []sdktrace.ReadOnlySpan
+		require.Eventually(t, func() bool {
+			call := spans.find("RunWorkflow:ToolCall", "temporalWorkflowID", workflows.ToolWorkflowID(callID))
+			if call == nil {
+				return false
+			}
+			tr = spans.inTrace(call.SpanContext().TraceID())
+			for _, sp := range tr {
+				if sp.Name() == "RunWorkflow:"+hitl.WorkflowType && ancestor(tr, sp, "RunWorkflow:ToolCall") {
+					wait = sp
+				}
+			}
+			return wait != nil
+		}, 10*time.Second, 50*time.Millisecond, "the HITL wait's span under the call's: %s", names(spans.ended()))
+		require.Contains(t, attr(wait, "temporalWorkflowID"), "hitl/", "the wait is the workflow hitl/<invocation_id>")
 	})
 
 	t.Run("dag", func(t *testing.T) {
