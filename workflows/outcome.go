@@ -56,18 +56,7 @@ func taskEnd(ctx workflow.Context, st TaskStatus) (TaskStatus, error) {
 // successful run) or the error of a run that failed with the status as details. ok is false
 // when err is another error: the run failed for some other reason, or could not be read.
 func TaskOutcome(st TaskStatus, err error) (TaskStatus, bool) {
-	if err == nil {
-		return st, true
-	}
-	var ae *temporal.ApplicationError
-	if !errors.As(err, &ae) || !ae.HasDetails() {
-		return st, false
-	}
-	var got TaskStatus
-	if ae.Details(&got) != nil || got.TaskID == "" || !TaskTerminal(got.State) {
-		return st, false
-	}
-	return got, true
+	return outcome(st, err, func(got TaskStatus) bool { return got.TaskID != "" && TaskTerminal(got.State) })
 }
 
 // toolEnd is how a tool call's workflow returns st: an error carrying st when the call ended
@@ -89,6 +78,12 @@ func toolEnd(ctx workflow.Context, st ToolStatus) (ToolCallResult, error) {
 // ToolOutcome is the ToolCallResult of a finished tool call's workflow, from its result or
 // from the error of a run that failed with the result as details (see TaskOutcome).
 func ToolOutcome(res ToolCallResult, err error) (ToolCallResult, bool) {
+	return outcome(res, err, func(got ToolCallResult) bool { return got.State == "done" && got.Code != "" })
+}
+
+// outcome is TaskOutcome and ToolOutcome: res when err is nil, else the details of err when
+// it is an application error whose details decode to a result that ended (ended says so).
+func outcome[T any](res T, err error, ended func(T) bool) (T, bool) {
 	if err == nil {
 		return res, true
 	}
@@ -96,8 +91,8 @@ func ToolOutcome(res ToolCallResult, err error) (ToolCallResult, bool) {
 	if !errors.As(err, &ae) || !ae.HasDetails() {
 		return res, false
 	}
-	var got ToolCallResult
-	if ae.Details(&got) != nil || got.State != "done" || got.Code == "" {
+	var got T
+	if ae.Details(&got) != nil || !ended(got) {
 		return res, false
 	}
 	return got, true
