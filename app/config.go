@@ -81,6 +81,10 @@ type Config struct {
 	StreamRetention time.Duration
 	// DLQRetention bounds the dead-letter queue (§21.1).
 	DLQRetention time.Duration
+	// AuditRetention, MessageRetention, HandoffRetention, HITLRetention and ToolCallRetention
+	// are how long finished records of each kind are kept (docs/reliability.md, "Retention");
+	// zero keeps them forever.
+	AuditRetention, MessageRetention, HandoffRetention, HITLRetention, ToolCallRetention time.Duration
 	// PrivilegedRate and PrivilegedBurst limit each producer's PRIVILEGED lane, in messages/s
 	// and messages (§7.3).
 	PrivilegedRate  float64

@@ -3,6 +3,7 @@ package app
 import (
 	"crypto/ed25519"
 	"log/slog"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
@@ -26,9 +27,20 @@ func routerConfig(c Config, policy *acl.Policy) router.Config {
 	return router.Config{
 		BufferCapacity: c.BufferCapacity, Lease: c.DeliveryLease, MaxPayloadBytes: c.MaxPayloadBytes,
 		AckTimeout: c.AckTimeout, MaxRetries: c.MaxRetries, DedupWindow: c.DedupWindow, StreamRetention: c.StreamRetention,
-		DLQRetention: c.DLQRetention, PrivilegedRate: c.PrivilegedRate, PrivilegedBurst: c.PrivilegedBurst, LaneWeights: c.LaneWeights,
+		DLQRetention: c.DLQRetention, AuditRetention: keepForever(c.AuditRetention), MessageRetention: keepForever(c.MessageRetention),
+		HandoffRetention: keepForever(c.HandoffRetention), HITLRetention: keepForever(c.HITLRetention),
+		ToolCallRetention: keepForever(c.ToolCallRetention), PrivilegedRate: c.PrivilegedRate, PrivilegedBurst: c.PrivilegedBurst, LaneWeights: c.LaneWeights,
 		ACL: policy,
 	}
+}
+
+// keepForever maps a retention setting's 0 ("keep forever") to the router's negative one, zero
+// there meaning its default.
+func keepForever(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // authConfig is the frontend authenticator's share of the settings.

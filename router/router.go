@@ -102,6 +102,10 @@ type Config struct {
 	StreamRetention time.Duration
 	// DLQRetention bounds dead letters; zero means DefaultDLQRetention.
 	DLQRetention time.Duration
+	// AuditRetention, MessageRetention, HandoffRetention, HITLRetention and
+	// ToolCallRetention are how long housekeeping keeps finished records of each kind
+	// (retention.go); zero means the kind's default, a negative duration keeps them forever.
+	AuditRetention, MessageRetention, HandoffRetention, HITLRetention, ToolCallRetention time.Duration
 	// PrivilegedRate (messages/s) and PrivilegedBurst limit each producer's PRIVILEGED lane;
 	// zero means the defaults.
 	PrivilegedRate  float64
@@ -135,6 +139,17 @@ func (c Config) withDefaults() Config {
 	def(&c.DedupWindow, DefaultDedupWindow)
 	def(&c.StreamRetention, DefaultStreamRetention)
 	def(&c.DLQRetention, DefaultDLQRetention)
+	// A negative retention keeps its records forever, so only zero takes the default.
+	for _, r := range []struct {
+		v *time.Duration
+		d time.Duration
+	}{{&c.AuditRetention, DefaultAuditRetention}, {&c.MessageRetention, DefaultMessageRetention},
+		{&c.HandoffRetention, DefaultHandoffRetention}, {&c.HITLRetention, DefaultHITLRetention},
+		{&c.ToolCallRetention, DefaultToolCallRetention}} {
+		if *r.v == 0 {
+			*r.v = r.d
+		}
+	}
 	def(&c.SweepInterval, DefaultSweepInterval)
 	if c.MaxRetries <= 0 {
 		c.MaxRetries = DefaultMaxRetries
