@@ -24,6 +24,7 @@ const (
 func newSettingsCmd() *cobra.Command {
 	var (
 		markdown bool
+		names    bool
 		readme   string
 	)
 	cmd := &cobra.Command{
@@ -38,6 +39,11 @@ func newSettingsCmd() *cobra.Command {
 			case markdown:
 				fmt.Fprint(cmd.OutOrStdout(), app.SettingsMarkdown())
 				return nil
+			case names:
+				for _, s := range app.Settings() {
+					fmt.Fprintln(cmd.OutOrStdout(), s.Env)
+				}
+				return nil
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			defaults := app.NewFlags().FlagSet()
@@ -48,6 +54,7 @@ func newSettingsCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&markdown, "markdown", false, "print the table of README.md's Configuration section")
+	cmd.Flags().BoolVar(&names, "names", false, "print only the variables, one a line (what deploy/check reads)")
 	cmd.Flags().StringVar(&readme, "readme", "", "rewrite the settings table of this README.md in place")
 	return cmd
 }

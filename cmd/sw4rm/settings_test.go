@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +40,15 @@ func TestSettingsCommand(t *testing.T) {
 		assert.Contains(t, out, "--"+s.Flag)
 	}
 	assert.Regexp(t, `SW4RM_ACK_TIMEOUT\s+--ack-timeout\s+10s`, out)
+
+	// --names: the variables alone, one a line, in the table's order (deploy/check reads it).
+	out, _, err = runOut(t, "settings", "--names")
+	require.NoError(t, err)
+	var names []string
+	for _, s := range app.Settings() {
+		names = append(names, s.Env)
+	}
+	assert.Equal(t, strings.Join(names, "\n")+"\n", out)
 
 	readme := filepath.Join(t.TempDir(), "README.md")
 	require.NoError(t, os.WriteFile(readme, []byte("# x\n\n"+settingsBegin+"\nstale\n"+settingsEnd+"\n\nafter\n"), 0o600))
