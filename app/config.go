@@ -38,6 +38,9 @@ type Config struct {
 	Namespace string
 	// TaskQueue is the Temporal task queue of every workflow.
 	TaskQueue string
+	// WorkerStopTimeout is how long a stopping worker lets its running activities finish
+	// before it cancels them (a rolling deploy's drain, docs/deploy.md).
+	WorkerStopTimeout time.Duration
 	// GRPCAddr is where the gRPC frontend listens.
 	GRPCAddr string
 	// HTTPAddr serves /healthz and /metrics; empty disables them.
@@ -437,3 +440,8 @@ func CheckHITLKey(cfg Config, roles Roles) error {
 		"(or --hitl-decision-key-file) on every sw4rm server and worker to one file holding a 32-byte Ed25519 seed in hex, "+
 		"e.g. made by `sw4rm keys generate --out FILE`; servers sign operators' decisions with it and workers check them (docs/hitl.md)", roles.command())
 }
+
+// DefaultWorkerStopTimeout is SW4RM_WORKER_STOP_TIMEOUT's default: long enough for an
+// activity of the task path to finish, and shorter than Kubernetes' default 30 s grace period,
+// so a pod's SIGTERM drains before its SIGKILL.
+const DefaultWorkerStopTimeout = 20 * time.Second

@@ -314,7 +314,9 @@ func (a *App) startWorker(ctx context.Context, p prepared) error {
 		return err
 	}
 	a.log.Info("repositories", "repos", repoManager.RepoIDs(), "worktree_root", p.WorktreeRoot)
-	a.worker = sdkworker.New(a.temporal, p.TaskQueue, sdkworker.Options{})
+	// A stopping worker (SIGTERM in a rolling deploy) finishes the activities it runs, so a
+	// replaced worker hands nothing to a start-to-close timeout.
+	a.worker = sdkworker.New(a.temporal, p.TaskQueue, sdkworker.Options{WorkerStopTimeout: p.WorkerStopTimeout})
 	acts := newActivities(p.Resolved, a.store, a.router, a.sink, a.temporal, a.reasoning, repoManager)
 	// The per-worktree MCP servers this process starts end with their worktree's binding;
 	// each one ended is an event of the stream (EventLogger), not a line for the terminal.

@@ -34,7 +34,9 @@ func (a *App) startToolWorkers() error {
 	slices.Sort(ids)
 	for _, id := range ids {
 		q := workflows.ToolTaskQueue(a.cfg.TaskQueue, id)
-		w := sdkworker.New(a.temporal, q, worker.ToolWorkerOptions())
+		opts := worker.ToolWorkerOptions()
+		opts.WorkerStopTimeout = a.cfg.WorkerStopTimeout
+		w := sdkworker.New(a.temporal, q, opts)
 		worker.RegisterToolRunner(w, &activities.ToolRunner{ProviderID: id, Executor: execs[id], Store: a.store, Sink: a.sink, Log: log})
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("start the tool worker of provider %s: %w", id, err)
