@@ -55,7 +55,7 @@ func TestEveryFieldIsOneSetting(t *testing.T) {
 // TestDefaults: the defaults derived from the table are the documented ones.
 func TestDefaults(t *testing.T) {
 	want := Config{
-		TemporalAddress: "127.0.0.1:7233", Namespace: "default", TaskQueue: "sw4rm", GRPCAddr: ":50051", HTTPAddr: ":8080",
+		TemporalAddress: "127.0.0.1:7233", Namespace: "default", TaskQueue: "sw4rm", WorkerStopTimeout: DefaultWorkerStopTimeout, GRPCAddr: ":50051", HTTPAddr: ":8080",
 		BufferCapacity: router.DefaultBufferCapacity, MaxPayloadBytes: 1 << 20, StreamKeepAlive: frontend.DefaultStreamKeepAlive, AgentInitTimeout: 60 * time.Second,
 		HeartbeatInterval: 30 * time.Second, HeartbeatMisses: 3, DeliveryLease: router.DefaultLease, HITLTimeout: time.Hour,
 		RoomTimeout: 10 * time.Minute, HandoffCompletionTimeout: time.Hour, RoomStrategy: "confidence_weighted", AckTimeout: router.DefaultAckTimeout,
