@@ -12,6 +12,13 @@ GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT    := $(TOOLS_BIN)/golangci-lint
 GRPCURL_VERSION  ?= v1.9.3
 GRPCURL          := $(TOOLS_BIN)/grpcurl
+# The Temporal server and its SQL schema tool of `make cluster`: the go.temporal.io/server
+# version the pinned Temporal CLI is built on, so that the two share the Go build cache.
+# Installed per version (go install names them server and sql), linked under their usual names.
+TEMPORAL_SERVER_VERSION ?= v1.29.1
+TEMPORAL_SERVER_DIR := $(TOOLS_BIN)/temporal-server-$(TEMPORAL_SERVER_VERSION)
+TEMPORAL_SERVER  := $(TOOLS_BIN)/temporal-server
+TEMPORAL_SQL_TOOL := $(TOOLS_BIN)/temporal-sql-tool
 # The npm MCP servers the tests of tools/mcp run against, pinned by tools/mcp/npm's lock file.
 MCP_SERVERS_DIR  ?= $(HOME)/.cache/sw4rm/mcp
 MCP_SERVERS_LOCK := tools/mcp/npm/package-lock.json
@@ -31,7 +38,7 @@ TEMPORAL_DEV_FLAGS := --dynamic-config-value history.transferProcessorMaxPollRPS
 export SW4RM_TEMPORAL_CLI := $(TEMPORAL)
 export SW4RM_MCP_SERVERS_DIR := $(MCP_SERVERS_DIR)
 
-.PHONY: all help build dev tools temporal test test-escape test-examples test-unit test-e2e test-faults test-scale bench proto browser-bundle lint workflowcheck mcp-servers clean
+.PHONY: all help build dev tools temporal cluster cluster-tools test test-escape test-examples test-unit test-e2e test-faults test-scale bench proto browser-bundle lint workflowcheck mcp-servers clean
 
 all: build
 
@@ -63,6 +70,24 @@ $(GRPCURL):
 	mkdir -p $(TOOLS_BIN)
 	GOBIN=$(TOOLS_BIN) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 
+## cluster-tools: install temporal-server and temporal-sql-tool (go.temporal.io/server at
+## TEMPORAL_SERVER_VERSION) into $(TOOLS_BIN); the first build takes several minutes.
+cluster-tools: $(TEMPORAL_SERVER_DIR)/server $(TEMPORAL_SERVER_DIR)/sql
+	ln -sf $(TEMPORAL_SERVER_DIR)/server $(TEMPORAL_SERVER)
+	ln -sf $(TEMPORAL_SERVER_DIR)/sql $(TEMPORAL_SQL_TOOL)
+$(TEMPORAL_SERVER_DIR)/server $(TEMPORAL_SERVER_DIR)/sql &:
+	mkdir -p $(TEMPORAL_SERVER_DIR)
+	GOBIN=$(TEMPORAL_SERVER_DIR) go install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION) go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION)
+
+## cluster: run a production-shaped cluster on this machine in the foreground (package
+## cluster, docs/deploy.md "A cluster on one machine"): a Temporal server on PostgreSQL with
+## 4 history shards, two `sw4rm server`s behind a load balancer on :16000 and three `sw4rm
+## worker`s; it prints every address, Ctrl-C stops it. Its databases go in the local server
+## (SW4RM_DATABASE_URL); CLUSTER_FLAGS=-fresh starts them anew, -own-postgres uses initdb.
+CLUSTER_FLAGS ?=
+cluster: cluster-tools build
+	go run ./cluster/cmd/sw4rm-cluster up $(CLUSTER_FLAGS)
+
 ## dev: start the Temporal dev server (UI on :8233) and `sw4rm dev` (gRPC on :50051); the
 ## Temporal CLI and grpcurl are linked into bin/ (make tools). It serves the demo repository
 ## and the MCP filesystem server that `make example-tools` uses (scripts/dev.sh); without
@@ -77,11 +102,19 @@ dev: tools build
 ## against `make dev`.
 test: $(TEMPORAL) workflowcheck lint mcp-servers
 	go vet ./...
+	$(MAKE) check-deploy
 	go test -race -count=1 -timeout 20m -skip '$(ESCAPE_TESTS)' $$(go list ./... | grep -v /test/faults$$)
 	$(MAKE) test-escape
 	$(MAKE) test-scale
 	go test -race -count=1 -timeout 15m -v ./test/faults
 	$(MAKE) test-examples
+
+## check-deploy: check docker-compose.yml and deploy/k8s without Docker or a cluster: the
+## compose spec's schema, the Kubernetes API's types and OpenAPI schemas, and their SW4RM_*
+## variables against the settings table (deploy/check, a module of its own).
+.PHONY: check-deploy
+check-deploy:
+	cd deploy/check && go vet ./... && go test -count=1 ./...
 
 ## test-examples: what the README promises a newcomer, as a script runs it: `make dev`, then
 ## every `make example-*` in a row, twice, each exiting 0 within its deadline
