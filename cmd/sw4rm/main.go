@@ -93,7 +93,6 @@ func newRootWith(start startFunc) *cobra.Command {
 	root.AddCommand(newSearchAttributesCmd())
 	root.AddCommand(newSettingsCmd())
 	root.AddCommand(newTracesCmd())
-	root.AddCommand(newLoadgenCmd())
 	return root
 }
 

@@ -33,6 +33,11 @@ var notKeys = map[string]bool{
 	"sw4rm-dev-kill":         true,
 	"sw4rm-sig-v1":           true,
 	"sw4rm-hitl-decision-v1": true,
+	// The objects of the deploy files (docs/deploy.md): compose services, Kubernetes names.
+	"sw4rm-server-1": true,
+	"sw4rm-server-2": true,
+	"sw4rm-settings": true,
+	"sw4rm-secrets":  true,
 }
 
 // docKey finds a key in prose: "sw4rm-" or "sw4rm." and a name, not part of a longer word,
