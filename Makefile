@@ -96,11 +96,12 @@ dev: tools build
 	@$(MAKE) --no-print-directory mcp-servers || echo "dev: the MCP servers are not installed (make mcp-servers needs Node.js and npm); starting without them, so make example-tools will not work" >&2
 	./scripts/dev.sh "$(TEMPORAL)" "$(BIN)" $$("$(BIN)" search-attributes) $(TEMPORAL_DEV_FLAGS)
 
-## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it), the
+## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it), among
+## them the cluster kit's (test/cluster: a real Temporal server, make cluster-tools), the
 ## escape suite, the 1,000-node DAG run without the race detector, the fault suite on its
 ## own, verbose so that its figures are printed (docs/reliability.md), and last the examples
 ## against `make dev`.
-test: $(TEMPORAL) workflowcheck lint mcp-servers
+test: $(TEMPORAL) cluster-tools workflowcheck lint mcp-servers
 	go vet ./...
 	$(MAKE) check-deploy
 	go test -race -count=1 -timeout 20m -skip '$(ESCAPE_TESTS)' $$(go list ./... | grep -v /test/faults$$)

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -63,7 +64,8 @@ type Options struct {
 	// load balancer at +0, server-i's gRPC at +i and its /metrics at +10+i, worker-i's
 	// /metrics at +20+i, Temporal's frontend at +30 (its HTTP API +31, history +32, matching
 	// +33, worker +34, their membership ports +35…+38, its Prometheus metrics +39) and the
-	// kit's own PostgreSQL at +40. 0 picks free ports instead.
+	// kit's own PostgreSQL at +40; at most 32727, as Temporal keeps membership ports as
+	// a smallint. 0 picks free ports below 32768 instead.
 	BasePort int
 	// Servers and Workers are how many `sw4rm server` and `sw4rm worker` processes run;
 	// defaults 2 and 3.
@@ -244,10 +246,19 @@ func findTool(name string) string {
 
 func (c *Cluster) logf(format string, args ...any) { c.opts.Logf(format, args...) }
 
-// allocatePorts fixes every port: BasePort plus its offset, or a free port each.
+// maxMembershipPort is the highest port Temporal's membership ports may have: the
+// cluster_membership table keeps them as a smallint.
+const maxMembershipPort = 32767
+
+// allocatePorts fixes every port: BasePort plus its offset, or a free port each, taken
+// below maxMembershipPort (the kernel's ephemeral ports, which port 0 hands out, are above).
 func (c *Cluster) allocatePorts() error {
 	c.ports = map[int]int{}
 	if c.opts.BasePort != 0 {
+		if c.opts.BasePort+portSpan-1 > maxMembershipPort {
+			return fmt.Errorf("cluster: base port %d too high: Temporal keeps its membership ports (+35…+38) as a smallint, so the base must be at most %d",
+				c.opts.BasePort, maxMembershipPort-portSpan+1)
+		}
 		for off := range portSpan {
 			c.ports[off] = c.opts.BasePort + off
 		}
@@ -259,13 +270,20 @@ func (c *Cluster) allocatePorts() error {
 			_ = l.Close()
 		}
 	}()
-	for off := range portSpan {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	// Probing from a random start spreads concurrent clusters apart; the listeners held
+	// until the end keep one cluster from taking a port twice.
+	port := 20000 + rand.IntN(10000)
+	for off := 0; off < portSpan; port++ {
+		if port > maxMembershipPort {
+			return errors.New("cluster: no free ports below 32768")
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
-			return fmt.Errorf("free port: %w", err)
+			continue
 		}
 		ls = append(ls, l)
-		c.ports[off] = l.Addr().(*net.TCPAddr).Port
+		c.ports[off] = port
+		off++
 	}
 	return nil
 }
@@ -295,6 +313,20 @@ func (c *Cluster) MetricsURLs() map[string]string {
 		m["worker-"+strconv.Itoa(i)] = "http://" + c.hostPort(portWorkerHTTP+i) + "/metrics"
 	}
 	return m
+}
+
+// Connections counts, per server name, the client connections the load balancer pipes to
+// it now; a gRPC client holds one connection for all its calls.
+func (c *Cluster) Connections() map[string]int {
+	n := map[string]int{}
+	if c.lb == nil {
+		return n
+	}
+	per := c.lb.perBackend()
+	for i, addr := range c.ServerAddrs() {
+		n["server-"+strconv.Itoa(i+1)] = per[addr]
+	}
+	return n
 }
 
 // TemporalAddr is the Temporal frontend's gRPC address.

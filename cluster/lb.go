@@ -18,7 +18,7 @@ type balancer struct {
 
 	mu    sync.Mutex
 	next  int
-	conns map[net.Conn]struct{}
+	conns map[net.Conn]string // every piped connection, both ends, to its backend's address
 	wg    sync.WaitGroup
 }
 
@@ -28,7 +28,7 @@ func newBalancer(addr string, backends func() []string) (*balancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &balancer{ln: ln, backends: backends, conns: map[net.Conn]struct{}{}}
+	b := &balancer{ln: ln, backends: backends, conns: map[net.Conn]string{}}
 	b.wg.Add(1)
 	go b.serve()
 	return b, nil
@@ -78,7 +78,7 @@ func (b *balancer) pipe(c net.Conn) {
 		_ = c.Close()
 		return
 	}
-	if !b.track(c, up) {
+	if !b.track(up.RemoteAddr().String(), c, up) {
 		return
 	}
 	done := make(chan struct{}, 2)
@@ -97,7 +97,7 @@ func (b *balancer) pipe(c net.Conn) {
 }
 
 // track records a live pair; it reports false (and closes both) once the balancer closed.
-func (b *balancer) track(cs ...net.Conn) bool {
+func (b *balancer) track(backend string, cs ...net.Conn) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.conns == nil {
@@ -107,7 +107,7 @@ func (b *balancer) track(cs ...net.Conn) bool {
 		return false
 	}
 	for _, c := range cs {
-		b.conns[c] = struct{}{}
+		b.conns[c] = backend
 	}
 	return true
 }
@@ -118,6 +118,21 @@ func (b *balancer) untrack(cs ...net.Conn) {
 	for _, c := range cs {
 		delete(b.conns, c)
 	}
+}
+
+// perBackend counts the live client connections piped to each backend address.
+func (b *balancer) perBackend() map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := map[string]int{}
+	for _, backend := range b.conns {
+		n[backend]++
+	}
+	// Each pair is in the map twice, once per end.
+	for k := range n {
+		n[k] /= 2
+	}
+	return n
 }
 
 // close stops accepting, closes every piped connection and waits for the pipes to end.

@@ -190,6 +190,12 @@ func tail(path string, n int) string {
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
+	for i, l := range lines {
+		// Temporal's JSON lines carry whole stack traces.
+		if len(l) > 500 {
+			lines[i] = l[:500] + "…"
+		}
+	}
 	return strings.Join(lines, "\n")
 }
 
