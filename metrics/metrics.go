@@ -36,6 +36,7 @@ type Router struct {
 	dequeueLatency     *prometheus.HistogramVec
 	processTime        *prometheus.HistogramVec
 	privilegedOverflow *prometheus.CounterVec
+	pruned             *prometheus.CounterVec
 	buffers            *bufferCollector
 	rpc                *rpcStats
 	patterns           *patterns
@@ -72,8 +73,9 @@ func New(st store.Store) *Router {
 			Help: "Time from admission to the recipient's FULFILLED ACK.", Buckets: latencyBuckets}, []string{"agent_id"}),
 		privilegedOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sw4rm_router_privileged_overflow_total",
 			Help: "PRIVILEGED messages demoted to STANDARD by the rate limit (§7.3), by producer."}, []string{"agent_id"}),
+		pruned: newPruned(),
 	}
-	m.register(m.rejects, m.nacks, m.enqueueLatency, m.dequeueLatency, m.processTime, m.privilegedOverflow,
+	m.register(m.rejects, m.nacks, m.enqueueLatency, m.dequeueLatency, m.processTime, m.privilegedOverflow, m.pruned,
 		m.buffers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.register(&activityCollector{ab: st.ActivityBuffer(), lim: store.ActivityLimits{}.Effective()})

@@ -31,8 +31,9 @@ import (
 //
 // A stale cache (the poll has failed for longer than fenceStale, or Run is not running) is
 // never trusted for an absence: every check then asks the store, so a fence set through
-// another frontend is never missed for longer than about fenceRefresh. A fence, once set, is
-// never removed, so a cached fence is always true.
+// another frontend is never missed for longer than about fenceRefresh. A fence is removed only
+// by retention (store.Retention.PruneFences), long after its handoff ended, and that bumps the
+// generation: a cache still holding a pruned fence refuses a little longer, the safe side.
 
 // fenceRefresh is how often the fences generation is polled.
 const fenceRefresh = 250 * time.Millisecond

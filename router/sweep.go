@@ -23,7 +23,8 @@ const housekeepingEvery = time.Minute
 // Every frontend runs it; the store hands each expired item to exactly one of them, so the
 // timeouts hold with any number of frontends sharing the store. It also runs the writer of
 // control-traffic confirmations (see controlConfirms), which defers them only while Run runs,
-// and keeps the router's copy of the handoff fences fresh (fence.go).
+// keeps the router's copy of the handoff fences fresh (fence.go) and applies the retention of
+// the other finished records (retention.go).
 func (r *Router) Run(ctx context.Context) {
 	written := make(chan struct{})
 	go func() {
@@ -37,6 +38,12 @@ func (r *Router) Run(ctx context.Context) {
 		r.watchFences(ctx)
 	}()
 	defer func() { <-fenced }()
+	retained := make(chan struct{})
+	go func() {
+		defer close(retained)
+		r.runRetention(ctx)
+	}()
+	defer func() { <-retained }()
 	t := time.NewTicker(r.cfg.SweepInterval)
 	defer t.Stop()
 	lastHousekeeping := time.Time{}
@@ -155,11 +162,13 @@ func (r *Router) housekeeping(ctx context.Context) {
 	if n, err := r.st.Messages().Prune(ctx, now.Add(-r.cfg.StreamRetention), now.Add(-r.cfg.DedupWindow)); err != nil {
 		slog.Default().Warn("prune failed", "error", err)
 	} else if n > 0 {
+		r.pruned("stream_rows", n)
 		slog.Default().Debug("pruned confirmed stream rows", "rows", n)
 	}
 	if n, err := r.st.DLQ().PurgeDeadLetters(ctx, now.Add(-r.cfg.DLQRetention)); err != nil {
 		slog.Default().Warn("dead-letter retention failed", "error", err)
 	} else if n > 0 {
+		r.pruned("dead_letters", n)
 		r.sink.Record(ctx, audit.Event{Actor: protocol.SchedulerID, Type: "dlq.purged", Details: map[string]any{"entries": n, "retention": r.cfg.DLQRetention.String()}})
 	}
 }

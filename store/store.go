@@ -19,7 +19,8 @@
 //     policy profiles (§17.2);
 //   - Worktrees (worktrees.go): the worktree binding projection (§16);
 //   - ToolProviders (tool_providers.go): the tool providers and their descriptors (§18.1);
-//   - ToolCalls (tool_calls.go): the tool calls and their stored frames (§18.2).
+//   - ToolCalls (tool_calls.go): the tool calls and their stored frames (§18.2);
+//   - Retention (retention.go): the deletion of finished records past their retention.
 //
 // rules.go holds the rules both implementations apply in the same way. Two implementations
 // satisfy these interfaces — store/memory for `sw4rm dev` and unit tests, store/postgres for
@@ -82,6 +83,8 @@ type Store interface {
 	ToolProviders() ToolProviders
 	// ToolCalls returns the tool calls and their stored frames (§18.2).
 	ToolCalls() ToolCalls
+	// Retention returns the deletion of finished records past their retention.
+	Retention() Retention
 	// BacklogCounter counts the pending HITL invocations, the dead letters, the open
 	// handoffs and the tool calls in flight (backlog.go).
 	BacklogCounter

@@ -54,6 +54,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("ToolProviders", func(t *testing.T) { runToolProviders(t, newStore) })
 	t.Run("ToolCalls", func(t *testing.T) { runToolCalls(t, newStore) })
 	t.Run("Backlog", func(t *testing.T) { runBacklog(t, newStore) })
+	t.Run("Retention", func(t *testing.T) { runRetention(t, newStore) })
 }
 
 // Envelope returns a fully populated test envelope with the given message_id.
