@@ -105,6 +105,10 @@ type Options struct {
 
 	// ReadyTimeout bounds the wait for each process to become ready; default 2 minutes.
 	ReadyTimeout time.Duration
+	// StopGrace is how long a graceful stop (Restart, Replace, Stop) waits after SIGTERM
+	// before SIGKILL; default 45 s, longer than a worker's SW4RM_WORKER_STOP_TIMEOUT of 30 s
+	// as in the deploy files, so that a stopping worker lets its activities finish.
+	StopGrace time.Duration
 	// Logf, if set, is told of each step of Start and Stop.
 	Logf func(format string, args ...any)
 }
@@ -214,6 +218,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 2 * time.Minute
+	}
+	if o.StopGrace == 0 {
+		o.StopGrace = 45 * time.Second
 	}
 	if o.TemporalServer == "" {
 		o.TemporalServer = findTool("temporal-server")
@@ -421,15 +428,16 @@ func (c *Cluster) Start(ctx context.Context, name string) error {
 	return c.run(ctx, p)
 }
 
-// Restart stops the named process gracefully (SIGTERM, then SIGKILL after 30 s) and starts
-// it again.
+// Restart stops the named process gracefully (SIGTERM, then SIGKILL after
+// Options.StopGrace) and starts it again.
 func (c *Cluster) Restart(ctx context.Context, name string) error {
 	return c.Replace(ctx, name, "")
 }
 
-// Replace is one step of a rolling upgrade: it stops the named process gracefully (SIGTERM,
-// SIGKILL after 30 s), waits for it to exit and starts it again running binary (the same
-// binary if empty), with the same configuration and ports, and waits until it is ready.
+// Replace is one step of a rolling upgrade: it stops the named process gracefully, waits
+// for it to exit and starts it again running binary (the same binary if empty), with the
+// same configuration and ports, and waits until it is ready. The graceful stop is SIGTERM
+// (PostgreSQL: SIGINT, its fast shutdown), then SIGKILL after Options.StopGrace.
 func (c *Cluster) Replace(ctx context.Context, name, binary string) error {
 	p, err := c.proc(name)
 	if err != nil {
@@ -437,8 +445,8 @@ func (c *Cluster) Replace(ctx context.Context, name, binary string) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !p.stop(30 * time.Second) {
-		c.logf("%s did not stop within 30s of SIGTERM and was killed", name)
+	if !p.stop(c.opts.StopGrace) {
+		c.logf("%s did not stop within %s of SIGTERM and was killed", name, c.opts.StopGrace)
 	}
 	if binary != "" {
 		p.binary = binary
@@ -471,7 +479,7 @@ func (c *Cluster) add(p *proc) {
 }
 
 // Stop stops everything in reverse start order: the load balancer, the workers and servers
-// (SIGTERM, each given 30 s), Temporal, PostgreSQL. A temporary state directory is removed.
+// (SIGTERM, each given Options.StopGrace), Temporal, PostgreSQL. A temporary state directory is removed.
 // Stop is idempotent.
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() {
@@ -485,13 +493,13 @@ func (c *Cluster) Stop() {
 		for _, name := range c.order {
 			if strings.HasPrefix(name, "server-") || strings.HasPrefix(name, "worker-") {
 				p := c.procs[name]
-				wg.Go(func() { p.stop(30 * time.Second) })
+				wg.Go(func() { p.stop(c.opts.StopGrace) })
 			}
 		}
 		wg.Wait()
 		for _, name := range slices.Backward(c.order) {
 			if p := c.procs[name]; !p.exited() {
-				p.stop(30 * time.Second)
+				p.stop(c.opts.StopGrace)
 			}
 		}
 		c.logf("cluster stopped")

@@ -70,7 +70,8 @@ func (c *Cluster) startPostgres(ctx context.Context) error {
 			return fmt.Errorf("initdb: %w\n%s", err, out)
 		}
 	}
-	p := &proc{name: "postgres", binary: filepath.Join(bin, "postgres"), dir: dir, cred: cred,
+	// SIGINT is PostgreSQL's fast shutdown; its SIGTERM would wait for every client to leave.
+	p := &proc{name: "postgres", binary: filepath.Join(bin, "postgres"), dir: dir, cred: cred, stopSig: syscall.SIGINT,
 		// The postmaster in the foreground, so that its process group is the kit's to kill;
 		// max_connections covers Temporal's pools (four services each with its own) and every
 		// sw4rm process's.

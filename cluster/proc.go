@@ -22,9 +22,11 @@ type proc struct {
 	dir    string
 	log    string // path of its combined output, appended to by every run
 	cred   *syscall.Credential
-	ready  func(p *proc, marker string) (bool, error) // nil: started is ready
-	addr   string                                     // gRPC address of a server, for the load balancer
-	metric string                                     // its /metrics URL, if any
+	// stopSig asks the process to stop; zero means SIGTERM.
+	stopSig syscall.Signal
+	ready   func(p *proc, marker string) (bool, error) // nil: started is ready
+	addr    string                                     // gRPC address of a server, for the load balancer
+	metric  string                                     // its /metrics URL, if any
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -114,10 +116,14 @@ func (p *proc) kill() {
 	p.wait()
 }
 
-// stop asks the process to stop (SIGTERM to the group) and waits up to grace for it to
-// exit, then kills it; it reports whether the process exited by itself.
+// stop asks the process to stop (stopSig, SIGTERM by default, to the group) and waits up to
+// grace for it to exit, then kills it; it reports whether the process exited by itself.
 func (p *proc) stop(grace time.Duration) bool {
-	p.signal(syscall.SIGTERM)
+	sig := p.stopSig
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	p.signal(sig)
 	p.mu.Lock()
 	done := p.done
 	p.mu.Unlock()
