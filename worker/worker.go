@@ -7,10 +7,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -60,8 +65,9 @@ func RegisterToolRunner(r sdkworker.ActivityRegistry, runner *activities.ToolRun
 }
 
 // EnsureSearchAttributes registers SW4RM's custom search attributes in the namespace if they
-// are missing, so workflows can be started with them and filtered in the Temporal UI. It is
-// idempotent and safe to run from every process at start.
+// are missing, so workflows can be started with them and filtered in the Temporal UI, and
+// then waits until the frontend accepts them (awaitSearchAttributes). It is idempotent and
+// safe to run from every process at start.
 func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
 	// A Temporal server that is starting, or a busy dev server, may fail these calls for a
 	// moment (Unavailable, or an interrupted query surfacing as Internal); sw4rm starting a
@@ -112,5 +118,51 @@ func ensureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 	if err != nil && !errors.As(err, &exists) {
 		return fmt.Errorf("add search attributes: %w", err)
 	}
-	return nil
+	return awaitSearchAttributes(ctx, c, namespace, missing)
+}
+
+// searchAttributeSettle bounds the wait for newly added search attributes to be usable.
+const searchAttributeSettle = 15 * time.Second
+
+// awaitSearchAttributes waits until the frontend accepts a query on every attribute just
+// added. A cluster's frontend maps them through its namespace cache, refreshed every few
+// seconds (system.namespaceCacheRefreshInterval): until then it refuses a workflow started
+// with one ("no mapping defined for search attribute"), and this process would start such
+// workflows at once. The dev server hides the delay by reading through its cache
+// (system.forceSearchAttributesCacheRefreshOnRead, a testing setting). A count query is the
+// probe: refused by the same mapping, and without side effects.
+func awaitSearchAttributes(ctx context.Context, c client.Client, namespace string, added map[string]enums.IndexedValueType) error {
+	query := searchAttributesProbe(added)
+	ctx, cancel := context.WithTimeout(ctx, searchAttributeSettle)
+	defer cancel()
+	for {
+		_, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: namespace, Query: query})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("search attributes added but not yet usable after %s: %w", searchAttributeSettle, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// searchAttributesProbe is a visibility query that names every attribute of attrs, each
+// compared with a value of its type.
+func searchAttributesProbe(attrs map[string]enums.IndexedValueType) string {
+	terms := make([]string, 0, len(attrs))
+	for _, name := range slices.Sorted(maps.Keys(attrs)) {
+		value := "'probe'"
+		switch attrs[name] {
+		case enums.INDEXED_VALUE_TYPE_BOOL:
+			value = "true"
+		case enums.INDEXED_VALUE_TYPE_INT, enums.INDEXED_VALUE_TYPE_DOUBLE:
+			value = "0"
+		case enums.INDEXED_VALUE_TYPE_DATETIME:
+			value = "'2000-01-01T00:00:00Z'"
+		}
+		terms = append(terms, name+" = "+value)
+	}
+	return strings.Join(terms, " OR ")
 }

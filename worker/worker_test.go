@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/testsuite"
 	"google.golang.org/protobuf/proto"
@@ -62,5 +63,18 @@ func TestRegisterToolRunner(t *testing.T) {
 	_, err := env.ExecuteActivity("RunTool", activities.RunToolInput{Request: tools.Request{ProviderID: "other"}})
 	if err == nil || !strings.Contains(err.Error(), "reached the worker of provider p") {
 		t.Fatalf("RunTool of another provider's call: %v, want the runner's refusal", err)
+	}
+}
+
+// The probe query names every attribute, each with a value of its type.
+func TestSearchAttributesProbe(t *testing.T) {
+	got := searchAttributesProbe(map[string]enums.IndexedValueType{
+		"B": enums.INDEXED_VALUE_TYPE_BOOL, "K": enums.INDEXED_VALUE_TYPE_KEYWORD, "L": enums.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+	})
+	if want := "B = true OR K = 'probe' OR L = 'probe'"; got != want {
+		t.Errorf("probe = %q, want %q", got, want)
+	}
+	if q := searchAttributesProbe(workflows.SearchAttributes()); strings.Count(q, " OR ") != len(workflows.SearchAttributes())-1 {
+		t.Errorf("probe of SW4RM's attributes = %q", q)
 	}
 }
