@@ -83,7 +83,17 @@ const (
 	// when heartbeats resume, and release what it holds when it fails or deregisters (§8.4,
 	// agent_cleanup.go).
 	versionCleanup = "agent-cleanup"
+	// versionHistoryLimit marks runs that continue as new once their history passes
+	// HistoryLimit too, not only when Temporal suggests it, and only with every update
+	// handler finished (shouldContinueAsNew).
+	versionHistoryLimit = "agent-history-limit"
 )
+
+// AgentHistoryLimit is the history length (events) past which an agent's lifecycle run
+// continues as new at its next quiet step, even if Temporal has not suggested it yet: a
+// long-lived agent's history stays far below Temporal's limits, and a new run replays
+// quickly on a worker that picks it up after a restart.
+const AgentHistoryLimit = 10_000
 
 // AgentWorkflowID is the workflow ID of an agent's lifecycle: "agent/<agent_id>".
 func AgentWorkflowID(agentID string) string { return "agent/" + agentID }
@@ -128,6 +138,9 @@ type AgentLifecycleInput struct {
 	PreemptTimeout time.Duration `json:",omitempty"`
 	// TerminateGrace is TERMINATE's grace period before KILL; zero means DefaultTerminateGrace.
 	TerminateGrace time.Duration `json:",omitempty"`
+	// HistoryLimit is the history length past which the run continues as new; zero means
+	// AgentHistoryLimit. It is carried over a continue-as-new.
+	HistoryLimit int `json:",omitempty"`
 	// Dispatch is the agent's task queue and running task, carried over a continue-as-new.
 	Dispatch Dispatch `json:",omitempty"`
 	// ReleasedSince is the Since of the FAILED state whose cleanup ran, carried over a
@@ -237,6 +250,8 @@ type agentLifecycle struct {
 	// cleanup says this run applies versionCleanup; releasedSince is ReleasedSince.
 	cleanup       bool
 	releasedSince time.Time
+	// historyLimit says this run applies versionHistoryLimit.
+	historyLimit bool
 	// deregistered ends the loop; stepErr, set by a handler, fails the run.
 	deregistered *AgentDeregistration
 	stepErr      error
@@ -308,6 +323,7 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 	w.tasks = workflow.GetVersion(ctx, versionTasks, workflow.DefaultVersion, 1) >= 1
 	w.stepReports = w.tasks && workflow.GetVersion(ctx, versionStepReports, workflow.DefaultVersion, 1) >= 1
 	w.cleanup = w.tasks && workflow.GetVersion(ctx, versionCleanup, workflow.DefaultVersion, 1) >= 1
+	w.historyLimit = w.tasks && workflow.GetVersion(ctx, versionHistoryLimit, workflow.DefaultVersion, 1) >= 1
 	w.disp = newDispatcher(ctx, w, w.in.Dispatch)
 	if err := workflow.SetQueryHandler(ctx, AgentTasksQuery, func() (DispatchStatus, error) { return w.disp.status(), nil }); err != nil {
 		return AgentLifecycleResult{}, err
@@ -334,7 +350,7 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 			return AgentLifecycleResult{}, w.stepErr
 		}
 		w.disarmTimers()
-		if w.deregistered == nil && !sel.HasPending() && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if w.deregistered == nil && !sel.HasPending() && w.shouldContinueAsNew(ctx) {
 			// Long-lived agents accumulate history; start afresh with the state carried over.
 			// Pending signals are handled first (HasPending) so none is lost across the boundary.
 			next := w.in
@@ -346,6 +362,18 @@ func (w *agentLifecycle) run(ctx workflow.Context) (AgentLifecycleResult, error)
 		}
 	}
 	return w.end(ctx)
+}
+
+// shouldContinueAsNew says whether the run continues as new after this step: when Temporal
+// suggests it or (versionHistoryLimit) the history passed HistoryLimit, and then only once
+// every update handler has finished, since an update still running would be lost with the run.
+func (w *agentLifecycle) shouldContinueAsNew(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	if !w.historyLimit {
+		return info.GetContinueAsNewSuggested()
+	}
+	due := info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > cmp.Or(max(w.in.HistoryLimit, 0), AgentHistoryLimit)
+	return due && workflow.AllHandlersFinished(ctx)
 }
 
 // begin records a fresh registration and announces the join (§14), or takes up the state a
