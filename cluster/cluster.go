@@ -552,9 +552,9 @@ func (c *Cluster) startSW4RM(ctx context.Context) error {
 		name := "worker-" + strconv.Itoa(i)
 		p := &proc{name: name, binary: c.binary(name), args: []string{"worker"},
 			metric: "http://" + c.hostPort(portWorkerHTTP+i) + "/metrics"}
-		p.env = c.sw4rmEnv(name, "SW4RM_HTTP_ADDR="+c.hostPort(portWorkerHTTP+i))
-		// A worker serves nothing to ask; it logs when it polls its task queue.
-		p.ready = func(p *proc, marker string) (bool, error) { return logSince(p.log, marker, "worker polling"), nil }
+		httpAddr := c.hostPort(portWorkerHTTP + i)
+		p.env = c.sw4rmEnv(name, "SW4RM_HTTP_ADDR="+httpAddr)
+		p.ready = func(*proc, string) (bool, error) { return healthy(httpAddr) }
 		c.add(p)
 		workers = append(workers, p)
 	}

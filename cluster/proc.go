@@ -205,18 +205,5 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// logSince reports whether the log holds s after the last occurrence of marker.
-func logSince(path, marker, s string) bool {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	str := string(b)
-	if i := strings.LastIndex(str, marker); i >= 0 {
-		str = str[i:]
-	}
-	return strings.Contains(str, s)
-}
-
 // errUnknown is returned for a process name the cluster does not have.
 var errUnknown = errors.New("no such process")

@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -331,9 +334,24 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// serving reports whether the gRPC health service at addr answers SERVING.
+// serving reports whether the gRPC health service at addr answers SERVING, in plaintext or,
+// for a process given SW4RM_TLS_* settings, over TLS (unverified: the kit only asks whether
+// its own child is up).
 func serving(addr string) (bool, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	ok, err := servingWith(addr, insecure.NewCredentials())
+	if ok {
+		return true, nil
+	}
+	if ok, terr := servingWith(addr, credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})); ok { //nolint:gosec // a readiness probe of the kit's own child
+		return true, nil
+	} else if terr != nil && err == nil {
+		err = terr
+	}
+	return false, err
+}
+
+func servingWith(addr string, creds credentials.TransportCredentials) (bool, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return false, err
 	}
@@ -345,4 +363,27 @@ func serving(addr string) (bool, error) {
 		return false, err
 	}
 	return res.GetStatus() == healthpb.HealthCheckResponse_SERVING, nil
+}
+
+// healthy reports whether GET /healthz at addr answers 200, over HTTP or (unverified) HTTPS.
+// sw4rm serves it once its store, its Temporal client and its roles are up: for a worker,
+// once it polls.
+func healthy(addr string) (bool, error) {
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a readiness probe of the kit's own child
+	}}
+	var last error
+	for _, scheme := range []string{"http", "https"} {
+		res, err := client.Get(scheme + "://" + addr + "/healthz")
+		if err != nil {
+			last = err
+			continue
+		}
+		_ = res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			return true, nil
+		}
+		last = fmt.Errorf("/healthz: %s", res.Status)
+	}
+	return false, last
 }
