@@ -86,7 +86,8 @@ $(TEMPORAL_SERVER_DIR)/server $(TEMPORAL_SERVER_DIR)/sql &:
 ## (SW4RM_DATABASE_URL); CLUSTER_FLAGS=-fresh starts them anew, -own-postgres uses initdb.
 CLUSTER_FLAGS ?=
 cluster: cluster-tools build
-	go run ./cluster/cmd/sw4rm-cluster up $(CLUSTER_FLAGS)
+	go build -o bin/sw4rm-cluster ./cluster/cmd/sw4rm-cluster
+	bin/sw4rm-cluster up $(CLUSTER_FLAGS)
 
 ## dev: start the Temporal dev server (UI on :8233) and `sw4rm dev` (gRPC on :50051); the
 ## Temporal CLI and grpcurl are linked into bin/ (make tools). It serves the demo repository
