@@ -60,6 +60,11 @@ func (r *Router) retentionKinds() []retentionKind {
 		msgKeep = max(msgKeep, r.cfg.DedupWindow, r.cfg.StreamRetention)
 	}
 	return []retentionKind{
+		{"dead_letters", r.cfg.DLQRetention, func(ctx context.Context, cutoff time.Time, _ int) (int, error) {
+			// One statement: the dead-letter queue is small (SW4RM_MAX_RETRIES bounds what
+			// enters it per message) and failed_at is indexed.
+			return r.st.DLQ().PurgeDeadLetters(ctx, cutoff)
+		}},
 		{"audit_events", r.cfg.AuditRetention, rt.PruneAudit},
 		{"messages", msgKeep, rt.PruneMessages},
 		// Fences before handoffs: a fence outlives its handoff's row only when the handoff
@@ -122,6 +127,9 @@ func (r *Router) runRetention(ctx context.Context) {
 		}
 		if len(details) > 0 {
 			r.sink.Record(ctx, audit.Event{Actor: protocol.SchedulerID, Type: "retention.pruned", Details: details})
+		}
+		if n := counts["dead_letters"]; n > 0 {
+			r.sink.Record(ctx, audit.Event{Actor: protocol.SchedulerID, Type: "dlq.purged", Details: map[string]any{"entries": n, "retention": r.cfg.DLQRetention.String()}})
 		}
 	}
 }

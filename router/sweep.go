@@ -15,11 +15,12 @@ import (
 // sweepBatch bounds the work of one sweep step.
 const sweepBatch = 100
 
-// housekeepingEvery is how often Run prunes stream rows, idempotency entries and dead letters.
+// housekeepingEvery is how often Run prunes stream rows and idempotency entries, and how often
+// runRetention prunes the other kinds.
 const housekeepingEvery = time.Minute
 
 // Run enforces the router's timers until ctx ends: ACK timeouts (§11), TTL expiry, response
-// deadlines (004 §1) and the retention of stream rows, idempotency entries and dead letters.
+// deadlines (004 §1) and the retention of stream rows and idempotency entries.
 // Every frontend runs it; the store hands each expired item to exactly one of them, so the
 // timeouts hold with any number of frontends sharing the store. It also runs the writer of
 // control-traffic confirmations (see controlConfirms), which defers them only while Run runs,
@@ -156,7 +157,8 @@ func (r *Router) expired(ctx context.Context, e store.ExpiredMessage) error {
 	return nack()
 }
 
-// housekeeping applies the retention windows.
+// housekeeping applies the retention of stream rows and idempotency entries; the other
+// kinds are runRetention's.
 func (r *Router) housekeeping(ctx context.Context) {
 	now := time.Now()
 	if n, err := r.st.Messages().Prune(ctx, now.Add(-r.cfg.StreamRetention), now.Add(-r.cfg.DedupWindow)); err != nil {
@@ -164,11 +166,5 @@ func (r *Router) housekeeping(ctx context.Context) {
 	} else if n > 0 {
 		r.pruned("stream_rows", n)
 		slog.Default().Debug("pruned confirmed stream rows", "rows", n)
-	}
-	if n, err := r.st.DLQ().PurgeDeadLetters(ctx, now.Add(-r.cfg.DLQRetention)); err != nil {
-		slog.Default().Warn("dead-letter retention failed", "error", err)
-	} else if n > 0 {
-		r.pruned("dead_letters", n)
-		r.sink.Record(ctx, audit.Event{Actor: protocol.SchedulerID, Type: "dlq.purged", Details: map[string]any{"entries": n, "retention": r.cfg.DLQRetention.String()}})
 	}
 }
