@@ -140,7 +140,8 @@ type Config struct {
 	// TaskAgents and NodeAgents are how many agents serve the tasks and the DAG nodes;
 	// zero means 2 each.
 	TaskAgents, NodeAgents int
-	// MetricsURLs are /metrics endpoints of sw4rm processes to scrape each interval
+	// MetricsURLs are /metrics endpoints of sw4rm processes (or the Temporal server's
+	// Prometheus endpoint), each a URL or name=URL, to scrape each interval
 	// (go_goroutines, go_memstats_heap_inuse_bytes, process_resident_memory_bytes).
 	MetricsURLs []string
 	// DatabaseURL is the sw4rm PostgreSQL store, to report its tables' growth; optional.

@@ -55,12 +55,18 @@ type PatternReport struct {
 
 // ProcessReport is one process's figures, scraped from its /metrics.
 type ProcessReport struct {
+	// Name is the process's name, given as name=url in Config.MetricsURLs; else its URL.
+	Name string `json:"name"`
 	// URL is the /metrics URL.
 	URL string `json:"url"`
 	// Goroutines is go_goroutines.
 	Goroutines float64 `json:"goroutines"`
-	// HeapInuseBytes is go_memstats_heap_inuse_bytes.
+	// HeapInuseBytes is go_memstats_heap_inuse_bytes (Temporal's memory_heapinuse).
 	HeapInuseBytes float64 `json:"heap_inuse_bytes"`
+	// LiveHeapBytes is go_gc_heap_live_bytes, the heap the last GC found live (0 where the
+	// process does not export it). Heap in use swings up to twice this between
+	// collections, so Flat judges memory by it when both samples have it.
+	LiveHeapBytes float64 `json:"live_heap_bytes,omitempty"`
 	// RSSBytes is process_resident_memory_bytes (0 where the platform has none).
 	RSSBytes float64 `json:"rss_bytes"`
 	// Error is why the scrape failed, empty when it did not.
@@ -152,10 +158,14 @@ func (r Report) Write(w io.Writer) {
 	}
 	for _, p := range r.Processes {
 		if p.Error != "" {
-			fmt.Fprintf(w, "  process %s: %s\n", p.URL, p.Error)
+			fmt.Fprintf(w, "  process %s: %s\n", p.Name, p.Error)
 			continue
 		}
-		fmt.Fprintf(w, "  process %s: goroutines=%.0f heap_inuse=%s rss=%s\n", p.URL, p.Goroutines, mib(p.HeapInuseBytes), mib(p.RSSBytes))
+		live := ""
+		if p.LiveHeapBytes > 0 {
+			live = " live_heap=" + mib(p.LiveHeapBytes)
+		}
+		fmt.Fprintf(w, "  process %s: goroutines=%.0f heap_inuse=%s%s rss=%s\n", p.Name, p.Goroutines, mib(p.HeapInuseBytes), live, mib(p.RSSBytes))
 	}
 	writeDB(w, "store", r.Store)
 	writeDB(w, "temporal history", r.History)
@@ -199,8 +209,12 @@ func ms(d time.Duration) string {
 func mib(b float64) string { return fmt.Sprintf("%.1fMiB", b/(1<<20)) }
 
 // scrape reads the process figures from one /metrics URL.
-func scrape(ctx context.Context, client *http.Client, url string) ProcessReport {
-	pr := ProcessReport{URL: url}
+func scrape(ctx context.Context, client *http.Client, target string) ProcessReport {
+	name, url, named := strings.Cut(target, "=")
+	if !named {
+		name, url = target, target
+	}
+	pr := ProcessReport{Name: name, URL: url}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -237,8 +251,19 @@ func scrape(ctx context.Context, client *http.Client, url string) ProcessReport 
 		}
 		return m.GetUntyped().GetValue()
 	}
-	pr.Goroutines = gauge("go_goroutines")
-	pr.HeapInuseBytes = gauge("go_memstats_heap_inuse_bytes")
+	// A Go process's client_golang names first, then the Temporal server's own runtime
+	// gauges, which it exports instead.
+	first := func(names ...string) float64 {
+		for _, n := range names {
+			if v := gauge(n); v != 0 {
+				return v
+			}
+		}
+		return 0
+	}
+	pr.Goroutines = first("go_goroutines", "num_goroutines")
+	pr.HeapInuseBytes = first("go_memstats_heap_inuse_bytes", "memory_heapinuse")
+	pr.LiveHeapBytes = gauge("go_gc_heap_live_bytes")
 	pr.RSSBytes = gauge("process_resident_memory_bytes")
 	return pr
 }

@@ -10,6 +10,7 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,7 +78,11 @@ func New(st store.Store) *Router {
 	}
 	m.register(m.rejects, m.nacks, m.enqueueLatency, m.dequeueLatency, m.processTime, m.privilegedOverflow, m.pruned,
 		m.buffers,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		// Beside the classic go_memstats_*, the live heap after the last GC
+		// (go_gc_heap_live_bytes): heap in use swings up to twice the live heap between two
+		// collections, so only the live heap tells a soak whether memory stays flat.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeapMetric})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.register(&activityCollector{ab: st.ActivityBuffer(), lim: store.ActivityLimits{}.Effective()})
 	m.register(&outboxCollector{ob: st.Outbox()})
 	m.rpc = newRPCStats(m.register)
@@ -180,3 +185,6 @@ func (c *bufferCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(ageDesc, prometheus.GaugeValue, age, s.AgentID)
 	}
 }
+
+// liveHeapMetric selects runtime/metrics' live heap, exported as go_gc_heap_live_bytes.
+var liveHeapMetric = regexp.MustCompile(`^/gc/heap/live:bytes$`)

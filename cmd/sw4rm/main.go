@@ -93,6 +93,7 @@ func newRootWith(start startFunc) *cobra.Command {
 	root.AddCommand(newSearchAttributesCmd())
 	root.AddCommand(newSettingsCmd())
 	root.AddCommand(newTracesCmd())
+	root.AddCommand(newLoadgenCmd())
 	return root
 }
 
