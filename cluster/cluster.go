@@ -460,11 +460,7 @@ func (c *Cluster) run(ctx context.Context, p *proc) error {
 	if err != nil {
 		return err
 	}
-	timeout := c.opts.ReadyTimeout
-	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
-		timeout = time.Until(d)
-	}
-	if err := p.waitReady(marker, timeout); err != nil {
+	if err := p.waitReady(ctx, marker, c.opts.ReadyTimeout); err != nil {
 		return err
 	}
 	c.logf("%s ready (pid %d, %s)", p.name, p.pid(), p.binary)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -73,9 +74,9 @@ func (p *proc) start() (marker string, err error) {
 	return marker, nil
 }
 
-// waitReady polls the process's readiness check until it holds, the process exits or
-// timeout passes.
-func (p *proc) waitReady(marker string, timeout time.Duration) error {
+// waitReady polls the process's readiness check until it holds, the process exits, ctx
+// ends or timeout passes.
+func (p *proc) waitReady(ctx context.Context, marker string, timeout time.Duration) error {
 	if p.ready == nil {
 		return nil
 	}
@@ -95,7 +96,11 @@ func (p *proc) waitReady(marker string, timeout time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s not ready within %s (last: %v); log tail:\n%s", p.name, timeout, last, tail(p.log, 30))
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready: %w", p.name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
