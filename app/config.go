@@ -154,6 +154,9 @@ type Config struct {
 	PreemptTimeout time.Duration
 	// TerminateGrace is TERMINATE's grace period before KILL (§7.2).
 	TerminateGrace time.Duration
+	// AgentHistoryLimit is the history length (events) past which an agent's lifecycle
+	// workflow continues as new (docs/reliability.md, "Retention").
+	AgentHistoryLimit int
 	// Auth is how strictly callers are authenticated (§6.2, §6.5, docs/security.md).
 	Auth auth.Mode
 	// AuthClockSkew is how far a signed call's timestamp may be from the server's clock.

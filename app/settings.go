@@ -20,6 +20,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // Setting is one setting of a sw4rm process, declared once in the settings table: its flag,
@@ -358,6 +359,10 @@ var settings = []Setting{
 		bind: positiveDuration(func(c *Config) *time.Duration { return &c.PreemptTimeout }, 10*time.Minute)},
 	{Flag: "terminate-grace", Env: "SW4RM_TERMINATE_GRACE", Help: "TERMINATE's grace period before KILL, §7.2",
 		bind: positiveDuration(func(c *Config) *time.Duration { return &c.TerminateGrace }, 3*time.Second)},
+	{Flag: "agent-history-limit", Env: "SW4RM_AGENT_HISTORY_LIMIT", Help: "history events past which an agent's lifecycle workflow continues as new",
+		Doc: "history length (events) past which an agent's lifecycle workflow `agent/<agent_id>` continues as new, carrying its state and " +
+			"tasks, even if Temporal has not suggested it; applies to agents registered after it is set ([docs/reliability.md](docs/reliability.md), \"Retention\")",
+		bind: positiveInt(func(c *Config) *int { return &c.AgentHistoryLimit }, workflows.AgentHistoryLimit)},
 	{Flag: "privileged-rate", Env: "SW4RM_PRIVILEGED_RATE", Help: "PRIVILEGED messages/s per producer before overflow to STANDARD, §7.3",
 		bind: number(func(c *Config) *float64 { return &c.PrivilegedRate }, router.DefaultPrivilegedRate, 0,
 			"want a positive number of messages per second")},

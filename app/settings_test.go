@@ -17,6 +17,7 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/reconcile"
 	"github.com/sw4rm/sw4rm-temporal/router"
 	"github.com/sw4rm/sw4rm-temporal/store/postgres"
+	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
 // TestEveryFieldIsOneSetting: each Config field but ToolExecutors and PhysicalClock is the target of exactly
@@ -64,7 +65,7 @@ func TestDefaults(t *testing.T) {
 		HandoffRetention: router.DefaultHandoffRetention, HITLRetention: router.DefaultHITLRetention, ToolCallRetention: router.DefaultToolCallRetention,
 		PrivilegedRate: router.DefaultPrivilegedRate, PrivilegedBurst: router.DefaultPrivilegedBurst,
 		LaneWeights: router.DefaultLaneWeights, ConflictThreshold: 0.7, PreemptTimeout: 10 * time.Minute, TerminateGrace: 3 * time.Second,
-		Auth: auth.Off, AuthClockSkew: frontend.DefaultClockSkew, KeyOverlap: frontend.DefaultKeyOverlap, AuditAccess: frontend.AuditRefused,
+		AgentHistoryLimit: workflows.AgentHistoryLimit, Auth: auth.Off, AuthClockSkew: frontend.DefaultClockSkew, KeyOverlap: frontend.DefaultKeyOverlap, AuditAccess: frontend.AuditRefused,
 		GroupCommitFlushers:       postgres.DefaultGroupCommitFlushers,
 		ActivityReconcileInterval: reconcile.DefaultInterval, ActivityReconcileGrace: reconcile.DefaultGrace,
 		ToolApprovalTimeout: 10 * time.Minute,

@@ -57,7 +57,7 @@ func frontendConfig(r Resolved, decisionKey ed25519.PrivateKey, policy *acl.Poli
 		HeartbeatInterval: r.HeartbeatInterval, HeartbeatMisses: r.HeartbeatMisses,
 		HITLPolicy: r.HITLPolicy, HITLDecisionKey: decisionKey, HITLTimeout: r.HITLTimeout,
 		RoomPolicy: r.RoomPolicy, RoomTimeout: r.RoomTimeout, HandoffCompletionTimeout: r.HandoffCompletionTimeout, PreemptTimeout: r.PreemptTimeout, TerminateGrace: r.TerminateGrace,
-		SchedulerPolicy: r.AdmissionPolicy, ACL: policy, Auth: authn, Reasoning: engine, ToolPreApproved: r.PreApprovedTools,
+		AgentHistoryLimit: r.AgentHistoryLimit, SchedulerPolicy: r.AdmissionPolicy, ACL: policy, Auth: authn, Reasoning: engine, ToolPreApproved: r.PreApprovedTools,
 		ToolApprovalTimeout: r.ToolApprovalTimeout, StreamKeepAlive: r.StreamKeepAlive}
 }
 

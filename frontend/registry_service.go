@@ -55,7 +55,7 @@ func (r *registryService) record(ctx context.Context, d *registrypb.AgentDescrip
 	}
 	in := workflows.AgentLifecycleInput{AgentID: id, Name: d.GetName(), Capabilities: d.GetCapabilities(), InitTimeout: r.s.cfg.AgentInitTimeout,
 		HeartbeatInterval: r.s.cfg.HeartbeatInterval, HeartbeatMisses: r.s.cfg.HeartbeatMisses,
-		PreemptTimeout: r.s.cfg.PreemptTimeout, TerminateGrace: r.s.cfg.TerminateGrace}
+		PreemptTimeout: r.s.cfg.PreemptTimeout, TerminateGrace: r.s.cfg.TerminateGrace, HistoryLimit: r.s.cfg.AgentHistoryLimit}
 	// The registry record and the start of the lifecycle are one store write: the start
 	// travels as an outbox entry in the record's transaction, so no registered agent is ever
 	// left without its lifecycle, whatever fails next (docs/reliability.md).

@@ -100,6 +100,9 @@ type Config struct {
 	PreemptTimeout time.Duration
 	// TerminateGrace is TERMINATE's grace period before KILL (§7.2); zero means the default.
 	TerminateGrace time.Duration
+	// AgentHistoryLimit is the history length past which an agent's lifecycle continues as
+	// new; zero means workflows.AgentHistoryLimit.
+	AgentHistoryLimit int
 	// SchedulerPolicy is task admission's policy (§9), as the worker's activities have it.
 	SchedulerPolicy taskadmission.Policy
 	// Auth is the authenticator the server's interceptors use (ServerOptions); RegisterAgent

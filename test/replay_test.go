@@ -36,10 +36,15 @@ func TestReplayRecordedHistories(t *testing.T) {
 
 // recordHistory writes a finished run's history to testdata when SW4RM_RECORD_HISTORIES=1.
 func recordHistory(t testing.TB, tc client.Client, workflowID, name string) {
+	recordRunHistory(t, tc, workflowID, "", name)
+}
+
+// recordRunHistory is recordHistory of one run of the workflow ("" for its latest).
+func recordRunHistory(t testing.TB, tc client.Client, workflowID, runID, name string) {
 	if os.Getenv("SW4RM_RECORD_HISTORIES") != "1" {
 		return
 	}
-	iter := tc.GetWorkflowHistory(context.Background(), workflowID, "", false, 0)
+	iter := tc.GetWorkflowHistory(context.Background(), workflowID, runID, false, 0)
 	h := &historypb.History{}
 	for iter.HasNext() {
 		ev, err := iter.Next()
