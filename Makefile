@@ -89,6 +89,17 @@ cluster: cluster-tools build
 	go build -o bin/sw4rm-cluster ./cluster/cmd/sw4rm-cluster
 	bin/sw4rm-cluster up $(CLUSTER_FLAGS)
 
+## soak: the soak on a cluster of its own (cluster/cmd/sw4rm-cluster soak; docs/reliability.md,
+## "The soak"): loadgen's mixed load with kill -9 of a server and a worker, Temporal and
+## PostgreSQL killed and restarted on a schedule, figures every minute; exits 1 on anything
+## lost, doubled or stranded or on growth that is not flat. SOAK_FLAGS="-duration 1h
+## -fault-cycle 5m" is the one-hour run whose figures reliability.md gives.
+SOAK_FLAGS ?=
+.PHONY: soak
+soak: cluster-tools build
+	go build -o bin/sw4rm-cluster ./cluster/cmd/sw4rm-cluster
+	bin/sw4rm-cluster soak -state .cluster/soak -fresh $(SOAK_FLAGS)
+
 ## dev: start the Temporal dev server (UI on :8233) and `sw4rm dev` (gRPC on :50051); the
 ## Temporal CLI and grpcurl are linked into bin/ (make tools). It serves the demo repository
 ## and the MCP filesystem server that `make example-tools` uses (scripts/dev.sh); without

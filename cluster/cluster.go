@@ -80,7 +80,7 @@ type Options struct {
 	// Namespace is the Temporal namespace SW4RM runs in, registered by the kit; default
 	// "sw4rm".
 	Namespace string
-	// Retention is the namespace's retention of closed workflows; default 72h.
+	// Retention is the namespace's retention of closed workflows; default 168h, the 7 days sw4rm expects (docs/reliability.md, "Retention").
 	Retention time.Duration
 	// DynamicConfig adds to, or overrides, the dynamic config the kit gives Temporal
 	// (DynamicConfig function); values are strings, numbers or booleans.
@@ -208,7 +208,7 @@ func withDefaults(o Options) Options {
 		o.Namespace = "sw4rm"
 	}
 	if o.Retention == 0 {
-		o.Retention = 72 * time.Hour
+		o.Retention = 7 * 24 * time.Hour
 	}
 	if o.SW4RM == "" {
 		o.SW4RM = filepath.Join("bin", "sw4rm")

@@ -5,6 +5,13 @@
 // and runs `sw4rm-cluster up`.
 //
 //	sw4rm-cluster up [-fresh] [-own-postgres] [-base-port 16000] [-state .cluster] ...
+//	sw4rm-cluster soak [-duration 3m] [-fault-cycle 0] [-json FILE] [cluster flags] ...
+//
+// soak starts the cluster (with a PostgreSQL of its own unless -own-postgres=false), runs
+// the soak of package cluster/soak against it — loadgen's mixed load with kill -9 of a
+// server and a worker, Temporal and PostgreSQL killed and restarted on a schedule — prints
+// the figures every -interval and exits 1 on anything lost, doubled or stranded, or on
+// memory or history per operation that did not stay flat. `make soak` runs it.
 //
 // Every SW4RM_* setting of sw4rm in the environment (SW4RM_AUTH, SW4RM_HITL_OPERATORS, …)
 // is passed to every sw4rm process, except those the cluster sets itself: the Temporal
@@ -40,10 +47,22 @@ func main() {
 }
 
 func run(args []string) error {
-	if len(args) == 0 || args[0] != "up" {
-		return errors.New("usage: sw4rm-cluster up [flags]; sw4rm-cluster up -h lists the flags")
+	const usage = "usage: sw4rm-cluster up|soak [flags]; sw4rm-cluster up -h lists the flags"
+	if len(args) == 0 {
+		return errors.New(usage)
 	}
-	fs := flag.NewFlagSet("sw4rm-cluster up", flag.ContinueOnError)
+	switch args[0] {
+	case "up":
+		return up(args[1:])
+	case "soak":
+		return soakCmd(args[1:])
+	}
+	return errors.New(usage)
+}
+
+// clusterFlags declares the flags that shape the cluster on fs; the returned function
+// completes the options once fs is parsed.
+func clusterFlags(fs *flag.FlagSet, ownPGDefault bool) (*cluster.Options, func()) {
 	defURL := os.Getenv("SW4RM_DATABASE_URL")
 	if defURL == "" {
 		defURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
@@ -51,7 +70,7 @@ func run(args []string) error {
 	var (
 		o       cluster.Options
 		pgURL   = fs.String("postgres-url", defURL, "PostgreSQL server to create the cluster's databases in (default: $SW4RM_DATABASE_URL, else the local server)")
-		ownPG   = fs.Bool("own-postgres", false, "make a PostgreSQL cluster of its own with initdb in the state directory instead")
+		ownPG   = fs.Bool("own-postgres", ownPGDefault, "make a PostgreSQL cluster of its own with initdb in the state directory instead")
 		envFlag multiFlag
 	)
 	fs.StringVar(&o.StateDir, "state", ".cluster", "state directory: logs, Temporal's config, the own PostgreSQL")
@@ -62,28 +81,36 @@ func run(args []string) error {
 	fs.IntVar(&o.Workers, "workers", 3, "sw4rm worker processes")
 	fs.IntVar(&o.HistoryShards, "history-shards", 4, "Temporal history shards (fixed when its database is created)")
 	fs.StringVar(&o.Namespace, "namespace", "sw4rm", "Temporal namespace")
-	fs.DurationVar(&o.Retention, "retention", 72*time.Hour, "the namespace's retention")
+	fs.DurationVar(&o.Retention, "retention", 7*24*time.Hour, "the namespace's retention of closed workflows")
 	fs.StringVar(&o.SW4RM, "sw4rm", "bin/sw4rm", "sw4rm binary")
 	fs.StringVar(&o.TemporalServer, "temporal-server", cluster.FindTool("temporal-server"), "temporal-server binary")
 	fs.StringVar(&o.SQLTool, "sql-tool", cluster.FindTool("temporal-sql-tool"), "temporal-sql-tool binary")
 	fs.Var(&envFlag, "env", "extra NAME=value for every sw4rm process (repeatable)")
-	if err := fs.Parse(args[1:]); err != nil {
+	return &o, func() {
+		if !*ownPG {
+			o.PostgresURL = *pgURL
+		}
+		o.Env = append(passThrough(), envFlag...)
+		o.Logf = func(format string, args ...any) {
+			fmt.Printf("%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+		}
+	}
+}
+
+// up runs the cluster until SIGINT or SIGTERM.
+func up(args []string) error {
+	fs := flag.NewFlagSet("sw4rm-cluster up", flag.ContinueOnError)
+	o, complete := clusterFlags(fs, false)
+	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	if !*ownPG {
-		o.PostgresURL = *pgURL
-	}
-	o.Env = append(passThrough(), envFlag...)
-	o.Logf = func(format string, args ...any) {
-		fmt.Printf("%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-	}
-
+	complete()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c, err := cluster.Start(ctx, o)
+	c, err := cluster.Start(ctx, *o)
 	if err != nil {
 		return err
 	}
