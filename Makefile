@@ -111,16 +111,25 @@ dev: tools build
 ## test: unit, workflow and end-to-end tests (needs PostgreSQL; .ci/run starts it), among
 ## them the cluster kit's (test/cluster: a real Temporal server, make cluster-tools), the
 ## escape suite, the 1,000-node DAG run without the race detector, the fault suite on its
-## own, verbose so that its figures are printed (docs/reliability.md), and last the examples
-## against `make dev`.
+## own, verbose so that its figures are printed (docs/reliability.md), the soak's 3-minute
+## profile and the rolling upgrade on the cluster kit, and last the examples against `make dev`.
 test: $(TEMPORAL) cluster-tools workflowcheck lint mcp-servers
 	go vet ./...
 	$(MAKE) check-deploy
-	go test -race -count=1 -timeout 20m -skip '$(ESCAPE_TESTS)' $$(go list ./... | grep -v /test/faults$$)
+	go test -race -count=1 -timeout 20m -skip '$(ESCAPE_TESTS)' $$(go list ./... | grep -v -e /test/faults$$ -e /test/soak$$ -e /test/upgrade$$)
 	$(MAKE) test-escape
 	$(MAKE) test-scale
 	go test -race -count=1 -timeout 15m -v ./test/faults
+	$(MAKE) test-cluster
 	$(MAKE) test-examples
+
+## test-cluster: on the cluster kit (make cluster-tools), side by side: the soak's 3-minute CI
+## profile with its faults (test/soak; docs/reliability.md, "The soak") and the rolling upgrade
+## from the previous release's tag (test/upgrade; docs/deploy.md, "Upgrading"), verbose for
+## their figures, without the race detector so the processes keep a deployment's timing.
+.PHONY: test-cluster
+test-cluster: cluster-tools
+	go test -count=1 -timeout 25m -v ./test/soak ./test/upgrade
 
 ## check-deploy: check docker-compose.yml and deploy/k8s without Docker or a cluster: the
 ## compose spec's schema, the Kubernetes API's types and OpenAPI schemas, and their SW4RM_*
