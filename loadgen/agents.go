@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
@@ -36,6 +37,7 @@ func (r *runner) agent(ctx context.Context, role string, d *registrypb.AgentDesc
 		}
 		cancel()
 		if err == nil {
+			r.heartbeat(ctx, a)
 			return a, nil
 		}
 		if code := sdk.CodeOf(err); code != commonpb.ErrorCode_ERROR_CODE_UNSPECIFIED {
@@ -46,6 +48,26 @@ func (r *runner) agent(ctx context.Context, role string, d *registrypb.AgentDesc
 			return nil, fmt.Errorf("register %s: %w", id, err)
 		}
 	}
+}
+
+// DefaultHeartbeatEvery is Config.HeartbeatEvery's default: a third of the server's default
+// SW4RM_HEARTBEAT_INTERVAL, so that an agent which only polls (a handoff target) or only
+// sends is not stopped after three missed intervals (§14), and a heartbeat lost to a fault
+// is made up long before.
+const DefaultHeartbeatEvery = 10 * time.Second
+
+// heartbeat sends a's liveness every Config.HeartbeatEvery until ctx ends. The state is left
+// unspecified, liveness only: an agent serving tasks reports its own state (sdk.Serve).
+func (r *runner) heartbeat(ctx context.Context, a *sdk.Agent) {
+	r.background(func() {
+		for sleep(ctx, r.cfg.HeartbeatEvery) {
+			hctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+			if err := a.Heartbeat(hctx, commonpb.AgentState_AGENT_STATE_UNSPECIFIED, nil); err != nil && ctx.Err() == nil {
+				r.logf("loadgen: %s: heartbeat: %v", a.ID(), err)
+			}
+			cancel()
+		}
+	})
 }
 
 // read reads the agent's inbound stream until ctx ends, confirming every delivery:

@@ -149,6 +149,9 @@ type Config struct {
 	// TemporalDatabaseURL is the PostgreSQL database of Temporal's persistence, to report
 	// the growth of its history tables (history_node, history_tree, executions); optional.
 	TemporalDatabaseURL string
+	// HeartbeatEvery is how often each agent sends its heartbeat (§14); zero means
+	// DefaultHeartbeatEvery. It must be well under the server's SW4RM_HEARTBEAT_INTERVAL.
+	HeartbeatEvery time.Duration
 	// OperatorToken is a HITL operator's token (SW4RM_HITL_OPERATORS name=token) that
 	// decides the HITL pattern's invocations; without it the HITL pattern does not run.
 	OperatorToken string
@@ -175,6 +178,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Interval <= 0 {
 		c.Interval = time.Minute
+	}
+	if c.HeartbeatEvery <= 0 {
+		c.HeartbeatEvery = DefaultHeartbeatEvery
 	}
 	if c.OpTimeout <= 0 {
 		c.OpTimeout = 2 * time.Minute
