@@ -60,11 +60,7 @@ func (r *Router) retentionKinds() []retentionKind {
 		msgKeep = max(msgKeep, r.cfg.DedupWindow, r.cfg.StreamRetention)
 	}
 	return []retentionKind{
-		{"dead_letters", r.cfg.DLQRetention, func(ctx context.Context, cutoff time.Time, _ int) (int, error) {
-			// One statement: the dead-letter queue is small (SW4RM_MAX_RETRIES bounds what
-			// enters it per message) and failed_at is indexed.
-			return r.st.DLQ().PurgeDeadLetters(ctx, cutoff)
-		}},
+		{"dead_letters", r.cfg.DLQRetention, rt.PruneDeadLetters},
 		{"audit_events", r.cfg.AuditRetention, rt.PruneAudit},
 		{"messages", msgKeep, rt.PruneMessages},
 		// Fences before handoffs: a fence outlives its handoff's row only when the handoff

@@ -17,6 +17,9 @@ import (
 type Retention interface {
 	// PruneAudit deletes the audit events whose Time is before cutoff (§19).
 	PruneAudit(ctx context.Context, cutoff time.Time, limit int) (int, error)
+	// PruneDeadLetters deletes the dead letters that failed before cutoff (§21.1): it is
+	// DLQ.PurgeDeadLetters in batches.
+	PruneDeadLetters(ctx context.Context, cutoff time.Time, limit int) (int, error)
 	// PruneMessages deletes the messages last updated before cutoff that are finished: a
 	// tracked message in a terminal state (protocol.MessageStateTerminal) or an untracked
 	// one, with no delivery row still in a buffer and no pending response awaiting a reply

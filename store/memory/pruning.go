@@ -67,6 +67,29 @@ func (r *retention) PruneAudit(ctx context.Context, cutoff time.Time, limit int)
 	})
 }
 
+// PruneDeadLetters implements store.Retention over the DLQ's own state and lock; its rows are
+// in ID order, which is the order they failed in but for clock skew between frontends.
+func (r *retention) PruneDeadLetters(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	cutoff = normTime(cutoff)
+	d := r.s().dlq
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	d.rows = slices.DeleteFunc(d.rows, func(row *store.DLQEntry) bool {
+		if n >= limit || !row.FailedAt.Before(cutoff) {
+			return false
+		}
+		delete(d.byID, row.ID)
+		delete(d.byMessage, row.MessageID)
+		n++
+		return true
+	})
+	return n, nil
+}
+
 // PruneMessages implements store.Retention.
 func (r *retention) PruneMessages(ctx context.Context, cutoff time.Time, limit int) (int, error) {
 	s := r.s()

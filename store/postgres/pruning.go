@@ -40,6 +40,16 @@ func (r *retention) PruneAudit(ctx context.Context, cutoff time.Time, limit int)
 		SELECT count(*) FROM del`, cutoff, limit)
 }
 
+// PruneDeadLetters implements store.Retention, oldest first along dead_letters_failed_idx.
+func (r *retention) PruneDeadLetters(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	return r.pruneCount(ctx, "dead letters", `
+		WITH del AS (
+			DELETE FROM dead_letters WHERE id IN (
+				SELECT id FROM dead_letters WHERE failed_at < $1 ORDER BY failed_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+			RETURNING 1)
+		SELECT count(*) FROM del`, cutoff, limit)
+}
+
 // PruneMessages implements store.Retention along messages_finished_idx, whose predicate the
 // query repeats so the planner can use it: states 4 to 7 are the terminal ones (FULFILLED,
 // REJECTED, FAILED, TIMED_OUT; protocol.MessageStateTerminal).

@@ -59,6 +59,25 @@ func runRetention(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, 0, drain(t, 2, func(limit int) (int, error) { return r.PruneAudit(ctx, now.Add(-time.Hour), limit) }))
 	})
 
+	t.Run("DeadLetters", func(t *testing.T) {
+		st := newStore(t)
+		q := st.DLQ()
+		ctx := t.Context()
+		now := time.Now()
+		for i, at := range []time.Time{now.Add(-3 * time.Hour), now.Add(-2 * time.Hour), now.Add(-90 * time.Minute), now} {
+			_, err := q.PutDeadLetter(ctx, deadLetter(fmt.Sprintf("dl-%d", i), at))
+			require.NoError(t, err)
+		}
+		r := st.Retention()
+		require.Equal(t, 3, drain(t, 2, func(limit int) (int, error) { return r.PruneDeadLetters(ctx, now.Add(-time.Hour), limit) }))
+		es, err := q.ListDeadLetters(ctx, store.DLQFilter{IncludeRequeued: true})
+		require.NoError(t, err)
+		require.Equal(t, []string{"dl-3"}, dlqMessageIDs(es), "the newer one stays")
+		again, err := q.PutDeadLetter(ctx, deadLetter("dl-0", now))
+		require.NoError(t, err)
+		require.Equal(t, now.UTC().Truncate(time.Microsecond), again.FailedAt.UTC(), "a pruned entry's message_id is free again")
+	})
+
 	t.Run("Messages", func(t *testing.T) {
 		st := newStore(t)
 		mp := st.Messages()
