@@ -1,6 +1,9 @@
 package loadgen
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Summary is what Run returns: every report it made and the final one.
 type Summary struct {
@@ -12,9 +15,15 @@ type Summary struct {
 
 // Baseline is the report Flat compares the end with: the first interval report made after
 // at least one completed operation, or the final report when there is none.
-func (s Summary) Baseline() Report {
+func (s Summary) Baseline() Report { return s.BaselineAfter(0) }
+
+// BaselineAfter is the first interval report made at least warm into the run and after at
+// least one completed operation, or the final report when there is none: caches (the SDK's
+// workflow cache, Temporal's history and mutable-state caches) fill during the first
+// minutes of a long run, which is warm-up, not growth.
+func (s Summary) BaselineAfter(warm time.Duration) Report {
 	for _, r := range s.Reports {
-		if r.Completed() > 0 {
+		if r.Completed() > 0 && r.Elapsed >= warm {
 			return r
 		}
 	}
@@ -30,8 +39,11 @@ func (s Summary) Baseline() Report {
 // times what they were per completed operation at the baseline. A figure that was not
 // measured both times is not judged. It returns true when nothing grew beyond tolerance, and
 // otherwise says what did.
-func Flat(s Summary, tolerance float64) (bool, []string) {
-	base, end := s.Baseline(), s.Final
+func Flat(s Summary, tolerance float64) (bool, []string) { return FlatAfter(s, tolerance, 0) }
+
+// FlatAfter is Flat with the baseline taken at least warm into the run (BaselineAfter).
+func FlatAfter(s Summary, tolerance float64, warm time.Duration) (bool, []string) {
+	base, end := s.BaselineAfter(warm), s.Final
 	var why []string
 	for _, e := range end.Processes {
 		for _, b := range base.Processes {

@@ -152,3 +152,20 @@ func TestScrape(t *testing.T) {
 	p = scrape(ctx, srv.Client(), "x="+srv.URL+"/nope")
 	assert.Equal(t, "404 Not Found", p.Error)
 }
+
+// TestFlatAfter: growth during warm-up is not judged; growth after it is.
+func TestFlatAfter(t *testing.T) {
+	at := func(min int, live float64) Report {
+		return Report{Elapsed: time.Duration(min) * time.Minute, Patterns: []PatternReport{{Pattern: Messages, Completed: int64(min * 100)}},
+			Processes: []ProcessReport{{Name: "temporal", URL: "u", HeapInuseBytes: live * 2, LiveHeapBytes: live, Goroutines: 100}}}
+	}
+	s := Summary{Reports: []Report{at(1, 10), at(5, 40), at(10, 42)}, Final: at(12, 45)}
+	ok, _ := Flat(s, 0.5)
+	assert.False(t, ok, "from the first minute, the caches filling looks like growth")
+	assert.Equal(t, 5*time.Minute, s.BaselineAfter(5*time.Minute).Elapsed)
+	ok, why := FlatAfter(s, 0.5, 5*time.Minute)
+	assert.True(t, ok, "%v", why)
+	s.Final = at(12, 80)
+	ok, _ = FlatAfter(s, 0.5, 5*time.Minute)
+	assert.False(t, ok)
+}

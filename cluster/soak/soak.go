@@ -85,6 +85,9 @@ type Config struct {
 	Faults []Fault
 	// FlatTolerance is the growth Flat allows (0.5: half again); zero means 0.5.
 	FlatTolerance float64
+	// Warm is how far into the load the baseline of the flatness judgement is taken
+	// (loadgen.FlatAfter); zero means a sixth of the load, at least a minute.
+	Warm time.Duration
 }
 
 // Result is what a soak found.
@@ -189,7 +192,11 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config, out io.Writer) (Re
 	if err != nil {
 		return res, err
 	}
-	res.Flat, res.Why = loadgen.Flat(sum, tol)
+	warm := cfg.Warm
+	if warm == 0 {
+		warm = max(time.Minute, load.Duration/6)
+	}
+	res.Flat, res.Why = loadgen.FlatAfter(sum, tol, warm)
 	return res, nil
 }
 
