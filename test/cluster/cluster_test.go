@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"google.golang.org/grpc"
@@ -266,6 +267,16 @@ func TestClusterKills(t *testing.T) {
 	defer tc.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+
+	// Closed runs are kept for the namespace's retention, the 7 days sw4rm expects
+	// (docs/reliability.md, "Retention"); the kit registered it.
+	ns, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: c.Namespace()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ns.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration(); got != 7*24*time.Hour {
+		t.Errorf("namespace %s retains closed runs %s, want 168h", c.Namespace(), got)
+	}
 
 	echoer, producer, tasker := dial(t, c, "echo-agent"), dial(t, c, "producer-agent"), dial(t, c, "task-agent")
 	for _, a := range []*sdk.Agent{echoer, producer, tasker} {
