@@ -115,24 +115,17 @@ func (d *dags) op(ctx context.Context, id string) {
 		d.l.refuse(id)
 		return
 	}
-	for attempt := 0; ; attempt++ {
+	pollUntil(ctx, o, func() bool {
 		switch d.state(ctx, id) {
 		case dag.RunCompleted:
 			d.l.complete(id)
-			return
 		case "FAILED", dag.RunWaiting:
 			d.l.fail(id)
-			return
-		}
-		select {
-		case <-o.done:
-			return
 		default:
+			return false
 		}
-		if !sleep(ctx, pollInterval(attempt)) {
-			return
-		}
-	}
+		return true
+	})
 }
 
 // state is the run's status, "" when it could not be read.

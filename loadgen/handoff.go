@@ -107,25 +107,18 @@ func (h *handoffs) op(ctx context.Context, id string) {
 		return
 	}
 	h.l.ack(id)
-	for attempt := 0; ; attempt++ {
+	pollUntil(ctx, o, func() bool {
 		switch st := h.state(ctx, id); st {
 		case "COMPLETED":
 			h.l.complete(id)
-			return
 		case "REJECTED", "EXPIRED", "CANCELLED", "FAILED":
 			h.l.note("ended_"+st, 1)
 			h.l.fail(id)
-			return
-		}
-		select {
-		case <-o.done:
-			return
 		default:
+			return false
 		}
-		if !sleep(ctx, pollInterval(attempt)) {
-			return
-		}
-	}
+		return true
+	})
 }
 
 // state is the handoff's state by enum name, "" when it could not be read.

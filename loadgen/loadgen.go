@@ -277,6 +277,22 @@ func retry(ctx context.Context, l *ledger, fn func(ctx context.Context) error) e
 
 // pollInterval is the wait before the n-th (from 0) poll of an operation's state: 100 ms,
 // growing to a second, so that long operations are not polled in a tight loop.
+// pollUntil asks settled, which accounts for the operation and reports true once the system
+// answered for good, until it does, the ledger settled o otherwise (the drain's end), or ctx
+// ends; the asks back off from 100 ms to a second.
+func pollUntil(ctx context.Context, o *op, settled func() bool) {
+	for attempt := 0; !settled(); attempt++ {
+		select {
+		case <-o.done:
+			return
+		default:
+		}
+		if !sleep(ctx, pollInterval(attempt)) {
+			return
+		}
+	}
+}
+
 func pollInterval(n int) time.Duration {
 	return min(100*time.Millisecond+time.Duration(n)*50*time.Millisecond, time.Second)
 }

@@ -81,7 +81,7 @@ func (n *negotiations) op(ctx context.Context, id string) {
 			return
 		}
 	}
-	for attempt := 0; ; attempt++ {
+	pollUntil(ctx, o, func() bool {
 		e := n.entry(ctx, id)
 		switch e.GetStatus() {
 		case "decided":
@@ -89,20 +89,13 @@ func (n *negotiations) op(ctx context.Context, id string) {
 				n.l.double(id)
 			}
 			n.l.complete(id)
-			return
 		case "aborted":
 			n.l.fail(id)
-			return
-		}
-		select {
-		case <-o.done:
-			return
 		default:
+			return false
 		}
-		if !sleep(ctx, pollInterval(attempt)) {
-			return
-		}
-	}
+		return true
+	})
 }
 
 // entry is the negotiation as ListNegotiations shows it, nil when it could not be read.
