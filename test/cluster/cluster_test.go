@@ -9,8 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sw4rm/sw4rm-temporal/cluster"
+	"github.com/sw4rm/sw4rm-temporal/cluster/clustertest"
 	"github.com/sw4rm/sw4rm-temporal/proto/commonpb"
 	"github.com/sw4rm/sw4rm-temporal/proto/registrypb"
 	"github.com/sw4rm/sw4rm-temporal/proto/schedulerpb"
@@ -31,43 +30,16 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/workflows"
 )
 
-// need skips the test when the kit's tools are missing, and fails it under CI, where `make
-// cluster-tools` must have installed them.
-func need(t *testing.T) (server, sqlTool string) {
-	t.Helper()
-	server, sqlTool = cluster.FindTool("temporal-server"), cluster.FindTool("temporal-sql-tool")
-	if server != "" && sqlTool != "" {
-		return server, sqlTool
-	}
-	msg := "temporal-server or temporal-sql-tool missing: run `make cluster-tools`"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return "", ""
-}
-
-// buildSW4RM builds bin/sw4rm's command into dir.
-func buildSW4RM(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "sw4rm")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/sw4rm/sw4rm-temporal/cmd/sw4rm").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build sw4rm: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // startCluster starts the kit on a PostgreSQL of its own, in a state directory under the
 // system's temp dir (which the postgres user can reach, when the test runs as root).
 func startCluster(t *testing.T) *cluster.Cluster {
 	t.Helper()
-	server, sqlTool := need(t)
+	server, sqlTool := clustertest.NeedTools(t)
 	state, err := os.MkdirTemp("", "sw4rm-cluster-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := buildSW4RM(t, state)
+	bin := clustertest.Build(t, state, "sw4rm", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -137,9 +109,9 @@ func register(t *testing.T, a *sdk.Agent) {
 	})
 }
 
-// echo answers every DATA message it receives with the same payload, reopening its stream
-// when it breaks, until ctx ends.
-func echo(ctx context.Context, a *sdk.Agent) {
+// each reads a's stream until ctx ends, confirming every delivery and handing it to fn, and
+// reopens the stream when it breaks (its server killed).
+func each(ctx context.Context, a *sdk.Agent, fn func(d *sdk.Delivery)) {
 	for ctx.Err() == nil {
 		s, err := a.Receive(ctx)
 		if err != nil {
@@ -152,13 +124,20 @@ func echo(ctx context.Context, a *sdk.Agent) {
 				break
 			}
 			_, _ = d.Confirm(ctx)
-			if d.Envelope.GetMessageType() == commonpb.MessageType_DATA {
-				_, _ = a.Send(ctx, sdk.Message{To: d.Envelope.GetProducerId(), Payload: d.Envelope.GetPayload(),
-					CorrelationID: d.Envelope.GetCorrelationId()})
-			}
+			fn(d)
 		}
 		s.Close()
 	}
+}
+
+// echo answers every DATA message it receives with the same payload, until ctx ends.
+func echo(ctx context.Context, a *sdk.Agent) {
+	each(ctx, a, func(d *sdk.Delivery) {
+		if d.Envelope.GetMessageType() == commonpb.MessageType_DATA {
+			_, _ = a.Send(ctx, sdk.Message{To: d.Envelope.GetProducerId(), Payload: d.Envelope.GetPayload(),
+				CorrelationID: d.Envelope.GetCorrelationId()})
+		}
+	})
 }
 
 // inbox collects the payloads of DATA messages an agent receives.
@@ -168,24 +147,11 @@ type inbox struct {
 }
 
 func (in *inbox) run(ctx context.Context, a *sdk.Agent) {
-	for ctx.Err() == nil {
-		s, err := a.Receive(ctx)
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		for {
-			d, err := s.Next()
-			if err != nil {
-				break
-			}
-			_, _ = d.Confirm(ctx)
-			in.mu.Lock()
-			in.seen[string(d.Envelope.GetPayload())] = true
-			in.mu.Unlock()
-		}
-		s.Close()
-	}
+	each(ctx, a, func(d *sdk.Delivery) {
+		in.mu.Lock()
+		in.seen[string(d.Envelope.GetPayload())] = true
+		in.mu.Unlock()
+	})
 }
 
 func (in *inbox) has(p string) bool {

@@ -10,38 +10,20 @@ package soak_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/cluster"
+	"github.com/sw4rm/sw4rm-temporal/cluster/clustertest"
 	"github.com/sw4rm/sw4rm-temporal/cluster/soak"
 	"github.com/sw4rm/sw4rm-temporal/loadgen"
 )
 
-// need skips the test when the kit's tools are missing, and fails it under CI, where `make
-// cluster-tools` must have installed them.
-func need(t *testing.T) (server, sqlTool string) {
-	t.Helper()
-	server, sqlTool = cluster.FindTool("temporal-server"), cluster.FindTool("temporal-sql-tool")
-	if server != "" && sqlTool != "" {
-		return server, sqlTool
-	}
-	msg := "temporal-server or temporal-sql-tool missing: run `make cluster-tools`"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return "", ""
-}
-
 func TestSoak(t *testing.T) {
-	server, sqlTool := need(t)
+	server, sqlTool := clustertest.NeedTools(t)
 	duration := 3 * time.Minute
 	if v := os.Getenv("SW4RM_SOAK_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -50,33 +32,15 @@ func TestSoak(t *testing.T) {
 		}
 		duration = d
 	}
-	state, err := os.MkdirTemp("", "sw4rm-soak-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The kit runs its PostgreSQL as the postgres user (initdb refuses root), which must
-	// reach the cluster's directory inside this one.
-	if err := os.Chmod(state, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			_ = os.RemoveAll(state)
-		} else {
-			t.Logf("logs kept in %s", state)
-		}
-	})
-	bin := filepath.Join(state, "sw4rm")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sw4rm/sw4rm-temporal/cmd/sw4rm").CombinedOutput(); err != nil {
-		t.Fatalf("build sw4rm: %v\n%s", err, out)
-	}
-	token, keyFile := operator(t, state)
+	state := clustertest.StateDir(t, "sw4rm-soak-test-")
+	bin := clustertest.Build(t, state, "sw4rm", "")
+	token, env := clustertest.Operator(t, state, "soak")
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration+10*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Options{
 		StateDir: filepath.Join(state, "cluster"), TemporalServer: server, SQLTool: sqlTool, SW4RM: bin,
-		Env:  soakEnv(token, keyFile),
+		Env:  append(env, "SW4RM_LOG_LEVEL=info"),
 		Logf: t.Logf,
 	})
 	if err != nil {
@@ -104,34 +68,4 @@ func TestSoak(t *testing.T) {
 	lost, doubled, stranded := res.Summary.Final.Failures()
 	t.Logf("soak: %s of load, %d faults, %d operations completed: %d lost, %d doubled, %d stranded; flat: %v",
 		duration, len(res.Faults), res.Summary.Final.Completed(), lost, doubled, stranded, res.Flat)
-}
-
-// operator makes the HITL operator the load generator decides as, and the decision key the
-// servers sign operators' decisions with (docs/hitl.md).
-func operator(t *testing.T, dir string) (token, keyFile string) {
-	t.Helper()
-	seed := make([]byte, 32)
-	tok := make([]byte, 16)
-	if _, err := rand.Read(seed); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rand.Read(tok); err != nil {
-		t.Fatal(err)
-	}
-	keyFile = filepath.Join(dir, "hitl-decision.key")
-	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(seed)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(tok), keyFile
-}
-
-// soakEnv is the sw4rm settings of the soak: agents register unsigned (the load generator's
-// agents carry no keys), one HITL operator, the decision key.
-func soakEnv(token, keyFile string) []string {
-	return []string{
-		"SW4RM_AUTH=optional",
-		"SW4RM_HITL_OPERATORS=soak=" + token,
-		"SW4RM_HITL_DECISION_KEY_FILE=" + keyFile,
-		"SW4RM_LOG_LEVEL=info",
-	}
 }

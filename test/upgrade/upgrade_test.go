@@ -10,8 +10,6 @@ package upgrade_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,24 +20,9 @@ import (
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/cluster"
+	"github.com/sw4rm/sw4rm-temporal/cluster/clustertest"
 	"github.com/sw4rm/sw4rm-temporal/loadgen"
 )
-
-// need skips the test when the kit's tools are missing, and fails it under CI, where `make
-// cluster-tools` must have installed them.
-func need(t *testing.T) (server, sqlTool string) {
-	t.Helper()
-	server, sqlTool = cluster.FindTool("temporal-server"), cluster.FindTool("temporal-sql-tool")
-	if server != "" && sqlTool != "" {
-		return server, sqlTool
-	}
-	msg := "temporal-server or temporal-sql-tool missing: run `make cluster-tools`"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return "", ""
-}
 
 // previousRelease resolves the previous release to a commit: the tag testdata/previous-release
 // names, or, in a clone without tags, the commit written beside it.
@@ -63,72 +46,21 @@ func previousRelease(t *testing.T) (name, commit string) {
 	return "", ""
 }
 
-// build builds cmd/sw4rm of the tree at commit (the working tree when commit is empty) into
-// dir/name.
-func build(t *testing.T, dir, name, commit string) string {
-	t.Helper()
-	bin := filepath.Join(dir, name)
-	src := ""
-	if commit != "" {
-		src = filepath.Join(dir, name+"-src")
-		if err := os.MkdirAll(src, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		archive := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", strings.TrimSpace(string(top)), commit, src)
-		if out, err := archive.CombinedOutput(); err != nil {
-			t.Fatalf("git archive %s: %v\n%s", commit, err, out)
-		}
-	}
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sw4rm")
-	cmd.Dir = src
-	if src == "" {
-		cmd = exec.Command("go", "build", "-o", bin, "github.com/sw4rm/sw4rm-temporal/cmd/sw4rm")
-	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build sw4rm %s: %v\n%s", name, err, out)
-	}
-	return bin
-}
-
 func TestRollingUpgrade(t *testing.T) {
-	server, sqlTool := need(t)
+	server, sqlTool := clustertest.NeedTools(t)
 	release, commit := previousRelease(t)
-	dir, err := os.MkdirTemp("", "sw4rm-upgrade-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The kit runs its PostgreSQL as the postgres user, which must reach the cluster's
-	// directory inside this one.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			_ = os.RemoveAll(dir)
-		} else {
-			t.Logf("logs kept in %s", dir)
-		}
-	})
+	dir := clustertest.StateDir(t, "sw4rm-upgrade-test-")
 	start := time.Now()
-	oldBin := build(t, dir, "sw4rm-"+release, commit)
-	newBin := build(t, dir, "sw4rm-current", "")
+	oldBin := clustertest.Build(t, dir, "sw4rm-"+release, commit)
+	newBin := clustertest.Build(t, dir, "sw4rm-current", "")
 	t.Logf("built %s (%s) and the current tree in %s", release, commit[:12], time.Since(start).Round(time.Second))
-	token, keyFile := operator(t, dir)
+	token, env := clustertest.Operator(t, dir, "upgrade")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Options{
 		StateDir: filepath.Join(dir, "cluster"), TemporalServer: server, SQLTool: sqlTool, SW4RM: oldBin,
-		Env: []string{
-			"SW4RM_AUTH=optional",
-			"SW4RM_HITL_OPERATORS=upgrade=" + token,
-			"SW4RM_HITL_DECISION_KEY_FILE=" + keyFile,
-			"SW4RM_LOG_LEVEL=info",
-		},
+		Env:  append(env, "SW4RM_LOG_LEVEL=info"),
 		Logf: t.Logf,
 	})
 	if err != nil {
@@ -232,22 +164,4 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 	}
 	t.Logf("rolling upgrade %s → current under load: %d operations completed, %d lost, %d doubled, %d stranded", release, sum.Final.Completed(), lost, doubled, stranded)
-}
-
-// operator makes the HITL operator the load generator decides as, and the decision key the
-// servers sign operators' decisions with (docs/hitl.md).
-func operator(t *testing.T, dir string) (token, keyFile string) {
-	t.Helper()
-	seed, tok := make([]byte, 32), make([]byte, 16)
-	if _, err := rand.Read(seed); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rand.Read(tok); err != nil {
-		t.Fatal(err)
-	}
-	keyFile = filepath.Join(dir, "hitl-decision.key")
-	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(seed)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(tok), keyFile
 }
