@@ -100,6 +100,15 @@ soak: cluster-tools build
 	go build -o bin/sw4rm-cluster ./cluster/cmd/sw4rm-cluster
 	bin/sw4rm-cluster soak -state .cluster/soak -fresh $(SOAK_FLAGS)
 
+## sizing: the sizing figures of docs/deploy.md ("Sizing"): a cluster of its own, each
+## pattern alone at a saturating load without faults, a table of operations per second and
+## per CPU second and where the CPU went (cluster/cmd/sw4rm-cluster sizing).
+SIZING_FLAGS ?=
+.PHONY: sizing
+sizing: cluster-tools build
+	go build -o bin/sw4rm-cluster ./cluster/cmd/sw4rm-cluster
+	bin/sw4rm-cluster sizing -state .cluster/sizing -own-postgres -fresh -base-port 16100 $(SIZING_FLAGS)
+
 ## dev: start the Temporal dev server (UI on :8233) and `sw4rm dev` (gRPC on :50051); the
 ## Temporal CLI and grpcurl are linked into bin/ (make tools). It serves the demo repository
 ## and the MCP filesystem server that `make example-tools` uses (scripts/dev.sh); without

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/cluster"
@@ -100,6 +101,22 @@ type Result struct {
 	// lists what grew when it did not.
 	Flat bool
 	Why  []string
+	// CPU is the CPU time each cluster process (its whole process group) and the load
+	// generator's own process ("loadgen") used from the start of the load to the end of the
+	// drain, in seconds; a process killed meanwhile counts from its restart only. Divided
+	// into the operations completed it sizes a deployment (docs/deploy.md, "Sizing").
+	CPU map[string]float64
+	// Elapsed is the time from the start of the load to the end of the drain.
+	Elapsed time.Duration
+}
+
+// CPUTotal is the CPU seconds of every process in CPU.
+func (r Result) CPUTotal() float64 {
+	var sum float64
+	for _, v := range r.CPU {
+		sum += v
+	}
+	return sum
 }
 
 // Problems lists what makes the soak a failure: anything lost, doubled or stranded, a
@@ -185,10 +202,20 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config, out io.Writer) (Re
 	}()
 
 	w := &lockedWriter{mu: &mu, w: out}
+	cpu0, self0, t0 := c.CPUSeconds(), selfCPU(), time.Now()
 	sum, err := loadgen.Run(ctx, load, w)
+	cpu1, self1, elapsed := c.CPUSeconds(), selfCPU(), time.Since(t0)
 	stopFaults()
 	wg.Wait()
-	res := Result{Summary: sum, Faults: records}
+	res := Result{Summary: sum, Faults: records, Elapsed: elapsed, CPU: map[string]float64{"loadgen": self1 - self0}}
+	for name, v := range cpu1 {
+		// A process restarted by a fault starts its count again: only what it used since.
+		res.CPU[name] = v
+		if v0 := cpu0[name]; v0 <= v {
+			res.CPU[name] = v - v0
+		}
+	}
+	writeCPU(out, &mu, res)
 	if err != nil {
 		return res, err
 	}
@@ -225,6 +252,39 @@ func inject(ctx context.Context, c *cluster.Cluster, f Fault, printf func(string
 	r.Started = time.Now()
 	printf("soak: %s — serving again after %s\n", f, r.Started.Sub(r.Killed).Round(100*time.Millisecond))
 	return r
+}
+
+// writeCPU prints what each process spent, and the cluster's operations per CPU second.
+func writeCPU(out io.Writer, mu *sync.Mutex, r Result) {
+	if len(r.CPU) == 0 {
+		return
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	names := make([]string, 0, len(r.CPU))
+	for n := range r.CPU {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	fmt.Fprintf(out, "soak: CPU over %s:", r.Elapsed.Round(time.Second))
+	for _, n := range names {
+		fmt.Fprintf(out, " %s=%.1fs", n, r.CPU[n])
+	}
+	total := r.CPUTotal()
+	fmt.Fprintf(out, "; total %.1fs (%.2f cores)", total, total/r.Elapsed.Seconds())
+	if done := r.Summary.Final.Completed(); total > 0 {
+		fmt.Fprintf(out, "; %.1f operations per CPU second", float64(done)/total)
+	}
+	fmt.Fprintln(out)
+}
+
+// selfCPU is this process's CPU time so far, in seconds (the load generator's own share).
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // lockedWriter serialises the load generator's reports with the fault lines.

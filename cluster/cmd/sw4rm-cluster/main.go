@@ -13,6 +13,12 @@
 // the figures every -interval and exits 1 on anything lost, doubled or stranded, or on
 // memory or history per operation that did not stay flat. `make soak` runs it.
 //
+//	sw4rm-cluster sizing [-duration 1m] [-patterns all] [cluster flags] ...
+//
+// sizing starts the cluster and runs each pattern alone at a saturating load without
+// faults, then prints a table of operations per second, per CPU second and the CPU each part
+// of the cluster spent (docs/deploy.md, "Sizing"). `make sizing` runs it.
+//
 // Every SW4RM_* setting of sw4rm in the environment (SW4RM_AUTH, SW4RM_HITL_OPERATORS, …)
 // is passed to every sw4rm process, except those the cluster sets itself: the Temporal
 // address, namespace, task queue, database URL and listen addresses. SW4RM_DATABASE_URL
@@ -47,7 +53,7 @@ func main() {
 }
 
 func run(args []string) error {
-	const usage = "usage: sw4rm-cluster up|soak [flags]; sw4rm-cluster up -h lists the flags"
+	const usage = "usage: sw4rm-cluster up|soak|sizing [flags]; sw4rm-cluster up -h lists the flags"
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
@@ -56,6 +62,8 @@ func run(args []string) error {
 		return up(args[1:])
 	case "soak":
 		return soakCmd(args[1:])
+	case "sizing":
+		return sizingCmd(args[1:])
 	}
 	return errors.New(usage)
 }
