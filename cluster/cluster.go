@@ -56,6 +56,10 @@ type Options struct {
 	PostgresURL string
 	// DBPrefix prefixes the names of the kit's databases; default "sw4rm_cluster".
 	DBPrefix string
+	// Fsync makes the kit's own PostgreSQL flush its WAL to disk at each commit, as a
+	// deployment's does. Off by default: tests only kill processes, and a process crash
+	// loses nothing the operating system holds; sizing measures with it on.
+	Fsync bool
 	// PGBin is the directory of initdb and postgres; default: where PATH finds initdb, else
 	// the newest /usr/lib/postgresql/*/bin.
 	PGBin string

@@ -76,7 +76,7 @@ func (c *Cluster) startPostgres(ctx context.Context) error {
 		// max_connections covers Temporal's pools (four services each with its own) and every
 		// sw4rm process's.
 		args: []string{"-D", data, "-p", strconv.Itoa(port), "-c", "listen_addresses=127.0.0.1",
-			"-c", "unix_socket_directories=" + dir, "-c", "max_connections=300", "-c", "fsync=off"},
+			"-c", "unix_socket_directories=" + dir, "-c", "max_connections=300", "-c", "fsync=" + onOff(c.opts.Fsync)},
 		env: []string{"PATH=" + os.Getenv("PATH"), "LANG=C"},
 	}
 	p.ready = func(*proc, string) (bool, error) { return c.pgReady() }
@@ -141,4 +141,12 @@ func hasTable(ctx context.Context, url, table string) (bool, error) {
 		return false, err
 	}
 	return ok, nil
+}
+
+// onOff is a PostgreSQL boolean setting's value.
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

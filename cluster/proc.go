@@ -117,7 +117,14 @@ func (p *proc) signal(sig syscall.Signal) {
 
 // kill is kill -9 of the process group; it returns when the process has been reaped.
 func (p *proc) kill() {
+	// Descendants that left the group count too: PostgreSQL's backends each start a session
+	// of their own, and a crash takes them all at once, not after they notice the
+	// postmaster's death.
+	desc := descendants(p.pid())
 	p.signal(syscall.SIGKILL)
+	for _, pid := range desc {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	p.wait()
 }
 

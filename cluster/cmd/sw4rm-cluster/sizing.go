@@ -39,6 +39,7 @@ func sizingCmd(args []string) error {
 	o, complete := clusterFlags(fs, false)
 	var (
 		duration = fs.Duration("duration", time.Minute, "load of each pattern")
+		fsync    = fs.Bool("fsync", true, "the cluster's own PostgreSQL flushes its WAL at each commit, as a deployment's does")
 		patterns = fs.String("patterns", "all", "patterns to size, in order, name[=rate[/concurrency]],…; a pattern without a load takes a saturating one")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -52,6 +53,7 @@ func sizingCmd(args []string) error {
 		return err
 	}
 	complete()
+	o.Fsync = *fsync
 	token, err := soakOperator(o)
 	if err != nil {
 		return err
