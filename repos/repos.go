@@ -395,16 +395,22 @@ func (m *Manager) add(ctx context.Context, repo string, wt Worktree, req EnsureR
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return Worktree{}, fsError(err, "%s", wt.Path)
 	}
-	args := []string{"worktree", "add"}
-	if req.Lock {
-		args = append(args, "--lock", "--reason", LockReason(req.Agent))
-	}
-	if _, err := m.run(ctx, repo, "rev-parse", "--verify", "--quiet", "refs/heads/"+wt.Branch); err == nil {
-		args = append(args, wt.Path, wt.Branch)
-	} else {
-		args = append(args, "-b", wt.Branch, wt.Path)
-	}
-	if _, err := m.mutate(ctx, repo, args...); err != nil {
+	// The arguments are made anew each attempt: a failed `worktree add -b` may have created
+	// its branch before it failed, and the retry must then check it out.
+	err := racing(ctx, "git worktree add", func() error {
+		args := []string{"worktree", "add"}
+		if req.Lock {
+			args = append(args, "--lock", "--reason", LockReason(req.Agent))
+		}
+		if _, err := m.run(ctx, repo, "rev-parse", "--verify", "--quiet", "refs/heads/"+wt.Branch); err == nil {
+			args = append(args, wt.Path, wt.Branch)
+		} else {
+			args = append(args, "-b", wt.Branch, wt.Path)
+		}
+		_, err := m.mutate(ctx, repo, args...)
+		return err
+	})
+	if err != nil {
 		return Worktree{}, err
 	}
 	wt.Created, wt.Locked = true, req.Lock
@@ -461,12 +467,35 @@ func (m *Manager) mutate(ctx context.Context, repo string, args ...string) (stri
 	}
 }
 
+// racing runs fn again while it fails because another process's `worktree add` was half
+// done (a worktreeRace), contentionAttempts times at most, waiting contentionWait, doubling,
+// in between.
+func racing(ctx context.Context, what string, fn func() error) error {
+	wait := contentionWait
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		var ge *gitError
+		if err == nil || !errors.As(err, &ge) || !ge.worktreeRace || attempt == contentionAttempts {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fsError(ctx.Err(), "%s", what)
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
 // gitError is a failed git command, classified.
 type gitError struct {
 	*worktree.BindError
 	msg string
 	// contention: git found one of its lock files held.
 	contention bool
+	// worktreeRace: git read another worktree's administrative files while another process
+	// was still writing them (two `worktree add`s of one repository at once).
+	worktreeRace bool
 }
 
 func (e *gitError) Unwrap() error { return e.BindError }
@@ -516,6 +545,10 @@ func classify(what, stderr string, err error) error {
 		strings.Contains(low, "cannot lock ref") || strings.Contains(low, "could not lock config file"):
 		ge.contention = true
 		reason = worktree.ReasonWorktreeLocked
+	case strings.Contains(low, "failed to read ") && strings.Contains(low, "/worktrees/"):
+		// Another process's `worktree add` had made its entry's directory but not yet
+		// written the files in it ("failed to read .git/worktrees/w3/commondir").
+		ge.worktreeRace = true
 	case strings.Contains(low, "is locked") || strings.Contains(low, "already locked") ||
 		strings.Contains(low, "is already checked out at") || strings.Contains(low, "is already used by worktree") ||
 		strings.Contains(low, "is already registered worktree"):
@@ -579,7 +612,11 @@ func describeHead(e entry) string {
 
 // list reads the repository's worktrees.
 func (m *Manager) list(ctx context.Context, repo string) ([]entry, error) {
-	out, err := m.run(ctx, repo, "worktree", "list", "--porcelain")
+	var out string
+	err := racing(ctx, "git worktree list", func() (err error) {
+		out, err = m.run(ctx, repo, "worktree", "list", "--porcelain")
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
