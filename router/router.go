@@ -755,6 +755,7 @@ func originalOf(rec store.MessageRecord) string {
 type recordCache struct {
 	mu      sync.Mutex
 	entries map[string]cachedRecord
+	swept   time.Time // when expired entries were last removed
 }
 
 type cachedRecord struct {
@@ -799,10 +800,23 @@ func (c *recordCache) put(rec store.MessageRecord, replace bool) {
 	if _, ok := c.entries[rec.MessageID]; ok && !replace {
 		return
 	}
+	now := time.Now()
+	// Entries that are never recalled (the message ended on another frontend) would stay
+	// until the crude bound below: a soak saw a frontend's heap grow by a megabyte a minute.
+	// Removing the expired ones once per fraction of the TTL keeps the cache at what the TTL
+	// covers, for a pass over the map a few times per TTL.
+	if now.Sub(c.swept) > recordCacheTTL/4 {
+		for id, e := range c.entries {
+			if now.Sub(e.seen) > recordCacheTTL {
+				delete(c.entries, id)
+			}
+		}
+		c.swept = now
+	}
 	if c.entries == nil || len(c.entries) >= recordCacheMax {
 		c.entries = map[string]cachedRecord{} // crude bound; a miss only costs a read
 	}
-	c.entries[rec.MessageID] = cachedRecord{rec: rec, seen: time.Now()}
+	c.entries[rec.MessageID] = cachedRecord{rec: rec, seen: now}
 }
 
 // recall returns the remembered record of a message, or nil.
