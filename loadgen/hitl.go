@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,6 +19,9 @@ import (
 	"github.com/sw4rm/sw4rm-temporal/protocol/wire"
 	"github.com/sw4rm/sw4rm-temporal/sdk"
 )
+
+// hitlWaitAttempt bounds one HitlService.Decide call's wait for the decision.
+const hitlWaitAttempt = 30 * time.Second
 
 // hitls is the HITL pattern: an agent asks, an operator approves.
 type hitls struct {
@@ -102,8 +106,12 @@ func (h *hitls) op(ctx context.Context, id string) {
 	h.l.start(id)
 	decided := false
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		// One call's wait is not bounded by attemptTimeout: it lasts until the decision.
-		cctx, cancel := context.WithCancel(ctx)
+		// One call's wait is bounded by hitlWaitAttempt, not attemptTimeout: the decision may
+		// take a while. A call with an idempotency key may give up and come back, which
+		// docs/hitl.md allows: the call again returns the decision from the store once it is
+		// made. The soak saw one wait, begun right after a PostgreSQL crash, not return for
+		// minutes although the operator's decision was recorded; asking again answers it.
+		cctx, cancel := context.WithTimeout(ctx, hitlWaitAttempt)
 		inv, cs, err := h.ask(cctx, id)
 		if err == nil {
 			h.l.ack(id)
