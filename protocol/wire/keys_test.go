@@ -38,6 +38,8 @@ var notKeys = map[string]bool{
 	"sw4rm-server-2": true,
 	"sw4rm-settings": true,
 	"sw4rm-secrets":  true,
+	// The cluster kit's command (docs/deploy.md, docs/reliability.md).
+	"sw4rm-cluster": true,
 }
 
 // docKey finds a key in prose: "sw4rm-" or "sw4rm." and a name, not part of a longer word,
