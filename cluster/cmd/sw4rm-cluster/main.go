@@ -109,6 +109,19 @@ func clusterFlags(fs *flag.FlagSet, ownPGDefault bool) (*cluster.Options, func()
 func up(args []string) error {
 	fs := flag.NewFlagSet("sw4rm-cluster up", flag.ContinueOnError)
 	o, complete := clusterFlags(fs, false)
+	return start(fs, args, complete, func(ctx context.Context, c *cluster.Cluster) error {
+		printAddresses(c)
+		<-ctx.Done()
+		fmt.Println("stopping…")
+		return nil
+	}, func() error { return nil }, o)
+}
+
+// start is what every subcommand shares: parse its flags (-h prints them and ends), complete
+// the cluster's options, prepare (the subcommand's own checks and settings), start the
+// cluster and run body until it returns or SIGINT or SIGTERM ends its context, then stop the
+// cluster.
+func start(fs *flag.FlagSet, args []string, complete func(), body func(context.Context, *cluster.Cluster) error, prepare func() error, o *cluster.Options) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -116,6 +129,9 @@ func up(args []string) error {
 		return err
 	}
 	complete()
+	if err := prepare(); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, err := cluster.Start(ctx, *o)
@@ -123,10 +139,7 @@ func up(args []string) error {
 		return err
 	}
 	defer c.Stop()
-	printAddresses(c)
-	<-ctx.Done()
-	fmt.Println("stopping…")
-	return nil
+	return body(ctx, c)
 }
 
 // passThrough returns the sw4rm settings set in the environment, but for the kit's own.

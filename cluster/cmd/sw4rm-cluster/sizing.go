@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/cluster"
@@ -42,30 +38,25 @@ func sizingCmd(args []string) error {
 		fsync    = fs.Bool("fsync", true, "the cluster's own PostgreSQL flushes its WAL at each commit, as a deployment's does")
 		patterns = fs.String("patterns", "all", "patterns to size, in order, name[=rate[/concurrency]],…; a pattern without a load takes a saturating one")
 	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	var (
+		pats  map[loadgen.Pattern]loadgen.PatternConfig
+		token string
+	)
+	prepare := func() (err error) {
+		if pats, err = loadgen.ParsePatterns(*patterns); err != nil {
+			return err
 		}
+		o.Fsync = *fsync
+		token, err = soakOperator(o)
 		return err
 	}
-	pats, err := loadgen.ParsePatterns(*patterns)
-	if err != nil {
-		return err
-	}
-	complete()
-	o.Fsync = *fsync
-	token, err := soakOperator(o)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	c, err := cluster.Start(ctx, *o)
-	if err != nil {
-		return err
-	}
-	defer c.Stop()
+	return start(fs, args, complete, func(ctx context.Context, c *cluster.Cluster) error {
+		return sizeOn(ctx, c, *duration, pats, token)
+	}, prepare, o)
+}
 
+// sizeOn runs each pattern of pats alone on the started cluster c and prints the table.
+func sizeOn(ctx context.Context, c *cluster.Cluster, duration time.Duration, pats map[loadgen.Pattern]loadgen.PatternConfig, token string) error {
 	type row struct {
 		p   loadgen.Pattern
 		pr  loadgen.PatternReport
@@ -80,9 +71,9 @@ func sizingCmd(args []string) error {
 		if pc == (loadgen.PatternConfig{}) {
 			pc = saturating[p]
 		}
-		fmt.Printf("sizing %s at %.0f/s, %d in flight, for %s\n", p, pc.Rate, pc.Concurrency, *duration)
+		fmt.Printf("sizing %s at %.0f/s, %d in flight, for %s\n", p, pc.Rate, pc.Concurrency, duration)
 		res, err := soak.Run(ctx, c, soak.Config{Load: loadgen.Config{
-			Duration: *duration, Drain: time.Minute, Interval: *duration, OperatorToken: token,
+			Duration: duration, Drain: time.Minute, Interval: duration, OperatorToken: token,
 			Patterns: map[loadgen.Pattern]loadgen.PatternConfig{p: pc},
 		}}, io.Discard)
 		if err != nil {

@@ -5,14 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/sw4rm/sw4rm-temporal/cluster"
@@ -39,56 +36,61 @@ func soakCmd(args []string) error {
 		tol      = fs.Float64("flat-tolerance", 0.5, "growth allowed of memory and history per operation between the first minute and the end")
 		jsonOut  = fs.String("json", "", "also write the summary, faults and judgement as JSON to this file")
 	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	var (
+		pats  map[loadgen.Pattern]loadgen.PatternConfig
+		token string
+	)
+	prepare := func() (err error) {
+		if pats, err = loadgen.ParsePatterns(*patterns); err != nil {
+			return err
 		}
+		token, err = soakOperator(o)
 		return err
 	}
-	pats, err := loadgen.ParsePatterns(*patterns)
-	if err != nil {
-		return err
-	}
-	complete()
-	token, err := soakOperator(o)
-	if err != nil {
-		return err
-	}
+	return start(fs, args, complete, func(ctx context.Context, c *cluster.Cluster) error {
+		return soakOn(ctx, c, soakRun{duration: *duration, drain: *drain, interval: *interval, spacing: *spacing, cycle: *cycle,
+			down: *down, quiet: *quiet, procs: *procs, tol: *tol, jsonOut: *jsonOut, pats: pats, token: token})
+	}, prepare, o)
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	c, err := cluster.Start(ctx, *o)
-	if err != nil {
-		return err
-	}
-	defer c.Stop()
+// soakRun is what the soak subcommand's flags ask for.
+type soakRun struct {
+	duration, drain, interval, spacing, cycle, down, quiet time.Duration
+	procs, jsonOut, token                                  string
+	tol                                                    float64
+	pats                                                   map[loadgen.Pattern]loadgen.PatternConfig
+}
+
+// soakOn runs the soak on the started cluster c, writes its JSON when asked and turns its
+// problems into the command's error.
+func soakOn(ctx context.Context, c *cluster.Cluster, r soakRun) error {
 	var faults []soak.Fault
-	if *spacing > 0 {
+	if r.spacing > 0 {
 		names := soak.DefaultProcs(c)
-		if *procs != "" {
-			names = strings.Split(*procs, ",")
+		if r.procs != "" {
+			names = strings.Split(r.procs, ",")
 		}
-		faults = soak.Schedule(*duration, *spacing, *cycle, *quiet, *down, names...)
+		faults = soak.Schedule(r.duration, r.spacing, r.cycle, r.quiet, r.down, names...)
 	}
 	res, err := soak.Run(ctx, c, soak.Config{
-		Load:   loadgen.Config{Duration: *duration, Drain: *drain, Interval: *interval, Patterns: pats, OperatorToken: token},
-		Faults: faults, FlatTolerance: *tol,
+		Load:   loadgen.Config{Duration: r.duration, Drain: r.drain, Interval: r.interval, Patterns: r.pats, OperatorToken: r.token},
+		Faults: faults, FlatTolerance: r.tol,
 	}, os.Stdout)
 	if err != nil {
 		return err
 	}
-	if *jsonOut != "" {
+	if r.jsonOut != "" {
 		b, err := json.MarshalIndent(res, "", "  ")
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
+		if err := os.WriteFile(r.jsonOut, b, 0o644); err != nil {
 			return err
 		}
 	}
 	lost, doubled, stranded := res.Summary.Final.Failures()
 	fmt.Printf("soak: %s of load, %d faults, %d operations completed: %d lost, %d doubled, %d stranded; flat: %v\n",
-		*duration, len(res.Faults), res.Summary.Final.Completed(), lost, doubled, stranded, res.Flat)
+		r.duration, len(res.Faults), res.Summary.Final.Completed(), lost, doubled, stranded, res.Flat)
 	if problems := res.Problems(); len(problems) > 0 {
 		return fmt.Errorf("soak failed:\n  %s", strings.Join(problems, "\n  "))
 	}
